@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from django.core.checks import Error, register
+
+from limits.config import ConfigError, load_workspace
+
+
+@register()
+def check_workspace(app_configs: object = None, **kwargs: object) -> list[Error]:
+    """Report a bad workspace config at `manage.py check`, runserver and worker start."""
+    try:
+        load_workspace()
+    except ConfigError as error:
+        return [Error(str(error), hint="Fix the workspace module named by STACKBONE_WORKSPACE.", id="limits.E001")]
+    return []
+
+
+def refuse_to_start_with_a_bad_workspace(**kwargs: object) -> None:
+    """Connected to Celery's worker_init: a worker does not start on a bad workspace."""
+    errors = check_workspace()
+    if errors:
+        raise SystemExit(f"limits.E001: {errors[0].msg}")

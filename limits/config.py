@@ -1,0 +1,103 @@
+"""The workspace config: which limits exist, with their declared capacity and max hold.
+
+A user declares limits in one Python module (``studio.workspace`` by default)::
+
+    workspace = define_workspace(limits={
+        "voice-calls": {"capacity": 20, "max_hold": "45m"},
+    })
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from limits.durations import DurationError, parse_duration
+
+NAME_RE = re.compile(r"[a-z0-9._-]{1,64}")
+MIN_CAPACITY = 1
+MAX_CAPACITY = 100_000
+LIMIT_FIELDS = frozenset({"capacity", "max_hold"})
+NAME_HELP = "1 to 64 characters from lowercase letters, digits, '.', '_' and '-'"
+CAPACITY_HELP = f"a whole number from {MIN_CAPACITY} to {MAX_CAPACITY}"
+
+
+class ConfigError(Exception):
+    """The workspace config is invalid; the message names the limit and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class LimitSpec:
+    name: str
+    capacity: int
+    max_hold_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    limits: Mapping[str, LimitSpec]
+
+
+def check_name(name: object) -> str:
+    if not isinstance(name, str) or NAME_RE.fullmatch(name) is None:
+        raise ValueError(f"limit name {name!r} is invalid: use {NAME_HELP}")
+    return name
+
+
+def check_capacity(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"must be {CAPACITY_HELP}, not {value!r}")
+    if not MIN_CAPACITY <= value <= MAX_CAPACITY:
+        raise ValueError(f"must be {CAPACITY_HELP}, not {value}")
+    return value
+
+
+def define_workspace(*, limits: Mapping[str, Mapping[str, object]]) -> Workspace:
+    """Validate a workspace's limits; raise ConfigError naming the first bad limit and field."""
+    if not isinstance(limits, Mapping):
+        raise ConfigError("limits must be a mapping of limit name to {'capacity': ..., 'max_hold': ...}")
+    specs: dict[str, LimitSpec] = {}
+    for name, fields in limits.items():
+        try:
+            check_name(name)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+        if not isinstance(fields, Mapping):
+            raise ConfigError(f"limit {name!r}: must be a mapping with capacity and max_hold")
+        unknown = sorted(set(fields) - LIMIT_FIELDS, key=str)
+        if unknown:
+            raise ConfigError(f"limit {name!r}: unknown field {unknown[0]!r} (allowed: capacity, max_hold)")
+        for field in ("capacity", "max_hold"):
+            if field not in fields:
+                raise ConfigError(f"limit {name!r}: {field} is required")
+        try:
+            capacity = check_capacity(fields["capacity"])
+        except ValueError as error:
+            raise ConfigError(f"limit {name!r}: capacity {error}") from None
+        try:
+            max_hold_ms = parse_duration(fields["max_hold"])
+        except DurationError as error:
+            raise ConfigError(f"limit {name!r}: max_hold {error}") from None
+        specs[name] = LimitSpec(name=name, capacity=capacity, max_hold_ms=max_hold_ms)
+    return Workspace(limits=specs)
+
+
+def load_workspace(module_path: str | None = None) -> Workspace:
+    """Import the workspace module (settings.STACKBONE_WORKSPACE) and return its `workspace`."""
+    module_path = module_path or settings.STACKBONE_WORKSPACE
+    try:
+        module = importlib.import_module(module_path)
+    except ConfigError:
+        raise
+    except Exception as error:  # a user's module can fail in any way; report it as config
+        raise ConfigError(f"workspace module {module_path!r} cannot be loaded: {error}") from None
+    workspace = getattr(module, "workspace", None)
+    if not isinstance(workspace, Workspace):
+        raise ConfigError(
+            f"workspace module {module_path!r} must define `workspace = define_workspace(limits={{...}})`"
+        )
+    return workspace

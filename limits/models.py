@@ -1,0 +1,217 @@
+from __future__ import annotations
+
+import secrets
+
+from django.db import models
+from django.db.models import Q
+
+from limits.config import MAX_CAPACITY, MIN_CAPACITY
+from limits.durations import MAX_DURATION_MS
+
+LABEL_MAX_LENGTH = 200
+RUN_ID_MAX_LENGTH = 64
+REQUEST_MAX_LENGTH = 128
+
+
+def new_slot_id() -> str:
+    """Slot ids travel to outside providers and come back in webhooks: opaque and unguessable."""
+    return "slot_" + secrets.token_urlsafe(18)
+
+
+class Limit(models.Model):
+    """One named limit. The counters are kept in step with the slot and queue rows in the same
+    transaction, under this row's lock, so reading a count never scans the slots."""
+
+    name = models.CharField(max_length=64, unique=True)
+    declared = models.BooleanField(default=True, help_text="False once the limit left the workspace config.")
+    declared_capacity = models.PositiveIntegerField()
+    declared_max_hold_ms = models.BigIntegerField()
+    capacity_override = models.PositiveIntegerField(null=True, blank=True)
+    max_hold_override_ms = models.BigIntegerField(null=True, blank=True)
+    busy_count = models.PositiveIntegerField(default=0, help_text="Confirmed slots.")
+    reserved_count = models.PositiveIntegerField(default=0, help_text="Slots handed to a waiting run, unconfirmed.")
+    waiting_count = models.PositiveIntegerField(default=0)
+    next_position = models.BigIntegerField(default=1, help_text="Queue ticket counter.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        permissions = [("operate_limit", "Can release slots and change limits")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(declared_capacity__gte=MIN_CAPACITY, declared_capacity__lte=MAX_CAPACITY),
+                name="limit_declared_capacity_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(capacity_override__isnull=True)
+                | Q(capacity_override__gte=MIN_CAPACITY, capacity_override__lte=MAX_CAPACITY),
+                name="limit_capacity_override_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(declared_max_hold_ms__gt=0, declared_max_hold_ms__lte=MAX_DURATION_MS),
+                name="limit_declared_max_hold_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_hold_override_ms__isnull=True)
+                | Q(max_hold_override_ms__gt=0, max_hold_override_ms__lte=MAX_DURATION_MS),
+                name="limit_max_hold_override_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(busy_count__gte=0, reserved_count__gte=0, waiting_count__gte=0),
+                name="limit_counters_not_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def capacity(self) -> int:
+        return self.capacity_override if self.capacity_override is not None else self.declared_capacity
+
+    @property
+    def max_hold_ms(self) -> int:
+        return self.max_hold_override_ms if self.max_hold_override_ms is not None else self.declared_max_hold_ms
+
+    @property
+    def in_use(self) -> int:
+        """Slots that count against capacity: busy and reserved."""
+        return self.busy_count + self.reserved_count
+
+    @property
+    def free(self) -> int:
+        return max(self.capacity - self.in_use, 0)
+
+    @property
+    def capacity_overridden(self) -> bool:
+        return self.capacity_override is not None
+
+    @property
+    def max_hold_overridden(self) -> bool:
+        return self.max_hold_override_ms is not None
+
+
+class QueueEntry(models.Model):
+    """A run waiting for a slot of a limit. Finished entries stay as history."""
+
+    class State(models.TextChoices):
+        WAITING = "waiting"
+        GRANTED = "granted"
+        TIMED_OUT = "timed_out", "timed out"
+        CANCELLED = "cancelled"
+
+    limit = models.ForeignKey(Limit, on_delete=models.PROTECT, related_name="queue_entries")
+    run_id = models.CharField(max_length=RUN_ID_MAX_LENGTH)
+    request = models.CharField(max_length=REQUEST_MAX_LENGTH, help_text="The acquire call this entry serves.")
+    label = models.CharField(max_length=LABEL_MAX_LENGTH, blank=True, default="")
+    position = models.BigIntegerField(help_text="Queue ticket: the queue is ordered by it.")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.WAITING)
+    enqueued_at = models.DateTimeField()
+    deadline = models.DateTimeField()
+    timeout_ms = models.BigIntegerField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "queue entries"
+        constraints = [
+            models.UniqueConstraint(fields=["limit", "position"], name="queue_position_unique"),
+            models.UniqueConstraint(
+                fields=["request"], condition=Q(state="waiting"), name="queue_one_waiting_entry_per_request"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["limit", "position"], condition=Q(state="waiting"), name="queue_waiting_order"),
+            models.Index(fields=["deadline"], condition=Q(state="waiting"), name="queue_waiting_deadline"),
+            models.Index(fields=["run_id"], condition=Q(state="waiting"), name="queue_waiting_run"),
+            models.Index(fields=["request"], name="queue_request"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.limit_id}#{self.position} {self.run_id}"
+
+
+LIVE_SLOT_STATES = ("reserved", "busy")
+
+
+class Slot(models.Model):
+    """One unit of a limit's capacity held by some work. Freed slots stay as history."""
+
+    class State(models.TextChoices):
+        RESERVED = "reserved"
+        BUSY = "busy"
+        RELEASED = "released"
+        EXPIRED = "expired", "expired (max hold)"
+        LAPSED = "lapsed", "reservation lapsed"
+        RUN_ENDED = "run_ended", "run ended before confirming"
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_slot_id, editable=False)
+    limit = models.ForeignKey(Limit, on_delete=models.PROTECT, related_name="slots")
+    run_id = models.CharField(max_length=RUN_ID_MAX_LENGTH)
+    request = models.CharField(max_length=REQUEST_MAX_LENGTH)
+    label = models.CharField(max_length=LABEL_MAX_LENGTH, blank=True, default="")
+    state = models.CharField(max_length=16, choices=State.choices)
+    queue_entry = models.OneToOneField(
+        QueueEntry, null=True, blank=True, on_delete=models.PROTECT, related_name="slot"
+    )
+    granted_at = models.DateTimeField()
+    reserved_until = models.DateTimeField(null=True, blank=True)
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(help_text="Grant time + the max hold in force then; never changes.")
+    freed_at = models.DateTimeField(null=True, blank=True)
+    freed_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request"], condition=Q(state__in=LIVE_SLOT_STATES), name="slot_one_live_per_request"
+            ),
+            models.CheckConstraint(
+                condition=~Q(state="reserved") | Q(reserved_until__isnull=False), name="slot_reserved_has_deadline"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["limit", "state", "granted_at"],
+                condition=Q(state__in=LIVE_SLOT_STATES),
+                name="slot_live_by_limit",
+            ),
+            models.Index(fields=["expires_at"], condition=Q(state="busy"), name="slot_busy_expiry"),
+            models.Index(fields=["reserved_until"], condition=Q(state="reserved"), name="slot_reservation_expiry"),
+            models.Index(fields=["run_id"], condition=Q(state__in=LIVE_SLOT_STATES), name="slot_live_by_run"),
+            models.Index(fields=["request"], name="slot_request"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in LIVE_SLOT_STATES
+
+
+class AuditEvent(models.Model):
+    """Who changed what on a limit, and what the sweep took back. Written in the same
+    transaction as the change."""
+
+    class Action(models.TextChoices):
+        RELEASE = "release", "released a slot"
+        CAPACITY = "capacity", "changed capacity"
+        MAX_HOLD = "max_hold", "changed max hold"
+        SYNC = "sync", "synced declared values"
+        EXPIRE = "expire", "took back slots past max hold"
+
+    at = models.DateTimeField()
+    actor = models.CharField(max_length=150)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    limit = models.ForeignKey(Limit, on_delete=models.PROTECT, related_name="audit_events")
+    slot_id = models.CharField(max_length=40, blank=True, default="")
+    old_value = models.CharField(max_length=200, blank=True, default="")
+    new_value = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["limit", "-at"], name="audit_by_limit")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.limit_id}"

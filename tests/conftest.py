@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+
+import pytest
+import time_machine
+from django.conf import settings
+from django.db import connection
+
+from limits.signals import runs_woken
+
+START = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
+
+
+class Clock:
+    """The test's clock: services read it through django.utils.timezone.now()."""
+
+    def __init__(self, traveller: time_machine.Coordinates) -> None:
+        self._traveller = traveller
+
+    def advance(self, **delta: float) -> None:
+        self._traveller.shift(dt.timedelta(**delta))
+
+    def now(self) -> dt.datetime:
+        return dt.datetime.now(dt.UTC)
+
+
+@pytest.fixture
+def clock() -> Iterator[Clock]:
+    with time_machine.travel(START, tick=False) as traveller:
+        yield Clock(traveller)
+
+
+@pytest.fixture
+def woken() -> Iterator[list[str]]:
+    """Run ids announced by runs_woken. Announcements go out on commit: call the service inside
+    `django_capture_on_commit_callbacks(execute=True)` to see them in a test transaction."""
+    seen: list[str] = []
+
+    def receiver(sender: object, run_ids: list[str], **kwargs: object) -> None:
+        seen.extend(run_ids)
+
+    runs_woken.connect(receiver, weak=False, dispatch_uid="tests-woken")
+    try:
+        yield seen
+    finally:
+        runs_woken.disconnect(dispatch_uid="tests-woken")
+
+
+def on_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+requires_postgres = pytest.mark.skipif(
+    settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
+    reason="needs PostgreSQL (set DATABASE_URL=postgres://...)",
+)

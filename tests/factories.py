@@ -1,0 +1,43 @@
+"""Test data through the services, so counters and rows always agree."""
+
+from __future__ import annotations
+
+from limits import services
+from limits.config import define_workspace
+from limits.models import Limit, QueueEntry, Slot
+
+
+def declare(**limits: dict[str, object]) -> dict[str, Limit]:
+    """Sync a workspace with these limits (name=dict(capacity=..., max_hold=...)), names with '_'
+    written as '-'."""
+    config = {name.replace("_", "-"): fields for name, fields in limits.items()}
+    services.sync_workspace(define_workspace(limits=config))
+    return {name: Limit.objects.get(name=name) for name in config}
+
+
+def limit_named(name: str) -> Limit:
+    return Limit.objects.get(name=name)
+
+
+def holders(name: str) -> list[tuple[str, str]]:
+    """(run_id, state) of the live slots of a limit, oldest grant first."""
+    return list(
+        Slot.objects.filter(limit__name=name, state__in=["busy", "reserved"])
+        .order_by("granted_at", "queue_entry__position")
+        .values_list("run_id", "state")
+    )
+
+
+def queue(name: str) -> list[str]:
+    """Run ids waiting on a limit, in queue order."""
+    return list(
+        QueueEntry.objects.filter(limit__name=name, state="waiting").order_by("position").values_list("run_id", flat=True)
+    )
+
+
+def assert_counters_match_rows(name: str) -> None:
+    limit = Limit.objects.get(name=name)
+    busy = Slot.objects.filter(limit=limit, state="busy").count()
+    reserved = Slot.objects.filter(limit=limit, state="reserved").count()
+    waiting = QueueEntry.objects.filter(limit=limit, state="waiting").count()
+    assert (limit.busy_count, limit.reserved_count, limit.waiting_count) == (busy, reserved, waiting)
