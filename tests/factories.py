@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.db.models import F
+
 from limits import services
 from limits.config import define_workspace
 from limits.models import Limit, QueueEntry, Slot
@@ -23,7 +25,7 @@ def holders(name: str) -> list[tuple[str, str]]:
     """(run_id, state) of the live slots of a limit, oldest grant first."""
     return list(
         Slot.objects.filter(limit__name=name, state__in=["busy", "reserved"])
-        .order_by("granted_at", "queue_entry__position")
+        .order_by("granted_at", F("queue_entry__position").asc(nulls_first=True))
         .values_list("run_id", "state")
     )
 

@@ -75,6 +75,7 @@ def test_a_missing_workspace_module_is_a_config_error() -> None:
         load_workspace("studio.no_such_workspace")
 
 
+@pytest.mark.django_db
 def test_manage_py_check_reports_a_bad_workspace(settings, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "bad_workspace.py").write_text(
         "from limits.config import define_workspace\n"
