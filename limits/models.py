@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import secrets
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -215,3 +216,21 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.limit_id}"
+
+
+class ApiToken(models.Model):
+    """A bearer token for the JSON API (`/api/limits/`, used by `stackbone limits --agent`).
+    Only a SHA-256 digest is stored: the token itself is shown once, when it is issued
+    (limits.tokens.issue_token). It acts as its user, with that user's permissions."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="limits_api_tokens")
+    name = models.CharField(max_length=100, blank=True, default="", help_text="What the token is for.")
+    prefix = models.CharField(max_length=16, editable=False, help_text="The token's first characters.")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
