@@ -29,6 +29,7 @@ class Run(models.Model):
     error = models.TextField(blank=True, default="")
     suspended = models.BooleanField(default=False, help_text="Waiting on a hook; the body is not running.")
     waiting_for = models.CharField(max_length=128, blank=True, default="", help_text="The hook it waits on.")
+    wait_deadline = models.DateTimeField(null=True, blank=True, help_text="When the wait it is suspended on ends.")
     lease_owner = models.CharField(max_length=64, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
@@ -46,7 +47,7 @@ class Run(models.Model):
                 name="run_runnable",
             ),
             models.Index(
-                fields=["waiting_for"], condition=Q(status="running", suspended=True), name="run_suspended"
+                fields=["wait_deadline"], condition=Q(status="running", suspended=True), name="run_suspended"
             ),
         ]
 

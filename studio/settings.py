@@ -141,12 +141,15 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_BEAT_SCHEDULE = {
     "limits-sweep": {"task": "limits.tasks.sweep", "schedule": 15.0, "options": {"expires": 14}},
+    "runs-recover": {"task": "studio.tasks.recover_runs", "schedule": 15.0, "options": {"expires": 14}},
 }
 
 # --- Stackbone ------------------------------------------------------------------------------------
 STACKBONE_WORKSPACE = os.environ.get("STACKBONE_WORKSPACE", "studio.workspace")
+STACKBONE_WORKFLOWS = env_list("STACKBONE_WORKFLOWS", ["studio.workflows"])
 
 LOGGING = {
     "version": 1,

@@ -56,3 +56,34 @@ requires_postgres = pytest.mark.skipif(
     settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
     reason="needs PostgreSQL (set DATABASE_URL=postgres://...)",
 )
+
+
+def use_broker(url: str, *, eager: bool) -> None:
+    """Point this process's Celery app at a broker (its pools are rebuilt on next use)."""
+    from kombu import pools
+
+    from studio.celery import app
+
+    if app.conf.broker_url == url and app.conf.task_always_eager == eager:
+        return
+    app.conf.task_always_eager = eager
+    app.conf.broker_url = url
+    pools.reset()
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
+@pytest.fixture(autouse=True)
+def eager_celery() -> Iterator[None]:
+    """Tasks run in the test's process as they are sent (after commit) unless a test asks for
+    `no_worker` or a real worker."""
+    use_broker("memory://", eager=True)
+    yield
+    use_broker("memory://", eager=True)
+
+
+@pytest.fixture
+def no_worker() -> None:
+    """Tasks go to an in-process memory broker that nobody consumes: runs move only when the
+    test calls studio.runtime.advance(run_id), as if every worker were down."""
+    use_broker("memory://", eager=False)

@@ -1,0 +1,117 @@
+"""Taking and giving back slots from workflows (SPEC sections 2 and 3)::
+
+    from limits.workflow import acquire_slot, release_slot, with_limit, SlotTimeoutError
+
+    slot = acquire_slot("voice-calls", label=call_id, timeout="30m")
+    ...
+    release_slot(slot.id)   # from this run or any other, in a body or in a step
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django.db import transaction
+from django.utils import timezone
+
+from limits import services
+from studio.models import Step
+from studio.runtime import Suspend, WorkflowError, body_context, lock_own_run, record_step, recorded_step, run_step, suspend
+
+T = TypeVar("T")
+
+HOOK_NAME = "Esperando hueco · {limit}"
+
+
+@dataclass(frozen=True, slots=True)
+class SlotHandle:
+    id: str
+    limiter: str
+
+
+class SlotTimeoutError(Exception):
+    """The wait for a slot lasted longer than its timeout; the run has left the queue."""
+
+    stackbone_error = "SlotTimeoutError"
+
+    def __init__(self, limiter: str, timeout: int) -> None:
+        super().__init__(f"no slot of {limiter!r} within {timeout} ms")
+        self.limiter = limiter
+        self.timeout = timeout
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.limiter, self.timeout))
+
+    @staticmethod
+    def is_(error: object) -> bool:
+        """True for a SlotTimeoutError, even one from another copy of this module."""
+        return any(getattr(cls, "stackbone_error", None) == "SlotTimeoutError" for cls in type(error).__mro__)
+
+
+def acquire_slot(limit: str, timeout: int | str | None = None, label: str | None = None) -> SlotHandle:
+    """Take a slot of `limit` in a workflow body, waiting in its queue if every slot is busy.
+
+    1. A recorded outcome of this call (replay) is returned or raised again.
+    2. Otherwise ask the engine, with a request key stable across replays (run id + call number);
+       the engine confirms a slot reserved for this call.
+    3. Busy: record the hook step completed with the slot id and return the handle.
+       Waiting: record the hook step open ('Esperando hueco · <limit>') and suspend the run; the
+       box wakes it when a slot is reserved for it or the wait times out.
+       Timed out: record the hook step failed and raise SlotTimeoutError.
+    Steps 2 and 3 are one transaction, under the run's lease.
+    """
+    ctx = body_context("acquire_slot")
+    seq = ctx.next_seq()
+    name = HOOK_NAME.format(limit=limit)
+    step = recorded_step(ctx, seq, name)
+    if step is not None and step.status == Step.Status.COMPLETED:
+        return SlotHandle(id=step.result["slot_id"], limiter=limit)
+    if step is not None and step.status == Step.Status.FAILED:
+        raise SlotTimeoutError(limit, step.result["timeout_ms"])
+    with transaction.atomic():
+        lock_own_run(ctx)
+        outcome = services.acquire(limit, run_id=ctx.run_id, request=f"{ctx.run_id}:{seq}", label=label, timeout=timeout)
+        now = timezone.now()
+        if outcome.state == "busy":
+            record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.COMPLETED, result={"slot_id": outcome.slot_id}, finished_at=now)
+            return SlotHandle(id=outcome.slot_id, limiter=limit)  # type: ignore[arg-type]
+        if outcome.state == "waiting":
+            record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.WAITING, result={"deadline": outcome.deadline.isoformat()})  # type: ignore[union-attr]
+            suspend(ctx, waiting_for=outcome.request, deadline=outcome.deadline)
+        elif outcome.state == "timed_out":
+            record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.FAILED, result={"timeout_ms": outcome.timeout_ms}, error="timed out", finished_at=now)
+    if outcome.state == "waiting":
+        raise Suspend(name)
+    if outcome.state == "timed_out":
+        raise SlotTimeoutError(limit, outcome.timeout_ms)  # type: ignore[arg-type]
+    raise WorkflowError(f"the wait for {limit!r} was cancelled")
+
+
+def release_slot(slot_id: str) -> dict[str, bool]:
+    """Give a slot back, from any run, in a body (a step of its own) or inside a step.
+    {'released': True} when it freed a busy or reserved slot; {'released': False} for a slot
+    already free, taken back by max hold, or unknown: nothing changes then, safe to retry."""
+    return run_step("release_slot", lambda: {"released": services.release(slot_id)}, atomic=True)
+
+
+def with_limit(limit: str, fn: Callable[[], T], timeout: int | str | None = None, label: str | None = None) -> T:
+    """Acquire a slot, run fn, release the slot when fn returns or raises; return what fn
+    returns, re-raise what it raises. In a workflow body only, like acquire_slot."""
+    with hold_slot(limit, timeout=timeout, label=label):
+        return fn()
+
+
+@contextmanager
+def hold_slot(limit: str, timeout: int | str | None = None, label: str | None = None) -> Iterator[SlotHandle]:
+    """`with hold_slot("partner-api"):` — with_limit as a context manager."""
+    slot = acquire_slot(limit, timeout=timeout, label=label)
+    try:
+        yield slot
+    except Exception:
+        release_slot(slot.id)
+        raise
+    # A Suspend or a lost lease unwinding the body is not the end of the work: keep the slot.
+    release_slot(slot.id)

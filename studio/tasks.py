@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from celery.signals import worker_ready
+
+from studio import runtime
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="studio.tasks.advance_run", ignore_result=True)
+def advance_run(run_id: str) -> None:
+    outcome = runtime.advance(run_id)
+    logger.debug("advance %s: %s", run_id, outcome)
+
+
+@shared_task(name="studio.tasks.recover_runs", ignore_result=True)
+def recover_runs() -> None:
+    count = runtime.recover()
+    if count:
+        logger.info("recovered %d run(s)", count)
+
+
+@worker_ready.connect
+def recover_at_worker_start(**kwargs: object) -> None:
+    recover_runs.delay()

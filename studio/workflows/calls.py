@@ -1,0 +1,31 @@
+"""Example: place a call that holds a `voice-calls` slot; the call's end, reported by a webhook,
+releases it from another workflow."""
+
+from __future__ import annotations
+
+import logging
+
+from limits.workflow import SlotTimeoutError, acquire_slot, release_slot
+from studio.workflows import step, workflow
+
+logger = logging.getLogger(__name__)
+
+
+@step
+def dial_out(call_id: str, slot_id: str) -> None:
+    logger.info("dialling %s with slot %s", call_id, slot_id)  # a real one calls the provider here
+
+
+@workflow
+def place_call(input: dict) -> dict:
+    try:
+        slot = acquire_slot("voice-calls", label=input["call_id"], timeout=input.get("timeout", "30m"))
+    except SlotTimeoutError:
+        return {"slot_id": None}
+    dial_out(input["call_id"], slot.id)
+    return {"slot_id": slot.id}
+
+
+@workflow
+def call_ended(input: dict) -> dict:
+    return release_slot(input["slot_id"])

@@ -1,0 +1,25 @@
+"""Example: export a report while holding a `report-exports` slot, released however it ends."""
+
+from __future__ import annotations
+
+import time
+
+from limits.workflow import with_limit
+from studio.workflows import step, workflow
+
+
+@step
+def build_report(report_id: str, seconds: float) -> dict:
+    time.sleep(seconds)  # stands in for the slow export
+    return {"report_id": report_id, "rows": 1000}
+
+
+@workflow
+def export_report(input: dict) -> dict:
+    report_id = input["report_id"]
+    return with_limit(
+        "report-exports",
+        lambda: build_report(report_id, float(input.get("seconds", 0))),
+        label=report_id,
+        timeout=input.get("timeout"),
+    )

@@ -1,0 +1,23 @@
+"""Example: a run that gives up when no `partner-api` session frees within its timeout."""
+
+from __future__ import annotations
+
+from limits.workflow import SlotTimeoutError, acquire_slot, release_slot
+from studio.workflows import step, workflow
+
+
+@step
+def call_partner(session_label: str) -> dict:
+    return {"ok": True, "label": session_label}
+
+
+@workflow
+def sync_partner(input: dict) -> dict:
+    label = input.get("label", "")
+    try:
+        slot = acquire_slot("partner-api", label=label, timeout=input.get("timeout", "30s"))
+    except SlotTimeoutError as error:
+        return {"timed_out": True, "limiter": error.limiter, "timeout_ms": error.timeout}
+    result = call_partner(label)
+    release_slot(slot.id)
+    return {"timed_out": False, **result}
