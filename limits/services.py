@@ -513,6 +513,8 @@ def _previous_outcome(request: str) -> Acquisition | None:
     if entry is not None and entry.state != QueueEntry.State.GRANTED:
         state = {"waiting": "waiting", "timed_out": "timed_out", "cancelled": "cancelled"}[entry.state]
         return Acquisition(state, entry.limit.name, request, timeout_ms=entry.timeout_ms, deadline=entry.deadline)  # type: ignore[arg-type]
+    if entry is not None and not any(slot.queue_entry_id == entry.id for slot in slots):
+        return _previous_outcome(request)  # granted after the slots were read (READ COMMITTED): read again
     confirmed_slot = next((slot for slot in slots if slot.confirmed_at is not None), None)
     if confirmed_slot is not None:
         return Acquisition("busy", confirmed_slot.limit.name, request, slot_id=confirmed_slot.id)
