@@ -133,6 +133,7 @@ if CELERY_BROKER_URL == "filesystem://":
         "data_folder_out": str(_broker_dir / "out"),
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
+        "polling_interval": 0.1,
     }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True

@@ -1,0 +1,174 @@
+"""SPEC 1.4, 1.5 and 5.2-5.5: operator overrides, sync, and the audit trail."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.core.management import call_command
+
+from limits import services
+from limits.config import define_workspace
+from limits.models import AuditEvent, Limit, Slot
+from limits.services import LimitsError, acquire, release, set_capacity, set_max_hold, sync_workspace
+from tests.factories import assert_counters_match_rows, declare, holders, queue
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def calls(clock):  # type: ignore[no-untyped-def]
+    return declare(calls={"capacity": 2, "max_hold": "1h"})["calls"]
+
+
+def test_an_override_wins_and_a_reset_returns_to_the_declared_value(calls) -> None:  # type: ignore[no-untyped-def]
+    limit = set_capacity("calls", 7, actor="user:ana")
+    assert (limit.capacity, limit.capacity_overridden) == (7, True)
+    limit = set_capacity("calls", None, actor="user:ana")
+    assert (limit.capacity, limit.capacity_overridden) == (2, False)
+    limit = set_max_hold("calls", "5m", actor="user:ana")
+    assert (limit.max_hold_ms, limit.max_hold_overridden) == (300_000, True)
+    limit = set_max_hold("calls", None, actor="user:ana")
+    assert (limit.max_hold_ms, limit.max_hold_overridden) == (3_600_000, False)
+
+
+def test_a_sync_does_not_clear_an_override(calls) -> None:  # type: ignore[no-untyped-def]
+    set_capacity("calls", 9)
+    set_max_hold("calls", "2m")
+    declare(calls={"capacity": 3, "max_hold": "2h"})
+    limit = Limit.objects.get(name="calls")
+    assert (limit.capacity, limit.declared_capacity) == (9, 3)
+    assert (limit.max_hold_ms, limit.declared_max_hold_ms) == (120_000, 7_200_000)
+
+
+@pytest.mark.parametrize("value", [0, 100_001, -1, True, 2.5, "3", "abc"])
+def test_a_bad_capacity_is_refused_and_changes_nothing(calls, value) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(LimitsError) as error:
+        set_capacity("calls", value)
+    assert error.value.field == "capacity"
+    assert "from 1 to 100000" in error.value.message
+    assert Limit.objects.get(name="calls").capacity_override is None
+    assert not AuditEvent.objects.filter(action="capacity").exists()
+
+
+@pytest.mark.parametrize("value", [0, "0s", "31d", "45x", "abc", "", 2_592_000_001, True])
+def test_a_bad_max_hold_is_refused_and_changes_nothing(calls, value) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(LimitsError) as error:
+        set_max_hold("calls", value)
+    assert error.value.field == "max_hold"
+    assert Limit.objects.get(name="calls").max_hold_override_ms is None
+
+
+def test_the_capacity_bounds_are_allowed(calls) -> None:  # type: ignore[no-untyped-def]
+    assert set_capacity("calls", 1).capacity == 1
+    assert set_capacity("calls", 100_000).capacity == 100_000
+    assert set_max_hold("calls", "30d").max_hold_ms == 30 * 86_400_000
+
+
+def test_operator_actions_on_an_unknown_limit_are_clear_errors(calls) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(LimitsError, match="unknown limit 'nope'"):
+        set_capacity("nope", 3)
+    with pytest.raises(LimitsError, match="unknown limit 'nope'"):
+        set_max_hold("nope", "1m")
+
+
+def test_raising_capacity_grants_waiting_runs_at_once(calls) -> None:  # type: ignore[no-untyped-def]
+    for run in ("a", "b", "c", "d", "e"):
+        acquire("calls", run_id=run)
+    set_capacity("calls", 4)
+    assert holders("calls") == [("a", "busy"), ("b", "busy"), ("c", "reserved"), ("d", "reserved")]
+    assert queue("calls") == ["e"]
+    assert_counters_match_rows("calls")
+
+
+def test_lowering_capacity_takes_no_slot_back(calls) -> None:  # type: ignore[no-untyped-def]
+    first = acquire("calls", run_id="a").slot_id
+    acquire("calls", run_id="b")
+    acquire("calls", run_id="c")
+    set_capacity("calls", 1)
+    assert holders("calls") == [("a", "busy"), ("b", "busy")]
+    release(first)
+    assert holders("calls") == [("b", "busy")]  # still at the new capacity: c keeps waiting
+    assert queue("calls") == ["c"]
+    assert acquire("calls", run_id="d").state == "waiting"
+
+
+def test_capacity_is_read_every_time_a_slot_is_handed_out(calls) -> None:  # type: ignore[no-untyped-def]
+    set_capacity("calls", 3)
+    assert [acquire("calls", run_id=r).state for r in "abcd"] == ["busy", "busy", "busy", "waiting"]
+
+
+def test_a_slot_expiry_is_fixed_at_grant_and_a_new_max_hold_applies_only_to_new_slots(calls, clock) -> None:  # type: ignore[no-untyped-def]
+    """4.3 and 5.4"""
+    old = acquire("calls", run_id="a").slot_id
+    assert Slot.objects.get(id=old).expires_at == clock.now() + dt.timedelta(hours=1)
+    set_max_hold("calls", "10m")
+    new = acquire("calls", run_id="b").slot_id
+    assert Slot.objects.get(id=old).expires_at == clock.now() - dt.timedelta() + dt.timedelta(hours=1)
+    assert Slot.objects.get(id=new).expires_at == clock.now() + dt.timedelta(minutes=10)
+    clock.advance(minutes=11)
+    services.sweep()
+    assert Slot.objects.get(id=new).state == "expired"
+    assert Slot.objects.get(id=old).state == "busy"
+
+
+def test_every_operator_action_is_recorded_with_who_what_old_new_and_when(calls, clock) -> None:  # type: ignore[no-untyped-def]
+    slot_id = acquire("calls", run_id="a").slot_id
+    set_capacity("calls", 5, actor="user:ana")
+    clock.advance(seconds=1)
+    set_capacity("calls", None, actor="user:ana")
+    set_max_hold("calls", "90s", actor="cli:root")
+    release(slot_id, actor="user:bo")
+    events = [
+        (e.actor, e.action, e.old_value, e.new_value, e.slot_id)
+        for e in AuditEvent.objects.filter(limit__name="calls").exclude(action="sync").order_by("at", "id")
+    ]
+    assert events == [
+        ("user:ana", "capacity", "2", "5", ""),
+        ("user:ana", "capacity", "5", "2 (declared)", ""),
+        ("cli:root", "max_hold", "3600000", "90000", ""),
+        ("user:bo", "release", "busy", "released", slot_id),
+    ]
+    assert AuditEvent.objects.filter(action="capacity").first().at == clock.now()
+
+
+def test_sync_creates_updates_and_marks_removed_limits_undeclared(clock) -> None:  # type: ignore[no-untyped-def]
+    report = sync_workspace(define_workspace(limits={"a": {"capacity": 1, "max_hold": "1m"}, "b": {"capacity": 1, "max_hold": "1m"}}))
+    assert sorted(report.created) == ["a", "b"]
+    slot_id = acquire("b", run_id="r1").slot_id
+    report = sync_workspace(define_workspace(limits={"a": {"capacity": 3, "max_hold": "1m"}}))
+    assert (report.updated, report.undeclared) == (["a"], ["b"])
+    b = Limit.objects.get(name="b")
+    assert b.declared is False
+    assert holders("b") == [("r1", "busy")]  # 1.5: its slots stay visible
+    with pytest.raises(LimitsError, match="no longer declared"):
+        acquire("b", run_id="r2")
+    assert release(slot_id, actor="user:ana") is True  # ... and releasable
+    sync_workspace(define_workspace(limits={"b": {"capacity": 1, "max_hold": "1m"}}))
+    assert Limit.objects.get(name="b").declared is True
+
+
+def test_a_sync_that_raises_declared_capacity_grants_waiting_runs(calls) -> None:  # type: ignore[no-untyped-def]
+    for run in "abc":
+        acquire("calls", run_id=run)
+    declare(calls={"capacity": 3, "max_hold": "1h"})
+    assert holders("calls")[-1] == ("c", "reserved")
+
+
+def test_migrate_and_limits_sync_bring_the_workspace_to_the_database(settings, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """1.4: declared values reach the box at deploy."""
+    (tmp_path / "ws_for_sync.py").write_text(
+        "from limits.config import define_workspace\n"
+        "workspace = define_workspace(limits={'sms': {'capacity': 4, 'max_hold': '2m'}})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings.STACKBONE_WORKSPACE = "ws_for_sync"
+    call_command("migrate", verbosity=0)
+    assert Limit.objects.get(name="sms").declared_capacity == 4
+    (tmp_path / "ws_for_sync2.py").write_text(
+        "from limits.config import define_workspace\n"
+        "workspace = define_workspace(limits={'sms': {'capacity': 6, 'max_hold': '2m'}})\n"
+    )
+    settings.STACKBONE_WORKSPACE = "ws_for_sync2"
+    call_command("limits", "sync")
+    assert Limit.objects.get(name="sms").declared_capacity == 6

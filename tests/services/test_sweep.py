@@ -1,0 +1,79 @@
+"""SPEC 4.1, 4.2 and 4.4: what the sweep takes back and hands on, and that it is idempotent."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from limits import services
+from limits.models import AuditEvent, Slot
+from limits.services import acquire, sweep
+from tests.factories import assert_counters_match_rows, declare, holders, queue
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def one(clock):  # type: ignore[no-untyped-def]
+    return declare(one={"capacity": 1, "max_hold": "10m"})["one"]
+
+
+def test_a_busy_slot_past_its_max_hold_is_taken_back_and_handed_on(one, clock) -> None:  # type: ignore[no-untyped-def]
+    slot_id = acquire("one", run_id="r1").slot_id
+    acquire("one", run_id="r2")
+    clock.advance(minutes=9, seconds=59)
+    assert sweep().expired == 0
+    clock.advance(seconds=1)
+    report = sweep()
+    assert (report.expired, report.granted) == (1, 1)
+    assert Slot.objects.get(id=slot_id).state == "expired"
+    assert holders("one") == [("r2", "reserved")]
+    event = AuditEvent.objects.get(action="expire")
+    assert (event.actor, event.new_value) == ("sweep", "1 slot(s)")
+    assert services.release(slot_id) is False  # 2.4: already taken back by max hold
+
+
+def test_a_slot_freed_by_expiry_reaches_the_queue_only_at_the_sweep(one, clock) -> None:  # type: ignore[no-untyped-def]
+    """4.2: expiries are the sweep's; until it runs the slot still counts."""
+    acquire("one", run_id="r1")
+    clock.advance(minutes=11)
+    assert acquire("one", run_id="r2").state == "waiting"
+    sweep()
+    assert holders("one") == [("r2", "reserved")]
+
+
+def test_the_sweep_is_idempotent(one, clock) -> None:  # type: ignore[no-untyped-def]
+    acquire("one", run_id="r1")
+    acquire("one", run_id="r2", timeout="1m")
+    acquire("one", run_id="r3")
+    clock.advance(minutes=11)
+    first = sweep()
+    state = (holders("one"), queue("one"), list(Slot.objects.order_by("id").values_list("id", "state")))
+    second = sweep()
+    assert (first.expired, first.timed_out, first.granted) == (1, 1, 1)
+    assert not second.found_work()
+    assert (holders("one"), queue("one"), list(Slot.objects.order_by("id").values_list("id", "state"))) == state
+    assert_counters_match_rows("one")
+
+
+def test_the_sweep_grants_capacity_nobody_handed_on(one, clock) -> None:  # type: ignore[no-untyped-def]
+    """If free capacity and waiting runs ever meet (e.g. a crash between commits in an older
+    version), the sweep hands the capacity on."""
+    acquire("one", run_id="r1")
+    acquire("one", run_id="r2")
+    from limits.models import Limit
+
+    Limit.objects.filter(name="one").update(capacity_override=2)  # a raw change that granted nothing
+    assert sweep().granted == 1
+    assert holders("one")[-1] == ("r2", "reserved")
+
+
+def test_an_idle_sweep_is_a_constant_number_of_queries(clock) -> None:  # type: ignore[no-untyped-def]
+    declare(**{f"l{i}": {"capacity": 2, "max_hold": "1h"} for i in range(30)})
+    for i in range(30):
+        acquire(f"l{i}", run_id=f"r{i}")
+    with CaptureQueriesContext(connection) as queries:
+        report = sweep()
+    assert not report.found_work()
+    assert len(queries) == 4

@@ -1,0 +1,69 @@
+"""The settings contract: defaults, strict parsing, no secret defaults in production, SQLite
+serializing writers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+ROOT = settings.BASE_DIR
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "DATABASE_URL"}}
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**clean, "DJANGO_SETTINGS_MODULE": "studio.settings", **env},
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+
+
+def test_the_box_refuses_to_start_with_debug_off_and_no_secret_key() -> None:
+    result = run_python("import django; django.setup()", DEBUG="0")
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
+
+
+def test_debug_off_with_a_key_starts() -> None:
+    result = run_python("import django; django.setup(); print('ok')", DEBUG="false", SECRET_KEY="x" * 50)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_bad_boolean_is_an_error_not_a_guess() -> None:
+    result = run_python("import django; django.setup()", DEBUG="maybe")
+    assert "DEBUG must be one of" in result.stderr
+
+
+def test_the_defaults_are_an_embedded_database_and_broker() -> None:
+    result = run_python(
+        "import django; django.setup(); from django.conf import settings as s;"
+        "print(s.DATABASES['default']['ENGINE']); print(s.CELERY_BROKER_URL)"
+    )
+    assert result.stdout.split() == ["django.db.backends.sqlite3", "filesystem://"]
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(settings.DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3", reason="SQLite only")
+def test_sqlite_runs_in_wal_mode_with_immediate_transactions() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode")
+        assert cursor.fetchone()[0] == "wal"
+    assert connection.settings_dict["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
+
+
+def test_a_worker_refuses_to_start_with_a_bad_workspace(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "broken_ws.py").write_text(
+        "from limits.config import define_workspace\n"
+        "workspace = define_workspace(limits={'voice-calls': {'capacity': 0, 'max_hold': '1m'}})\n"
+    )
+    env = {**os.environ, "STACKBONE_WORKSPACE": "broken_ws", "PYTHONPATH": str(tmp_path), "CELERY_BROKER_URL": "memory://"}
+    result = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "studio", "worker", "--pool=solo", "--without-gossip", "--without-mingle"],
+        env=env, capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "limit 'voice-calls': capacity must be" in result.stdout + result.stderr
