@@ -1,21 +1,31 @@
 from __future__ import annotations
 
+import sys
+
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from limits import services
+from limits import cli, services
 from limits.config import ConfigError, load_workspace
+from limits.tokens import issue_token
 
 
 class Command(BaseCommand):
-    help = "Operate concurrency limits: sync the workspace, run one sweep."
+    help = "Operate concurrency limits: list, slots, release, capacity, max-hold, sync, sweep, token."
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        verbs = parser.add_subparsers(dest="verb", required=True)
+        verbs = cli.add_verbs(parser)
         verbs.add_parser("sync", help="Bring declared limits from the workspace config to the database.")
         verbs.add_parser("sweep", help="Run one pass of the sweep (beat runs it every 15 seconds).")
+        token = verbs.add_parser("token", help="Issue a bearer token for the JSON API (stackbone limits --agent).")
+        token_verbs = token.add_subparsers(dest="token_verb", required=True)
+        create = token_verbs.add_parser("create", help="Issue a token for a user; it is shown once.")
+        create.add_argument("username")
+        create.add_argument("--name", default="", help="what the token is for")
 
     def handle(self, *args: object, **options: object) -> None:
-        if options["verb"] == "sync":
+        verb = options["verb"]
+        if verb == "sync":
             try:
                 report = services.sync_workspace(load_workspace())
             except ConfigError as error:
@@ -24,9 +34,27 @@ class Command(BaseCommand):
                 f"synced: {len(report.created)} created, {len(report.updated)} updated, "
                 f"{len(report.undeclared)} undeclared"
             )
-        elif options["verb"] == "sweep":
+        elif verb == "sweep":
             report = services.sweep()
             self.stdout.write(
                 f"sweep: {report.expired} expired, {report.lapsed} lapsed, {report.timed_out} timed out, "
                 f"{report.granted} granted over {report.limits} limit(s)"
             )
+        elif verb == "token":
+            self._create_token(str(options["username"]), str(options["name"]))
+        else:
+            streams = cli.Streams(stdin=sys.stdin, stdout=self.stdout, stderr=self.stderr)
+            namespace = cli.argparse.Namespace(**options)
+            try:
+                cli.execute(namespace, io=streams)
+            except cli.CliError as error:
+                raise CommandError(error.message, returncode=error.code) from None
+
+    def _create_token(self, username: str, name: str) -> None:
+        user = get_user_model().objects.filter(**{get_user_model().USERNAME_FIELD: username}).first()
+        if user is None:
+            raise CommandError(f"unknown user {username!r}", returncode=cli.EXIT_NOT_FOUND)
+        token, raw = issue_token(user, name=name)
+        if not user.has_perm("limits.operate_limit"):
+            self.stderr.write(f"note: {username} may read but not change limits (no limits.operate_limit permission)")
+        self.stdout.write(raw)

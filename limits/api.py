@@ -1,0 +1,228 @@
+"""The JSON API behind `stackbone limits --agent`, mounted at /api/limits/.
+
+Auth is a bearer token only (`Authorization: Bearer <token>`, limits.tokens): session cookies
+are never read, so a browser cannot be tricked into a write (no CSRF hole) and the views are
+exempt from the CSRF middleware. Reads need a valid token of an active user; writes also need the
+`limits.operate_limit` permission. Answers are JSON; errors are `{"error": ..., "field": ...}`
+with 400 (bad value, `field` names it), 401 (no or bad token), 403 (no permission) or 404
+(unknown limit or slot). Writes go through limits.services with the actor `api:<username>`.
+
+    GET  /api/limits/                               {"limits": [limit, ...]}
+    GET  /api/limits/<name>/                        limit
+    GET  /api/limits/<name>/slots/?page=1&size=100  {"limit", "slots", "page", "size", "total", "has_next", "now"}
+    GET  /api/limits/<name>/queue/?page=1&size=100  {"limit", "queue", "page", ...}; positions count from 1
+    GET  /api/limits/slots/<slot_id>/               slot, with its "limit"
+    POST /api/limits/slots/<slot_id>/release/       {"released": bool, "slot": slot as it was}
+    POST /api/limits/<name>/capacity/  {"capacity": 30 | null}    {"old": 20, "limit": limit}
+    POST /api/limits/<name>/max-hold/  {"max_hold": "1h" | 3600000 | null}  {"old": ms, "limit": limit}
+
+A `limit` is selectors.limit_summary (the keys of `stackbone limits list --json`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from limits import selectors, services
+from limits.models import Limit
+from limits.tokens import user_for_token
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 500
+OPERATE_PERMISSION = "limits.operate_limit"
+
+NO_TOKEN = "missing or invalid token: send `Authorization: Bearer <token>`"
+NO_PERMISSION = "user {username!r} may not operate limits (needs the limits.operate_limit permission)"
+BAD_BODY = "the body must be a JSON object"
+MISSING_FIELD = "{field} is required: {help}, or null to reset it to the declared value"
+BAD_PAGE = "{field} must be a whole number from 1 to {maximum}"
+UNKNOWN_SLOT = "unknown slot {slot_id!r}"
+
+
+class ApiRequest(HttpRequest):
+    api_user: AbstractBaseUser
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.field = status, message, field
+
+
+def error_response(status: int, message: str, field: str | None = None) -> JsonResponse:
+    response = JsonResponse({"error": message, "field": field}, status=status)
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="stackbone"'
+    return response
+
+
+def token_auth(*, operate: bool = False) -> Callable[[Callable[..., JsonResponse]], Callable[..., JsonResponse]]:
+    """Authenticate by bearer token (never by session), check the operate permission for writes,
+    and answer expected failures as JSON."""
+
+    def decorator(view: Callable[..., JsonResponse]) -> Callable[..., JsonResponse]:
+        @functools.wraps(view)
+        def wrapper(request: ApiRequest, *args: Any, **kwargs: Any) -> JsonResponse:
+            scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
+            user = user_for_token(raw.strip()) if scheme.lower() == "bearer" else None
+            if user is None:
+                return error_response(401, NO_TOKEN)
+            if operate and not user.has_perm(OPERATE_PERMISSION):
+                return error_response(403, NO_PERMISSION.format(username=user.get_username()))
+            request.api_user = user
+            try:
+                return view(request, *args, **kwargs)
+            except ApiError as error:
+                return error_response(error.status, error.message, error.field)
+            except services.LimitsError as error:
+                return error_response(404 if error.field == "limit" else 400, error.message, error.field)
+
+        return wrapper
+
+    return decorator
+
+
+def actor(request: ApiRequest) -> str:
+    return f"api:{request.api_user.get_username()}"[:150]
+
+
+def _limit(name: str) -> Limit:
+    limit = selectors.get_limit(name)
+    if limit is None:
+        raise ApiError(404, services.UNKNOWN_LIMIT.format(name=name), field="limit")
+    return limit
+
+
+def _page_params(request: HttpRequest) -> tuple[int, int]:
+    values = []
+    for name, default, maximum in (("page", 1, 10**9), ("size", DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)):
+        text = request.GET.get(name, str(default))
+        if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= maximum:
+            raise ApiError(400, BAD_PAGE.format(field=name, maximum=maximum), field=name)
+        values.append(int(text))
+    return values[0], values[1]
+
+
+def _body(request: HttpRequest, field: str, help_text: str) -> object:
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise ApiError(400, BAD_BODY, field="body")
+    if field not in body:
+        raise ApiError(400, MISSING_FIELD.format(field=field, help=help_text), field=field)
+    return body[field]
+
+
+def _page_answer(
+    limit: Limit, key: str, rows: list[dict[str, object]], page: int, size: int, total: int
+) -> JsonResponse:
+    return JsonResponse(
+        {
+            "limit": limit.name,
+            key: rows,
+            "page": page,
+            "size": size,
+            "total": total,
+            "has_next": page * size < total,
+            "now": timezone.now().isoformat(),
+        }
+    )
+
+
+@csrf_exempt
+@require_GET
+@token_auth()
+def limit_list(request: ApiRequest) -> JsonResponse:
+    return JsonResponse({"limits": [selectors.limit_summary(limit) for limit in selectors.limits()]})
+
+
+@csrf_exempt
+@require_GET
+@token_auth()
+def limit_detail(request: ApiRequest, name: str) -> JsonResponse:
+    return JsonResponse(selectors.limit_summary(_limit(name)))
+
+
+@csrf_exempt
+@require_GET
+@token_auth()
+def limit_slots(request: ApiRequest, name: str) -> JsonResponse:
+    """Busy slots first, then reserved ones, each in grant order; a page past the end is empty."""
+    page, size = _page_params(request)
+    limit = _limit(name)
+    slots = []
+    if (page - 1) * size < limit.in_use:
+        slots = [
+            selectors.slot_summary(slot) for slot in selectors.live_slots_page(limit, number=page, size=size).items
+        ]
+    return _page_answer(limit, "slots", slots, page, size, limit.in_use)
+
+
+@csrf_exempt
+@require_GET
+@token_auth()
+def limit_queue(request: ApiRequest, name: str) -> JsonResponse:
+    """The queue in order; positions count from 1 at the head, across pages."""
+    page, size = _page_params(request)
+    limit = _limit(name)
+    queue = []
+    if (page - 1) * size < limit.waiting_count:
+        entries = selectors.queue_page(limit, number=page, size=size)
+        queue = [
+            selectors.queue_entry_summary(entry, entries.first_index + index)
+            for index, entry in enumerate(entries.items)
+        ]
+    return _page_answer(limit, "queue", queue, page, size, limit.waiting_count)
+
+
+@csrf_exempt
+@require_GET
+@token_auth()
+def slot_detail(request: ApiRequest, slot_id: str) -> JsonResponse:
+    slot = selectors.get_slot(slot_id)
+    if slot is None:
+        raise ApiError(404, UNKNOWN_SLOT.format(slot_id=slot_id), field="slot_id")
+    return JsonResponse({**selectors.slot_summary(slot), "limit": slot.limit.name})
+
+
+@csrf_exempt
+@require_POST
+@token_auth(operate=True)
+def release_slot(request: ApiRequest, slot_id: str) -> JsonResponse:
+    """Idempotent: `released` is false for a slot already free (SPEC 2.4, 5.1)."""
+    slot = selectors.get_slot(slot_id)
+    if slot is None:
+        raise ApiError(404, UNKNOWN_SLOT.format(slot_id=slot_id), field="slot_id")
+    released = services.release(slot_id, actor=actor(request))
+    return JsonResponse({"released": released, "slot": {**selectors.slot_summary(slot), "limit": slot.limit.name}})
+
+
+@csrf_exempt
+@require_POST
+@token_auth(operate=True)
+def set_capacity(request: ApiRequest, name: str) -> JsonResponse:
+    value = _body(request, "capacity", services.CAPACITY_HELP)
+    old = _limit(name).capacity
+    limit = services.set_capacity(name, value, actor=actor(request))  # type: ignore[arg-type]
+    return JsonResponse({"old": old, "limit": selectors.limit_summary(limit)})
+
+
+@csrf_exempt
+@require_POST
+@token_auth(operate=True)
+def set_max_hold(request: ApiRequest, name: str) -> JsonResponse:
+    value = _body(request, "max_hold", "a duration such as '45m' or milliseconds")
+    old = _limit(name).max_hold_ms
+    limit = services.set_max_hold(name, value, actor=actor(request))  # type: ignore[arg-type]
+    return JsonResponse({"old": old, "limit": selectors.limit_summary(limit)})

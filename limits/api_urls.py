@@ -1,0 +1,21 @@
+"""/api/limits/...: the JSON API (limits.api). Slot ids start with 'slot_', which no route of a
+limit's name ends in, so a limit may be named 'slots'."""
+
+from __future__ import annotations
+
+from django.urls import path, re_path
+
+from limits import api
+
+app_name = "limits_api"
+
+urlpatterns = [
+    path("", api.limit_list, name="list"),
+    re_path(r"^slots/(?P<slot_id>slot_[A-Za-z0-9_-]{1,35})/$", api.slot_detail, name="slot"),
+    re_path(r"^slots/(?P<slot_id>slot_[A-Za-z0-9_-]{1,35})/release/$", api.release_slot, name="release"),
+    path("<str:name>/", api.limit_detail, name="limit"),
+    path("<str:name>/slots/", api.limit_slots, name="slots"),
+    path("<str:name>/queue/", api.limit_queue, name="queue"),
+    path("<str:name>/capacity/", api.set_capacity, name="capacity"),
+    path("<str:name>/max-hold/", api.set_max_hold, name="max-hold"),
+]
