@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
 from django.db.models import Case, IntegerField, QuerySet, Value, When
 
 from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, QueueEntry, Slot
@@ -52,3 +55,140 @@ def limit_summary(limit: Limit) -> dict[str, object]:
         "max_hold_overridden": limit.max_hold_overridden,
         "declared": limit.declared,
     }
+
+
+# --- pages of a limit (Studio) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Page[T]:
+    """One page of a long list whose total comes from a counter, never from COUNT(*)."""
+
+    items: list[T]
+    number: int
+    size: int
+    total: int
+
+    @property
+    def offset(self) -> int:
+        return (self.number - 1) * self.size
+
+    @property
+    def pages(self) -> int:
+        return max((self.total + self.size - 1) // self.size, 1)
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    @property
+    def has_next(self) -> bool:
+        return self.number < self.pages
+
+    @property
+    def first_index(self) -> int:
+        """1-based index of the first row on this page (a queue position)."""
+        return self.offset + 1
+
+    @property
+    def last_index(self) -> int:
+        return self.offset + len(self.items)
+
+
+def clamp_page(number: int, *, total: int, size: int) -> int:
+    return min(max(number, 1), max((total + size - 1) // size, 1))
+
+
+def live_slots_page(limit: Limit, *, number: int, size: int) -> Page[Slot]:
+    """A page of live_slots(limit) in at most two queries that each follow the partial index
+    (busy slots by grant, then reserved ones by grant), split by the limit's busy counter, so a
+    page deep into 100,000 slots never sorts them all."""
+    total = limit.in_use
+    number = clamp_page(number, total=total, size=size)
+    offset = (number - 1) * size
+    live = Slot.objects.filter(limit=limit).order_by("granted_at", "id")
+    rows: list[Slot] = []
+    if offset < limit.busy_count:
+        rows = list(live.filter(state=Slot.State.BUSY)[offset : offset + size])
+    if len(rows) < size and limit.reserved_count:
+        start = max(offset - limit.busy_count, 0)
+        rows += list(live.filter(state=Slot.State.RESERVED)[start : start + size - len(rows)])
+    return Page(rows, number, size, total)
+
+
+def queue_page(limit: Limit, *, number: int, size: int) -> Page[QueueEntry]:
+    """A page of the queue in order; a row's position is page.first_index + its index."""
+    total = limit.waiting_count
+    number = clamp_page(number, total=total, size=size)
+    offset = (number - 1) * size
+    return Page(list(waiting_entries(limit)[offset : offset + size]), number, size, total)
+
+
+def recent_activity(limit: Limit, *, size: int) -> list[AuditEvent]:
+    return list(activity(limit)[:size])
+
+
+# --- a run's hold on limits (Studio run page) ----------------------------------------------------
+
+
+def live_slots_of_run(run_id: str) -> list[Slot]:
+    """The busy and reserved slots a run holds, on any limit, oldest grant first."""
+    return list(
+        Slot.objects.filter(run_id=run_id, state__in=LIVE_SLOT_STATES)
+        .select_related("limit")
+        .order_by("granted_at", "id")
+    )
+
+
+def waits_of_run(run_id: str) -> list[QueueEntry]:
+    """The queues a run waits in, each with its 1-based position (one query per wait)."""
+    entries = list(
+        QueueEntry.objects.filter(run_id=run_id, state=QueueEntry.State.WAITING)
+        .select_related("limit")
+        .order_by("enqueued_at", "id")
+    )
+    for entry in entries:
+        entry.place = (  # type: ignore[attr-defined]
+            QueueEntry.objects.filter(
+                limit_id=entry.limit_id, state=QueueEntry.State.WAITING, position__lt=entry.position
+            ).count()
+            + 1
+        )
+    return entries
+
+
+# --- the CLI and the JSON API (issue 5) ----------------------------------------------------------
+
+
+def get_slot(slot_id: str) -> Slot | None:
+    return Slot.objects.select_related("limit").filter(id=slot_id).first()
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+def slot_summary(slot: Slot) -> dict[str, object]:
+    """A slot as the CLI and the API print it (times in ISO 8601). `reserved_until` is set while
+    the slot waits for its run to confirm."""
+    return {
+        "id": slot.id,
+        "state": slot.state,
+        "run": slot.run_id,
+        "label": slot.label,
+        "granted_at": _iso(slot.granted_at),
+        "expires_at": _iso(slot.expires_at),
+        "reserved_until": _iso(slot.reserved_until) if slot.state == Slot.State.RESERVED else None,
+    }
+
+
+def queue_entry_summary(entry: QueueEntry, position: int) -> dict[str, object]:
+    """A waiting run as the CLI and the API print it; `position` is 1 for the head of the queue."""
+    return {
+        "position": position,
+        "run": entry.run_id,
+        "label": entry.label,
+        "waiting_since": _iso(entry.enqueued_at),
+        "deadline": _iso(entry.deadline),
+    }
+

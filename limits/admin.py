@@ -1,0 +1,247 @@
+"""The Django admin for limits. Overrides go through limits.services (so capacity raises grant
+waiting runs and every change is audited); counters, slots and the queue are read-only, so the
+admin can never put a counter out of step with its rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.utils.decorators import method_decorator
+from django.views.decorators.csrf import csrf_protect
+
+from limits import services
+from limits.config import CAPACITY_HELP, check_capacity
+from limits.durations import DURATION_HELP, DurationError, format_duration, parse_duration
+from limits.forms import duration_input
+from limits.models import AuditEvent, Limit, QueueEntry, Slot
+from studio.access import OPERATE_LIMIT, actor
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written only by the services: visible, never added, changed or deleted here."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+class OverriddenFilter(admin.SimpleListFilter):
+    title = "overridden"
+    parameter_name = "overridden"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [
+            ("any", "Capacity or max hold"),
+            ("capacity", "Capacity"),
+            ("max_hold", "Max hold"),
+            ("none", "Neither (declared values)"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Limit]) -> QuerySet[Limit]:
+        capacity, max_hold = Q(capacity_override__isnull=False), Q(max_hold_override_ms__isnull=False)
+        match self.value():
+            case "any":
+                return queryset.filter(capacity | max_hold)
+            case "capacity":
+                return queryset.filter(capacity)
+            case "max_hold":
+                return queryset.filter(max_hold)
+            case "none":
+                return queryset.exclude(capacity | max_hold)
+        return queryset
+
+
+class DeclaredFilter(admin.SimpleListFilter):
+    title = "declared"
+    parameter_name = "declared"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [("yes", "Declared"), ("no", "Undeclared (left the config)")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Limit]) -> QuerySet[Limit]:
+        if self.value() in ("yes", "no"):
+            return queryset.filter(declared=self.value() == "yes")
+        return queryset
+
+
+class LimitOverridesForm(forms.ModelForm):
+    """Only the two overrides, as an operator types them; empty means 'the declared value'.
+    Checked with the same functions the services use; saved through the services."""
+
+    capacity = forms.CharField(
+        required=False, max_length=20, help_text=f"Empty: use the declared value. Otherwise {CAPACITY_HELP}."
+    )
+    max_hold = forms.CharField(
+        required=False, max_length=32, help_text=f"Empty: use the declared value. Otherwise {DURATION_HELP}."
+    )
+
+    class Meta:
+        model = Limit
+        fields: list[str] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        limit = self.instance
+        if limit.pk and not self.is_bound:
+            self.initial["capacity"] = "" if limit.capacity_override is None else str(limit.capacity_override)
+            self.initial["max_hold"] = (
+                "" if limit.max_hold_override_ms is None else duration_input(limit.max_hold_override_ms)
+            )
+
+    def clean_capacity(self) -> int | None:
+        raw = self.cleaned_data["capacity"].strip()
+        if not raw:
+            return None
+        try:
+            return check_capacity(int(raw) if raw.isascii() and raw.isdigit() else raw)
+        except ValueError as error:
+            raise forms.ValidationError(f"Capacity {error}.") from None
+
+    def clean_max_hold(self) -> int | None:
+        raw = self.cleaned_data["max_hold"].strip()
+        if not raw:
+            return None
+        try:
+            return parse_duration(int(raw) if raw.isascii() and raw.isdigit() else raw)
+        except DurationError as error:
+            raise forms.ValidationError(f"Max hold {error}.") from None
+
+
+@admin.register(Limit)
+class LimitAdmin(admin.ModelAdmin):
+    form = LimitOverridesForm
+    list_display = [
+        "name",
+        "in_use_of_capacity",
+        "reserved_count",
+        "waiting_count",
+        "max_hold",
+        "overrides",
+        "declared",
+    ]
+    list_filter = [OverriddenFilter, DeclaredFilter]
+    search_fields = ["name"]
+    fieldsets = [
+        (None, {"fields": ["name", "declared", "figures"]}),
+        ("Declared in the workspace config", {"fields": ["declared_capacity", "declared_max_hold"]}),
+        ("Operator overrides", {"fields": ["capacity", "max_hold"]}),
+    ]
+    readonly_fields = ["name", "declared", "figures", "declared_capacity", "declared_max_hold"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # limits come from the workspace config
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False  # a limit that left the config is kept, undeclared
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return request.user.has_perm(OPERATE_LIMIT)
+
+    @admin.display(description="in use / capacity")
+    def in_use_of_capacity(self, limit: Limit) -> str:
+        return f"{limit.in_use} / {limit.capacity}"
+
+    @admin.display(description="max hold")
+    def max_hold(self, limit: Limit) -> str:
+        return format_duration(limit.max_hold_ms)
+
+    @admin.display(description="declared max hold")
+    def declared_max_hold(self, limit: Limit) -> str:
+        return format_duration(limit.declared_max_hold_ms)
+
+    @admin.display(description="overridden")
+    def overrides(self, limit: Limit) -> str:
+        parts = []
+        if limit.capacity_overridden:
+            parts.append(f"capacity (declared {limit.declared_capacity})")
+        if limit.max_hold_overridden:
+            parts.append(f"max hold (declared {format_duration(limit.declared_max_hold_ms)})")
+        return ", ".join(parts) or "—"
+
+    @admin.display(description="figures")
+    def figures(self, limit: Limit) -> str:
+        return (
+            f"{limit.busy_count} busy, {limit.reserved_count} reserved, {limit.waiting_count} waiting; "
+            f"capacity {limit.capacity}, max hold {format_duration(limit.max_hold_ms)}"
+        )
+
+    @method_decorator(csrf_protect)
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        # ModelAdmin wraps this view in transaction.atomic(); the services run their own durable
+        # transaction (the audit row commits with the change), which cannot nest inside it.
+        return self._changeform_view(request, object_id, form_url, extra_context)
+
+    def save_model(self, request: HttpRequest, obj: Limit, form: forms.ModelForm, change: bool) -> None:
+        """Never obj.save(): each changed override goes through its service."""
+        who = actor(request)
+        if "capacity" in form.changed_data and form.cleaned_data["capacity"] != obj.capacity_override:
+            services.set_capacity(obj.name, form.cleaned_data["capacity"], actor=who)
+        if "max_hold" in form.changed_data and form.cleaned_data["max_hold"] != obj.max_hold_override_ms:
+            services.set_max_hold(obj.name, form.cleaned_data["max_hold"], actor=who)
+        obj.refresh_from_db()
+
+    def construct_change_message(
+        self, request: HttpRequest, form: forms.ModelForm, formsets: Any, add: bool = False
+    ) -> list[dict[str, Any]]:
+        return [{"changed": {"fields": [name for name in form.changed_data if name in ("capacity", "max_hold")]}}]
+
+
+@admin.register(Slot)
+class SlotAdmin(ReadOnlyAdmin):
+    list_display = ["id", "limit", "state", "run_id", "label", "granted_at", "expires_at", "freed_at", "freed_by"]
+    list_filter = ["state", "limit"]
+    list_select_related = ["limit"]
+    search_fields = ["id", "run_id", "label"]
+    ordering = ["-granted_at"]
+    show_full_result_count = False
+    actions = ["release_selected"]
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(OPERATE_LIMIT)
+
+    @admin.action(description="Release selected slots", permissions=["operate"])
+    def release_selected(self, request: HttpRequest, queryset: QuerySet[Slot]) -> None:
+        who = actor(request)
+        ids = list(queryset.values_list("id", flat=True))
+        released = sum(services.release(slot_id, actor=who) for slot_id in ids)
+        if released:
+            self.message_user(request, f"Released {released} slot(s).", messages.SUCCESS)
+        if len(ids) - released:
+            self.message_user(
+                request, f"{len(ids) - released} slot(s) were already free: nothing changed for them.", messages.INFO
+            )
+
+
+@admin.register(QueueEntry)
+class QueueEntryAdmin(ReadOnlyAdmin):
+    list_display = ["limit", "position", "run_id", "label", "state", "enqueued_at", "deadline", "finished_at"]
+    list_filter = ["state", "limit"]
+    list_select_related = ["limit"]
+    search_fields = ["run_id", "label"]
+    ordering = ["limit", "position"]
+    show_full_result_count = False
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyAdmin):
+    list_display = ["at", "actor", "action", "limit", "slot_id", "old_value", "new_value"]
+    list_filter = ["action", "limit"]
+    list_select_related = ["limit"]
+    search_fields = ["actor", "slot_id", "limit__name"]
+    date_hierarchy = "at"
+    show_full_result_count = False

@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from limits import views
+
+app_name = "limits"
+
+urlpatterns = [
+    path("", views.limit_list, name="list"),
+    path("<str:name>/", views.limit_detail, name="detail"),
+    path("<str:name>/release/", views.release_slot, name="release"),
+    path("<str:name>/capacity/", views.set_capacity, name="capacity"),
+    path("<str:name>/max-hold/", views.set_max_hold, name="max-hold"),
+    path("<str:name>/reset/", views.reset_limit, name="reset"),
+]

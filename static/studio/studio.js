@@ -1,0 +1,53 @@
+// Stackbone Studio: the little glue htmx needs. Says why a request failed (a 403's reason, a lost
+// connection) in one banner, and lets flash messages be dismissed. No inline scripts anywhere.
+(function () {
+  "use strict";
+
+  function banner() { return document.getElementById("problem"); }
+
+  function show(text, kind) {
+    const el = banner();
+    if (!el) return;
+    el.textContent = text;
+    el.dataset.kind = kind;
+    if (kind === "refused") {
+      const close = document.createElement("button");
+      close.type = "button";
+      close.className = "dismiss";
+      close.setAttribute("aria-label", "Dismiss");
+      close.textContent = "×";
+      close.addEventListener("click", function () { el.hidden = true; });
+      el.appendChild(close);
+    }
+    el.hidden = false;
+  }
+
+  function hideConnectionProblem() {
+    const el = banner();
+    if (el && el.dataset.kind === "connection") el.hidden = true;
+  }
+
+  document.addEventListener("htmx:responseError", function (event) {
+    const xhr = event.detail.xhr;
+    let reason = "";
+    try {
+      const page = new DOMParser().parseFromString(xhr.responseText, "text/html");
+      const el = page.getElementById("reason");
+      if (el) reason = el.textContent.trim();
+    } catch (error) { /* not HTML: fall back to the status */ }
+    show(reason || "The box answered " + xhr.status + " " + xhr.statusText + ". Nothing was changed by this page.", "refused");
+  });
+
+  document.addEventListener("htmx:sendError", function () {
+    show("Cannot reach the box. The figures on this page may be stale; retrying every few seconds…", "connection");
+  });
+
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.successful) hideConnectionProblem();
+  });
+
+  document.addEventListener("click", function (event) {
+    const button = event.target.closest("[data-dismiss]");
+    if (button && button.parentElement.classList.contains("flash")) button.parentElement.remove();
+  });
+})();

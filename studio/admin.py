@@ -1,0 +1,43 @@
+"""Runs and their steps in the admin: read-only (runs change only through the run layer)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from studio.models import Run, Step
+
+
+class StepInline(admin.TabularInline):
+    model = Step
+    fields = ["seq", "name", "kind", "status", "started_at", "finished_at", "error"]
+    readonly_fields = fields
+    ordering = ["seq"]
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ["id", "workflow", "status", "suspended", "waiting_for", "created_at", "finished_at"]
+    list_filter = ["status", "suspended", "workflow"]
+    search_fields = ["id", "workflow"]
+    date_hierarchy = "created_at"
+    show_full_result_count = False
+    inlines = [StepInline]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
