@@ -8,7 +8,10 @@ MS_PER_UNIT = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000
 MAX_DURATION_MS = 30 * MS_PER_UNIT["d"]
 _DURATION_RE = re.compile(r"(\d{1,12})(ms|s|m|h|d)")
 
-DURATION_HELP = "a duration such as '500ms', '90s', '45m', '2h', '30d' or a whole number of milliseconds, more than 0 and at most 30 days"
+DURATION_HELP = (
+    "a duration such as '500ms', '90s', '45m', '2h', '30d' or a whole number of milliseconds, "
+    "more than 0 and at most 30 days"
+)
 
 
 class DurationError(ValueError):

@@ -234,3 +234,13 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
+
+
+class SweepState(models.Model):
+    """One row: when the sweep last ran and what it did (for /healthz and operators)."""
+
+    last_run_at = models.DateTimeField()
+    last_report = models.JSONField(default=dict)
+
+    def __str__(self) -> str:
+        return f"sweep at {self.last_run_at:%Y-%m-%d %H:%M:%S}"

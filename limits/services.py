@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -38,6 +38,7 @@ from limits.models import (
     Limit,
     QueueEntry,
     Slot,
+    SweepState,
 )
 from limits.signals import runs_woken
 
@@ -139,11 +140,11 @@ def acquire(
     label = _check_label(label)
     timeout_ms = DEFAULT_TIMEOUT_MS if timeout is None else _parse(timeout, BAD_TIMEOUT, "timeout")
     with transaction.atomic():
-        now = timezone.now()
         previous = _previous_outcome(request)
         if previous is not None:
             return previous
         limit = _locked_limit(limit_name)
+        now = timezone.now()  # under the lock, so one limit's timestamps follow its lock order
         if not limit.declared:
             raise LimitsError(UNDECLARED_LIMIT.format(name=limit.name), field="limit")
         if limit.waiting_count == 0 and limit.in_use < limit.capacity:
@@ -235,14 +236,16 @@ def end_run(run_id: str) -> int:
     _check_run_id(run_id)
     ended = 0
     with transaction.atomic():
-        now, changes = timezone.now(), _Changes()
+        changes = _Changes()
         limit_ids = set(
             QueueEntry.objects.filter(run_id=run_id, state=QueueEntry.State.WAITING).values_list("limit_id", flat=True)
         ) | set(Slot.objects.filter(run_id=run_id, state=Slot.State.RESERVED).values_list("limit_id", flat=True))
-        for limit in Limit.objects.select_for_update().filter(id__in=limit_ids).order_by("id"):
-            cancelled = QueueEntry.objects.filter(
-                limit=limit, run_id=run_id, state=QueueEntry.State.WAITING
-            ).update(state=QueueEntry.State.CANCELLED, finished_at=now)
+        locked = list(Limit.objects.select_for_update().filter(id__in=limit_ids).order_by("id"))
+        now = timezone.now()  # under the locks
+        for limit in locked:
+            cancelled = QueueEntry.objects.filter(limit=limit, run_id=run_id, state=QueueEntry.State.WAITING).update(
+                state=QueueEntry.State.CANCELLED, finished_at=now
+            )
             freed = Slot.objects.filter(limit=limit, run_id=run_id, state=Slot.State.RESERVED).update(
                 state=Slot.State.RUN_ENDED, freed_at=now
             )
@@ -302,8 +305,8 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
     """
     report = SyncReport()
     with transaction.atomic(durable=True):
-        now = timezone.now()
         existing = {limit.name: limit for limit in Limit.objects.select_for_update().order_by("id")}
+        now = timezone.now()  # under the locks
         for name, spec in sorted(workspace.limits.items()):
             limit = existing.get(name)
             if limit is None:
@@ -348,6 +351,7 @@ def sweep() -> SweepReport:
        d. grant the free capacity to the head of the queue.
     Every step re-reads its rows under the lock, so a second sweep running at once finds them
     already done and changes nothing.
+    3. Record when it ran (limits.models.SweepState), for /healthz.
     """
     now, report = timezone.now(), SweepReport()
     limit_ids = set(
@@ -372,7 +376,7 @@ def sweep() -> SweepReport:
     for limit_id in sorted(limit_ids):
         with transaction.atomic(durable=True):
             limit = Limit.objects.select_for_update().get(id=limit_id)
-            changes = _Changes()
+            now, changes = timezone.now(), _Changes()  # the clock under the lock: see acquire
             expired = Slot.objects.filter(limit=limit, state=Slot.State.BUSY, expires_at__lte=now).update(
                 state=Slot.State.EXPIRED, freed_at=now, freed_by=SWEEP_ACTOR
             )
@@ -395,6 +399,8 @@ def sweep() -> SweepReport:
         report.lapsed += changes.lapsed
         report.timed_out += changes.timed_out
         report.granted += changes.granted
+    if not SweepState.objects.filter(id=1).update(last_run_at=now, last_report=asdict(report)):
+        SweepState.objects.get_or_create(id=1, defaults={"last_run_at": now, "last_report": asdict(report)})
     return report
 
 
@@ -505,7 +511,11 @@ def _previous_outcome(request: str) -> Acquisition | None:
         confirmed = _confirm_locked(locked.limit, locked, timezone.now(), changes)
         _save_counters(locked.limit)
         _wake_on_commit(changes.woken)
-        return Acquisition("busy", locked.limit.name, request, slot_id=locked.id) if confirmed else _previous_outcome(request)
+        return (
+            Acquisition("busy", locked.limit.name, request, slot_id=locked.id)
+            if confirmed
+            else _previous_outcome(request)
+        )
     if live is not None:
         return Acquisition("busy", live.limit.name, request, slot_id=live.id)
     entries = sorted(QueueEntry.objects.filter(request=request).select_related("limit"), key=lambda e: e.position)

@@ -1,10 +1,10 @@
 """Taking and giving back slots from workflows (SPEC sections 2 and 3)::
 
-    from limits.workflow import acquire_slot, release_slot, with_limit, SlotTimeoutError
+from limits.workflow import acquire_slot, release_slot, with_limit, SlotTimeoutError
 
-    slot = acquire_slot("voice-calls", label=call_id, timeout="30m")
-    ...
-    release_slot(slot.id)   # from this run or any other, in a body or in a step
+slot = acquire_slot("voice-calls", label=call_id, timeout="30m")
+...
+release_slot(slot.id)   # from this run or any other, in a body or in a step
 """
 
 from __future__ import annotations
@@ -12,16 +12,23 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from limits import services
 from studio.models import Step
-from studio.runtime import Suspend, WorkflowError, body_context, lock_own_run, record_step, recorded_step, run_step, suspend
-
-T = TypeVar("T")
+from studio.runtime import (
+    Suspend,
+    WorkflowError,
+    body_context,
+    lock_own_run,
+    record_step,
+    recorded_step,
+    run_step,
+    suspend,
+)
 
 HOOK_NAME = "Esperando hueco · {limit}"
 
@@ -73,16 +80,42 @@ def acquire_slot(limit: str, timeout: int | str | None = None, label: str | None
         raise SlotTimeoutError(limit, step.result["timeout_ms"])
     with transaction.atomic():
         lock_own_run(ctx)
-        outcome = services.acquire(limit, run_id=ctx.run_id, request=f"{ctx.run_id}:{seq}", label=label, timeout=timeout)
+        outcome = services.acquire(
+            limit, run_id=ctx.run_id, request=f"{ctx.run_id}:{seq}", label=label, timeout=timeout
+        )
         now = timezone.now()
         if outcome.state == "busy":
-            record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.COMPLETED, result={"slot_id": outcome.slot_id}, finished_at=now)
+            record_step(
+                ctx,
+                seq,
+                name,
+                kind=Step.Kind.HOOK,
+                status=Step.Status.COMPLETED,
+                result={"slot_id": outcome.slot_id},
+                finished_at=now,
+            )
             return SlotHandle(id=outcome.slot_id, limiter=limit)  # type: ignore[arg-type]
         if outcome.state == "waiting":
-            record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.WAITING, result={"deadline": outcome.deadline.isoformat()})  # type: ignore[union-attr]
+            record_step(
+                ctx,
+                seq,
+                name,
+                kind=Step.Kind.HOOK,
+                status=Step.Status.WAITING,
+                result={"deadline": outcome.deadline.isoformat()},
+            )  # type: ignore[union-attr]
             suspend(ctx, waiting_for=outcome.request, deadline=outcome.deadline)
         elif outcome.state == "timed_out":
-            record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.FAILED, result={"timeout_ms": outcome.timeout_ms}, error="timed out", finished_at=now)
+            record_step(
+                ctx,
+                seq,
+                name,
+                kind=Step.Kind.HOOK,
+                status=Step.Status.FAILED,
+                result={"timeout_ms": outcome.timeout_ms},
+                error="timed out",
+                finished_at=now,
+            )
     if outcome.state == "waiting":
         raise Suspend(name)
     if outcome.state == "timed_out":
@@ -97,7 +130,7 @@ def release_slot(slot_id: str) -> dict[str, bool]:
     return run_step("release_slot", lambda: {"released": services.release(slot_id)}, atomic=True)
 
 
-def with_limit(limit: str, fn: Callable[[], T], timeout: int | str | None = None, label: str | None = None) -> T:
+def with_limit[T](limit: str, fn: Callable[[], T], timeout: int | str | None = None, label: str | None = None) -> T:
     """Acquire a slot, run fn, release the slot when fn returns or raises; return what fn
     returns, re-raise what it raises. In a workflow body only, like acquire_slot."""
     with hold_slot(limit, timeout=timeout, label=label):

@@ -46,9 +46,7 @@ class Run(models.Model):
                 condition=Q(status__in=["pending", "running"], suspended=False),
                 name="run_runnable",
             ),
-            models.Index(
-                fields=["wait_deadline"], condition=Q(status="running", suspended=True), name="run_suspended"
-            ),
+            models.Index(fields=["wait_deadline"], condition=Q(status="running", suspended=True), name="run_suspended"),
         ]
 
     def __str__(self) -> str:

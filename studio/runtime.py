@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -40,8 +40,6 @@ logger = logging.getLogger(__name__)
 LEASE = timedelta(minutes=5)
 STALE_DISPATCH = timedelta(seconds=30)
 RECOVER_BATCH = 1_000
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 NOT_IN_A_RUN = "{what} must be called in a workflow body (inside a run started with start_run)"
 NOT_IN_A_STEP = "{what} cannot be called inside a step: waiting needs the durable workflow body"
@@ -159,7 +157,9 @@ def body_context(what: str) -> RunContext:
 def lock_own_run(ctx: RunContext) -> Run:
     """In a transaction: lock the run row and check that this worker still holds the lease and
     the run still runs; otherwise stop advancing (it was cancelled or taken over)."""
-    run = Run.objects.select_for_update().filter(id=ctx.run_id, lease_owner=ctx.owner, status=Run.Status.RUNNING).first()
+    run = (
+        Run.objects.select_for_update().filter(id=ctx.run_id, lease_owner=ctx.owner, status=Run.Status.RUNNING).first()
+    )
     if run is None:
         raise LeaseLost(ctx.run_id)
     return run
@@ -176,7 +176,10 @@ def record_step(ctx: RunContext, seq: int, name: str, **values: Any) -> Step:
     """Create or update the step at `seq` (call inside lock_own_run's transaction)."""
     now = timezone.now()
     step, _ = Step.objects.update_or_create(
-        run_id=ctx.run_id, seq=seq, defaults={"name": name, **values}, create_defaults={"name": name, "started_at": now, **values}
+        run_id=ctx.run_id,
+        seq=seq,
+        defaults={"name": name, **values},
+        create_defaults={"name": name, "started_at": now, **values},
     )
     ctx.recorded[seq] = step
     Run.objects.filter(id=ctx.run_id).update(lease_until=now + LEASE, updated_at=now)
@@ -209,7 +212,16 @@ def run_step(name: str, fn: Callable[[], Any], *, atomic: bool = False) -> Any:
                 lock_own_run(ctx)
                 result = fn()
                 _check_json(result, f"the result of step {name!r}")
-                record_step(ctx, seq, name, kind=Step.Kind.STEP, status=Step.Status.COMPLETED, result=result, started_at=started, finished_at=timezone.now())
+                record_step(
+                    ctx,
+                    seq,
+                    name,
+                    kind=Step.Kind.STEP,
+                    status=Step.Status.COMPLETED,
+                    result=result,
+                    started_at=started,
+                    finished_at=timezone.now(),
+                )
             return result
         result = fn()
         _check_json(result, f"the result of step {name!r}")
@@ -217,17 +229,35 @@ def run_step(name: str, fn: Callable[[], Any], *, atomic: bool = False) -> Any:
         message = f"{type(error).__name__}: {error}"
         with transaction.atomic():
             lock_own_run(ctx)
-            record_step(ctx, seq, name, kind=Step.Kind.STEP, status=Step.Status.FAILED, error=message, started_at=started, finished_at=timezone.now())
+            record_step(
+                ctx,
+                seq,
+                name,
+                kind=Step.Kind.STEP,
+                status=Step.Status.FAILED,
+                error=message,
+                started_at=started,
+                finished_at=timezone.now(),
+            )
         raise StepError(name, message) from error
     finally:
         ctx.in_step = False
     with transaction.atomic():
         lock_own_run(ctx)
-        record_step(ctx, seq, name, kind=Step.Kind.STEP, status=Step.Status.COMPLETED, result=result, started_at=started, finished_at=timezone.now())
+        record_step(
+            ctx,
+            seq,
+            name,
+            kind=Step.Kind.STEP,
+            status=Step.Status.COMPLETED,
+            result=result,
+            started_at=started,
+            finished_at=timezone.now(),
+        )
     return result
 
 
-def step(fn: F | None = None, *, name: str | None = None) -> Any:
+def step[F: Callable[..., Any]](fn: F | None = None, *, name: str | None = None) -> Any:
     """Make a function a durable step: inside a run it runs once, and replays return its recorded
     (JSON) result. Use as @step or @step(name=...)."""
 
@@ -271,7 +301,12 @@ def cancel_run(run_id: str) -> bool:
     now = timezone.now()
     with transaction.atomic():
         cancelled = Run.objects.filter(id=run_id, status__in=[Run.Status.PENDING, Run.Status.RUNNING]).update(
-            status=Run.Status.CANCELLED, finished_at=now, updated_at=now, suspended=False, lease_owner="", lease_until=None
+            status=Run.Status.CANCELLED,
+            finished_at=now,
+            updated_at=now,
+            suspended=False,
+            lease_owner="",
+            lease_until=None,
         )
         if not cancelled:
             return False
@@ -357,7 +392,9 @@ def wake(run_ids: list[str]) -> int:
             Run.objects.filter(id__in=run_ids, status=Run.Status.RUNNING, suspended=True).values_list("id", flat=True)
         )
         if ids:
-            Run.objects.filter(id__in=ids).update(suspended=False, waiting_for="", wait_deadline=None, dispatched_at=now)
+            Run.objects.filter(id__in=ids).update(
+                suspended=False, waiting_for="", wait_deadline=None, dispatched_at=now
+            )
             _dispatch_on_commit(ids)
     return len(ids)
 
@@ -377,7 +414,9 @@ def recover() -> int:
     now = timezone.now()
     stale = now - STALE_DISPATCH
     ids = list(
-        Run.objects.filter(status__in=[Run.Status.PENDING, Run.Status.RUNNING], suspended=False, dispatched_at__lt=stale)
+        Run.objects.filter(
+            status__in=[Run.Status.PENDING, Run.Status.RUNNING], suspended=False, dispatched_at__lt=stale
+        )
         .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
         .order_by("dispatched_at")
         .values_list("id", flat=True)[:RECOVER_BATCH]
@@ -385,7 +424,9 @@ def recover() -> int:
     if ids:
         Run.objects.filter(id__in=ids).update(dispatched_at=now)
         _dispatch(ids)
-    reserved = Slot.objects.filter(state=Slot.State.RESERVED, granted_at__lt=now - timedelta(seconds=5)).values("run_id")
+    reserved = Slot.objects.filter(state=Slot.State.RESERVED, granted_at__lt=now - timedelta(seconds=5)).values(
+        "run_id"
+    )
     stuck = list(
         Run.objects.filter(status=Run.Status.RUNNING, suspended=True)
         .filter(Q(id__in=reserved) | Q(wait_deadline__lt=stale))

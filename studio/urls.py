@@ -2,8 +2,10 @@ from django.contrib import admin
 from django.urls import include, path
 
 from studio import views as studio_views
+from studio.health import healthz
 
 urlpatterns = [
+    path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/limits/", include("limits.api_urls")),

@@ -33,7 +33,9 @@ def holders(name: str) -> list[tuple[str, str]]:
 def queue(name: str) -> list[str]:
     """Run ids waiting on a limit, in queue order."""
     return list(
-        QueueEntry.objects.filter(limit__name=name, state="waiting").order_by("position").values_list("run_id", flat=True)
+        QueueEntry.objects.filter(limit__name=name, state="waiting")
+        .order_by("position")
+        .values_list("run_id", flat=True)
     )
 
 

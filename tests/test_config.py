@@ -24,13 +24,17 @@ def test_bad_durations_are_refused(value: object) -> None:
         parse_duration(value)
 
 
-@pytest.mark.parametrize(("ms", "text"), [(500, "500ms"), (2_650_000, "44m 10s"), (7_200_000, "2h"), (90_061_000, "1d 1h")])
+@pytest.mark.parametrize(
+    ("ms", "text"), [(500, "500ms"), (2_650_000, "44m 10s"), (7_200_000, "2h"), (90_061_000, "1d 1h")]
+)
 def test_durations_format_short(ms: int, text: str) -> None:
     assert format_duration(ms) == text
 
 
 def test_a_good_workspace_declares_its_limits() -> None:
-    workspace = define_workspace(limits={"voice-calls": {"capacity": 20, "max_hold": "45m"}, "a.b_c": {"capacity": 1, "max_hold": 500}})
+    workspace = define_workspace(
+        limits={"voice-calls": {"capacity": 20, "max_hold": "45m"}, "a.b_c": {"capacity": 1, "max_hold": 500}}
+    )
     assert workspace.limits["voice-calls"].capacity == 20
     assert workspace.limits["voice-calls"].max_hold_ms == 45 * 60_000
     assert workspace.limits["a.b_c"].max_hold_ms == 500
@@ -49,7 +53,10 @@ def test_a_good_workspace_declares_its_limits() -> None:
         ({"voice-calls": {"capacity": 2, "max_hold": "31d"}}, "limit 'voice-calls': max_hold must be at most 30 days"),
         ({"voice-calls": {"capacity": 2, "max_hold": 0}}, "limit 'voice-calls': max_hold must be more than 0"),
         ({"voice-calls": {"capacity": 2, "max_hold": "45x"}}, "limit 'voice-calls': max_hold '45x' is not"),
-        ({"voice-calls": {"capacity": 2, "max_hold": "1m", "priority": 1}}, "limit 'voice-calls': unknown field 'priority'"),
+        (
+            {"voice-calls": {"capacity": 2, "max_hold": "1m", "priority": 1}},
+            "limit 'voice-calls': unknown field 'priority'",
+        ),
         ({"Voice": {"capacity": 2, "max_hold": "1m"}}, "limit name 'Voice' is invalid"),
         ({"a" * 65: {"capacity": 2, "max_hold": "1m"}}, "is invalid"),
         ({"": {"capacity": 2, "max_hold": "1m"}}, "limit name '' is invalid"),

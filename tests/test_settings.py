@@ -60,9 +60,14 @@ def test_a_worker_refuses_to_start_with_a_bad_workspace(tmp_path) -> None:  # ty
         "from limits.config import define_workspace\n"
         "workspace = define_workspace(limits={'voice-calls': {'capacity': 0, 'max_hold': '1m'}})\n"
     )
-    env = {**os.environ, "STACKBONE_WORKSPACE": "broken_ws", "PYTHONPATH": str(tmp_path), "CELERY_BROKER_URL": "memory://"}
+    env = {
+        **os.environ,
+        "STACKBONE_WORKSPACE": "broken_ws",
+        "PYTHONPATH": str(tmp_path),
+        "CELERY_BROKER_URL": "memory://",
+    }
     result = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "studio", "worker", "--pool=solo", "--without-gossip", "--without-mingle"],
+        [sys.executable, "-m", "celery", "-A", "studio", "worker", "--pool=solo", "--without-mingle"],
         env=env, capture_output=True, text=True, cwd=ROOT, timeout=60,
     )  # fmt: skip
     assert result.returncode != 0

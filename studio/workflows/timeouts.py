@@ -21,3 +21,13 @@ def sync_partner(input: dict) -> dict:
     result = call_partner(label)
     release_slot(slot.id)
     return {"timed_out": False, **result}
+
+
+@workflow
+def open_session(input: dict) -> dict:
+    """Open a partner session and keep its slot; a later `call_ended` run releases it."""
+    try:
+        slot = acquire_slot("partner-api", label=input.get("label", ""), timeout=input.get("timeout", "30s"))
+    except SlotTimeoutError:
+        return {"slot_id": None}
+    return {"slot_id": slot.id}

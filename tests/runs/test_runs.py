@@ -20,7 +20,11 @@ HOOK = "Esperando hueco · voice-calls"
 
 @pytest.fixture
 def one_line(clock):  # type: ignore[no-untyped-def]
-    declare(voice_calls={"capacity": 1, "max_hold": "1h"}, report_exports={"capacity": 1, "max_hold": "1h"}, partner_api={"capacity": 1, "max_hold": "1h"})
+    declare(
+        voice_calls={"capacity": 1, "max_hold": "1h"},
+        report_exports={"capacity": 1, "max_hold": "1h"},
+        partner_api={"capacity": 1, "max_hold": "1h"},
+    )
 
 
 def steps(run: Run) -> list[tuple[str, str, str]]:
@@ -159,7 +163,11 @@ def test_slot_timeout_error_carries_its_fields_and_is_recognised() -> None:
 
 def test_the_timeout_example_reports_limiter_and_timeout(one_line, clock) -> None:  # type: ignore[no-untyped-def]
     holder = start_run(place_call, {"call_id": "c1"})
-    declare(voice_calls={"capacity": 1, "max_hold": "1h"}, partner_api={"capacity": 1, "max_hold": "1h"}, report_exports={"capacity": 1, "max_hold": "1h"})
+    declare(
+        voice_calls={"capacity": 1, "max_hold": "1h"},
+        partner_api={"capacity": 1, "max_hold": "1h"},
+        report_exports={"capacity": 1, "max_hold": "1h"},
+    )
     slot = services.acquire("partner-api", run_id="someone-else").slot_id
     waiting = start_run("sync_partner", {"timeout": "10s"})
     clock.advance(seconds=11)
@@ -242,7 +250,9 @@ def test_a_picked_run_cancelled_before_confirming_frees_the_slot_for_the_next(on
     assert holders("voice-calls") == [(nxt.id, "busy")]
 
 
-def test_a_reservation_nobody_confirms_lapses_and_the_late_run_requeues_within_its_timeout(one_line, no_worker, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_reservation_nobody_confirms_lapses_and_the_late_run_requeues_within_its_timeout(
+    one_line, no_worker, clock
+) -> None:  # type: ignore[no-untyped-def]
     """3.6 end to end: every worker is down while a run is reserved; past 2 minutes the sweep
     gives the slot to the next run, and the late run waits at the end with its deadline."""
     holder = services.acquire("voice-calls", run_id="holder").slot_id
@@ -273,7 +283,9 @@ def test_a_duplicate_wake_never_runs_a_step_twice(one_line, no_worker) -> None: 
 
 def test_a_run_leased_by_another_worker_is_skipped(one_line, no_worker, clock) -> None:  # type: ignore[no-untyped-def]
     run = start_run(place_call, {"call_id": "c1"})
-    Run.objects.filter(id=run.id).update(lease_owner="other", lease_until=clock.now() + __import__("datetime").timedelta(minutes=1))
+    Run.objects.filter(id=run.id).update(
+        lease_owner="other", lease_until=clock.now() + __import__("datetime").timedelta(minutes=1)
+    )
     assert advance(run.id) == "skipped"
 
 
@@ -293,8 +305,8 @@ def test_recovery_wakes_a_reserved_run_whose_wake_was_lost(one_line, no_worker, 
     run = start_run(place_call, {"call_id": "c1"})
     advance(run.id)
     Run.objects.filter(id=run.id).update(dispatched_at=clock.now())
-    from studio.apps import _wake_runs
     from limits.signals import runs_woken
+    from studio.apps import _wake_runs
 
     runs_woken.disconnect(_wake_runs, dispatch_uid="studio-wake-runs")
     try:

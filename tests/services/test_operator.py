@@ -133,7 +133,9 @@ def test_every_operator_action_is_recorded_with_who_what_old_new_and_when(calls,
 
 
 def test_sync_creates_updates_and_marks_removed_limits_undeclared(clock) -> None:  # type: ignore[no-untyped-def]
-    report = sync_workspace(define_workspace(limits={"a": {"capacity": 1, "max_hold": "1m"}, "b": {"capacity": 1, "max_hold": "1m"}}))
+    report = sync_workspace(
+        define_workspace(limits={"a": {"capacity": 1, "max_hold": "1m"}, "b": {"capacity": 1, "max_hold": "1m"}})
+    )
     assert sorted(report.created) == ["a", "b"]
     slot_id = acquire("b", run_id="r1").slot_id
     report = sync_workspace(define_workspace(limits={"a": {"capacity": 3, "max_hold": "1m"}}))

@@ -28,7 +28,9 @@ def hand_one_over(holder: str = "r1", waiters: tuple[str, ...] = ("r2",), **kwar
     return Slot.objects.get(state="reserved").id
 
 
-def test_a_wait_past_its_timeout_leaves_the_queue_at_the_next_sweep(one, clock, woken, django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
+def test_a_wait_past_its_timeout_leaves_the_queue_at_the_next_sweep(
+    one, clock, woken, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
     acquire("one", run_id="r1")
     acquire("one", run_id="r2", request="r2:0", timeout="30s")
     clock.advance(seconds=29)

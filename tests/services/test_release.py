@@ -41,7 +41,9 @@ def test_release_of_an_unknown_slot_is_false(one, slot_id) -> None:  # type: ign
 
 
 def test_a_release_grants_the_head_of_the_queue_in_the_same_transaction(
-    one, woken, django_capture_on_commit_callbacks  # type: ignore[no-untyped-def]
+    one,
+    woken,
+    django_capture_on_commit_callbacks,  # type: ignore[no-untyped-def]
 ) -> None:
     slot_id = acquire("one", run_id="r1").slot_id
     acquire("one", run_id="r2")

@@ -73,7 +73,11 @@ def test_an_idle_sweep_is_a_constant_number_of_queries(clock) -> None:  # type: 
     declare(**{f"l{i}": {"capacity": 2, "max_hold": "1h"} for i in range(30)})
     for i in range(30):
         acquire(f"l{i}", run_id=f"r{i}")
+    sweep()
     with CaptureQueriesContext(connection) as queries:
         report = sweep()
     assert not report.found_work()
-    assert len(queries) == 4
+    assert len(queries) == 5  # four finds, and recording that the sweep ran
+    from limits.models import SweepState
+
+    assert SweepState.objects.get().last_run_at is not None

@@ -1,0 +1,192 @@
+"""`stackbone dev`: the whole box on one machine.
+
+1. Migrate (which syncs the declared limits) and make sure a local sign-in exists.
+2. Start the web server, one Celery worker and Celery beat (and, with --demo, a stream of
+   example runs), each in its own process group, with their logs interleaved under a prefix.
+3. On Ctrl-C (or SIGTERM) stop them all: SIGTERM to each group, SIGKILL to what is left after
+   a grace period, so no process outlives the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEV_USERNAME = "admin"
+GRACE_SECONDS = 10
+DEMO_WORKSPACE = "studio.demo.workspace"
+
+_print_lock = threading.Lock()
+
+
+def say(prefix: str, line: str) -> None:
+    with _print_lock:
+        sys.stdout.write(f"{prefix:>7} | {line.rstrip()}\n")
+        sys.stdout.flush()
+
+
+class Child:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        self.name = name
+        self.process = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,  # its own process group: Ctrl-C reaches us, and we stop it
+        )
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            say(self.name, line)
+
+    def signal_group(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signum)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stackbone dev", description="Run the whole box: web, worker and beat.")
+    parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    parser.add_argument(
+        "--demo", action="store_true", help="declare the demo limits and keep example runs going against them"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "studio.settings", "PYTHONUNBUFFERED": "1"}
+    if args.demo:
+        env["STACKBONE_WORKSPACE"] = DEMO_WORKSPACE
+    python = sys.executable
+    manage = [python, str(ROOT / "manage.py")]
+
+    migrate = subprocess.run([*manage, "migrate", "--no-input"], cwd=ROOT, env=env, capture_output=True, text=True)
+    if migrate.returncode != 0:
+        sys.stderr.write(migrate.stdout + migrate.stderr)
+        sys.stderr.write("stackbone dev: migrate failed (see above)\n")
+        return 1
+    sign_in = ensure_dev_user(env)
+    banner(args, env, sign_in)
+
+    children = [
+        Child("web", [*manage, "runserver", "--noreload", f"{args.host}:{args.port}"], env),
+        Child("worker", [python, "-m", "celery", "-A", "studio", "worker", "--loglevel=INFO", "--concurrency=2"], env),
+        Child("beat", [python, "-m", "celery", "-A", "studio", "beat", "--loglevel=INFO"], env),
+    ]
+    if args.demo:
+        children.append(Child("demo", [python, "-m", "studio.demo"], env))
+    return supervise(children)
+
+
+def supervise(children: list[Child]) -> int:
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    exit_code = 0
+    while not stopping.is_set():
+        for child in children:
+            code = child.process.poll()
+            if code is not None:
+                say("dev", f"{child.name} exited with code {code}; stopping the box")
+                exit_code = 1
+                stopping.set()
+        stopping.wait(0.5)
+    say("dev", "stopping web, worker and beat ...")
+    for child in children:
+        child.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_SECONDS
+    for child in children:
+        try:
+            child.process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            say("dev", f"{child.name} did not stop in {GRACE_SECONDS} s: killing it")
+        child.signal_group(signal.SIGKILL)  # whatever is left of its group (pool processes)
+        child.process.wait()
+    say("dev", "stopped")
+    return exit_code
+
+
+def ensure_dev_user(env: dict[str, str]) -> str:
+    """Create the local superuser on first start. Its password comes from
+    STACKBONE_DEV_PASSWORD or is generated and printed this once."""
+    code = (
+        "import django, os, sys; django.setup()\n"
+        "from django.contrib.auth import get_user_model\n"
+        "User = get_user_model()\n"
+        f"name = {DEV_USERNAME!r}\n"
+        "if User.objects.filter(username=name).exists():\n"
+        "    print('exists')\n"
+        "else:\n"
+        "    User.objects.create_superuser(name, '', os.environ['STACKBONE_DEV_NEW_PASSWORD'])\n"
+        "    print('created')\n"
+    )
+    password = os.environ.get("STACKBONE_DEV_PASSWORD") or secrets.token_urlsafe(12)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**env, "STACKBONE_DEV_NEW_PASSWORD": password},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    if result.stdout.strip() == "created":
+        return f"user {DEV_USERNAME!r}, password {password!r} (shown once; change it with manage.py changepassword)"
+    if os.environ.get("STACKBONE_DEV_PASSWORD"):
+        return f"user {DEV_USERNAME!r} with the password in STACKBONE_DEV_PASSWORD"
+    return (
+        f"user {DEV_USERNAME!r} (password shown at first start; reset: python manage.py changepassword {DEV_USERNAME})"
+    )
+
+
+def banner(args: argparse.Namespace, env: dict[str, str], sign_in: str) -> None:
+    database = env.get("DATABASE_URL") or "SQLite (embedded, var/stackbone.sqlite3)"
+    broker = env.get("CELERY_BROKER_URL") or "filesystem (embedded, var/broker)"
+    url = f"http://{args.host}:{args.port}"
+    lines = [
+        "",
+        "Stackbone box" + (" with the live demo" if args.demo else ""),
+        f"  Studio    {url}/studio/limits/",
+        f"  Sign in   {sign_in}",
+        f"  Health    {url}/healthz",
+        f"  Database  {_hide_password(database)}",
+        f"  Broker    {_hide_password(broker)}",
+        "  Ctrl-C stops web, worker and beat.",
+        "",
+    ]
+    for line in lines:
+        say("dev", line)
+
+
+def _hide_password(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        credentials, host = rest.rsplit("@", 1)
+        user = credentials.split(":", 1)[0]
+        return f"{scheme}://{user}@{host}"
+    return url
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
