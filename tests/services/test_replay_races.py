@@ -1,10 +1,16 @@
 """Regression tests for races found by the multi-process stress test (tests/concurrency).
 
-A re-acquire with the same request (a woken run confirming) reads the request's slots and then
-its queue entries without the limit's lock. On PostgreSQL (READ COMMITTED) each statement sees
-the latest commits, so a grant can land between the two reads: the entry then reads 'granted'
-while its reserved slot was not seen. The engine must read again, not treat the request as new
-(which queued it a second time while a slot was reserved for it: one acquire call granted twice).
+1. A re-acquire with the same request (a woken run confirming) reads the request's slots and
+   then its queue entries without the limit's lock. On PostgreSQL (READ COMMITTED) each statement
+   sees the latest commits, so a grant can land between the two reads: the entry then reads
+   'granted' while its reserved slot was not seen. The engine must read again, not treat the
+   request as new (which queued it a second time while a slot was reserved for it: one acquire
+   call granted twice).
+2. Every service reads the clock after it holds the limit's lock. A clock read before waiting
+   for the lock stamps the change with a time earlier than changes that committed before it:
+   a slot freed before it was granted, a grant dated before the release that made room for it.
+   The history (granted_at, freed_at, finished_at) must follow the order of the transactions,
+   or it cannot prove the invariants (SPEC 4.3: expiry = grant time + max hold).
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ from django.db import connection
 
 from limits import services
 from limits.models import QueueEntry, Slot
+from tests.concurrency.history import capacity_overruns, queue_jumps
 from tests.conftest import requires_postgres
-from tests.factories import assert_counters_match_rows, declare
+from tests.factories import assert_counters_match_rows, declare, limit_named
 
 pytestmark = [requires_postgres, pytest.mark.django_db(transaction=True)]
 
@@ -38,13 +45,15 @@ def in_another_connection(work: Callable[[], Any]) -> None:
     thread.join()
 
 
-def before_first(table: str, work: Callable[[], Any]) -> Callable[..., Any]:
-    """An execute wrapper that commits `work` elsewhere just before the first SELECT on `table`."""
+def before_first(table: str, work: Callable[[], Any], *, locking: bool = False) -> Callable[..., Any]:
+    """An execute wrapper that commits `work` elsewhere just before the first SELECT on `table`
+    (with locking, the first SELECT ... FOR UPDATE on it)."""
     done = False
 
     def wrapper(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
         nonlocal done
-        if not done and sql.lstrip().upper().startswith("SELECT") and f'FROM "{table}"' in sql:
+        selects = sql.lstrip().upper().startswith("SELECT") and f'FROM "{table}"' in sql
+        if not done and selects and (not locking or "FOR UPDATE" in sql):
             done = True
             in_another_connection(work)
         return execute(sql, params, many, context)
@@ -86,3 +95,66 @@ def test_a_regrant_after_a_lapse_between_the_replay_reads_is_confirmed_not_cance
     second = Slot.objects.get(request="r2:0", state="busy")
     assert (got.state, got.slot_id) == ("busy", second.id)
     assert_counters_match_rows("one")
+
+
+def test_an_acquire_that_waited_for_the_lock_is_dated_after_the_release_before_it(clock) -> None:  # type: ignore[no-untyped-def]
+    """r2 asks for the only slot while r1 takes and gives it back, one second later, first."""
+    declare(one={"capacity": 1, "max_hold": "1h"})
+
+    def r1_takes_and_gives_back() -> None:
+        clock.advance(seconds=1)
+        slot_id = services.acquire("one", run_id="r1").slot_id
+        clock.advance(seconds=1)
+        services.release(slot_id)
+
+    with connection.execute_wrapper(before_first("limits_limit", r1_takes_and_gives_back, locking=True)):
+        assert services.acquire("one", run_id="r2").state == "busy"
+
+    assert capacity_overruns(limit_named("one")) == []
+    assert Slot.objects.get(run_id="r2").granted_at == clock.now()
+
+
+def test_a_reservation_freed_by_its_run_ending_is_freed_after_it_was_granted(clock) -> None:  # type: ignore[no-untyped-def]
+    declare(one={"capacity": 1, "max_hold": "1h"})
+    holder = services.acquire("one", run_id="r1").slot_id
+    services.acquire("one", run_id="r2")
+
+    def r1_releases() -> None:
+        clock.advance(seconds=1)
+        services.release(holder)
+
+    with connection.execute_wrapper(before_first("limits_limit", r1_releases, locking=True)):
+        assert services.end_run("r2") == 1
+
+    slot = Slot.objects.get(run_id="r2")
+    assert slot.state == "run_ended"
+    assert slot.freed_at >= slot.granted_at
+    assert capacity_overruns(limit_named("one")) == []
+
+
+def test_a_sweep_that_waited_for_the_lock_grants_after_the_release_before_it(clock) -> None:  # type: ignore[no-untyped-def]
+    """r1's slot is past its max hold. While the sweep waits for the lock, r3 releases and r2
+    (first in the queue) is reserved; the sweep then takes r1's slot back and reserves for r4.
+    r4's grant must not be dated before r2's."""
+    declare(two={"capacity": 2, "max_hold": "1m"})
+    services.acquire("two", run_id="r1")
+    clock.advance(seconds=30)
+    r3 = services.acquire("two", run_id="r3").slot_id
+    services.acquire("two", run_id="r2")
+    services.acquire("two", run_id="r4")
+    clock.advance(seconds=31)
+
+    def r3_releases() -> None:
+        clock.advance(seconds=1)
+        services.release(r3)
+
+    with connection.execute_wrapper(before_first("limits_limit", r3_releases, locking=True)):
+        report = services.sweep()
+
+    assert (report.expired, report.granted) == (1, 1)
+    assert [run for (run,) in Slot.objects.filter(state="reserved").order_by("granted_at").values_list("run_id")] == [
+        "r2",
+        "r4",
+    ]
+    assert queue_jumps(limit_named("two")) == []
+    assert capacity_overruns(limit_named("two")) == []
