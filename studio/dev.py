@@ -115,7 +115,9 @@ def supervise(children: list[Child]) -> int:
         stopping.wait(0.5)
     say("dev", "stopping web, worker and beat ...")
     for child in children:
-        child.signal_group(signal.SIGTERM)
+        # The main process only: a Celery worker then stops its own pool (a warm shutdown).
+        with contextlib.suppress(ProcessLookupError):
+            child.process.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + GRACE_SECONDS
     for child in children:
         try:
@@ -161,8 +163,9 @@ def ensure_dev_user(env: dict[str, str]) -> str:
 
 
 def banner(args: argparse.Namespace, env: dict[str, str], sign_in: str) -> None:
-    database = env.get("DATABASE_URL") or "SQLite (embedded, var/stackbone.sqlite3)"
-    broker = env.get("CELERY_BROKER_URL") or "filesystem (embedded, var/broker)"
+    var = env.get("STACKBONE_VAR_DIR") or "var"
+    database = env.get("DATABASE_URL") or f"SQLite (embedded, {var}/stackbone.sqlite3)"
+    broker = env.get("CELERY_BROKER_URL") or f"filesystem (embedded, {var}/broker)"
     url = f"http://{args.host}:{args.port}"
     lines = [
         "",
