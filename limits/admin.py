@@ -91,7 +91,7 @@ class LimitOverridesForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         limit = self.instance
-        if limit.pk and not self.is_bound:
+        if limit.pk:
             self.initial["capacity"] = "" if limit.capacity_override is None else str(limit.capacity_override)
             self.initial["max_hold"] = (
                 "" if limit.max_hold_override_ms is None else duration_input(limit.max_hold_override_ms)
@@ -189,9 +189,9 @@ class LimitAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Limit, form: forms.ModelForm, change: bool) -> None:
         """Never obj.save(): each changed override goes through its service."""
         who = actor(request)
-        if "capacity" in form.changed_data and form.cleaned_data["capacity"] != obj.capacity_override:
+        if form.cleaned_data["capacity"] != obj.capacity_override:
             services.set_capacity(obj.name, form.cleaned_data["capacity"], actor=who)
-        if "max_hold" in form.changed_data and form.cleaned_data["max_hold"] != obj.max_hold_override_ms:
+        if form.cleaned_data["max_hold"] != obj.max_hold_override_ms:
             services.set_max_hold(obj.name, form.cleaned_data["max_hold"], actor=who)
         obj.refresh_from_db()
 
