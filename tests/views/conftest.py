@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from limits import services
 from limits.config import define_workspace
-from limits.models import AuditEvent, Limit, QueueEntry, Slot
+from limits.models import Limit, QueueEntry, Slot
 from tests.factories import declare
 
 pytestmark = pytest.mark.django_db
