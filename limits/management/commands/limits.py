@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 import sys
 
 from django.contrib.auth import get_user_model
@@ -44,7 +45,7 @@ class Command(BaseCommand):
             self._create_token(str(options["username"]), str(options["name"]))
         else:
             streams = cli.Streams(stdin=sys.stdin, stdout=self.stdout, stderr=self.stderr)
-            namespace = cli.argparse.Namespace(**options)
+            namespace = argparse.Namespace(**options)
             try:
                 cli.execute(namespace, io=streams)
             except cli.CliError as error:

@@ -1,0 +1,62 @@
+"""Helpers for the CLI tests: run a verb in-process and get (exit code, stdout, stderr)."""
+
+from __future__ import annotations
+
+import io
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from limits import cli
+from tests.factories import declare
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+class Terminal(io.StringIO):
+    """Typed answers on a terminal: a stdin that says it is a TTY."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def run_cli(*argv: str, stdin: io.StringIO | None = None) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    streams = cli.Streams(stdin=stdin or io.StringIO(), stdout=out, stderr=err)
+    code = cli.main(list(argv), streams=streams)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def write_agents(path: Path, agents: dict[str, dict[str, str]]) -> Path:
+    lines = []
+    for agent_id, fields in agents.items():
+        lines.append(f"[agents.{agent_id}]")
+        lines.extend(f'{key} = "{value}"' for key, value in fields.items())
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def calls():  # type: ignore[no-untyped-def]
+    """voice-calls (capacity 2, max hold 45m): r1 and r2 hold busy slots, r3 and r4 wait."""
+    declare(voice_calls={"capacity": 2, "max_hold": "45m"}, partner_api={"capacity": 5, "max_hold": "10m"})
+    from limits.services import acquire
+
+    slots = [acquire("voice-calls", run_id=f"r{n}", label=f"call-{n}").slot_id for n in (1, 2)]
+    for n in (3, 4):
+        acquire("voice-calls", run_id=f"r{n}", label=f"call-{n}", timeout="1h")
+    return slots
