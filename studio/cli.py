@@ -1,6 +1,7 @@
 """The `stackbone` console script: one top-level parser with a subcommand group per area.
 
     stackbone limits list|slots|release|capacity|max-hold ...   (limits.cli)
+    stackbone dev [--demo] [--port N]                            (studio.dev)
 
 To add a group (say `stackbone dev`), write `add_<group>(groups)` that adds its parser and sets
 `handler` (a function of the parsed options returning an exit code), and list it in GROUPS.
@@ -51,7 +52,19 @@ def add_limits(groups: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(handler=lambda options: limits_cli.run(options, setup=setup_django))
 
 
-GROUPS: list[Callable[[argparse._SubParsersAction[Any]], None]] = [add_limits]
+def add_dev(groups: argparse._SubParsersAction[Any]) -> None:
+    from studio import dev
+
+    parser = groups.add_parser(
+        "dev",
+        help="run the whole box here: web server, Celery worker and beat (--demo: with live example runs)",
+        description="Migrate, then run the web server, one Celery worker and Celery beat until Ctrl-C.",
+    )
+    dev.add_arguments(parser)
+    parser.set_defaults(handler=dev.run)
+
+
+GROUPS: list[Callable[[argparse._SubParsersAction[Any]], None]] = [add_limits, add_dev]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -60,18 +60,21 @@ class Child:
             os.killpg(self.process.pid, signum)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="stackbone dev", description="Run the whole box: web, worker and beat.")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
     parser.add_argument(
         "--demo", action="store_true", help="declare the demo limits and keep example runs going against them"
     )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = argparse.ArgumentParser(prog="stackbone dev", description="Run the whole box: web, worker and beat.")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "studio.settings", "PYTHONUNBUFFERED": "1"}
     if args.demo:
         env["STACKBONE_WORKSPACE"] = DEMO_WORKSPACE

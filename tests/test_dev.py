@@ -1,0 +1,105 @@
+"""`stackbone dev` as a newcomer runs it: embedded SQLite and broker, the live demo, a browser
+sign-in over HTTP, the sweep running under beat, and Ctrl-C leaving no process behind."""
+
+from __future__ import annotations
+
+import http.cookiejar
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from django.conf import settings
+
+PASSWORD = "dev-test-password-1"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_stackbone_dev_serves_the_demo_runs_the_sweep_and_stops_cleanly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}}
+    env.update(STACKBONE_VAR_DIR=str(tmp_path / "var"), STACKBONE_DEV_PASSWORD=PASSWORD)
+    stackbone = shutil.which("stackbone", path=str(Path(os.sys.executable).parent)) or "stackbone"
+    log = tmp_path / "dev.log"
+    box = subprocess.Popen(
+        [stackbone, "dev", "--demo", "--port", str(port)],
+        cwd=settings.BASE_DIR, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    processes: set[int] = set()
+    try:
+        health = wait_for_json(f"{base}/healthz", lambda body: body.get("last_sweep_age_s") is not None, box)
+        assert (health["database"], health["broker"]) == ("ok", "ok")
+        assert health["last_sweep_age_s"] < 20
+        processes = descendants(box.pid)
+        assert len(processes) >= 4  # web, worker (and its pool), beat, demo
+
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        login = opener.open(f"{base}/accounts/login/").read().decode()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login)[1]  # type: ignore[index]
+        form = urllib.parse.urlencode({"username": "admin", "password": PASSWORD, "csrfmiddlewaretoken": token})
+        request = urllib.request.Request(f"{base}/accounts/login/", data=form.encode(), headers={"Referer": base})
+        page = opener.open(request).read().decode()
+        assert "voice-calls" in page and "partner-api" in page
+    finally:
+        processes |= descendants(box.pid)
+        box.send_signal(signal.SIGINT)
+        box.wait(timeout=60)
+        output = log.read_text()
+    assert box.returncode == 0, output[-3000:]
+    assert "Studio" in output and "/healthz" in output
+    assert not [pid for pid in processes if alive(pid)], output[-3000:]
+
+
+def wait_for_json(url: str, ready, box: subprocess.Popen[str], timeout: float = 90) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    start = time.monotonic()
+    body: dict = {}  # type: ignore[type-arg]
+    while time.monotonic() - start < timeout:
+        if box.poll() is not None:
+            raise AssertionError(f"stackbone dev exited early with code {box.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                body = json.load(response)
+        except OSError:
+            body = {}
+        if body and ready(body):
+            return body
+        time.sleep(0.5)
+    raise AssertionError(f"{url} never became ready: {body}")
