@@ -1,0 +1,101 @@
+"""python -m tests.bench [--quick] [--processes 32] [--only 1,2,...] [--keep-db]
+
+Runs the benchmark scenarios against PostgreSQL + Redis (DATABASE_URL, CELERY_BROKER_URL) in a
+database of its own (<name>_bench, created, migrated and dropped), and prints one markdown table
+with the machine at the top. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from tests.bench.common import (
+    REFUSE_BROKER,
+    REFUSE_DATABASE,
+    bench_database_url,
+    configure_environment,
+    create_database,
+    drop_database,
+    log,
+    machine,
+)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__.splitlines()[2])
+    parser.add_argument(
+        "--quick", action="store_true", help="a short run (~2 min): 1 run of 3 s, 50 hand-offs, 1/10 of the rows"
+    )
+    parser.add_argument(
+        "--processes", type=int, default=8, help="processes per limit in scenarios 1 and 5 (default 8; try 32)"
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=None, help="length of one timed run in scenarios 1 and 5 (default 8, quick 3)"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=None, help="timed runs per figure in scenarios 1 and 5 (default 3, quick 1)"
+    )
+    parser.add_argument(
+        "--handoffs", type=int, default=None, help="hand-offs measured in scenario 2 (default 200, quick 50)"
+    )
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=None,
+        help="fraction of the row counts of scenarios 3 and 4 (default 1, quick 0.1)",
+    )
+    parser.add_argument("--only", default="1,2,3,4,5,6", help="comma-separated scenario numbers (default all)")
+    parser.add_argument(
+        "--keep-db", action="store_true", help="keep the bench database afterwards (to EXPLAIN by hand)"
+    )
+    args = parser.parse_args(argv)
+    args.seconds = args.seconds or (3.0 if args.quick else 8.0)
+    args.runs = args.runs or (1 if args.quick else 3)
+    args.handoffs = args.handoffs or (50 if args.quick else 200)
+    args.scale = args.scale or (0.1 if args.quick else 1.0)
+    args.only = {int(n) for n in args.only.split(",") if n.strip()}
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        print(REFUSE_DATABASE, file=sys.stderr)
+        return 2
+    if not os.environ.get("CELERY_BROKER_URL", "").startswith(("redis://", "rediss://")):
+        print(REFUSE_BROKER, file=sys.stderr)
+        return 2
+    bench_url = bench_database_url(url)
+    configure_environment(bench_url)
+    started = time.monotonic()
+    log(f"creating {bench_url.rsplit('/', 1)[-1]} and migrating")
+    create_database(bench_url)
+    try:
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        from tests.bench import report, scenarios
+
+        rows = scenarios.run_all(args)
+        print(report.table(machine(bench_url), rows, args, time.monotonic() - started))
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        if args.keep_db:
+            log(f"kept {bench_url}")
+        else:
+            drop_database(bench_url)
+    log(f"done in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,108 @@
+"""The bench database, the environment every bench process shares, and small statistics."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+REFUSE_DATABASE = (
+    "the benchmarks need PostgreSQL: set DATABASE_URL=postgres://user@host:5432/name "
+    "(a database named <name>_bench is created and dropped)"
+)
+REFUSE_BROKER = "the benchmarks need Redis: set CELERY_BROKER_URL=redis://host:6379/<n>"
+
+
+def bench_database_url(url: str) -> str:
+    """The URL of the database the bench creates and drops: the configured name + '_bench' (kept
+    as is when it already ends in 'bench'), so the bench never drops a database in use."""
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/") or "stackbone"
+    if not name.endswith("bench"):
+        name = f"{name}_bench"
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def configure_environment(database_url: str) -> None:
+    """What every bench process (this one, its children, the Celery worker) runs with."""
+    os.environ["DATABASE_URL"] = database_url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "studio.settings"
+    os.environ["STACKBONE_WORKSPACE"] = "tests.bench.workspace"
+    os.environ["STACKBONE_WORKFLOWS"] = "studio.workflows,tests.bench.workflows"
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    # As in production: DEBUG off (no query log kept in memory), so a key is needed.
+    os.environ["DEBUG"] = "0"
+    os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret")
+    os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost")
+    root = str(Path(__file__).resolve().parents[2])
+    paths = os.environ.get("PYTHONPATH", "")
+    if root not in paths.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, paths) if p)
+
+
+def _maintenance_dsn(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/postgres")), parts.path.lstrip("/")
+
+
+def create_database(url: str) -> None:
+    dsn, name = _maintenance_dsn(url)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def drop_database(url: str) -> None:
+    dsn, name = _maintenance_dsn(url)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def psycopg_dsn(url: str) -> str:
+    """dj-database-url accepts postgres:// and postgresql://; libpq wants postgresql:// or either."""
+    return url.replace("postgres+psycopg://", "postgresql://", 1)
+
+
+def machine(url: str) -> dict[str, str]:
+    with psycopg.connect(psycopg_dsn(url)) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+        sync = conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
+        fsync = conn.execute("SHOW fsync").fetchone()[0]  # type: ignore[index]
+    return {
+        "cores": str(os.cpu_count()),
+        "postgres": str(version).split()[0],
+        "synchronous_commit": str(sync),
+        "fsync": str(fsync),
+        "python": sys.version.split()[0],
+    }
+
+
+def log(message: str) -> None:
+    """Progress goes to stderr; stdout carries only the table."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(int(round(q / 100 * (len(ordered) - 1))), len(ordered) - 1)
+    return ordered[index]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def peak_rss_mb(pid: int | str = "self") -> float:
+    """VmHWM (the peak resident set) of a process, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")

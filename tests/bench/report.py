@@ -1,0 +1,43 @@
+"""The one markdown table the bench prints."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Row:
+    scenario: str
+    measured: str
+    reference: str = "—"
+    ratio: str = "—"
+    target: str = "—"
+    met: str = "—"  # "yes" | "no" | "—"
+
+
+def verdict(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def table(machine: dict[str, str], rows: list[Row], args: argparse.Namespace, seconds: float) -> str:
+    flags = []
+    if args.quick:
+        flags.append("--quick")
+    if args.processes != 8:
+        flags.append(f"--processes {args.processes}")
+    mode = " ".join(flags) or "full"
+    head = (
+        f"Machine: {machine['cores']} cores, PostgreSQL {machine['postgres']} "
+        f"(synchronous_commit={machine['synchronous_commit']}, fsync={machine['fsync']}), "
+        f"Python {machine['python']}; run: {mode}, {args.runs} run(s) of {args.seconds:g} s, "
+        f"{args.handoffs} hand-offs, row scale {args.scale:g}; took {seconds:.0f} s."
+    )
+    lines = [
+        head,
+        "",
+        "| scenario | measured | reference (same run) | ratio | target | met |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [f"| {r.scenario} | {r.measured} | {r.reference} | {r.ratio} | {r.target} | {r.met} |" for r in rows]
+    return "\n".join(lines)
