@@ -112,3 +112,27 @@ def test_an_unreachable_agent_is_one_line_and_exit_1(tmp_path: Path) -> None:
 def test_bad_usage_exits_2() -> None:
     assert stackbone().returncode == 2
     assert stackbone("limits", "capacity").returncode == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_release_without_yes_asks_on_a_real_terminal(calls) -> None:  # type: ignore[no-untyped-def]
+    import pty
+
+    controller, terminal = pty.openpty()
+    try:
+        os.write(controller, b"y\n")
+        result = subprocess.run(
+            [str(STACKBONE), "limits", "release", calls[0]],
+            env={**os.environ, "DATABASE_URL": database_url_of_the_tests()},
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith(f"Release {calls[0]} of voice-calls (busy, run r1, label call-1)? [y/N] ")
+    assert Slot.objects.get(id=calls[0]).state == "released"
