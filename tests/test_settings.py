@@ -4,6 +4,7 @@ serializing writers."""
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 
@@ -72,3 +73,14 @@ def test_a_worker_refuses_to_start_with_a_bad_workspace(tmp_path) -> None:  # ty
     )  # fmt: skip
     assert result.returncode != 0
     assert "limit 'voice-calls': capacity must be" in result.stdout + result.stderr
+
+
+def test_production_settings_pass_the_deploy_check_with_no_warning() -> None:
+    env = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(64), "ALLOWED_HOSTS": "limits.example.com"}
+    clean = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "DATABASE_URL"}}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        env={**clean, **env}, capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
