@@ -112,7 +112,9 @@ def live_slots_page(limit: Limit, *, number: int, size: int) -> Page[Slot]:
         rows = list(live.filter(state=Slot.State.BUSY)[offset : offset + size])
     if len(rows) < size and limit.reserved_count:
         start = max(offset - limit.busy_count, 0)
-        rows += list(live.filter(state=Slot.State.RESERVED)[start : start + size - len(rows)])
+        # Reservations granted together are in queue order: entries are created in position order.
+        reserved = live.filter(state=Slot.State.RESERVED).order_by("granted_at", "queue_entry_id", "id")
+        rows += list(reserved[start : start + size - len(rows)])
     return Page(rows, number, size, total)
 
 

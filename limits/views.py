@@ -110,7 +110,7 @@ def set_capacity(request: HtmxHttpRequest, name: str) -> HttpResponse:
         try:
             limit = services.set_capacity(limit.name, form.cleaned_data["capacity"], actor=actor(request))
         except services.LimitsError as error:
-            form.add_error("capacity" if error.field == "capacity" else None, error.message)
+            form.add_error("capacity" if error.field == "capacity" else None, _sentence(error.message))
         else:
             text = CAPACITY_SET.format(value=limit.capacity, declared=limit.declared_capacity)
             return _edited(request, limit, Notice("success", text))
@@ -126,7 +126,7 @@ def set_max_hold(request: HtmxHttpRequest, name: str) -> HttpResponse:
         try:
             limit = services.set_max_hold(limit.name, form.cleaned_data["max_hold"], actor=actor(request))
         except services.LimitsError as error:
-            form.add_error("max_hold" if error.field == "max_hold" else None, error.message)
+            form.add_error("max_hold" if error.field == "max_hold" else None, _sentence(error.message))
         else:
             text = MAX_HOLD_SET.format(
                 value=format_duration(limit.max_hold_ms), declared=format_duration(limit.declared_max_hold_ms)
@@ -224,6 +224,10 @@ def _edit_rejected(
         return render(request, "limits/limit_detail.html#edit-panel", context, status=422)
     context |= _live_context(request, limit, request.POST)
     return render(request, "limits/limit_detail.html", context, status=422)
+
+
+def _sentence(message: str) -> str:
+    return message[:1].upper() + message[1:]
 
 
 def _detail_url(limit: Limit, params: QueryDict) -> str:

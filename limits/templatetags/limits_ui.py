@@ -14,6 +14,7 @@ from limits.models import AuditEvent, Limit
 register = template.Library()
 
 _LEADING_MS = re.compile(r"^(\d+)(.*)$")
+_MAX_HOLD_MS = re.compile(r"max hold (\d+) ms")
 
 
 @register.filter
@@ -51,6 +52,8 @@ def percent_used(limit: Limit) -> int:
 @register.filter
 def audit_value(value: str, event: AuditEvent) -> str:
     """Max-hold values are stored in milliseconds; show them as durations."""
+    if event.action == AuditEvent.Action.SYNC:
+        return _MAX_HOLD_MS.sub(lambda match: "max hold " + format_duration(int(match[1])), value)
     if event.action != AuditEvent.Action.MAX_HOLD or not value:
         return value
     match = _LEADING_MS.match(value)

@@ -104,8 +104,8 @@ def test_a_release_without_htmx_redirects_back_with_a_message(busy_limit, operat
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("0", "capacity must be a whole number from 1 to 100000, not 0"),
-        ("100001", "capacity must be a whole number from 1 to 100000, not 100001"),
+        ("0", "Capacity must be a whole number from 1 to 100000, not 0"),
+        ("100001", "Capacity must be a whole number from 1 to 100000, not 100001"),
         ("abc", "&#x27;abc&#x27; is not a whole number"),
         ("45x", "&#x27;45x&#x27; is not a whole number"),
         ("-3", "&#x27;-3&#x27; is not a whole number"),
@@ -172,12 +172,12 @@ def test_resetting_capacity_goes_back_to_the_declared_value(busy_limit, operator
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("abc", "max hold &#x27;abc&#x27; is not a duration"),
-        ("45x", "max hold &#x27;45x&#x27; is not a duration"),
-        ("31d", "max hold must be at most 30 days"),
-        ("2592000001", "max hold must be at most 30 days"),
-        ("0", "max hold must be more than 0"),
-        ("0s", "max hold must be more than 0"),
+        ("abc", "Max hold &#x27;abc&#x27; is not a duration"),
+        ("45x", "Max hold &#x27;45x&#x27; is not a duration"),
+        ("31d", "Max hold must be at most 30 days"),
+        ("2592000001", "Max hold must be at most 30 days"),
+        ("0", "Max hold must be more than 0"),
+        ("0s", "Max hold must be more than 0"),
         ("", "Enter a max hold"),
     ],
 )
