@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -63,6 +64,10 @@ def use_broker(url: str, *, eager: bool) -> None:
     from kombu import pools
 
     from studio.celery import app
+
+    # Celery prefers the CELERY_BROKER_URL environment variable over its configuration; the
+    # settings have read it already (settings.CELERY_BROKER_URL), so let the configuration rule.
+    os.environ.pop("CELERY_BROKER_URL", None)
 
     if app.conf.broker_url == url and app.conf.task_always_eager == eager:
         return

@@ -16,7 +16,9 @@ ROOT = settings.BASE_DIR
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "DATABASE_URL"}}
+    clean = {
+        k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL"}
+    }
     return subprocess.run(
         [sys.executable, "-c", code], env={**clean, "DJANGO_SETTINGS_MODULE": "studio.settings", **env},
         capture_output=True, text=True, cwd=ROOT, timeout=60,
