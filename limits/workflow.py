@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from limits import services
 from studio.models import Step
@@ -83,38 +82,19 @@ def acquire_slot(limit: str, timeout: int | str | None = None, label: str | None
         outcome = services.acquire(
             limit, run_id=ctx.run_id, request=f"{ctx.run_id}:{seq}", label=label, timeout=timeout
         )
-        now = timezone.now()
         if outcome.state == "busy":
             record_step(
-                ctx,
-                seq,
-                name,
-                kind=Step.Kind.HOOK,
-                status=Step.Status.COMPLETED,
-                result={"slot_id": outcome.slot_id},
-                finished_at=now,
+                ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.COMPLETED, result={"slot_id": outcome.slot_id}
             )
             return SlotHandle(id=outcome.slot_id, limiter=limit)  # type: ignore[arg-type]
         if outcome.state == "waiting":
-            record_step(
-                ctx,
-                seq,
-                name,
-                kind=Step.Kind.HOOK,
-                status=Step.Status.WAITING,
-                result={"deadline": outcome.deadline.isoformat()},
-            )  # type: ignore[union-attr]
+            deadline = outcome.deadline.isoformat()  # type: ignore[union-attr]
+            record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.WAITING, result={"deadline": deadline})
             suspend(ctx, waiting_for=outcome.request, deadline=outcome.deadline)
         elif outcome.state == "timed_out":
+            timeout = {"timeout_ms": outcome.timeout_ms}
             record_step(
-                ctx,
-                seq,
-                name,
-                kind=Step.Kind.HOOK,
-                status=Step.Status.FAILED,
-                result={"timeout_ms": outcome.timeout_ms},
-                error="timed out",
-                finished_at=now,
+                ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.FAILED, result=timeout, error="timed out"
             )
     if outcome.state == "waiting":
         raise Suspend(name)

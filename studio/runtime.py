@@ -15,6 +15,7 @@ input and the same recorded step results must lead to the same calls in the same
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import importlib
@@ -172,9 +173,15 @@ def recorded_step(ctx: RunContext, seq: int, name: str) -> Step | None:
     return step
 
 
-def record_step(ctx: RunContext, seq: int, name: str, **values: Any) -> Step:
-    """Create or update the step at `seq` (call inside lock_own_run's transaction)."""
+def record_step(
+    ctx: RunContext, seq: int, name: str, *, status: str, kind: str = Step.Kind.STEP, **values: Any
+) -> Step:
+    """Create or update the step at `seq` (call inside lock_own_run's transaction). A step that
+    is no longer waiting is finished now."""
     now = timezone.now()
+    values = {"kind": kind, "status": status, **values}
+    if status != Step.Status.WAITING:
+        values["finished_at"] = now
     step, _ = Step.objects.update_or_create(
         run_id=ctx.run_id,
         seq=seq,
@@ -207,53 +214,25 @@ def run_step(name: str, fn: Callable[[], Any], *, atomic: bool = False) -> Any:
     started = timezone.now()
     ctx.in_step = True
     try:
-        if atomic:
-            with transaction.atomic():
+        with transaction.atomic() if atomic else contextlib.nullcontext():
+            if atomic:
                 lock_own_run(ctx)
-                result = fn()
-                _check_json(result, f"the result of step {name!r}")
-                record_step(
-                    ctx,
-                    seq,
-                    name,
-                    kind=Step.Kind.STEP,
-                    status=Step.Status.COMPLETED,
-                    result=result,
-                    started_at=started,
-                    finished_at=timezone.now(),
-                )
-            return result
-        result = fn()
-        _check_json(result, f"the result of step {name!r}")
+            result = fn()
+            _check_json(result, f"the result of step {name!r}")
+            if atomic:
+                record_step(ctx, seq, name, status=Step.Status.COMPLETED, result=result, started_at=started)
     except Exception as error:
         message = f"{type(error).__name__}: {error}"
         with transaction.atomic():
             lock_own_run(ctx)
-            record_step(
-                ctx,
-                seq,
-                name,
-                kind=Step.Kind.STEP,
-                status=Step.Status.FAILED,
-                error=message,
-                started_at=started,
-                finished_at=timezone.now(),
-            )
+            record_step(ctx, seq, name, status=Step.Status.FAILED, error=message, started_at=started)
         raise StepError(name, message) from error
     finally:
         ctx.in_step = False
-    with transaction.atomic():
-        lock_own_run(ctx)
-        record_step(
-            ctx,
-            seq,
-            name,
-            kind=Step.Kind.STEP,
-            status=Step.Status.COMPLETED,
-            result=result,
-            started_at=started,
-            finished_at=timezone.now(),
-        )
+    if not atomic:
+        with transaction.atomic():
+            lock_own_run(ctx)
+            record_step(ctx, seq, name, status=Step.Status.COMPLETED, result=result, started_at=started)
     return result
 
 
