@@ -1,0 +1,288 @@
+"""A child process for the concurrency tests: `python -m tests.concurrency.worker <role> <json>`.
+
+It sets Django up against the database named in its environment (the test database of the
+parent), waits for the parent's start signal (a file appearing), plays its role, and prints one
+JSON document on stdout. Roles:
+
+- ``client``: acquires and releases slots the way workflow runs do, and writes down what every
+  acquire call finally amounted to, so the parent can hold it against the rows.
+- ``sweeper``: runs ``services.sweep()`` in a loop (two of them = two beats).
+- ``monitor``: samples every limit's counters and live rows in one snapshot, in a loop.
+- ``enqueuer``: queues runs one by one, announcing each commit, then parks inside an open
+  transaction holding the limit's lock until it is killed.
+- ``reader``: a fresh process that reports the queues as it finds them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def main() -> None:
+    role, params = sys.argv[1], json.loads(sys.argv[2])
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
+    import django
+
+    django.setup()
+    start_file = params.get("start_file")
+    if start_file:
+        print(json.dumps({"ready": True}), flush=True)
+        while not Path(start_file).exists():
+            time.sleep(0.005)
+    result = ROLES[role](params)
+    print(json.dumps(result), flush=True)
+
+
+# --- client -------------------------------------------------------------------------------------
+
+
+class Client:
+    """One process's share of the load. Runs are named p<index>-r<n>, requests <run>:<k>.
+
+    Each operation is one of: take a slot and give it back (sometimes with a short timeout,
+    sometimes holding it past a 300 ms max hold so the sweep takes it back), hold a slot of one
+    limit while taking another, release someone else's live slot (as a workflow or an operator),
+    or end the run while it waits or while a slot is reserved for it. A waiting acquire is
+    re-called with the same request until it is no longer waiting, as a woken run does; the
+    re-call confirms a reservation.
+    """
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.index: int = params["index"]
+        self.limits: list[str] = params["limits"]
+        self.ops: int = params["ops"]
+        self.seconds: float = params["seconds"]
+        self.rng = random.Random(params["seed"])
+        self.run_number = 0
+        self.request_number = 0
+        self.run_id = self._new_run()
+        self.outcomes: list[dict[str, Any]] = []
+        self.stats = {
+            "released_true": 0,
+            "released_false": 0,
+            "foreign_releases": 0,
+            "ended_runs": 0,
+            "polls": 0,
+            "operations": 0,
+        }
+
+    def _new_run(self) -> str:
+        self.run_number += 1
+        return f"p{self.index}-r{self.run_number}"
+
+    def _new_request(self) -> str:
+        self.request_number += 1
+        return f"{self.run_id}:{self.request_number}"
+
+    def play(self) -> dict[str, Any]:
+        started = time.monotonic()
+        for _ in range(self.ops):
+            if time.monotonic() - started > self.seconds:
+                break
+            self.stats["operations"] += 1
+            roll = self.rng.random()
+            if roll < 0.15 and len(self.limits) > 1:
+                self.nested()
+            elif roll < 0.25:
+                self.release_someone_elses()
+            elif roll < 0.45:
+                self.cycle(self.rng.choice(self.limits), end_run_while_waiting=True)
+            else:
+                self.cycle(self.rng.choice(self.limits))
+        self.stats["seconds"] = round(time.monotonic() - started, 2)
+        return {"index": self.index, "outcomes": self.outcomes, "stats": self.stats}
+
+    def obtain(self, limit: str, *, end_run_while_waiting: bool = False) -> dict[str, Any]:
+        """Acquire, and while waiting call again with the same request as a woken run would.
+        With end_run_while_waiting the run ends at a random moment of its wait, sometimes right
+        when a slot is reserved for it and before it confirms (SPEC 3.4, 3.7)."""
+        from limits import services
+        from limits.models import Slot
+
+        request = self._new_request()
+        timeout = self.rng.choice([None, None, None, 5, 30, 200])
+        got = services.acquire(limit, run_id=self.run_id, request=request, timeout=timeout)
+        ended = False
+        while got.state == "waiting":
+            self.stats["polls"] += 1
+            if end_run_while_waiting:
+                reserved = Slot.objects.filter(request=request, state="reserved").exists()
+                if (reserved and self.rng.random() < 0.7) or self.rng.random() < 0.15:
+                    services.end_run(self.run_id)
+                    ended = True
+                    self.stats["ended_runs"] += 1
+                    got = services.acquire(limit, run_id=self.run_id, request=request)
+                    break
+            time.sleep(self.rng.uniform(0.002, 0.006))
+            got = services.acquire(limit, run_id=self.run_id, request=request)
+        outcome = {
+            "request": request,
+            "run_id": self.run_id,
+            "limit": limit,
+            "state": got.state,
+            "slot_id": got.slot_id,
+            "ended_run": ended,
+            "timeout": timeout,
+        }
+        self.outcomes.append(outcome)
+        if ended:
+            self.run_id = self._new_run()
+        return outcome
+
+    def give_back(self, outcome: dict[str, Any]) -> None:
+        from limits import services
+
+        if outcome["state"] != "busy":
+            return
+        hold = 0.35 if self.rng.random() < 0.02 else self.rng.uniform(0, 0.003)
+        time.sleep(hold)
+        released = services.release(outcome["slot_id"])
+        outcome["released"] = released
+        self.stats["released_true" if released else "released_false"] += 1
+        if self.rng.random() < 0.1:
+            assert services.release(outcome["slot_id"]) is False, "a second release must change nothing"
+
+    def cycle(self, limit: str, *, end_run_while_waiting: bool = False) -> None:
+        self.give_back(self.obtain(limit, end_run_while_waiting=end_run_while_waiting))
+        if self.rng.random() < 0.1:
+            # A run that completes: it leaves every queue (it waits in none here) and starts anew.
+            from limits import services
+
+            services.end_run(self.run_id)
+            self.run_id = self._new_run()
+
+    def nested(self) -> None:
+        """Hold a slot of one limit while taking one of the other; sometimes the run ends while
+        it waits for the second, and the first slot stays busy (SPEC 2.7) until released."""
+        first, second = self.rng.sample(self.limits, 2)
+        outer = self.obtain(first)
+        inner = self.obtain(second, end_run_while_waiting=self.rng.random() < 0.3)
+        self.give_back(inner)
+        self.give_back(outer)
+
+    def release_someone_elses(self) -> None:
+        """SPEC 2.4 and 5.1: any workflow, or an operator, may release any slot by its id; a
+        reserved one sends its run back to the end of the queue."""
+        from limits import services
+        from limits.models import Slot
+
+        slot_id = (
+            Slot.objects.filter(state__in=["busy", "reserved"])
+            .exclude(run_id__startswith=f"p{self.index}-")
+            .order_by("?")
+            .values_list("id", flat=True)
+            .first()
+        )
+        if slot_id is not None:
+            services.release(slot_id, actor=self.rng.choice([None, "user:op"]))
+            self.stats["foreign_releases"] += 1
+
+
+def client(params: dict[str, Any]) -> dict[str, Any]:
+    return Client(params).play()
+
+
+# --- sweeper and monitor ------------------------------------------------------------------------
+
+
+def sweeper(params: dict[str, Any]) -> dict[str, Any]:
+    from limits import services
+
+    passes, totals = 0, {"expired": 0, "lapsed": 0, "timed_out": 0, "granted": 0}
+    stop = Path(params["stop_file"])
+    while not stop.exists():
+        report = services.sweep()
+        passes += 1
+        for key in totals:
+            totals[key] += getattr(report, key)
+        time.sleep(params.get("pause", 0.01))
+    return {"passes": passes, **totals}
+
+
+SNAPSHOT_SQL = """
+SELECT l.name,
+       COALESCE(l.capacity_override, l.declared_capacity),
+       l.busy_count, l.reserved_count, l.waiting_count,
+       (SELECT COUNT(*) FROM limits_slot s WHERE s.limit_id = l.id AND s.state = 'busy'),
+       (SELECT COUNT(*) FROM limits_slot s WHERE s.limit_id = l.id AND s.state = 'reserved'),
+       (SELECT COUNT(*) FROM limits_queueentry q WHERE q.limit_id = l.id AND q.state = 'waiting'),
+       (SELECT COUNT(*) FROM (SELECT s.request FROM limits_slot s WHERE s.limit_id = l.id
+                              AND s.state IN ('busy', 'reserved') GROUP BY s.request HAVING COUNT(*) > 1) d)
+FROM limits_limit l
+"""
+
+
+def monitor(params: dict[str, Any]) -> dict[str, Any]:
+    """Sample each limit in one statement (one snapshot even under READ COMMITTED): the counters
+    must equal the live rows, reserved + busy must never exceed the capacity, and no request may
+    hold two live slots."""
+    from django.db import connection
+
+    samples, violations, peak = 0, [], {}
+    stop = Path(params["stop_file"])
+    while not stop.exists():
+        with connection.cursor() as cursor:
+            cursor.execute(SNAPSHOT_SQL)
+            rows = cursor.fetchall()
+        samples += 1
+        for name, capacity, busy, reserved, waiting, busy_rows, reserved_rows, waiting_rows, doubles in rows:
+            peak[name] = max(peak.get(name, 0), busy_rows + reserved_rows)
+            if (busy, reserved, waiting) != (busy_rows, reserved_rows, waiting_rows):
+                rows_seen = (busy_rows, reserved_rows, waiting_rows)
+                violations.append(f"{name}: counters {busy, reserved, waiting} != rows {rows_seen}")
+            if busy_rows + reserved_rows > capacity:
+                violations.append(f"{name}: {busy_rows} busy + {reserved_rows} reserved > capacity {capacity}")
+            if doubles:
+                violations.append(f"{name}: {doubles} request(s) with two live slots")
+        time.sleep(params.get("pause", 0.005))
+    return {"samples": samples, "violations": violations[:20], "violation_count": len(violations), "peak": peak}
+
+
+# --- durability (SPEC 3.1) ----------------------------------------------------------------------
+
+
+def enqueuer(params: dict[str, Any]) -> dict[str, Any]:
+    """Queue runs k0, k1, ... on a full limit, printing each one once committed; then open a
+    transaction, queue one more under the limit's lock and park there until killed."""
+    from django.db import transaction
+
+    from limits import services
+
+    for i in range(params["count"]):
+        got = services.acquire(params["limit"], run_id=f"k{i}", request=f"k{i}:0", label=f"order-{i}")
+        print(json.dumps({"committed": f"k{i}", "state": got.state}), flush=True)
+    with transaction.atomic():
+        services.acquire(params["limit"], run_id="uncommitted", request="uncommitted:0")
+        print(json.dumps({"parked": True}), flush=True)
+        time.sleep(600)
+    return {"parked": False}
+
+
+def reader(params: dict[str, Any]) -> dict[str, Any]:
+    """A fresh process after the kill: the queue as it finds it, then one more run joins it and
+    the holder's slot is released, which must reserve the head of the queue."""
+    from limits import services
+    from limits.models import Limit, QueueEntry, Slot
+
+    limit = Limit.objects.get(name=params["limit"])
+    entries = list(
+        QueueEntry.objects.filter(limit=limit, state="waiting").order_by("position").values_list("run_id", "label")
+    )
+    counters = [limit.busy_count, limit.reserved_count, limit.waiting_count]
+    joined = services.acquire(params["limit"], run_id="after", request="after:0").state
+    holder = Slot.objects.get(limit=limit, state="busy")
+    services.release(holder.id)
+    reserved = list(Slot.objects.filter(limit=limit, state="reserved").values_list("run_id", flat=True))
+    return {"queue": entries, "counters": counters, "joined": joined, "reserved": reserved}
+
+
+ROLES = {"client": client, "sweeper": sweeper, "monitor": monitor, "enqueuer": enqueuer, "reader": reader}
+
+if __name__ == "__main__":
+    main()
