@@ -32,7 +32,7 @@ QUEUE_PER_PAGE = 50
 ACTIVITY_SIZE = 20
 LIMIT_CHANGED_EVENT = "limit-changed"
 
-RELEASED = "Released {slot}. Its capacity went to the head of the queue at once."
+RELEASED = "Released {slot}. If runs were waiting, the first one now has it reserved."
 ALREADY_FREE = "{slot} is already free (released, taken back by max hold, or unknown): nothing changed."
 CAPACITY_SET = "Capacity is now {value} (declared {declared})."
 MAX_HOLD_SET = "Max hold is now {value} for slots granted from now on (declared {declared})."
