@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 from tests.bench.common import (
@@ -70,8 +72,10 @@ def main(argv: list[str]) -> int:
         print(REFUSE_BROKER, file=sys.stderr)
         return 2
     bench_url = bench_database_url(url)
-    configure_environment(bench_url)
+    var_dir = tempfile.mkdtemp(prefix="stackbone-bench-")
+    configure_environment(bench_url, var_dir)
     started = time.monotonic()
+    load_before = "/".join(f"{x:.1f}" for x in os.getloadavg())
     log(f"creating {bench_url.rsplit('/', 1)[-1]} and migrating")
     create_database(bench_url)
     try:
@@ -81,14 +85,17 @@ def main(argv: list[str]) -> int:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
         from tests.bench import report, scenarios
 
         rows = scenarios.run_all(args)
-        print(report.table(machine(bench_url), rows, args, time.monotonic() - started))
+        box = machine(bench_url) | {"load_before": load_before}
+        print(report.table(box, rows, args, time.monotonic() - started))
     finally:
         from django.db import connections
 
         connections.close_all()
+        shutil.rmtree(var_dir, ignore_errors=True)
         if args.keep_db:
             log(f"kept {bench_url}")
         else:

@@ -29,9 +29,11 @@ def bench_database_url(url: str) -> str:
     return urlunsplit(parts._replace(path=f"/{name}"))
 
 
-def configure_environment(database_url: str) -> None:
+def configure_environment(database_url: str, var_dir: str | None = None) -> None:
     """What every bench process (this one, its children, the Celery worker) runs with."""
     os.environ["DATABASE_URL"] = database_url
+    if var_dir is not None:
+        os.environ["STACKBONE_VAR_DIR"] = var_dir  # collected static files (DEBUG is off)
     os.environ["DJANGO_SETTINGS_MODULE"] = "studio.settings"
     os.environ["STACKBONE_WORKSPACE"] = "tests.bench.workspace"
     os.environ["STACKBONE_WORKFLOWS"] = "studio.workflows,tests.bench.workflows"
@@ -80,6 +82,7 @@ def machine(url: str) -> dict[str, str]:
         "synchronous_commit": str(sync),
         "fsync": str(fsync),
         "python": sys.version.split()[0],
+        "load": "/".join(f"{x:.1f}" for x in os.getloadavg()),
     }
 
 

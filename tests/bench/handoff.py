@@ -77,7 +77,9 @@ def measure(limit_name: str, handoffs: int, worker: Worker, warmup: int = 5) -> 
     Latencies are in ms, from the moment just before release() is called, on this host's clock
     (the worker runs on the same host): granted = the new slot's granted_at (stamped under the
     limit's lock in the releasing transaction), resumed = the hook step's finished_at (the run
-    confirmed its reservation in the worker), completed = the run's finished_at."""
+    confirmed its reservation in the worker), completed = the run's finished_at; woken = the run's
+    dispatched_at, stamped by the run layer's wake after the release committed, just before it
+    publishes the advance task."""
     from limits import services
     from limits.models import Limit, Slot
     from studio.models import Run, Step
@@ -98,7 +100,7 @@ def measure(limit_name: str, handoffs: int, worker: Worker, warmup: int = 5) -> 
         worker,
         timeout=300,
     )
-    granted, resumed, completed = [], [], []
+    granted, woken, resumed, completed = [], [], [], []
     holder = Slot.objects.get(limit=limit, state=Slot.State.BUSY)
     for number, run in enumerate(runs):
         from django.utils import timezone
@@ -111,10 +113,11 @@ def measure(limit_name: str, handoffs: int, worker: Worker, warmup: int = 5) -> 
         )
         holder = Slot.objects.get(limit=limit, run_id=run.id)
         hook = Step.objects.get(run_id=run.id, kind=Step.Kind.HOOK)
-        finished = Run.objects.values_list("finished_at", flat=True).get(id=run.id)
+        dispatched, finished = Run.objects.values_list("dispatched_at", "finished_at").get(id=run.id)
         if number < warmup:
             continue
         granted.append((holder.granted_at - t0).total_seconds() * 1000)
+        woken.append((dispatched - t0).total_seconds() * 1000)
         resumed.append((hook.finished_at - t0).total_seconds() * 1000)
         completed.append((finished - t0).total_seconds() * 1000)
-    return {"granted": granted, "resumed": resumed, "completed": completed}
+    return {"granted": granted, "woken": woken, "resumed": resumed, "completed": completed}

@@ -29,8 +29,11 @@ class Load:
     capacity: int = 4
 
 
-def run_load(load: Load) -> dict[str, Any]:
-    """One timed run: start the processes, let them set up, open the barrier, sum their cycles."""
+def repeat(load: Load, runs: int) -> dict[str, Any]:
+    """`runs` timed runs of a load with the same processes (started once, connected and warm):
+    median, min and max cycles/s. Each run opens the barrier, then sums the processes' cycles."""
+    if load.kind == "reference":
+        reset_semaphore(len(load.limits))
     ctx = multiprocessing.get_context("spawn")
     total = load.processes * len(load.limits)
     barrier = ctx.Barrier(total + 1)
@@ -39,44 +42,41 @@ def run_load(load: Load) -> dict[str, Any]:
     children = [
         ctx.Process(
             target=target,
-            args=(index, load.limits[index % len(load.limits)], index % len(load.limits) + 1, load, barrier, results),
+            args=(
+                index,
+                load.limits[index % len(load.limits)],
+                index % len(load.limits) + 1,
+                load,
+                runs,
+                barrier,
+                results,
+            ),
         )
         for index in range(total)
     ]
     for child in children:
         child.start()
-    barrier.wait(timeout=120)  # every child is connected and warm
-    started = time.monotonic()
-    outcomes = [results.get(timeout=load.seconds + 120) for _ in children]
-    elapsed = time.monotonic() - started
-    for child in children:
-        child.join(timeout=30)
-    errors = [o["error"] for o in outcomes if "error" in o]
-    if errors:
-        raise RuntimeError(f"a {load.kind} process failed: {errors[0]}")
-    cycles = sum(o["cycles"] for o in outcomes)
-    return {
-        "cycles": cycles,
-        "per_second": cycles / load.seconds,
-        "elapsed": elapsed,
-        "queued": sum(o.get("queued", 0) for o in outcomes),
-        "retries": sum(o.get("retries", 0) for o in outcomes),
-        "wakes": sum(o.get("wakes", 0) for o in outcomes),
-    }
-
-
-def repeat(load: Load, runs: int) -> dict[str, Any]:
-    """`runs` timed runs of a load: median, min and max cycles/s."""
     figures = []
-    for number in range(runs):
-        if load.kind == "reference":
-            reset_semaphore(len(load.limits))
-        result = run_load(load)
-        figures.append(result["per_second"])
-        log(
-            f"  {load.kind} x{len(load.limits)} limit(s), {load.processes} proc each, run {number + 1}: "
-            f"{result['per_second']:.0f} cycles/s (queued {result['queued']}, retries {result['retries']})"
-        )
+    try:
+        for number in range(runs):
+            barrier.wait(timeout=180)  # every child is connected and warm, and done with the last run
+            outcomes = [results.get(timeout=load.seconds + 180) for _ in children]
+            errors = [o["error"] for o in outcomes if "error" in o]
+            if errors:
+                raise RuntimeError(f"a {load.kind} process failed: {errors[0]}")
+            cycles = sum(o["cycles"] for o in outcomes)
+            figures.append(cycles / load.seconds)
+            log(
+                f"  {load.kind} x{len(load.limits)} limit(s), {load.processes} proc each, run {number + 1}: "
+                f"{figures[-1]:.0f} cycles/s (queued {sum(o.get('queued', 0) for o in outcomes)}, "
+                f"waited {sum(o.get('wait_s', 0.0) for o in outcomes):.1f} process-s, "
+                f"retries {sum(o.get('retries', 0) for o in outcomes)})"
+            )
+    finally:
+        for child in children:
+            child.join(timeout=30)
+            if child.is_alive():
+                child.kill()
     return {"median": median(figures), "min": min(figures), "max": max(figures), "runs": figures}
 
 
@@ -99,7 +99,7 @@ def reset_semaphore(rows: int) -> None:
             conn.execute(f"INSERT INTO {SEMAPHORE_TABLE} (id, busy) VALUES (%s, 0)", [row])
 
 
-def _reference_child(index: int, limit: str, row: int, load: Load, barrier: Any, results: Any) -> None:
+def _reference_child(index: int, limit: str, row: int, load: Load, runs: int, barrier: Any, results: Any) -> None:
     """The bare semaphore: two autocommit UPDATEs on one hot row per cycle, each a durable commit;
     a process that finds the row full retries at once."""
     import psycopg
@@ -108,19 +108,20 @@ def _reference_child(index: int, limit: str, row: int, load: Load, barrier: Any,
         conn = psycopg.connect(psycopg_dsn(os.environ["DATABASE_URL"]), autocommit=True)
         take = f"UPDATE {SEMAPHORE_TABLE} SET busy = busy + 1 WHERE id = %s AND busy < %s"
         give = f"UPDATE {SEMAPHORE_TABLE} SET busy = busy - 1 WHERE id = %s"
-        cycles = retries = 0
-        barrier.wait(timeout=120)
-        deadline = time.monotonic() + load.seconds
-        with conn.cursor() as cur:
-            while time.monotonic() < deadline:
-                cur.execute(take, [row, load.capacity], prepare=True)
-                if cur.rowcount == 0:
-                    retries += 1
-                    continue
-                cur.execute(give, [row], prepare=True)
-                cycles += 1
+        for _ in range(runs):
+            cycles = retries = 0
+            barrier.wait(timeout=180)
+            deadline = time.monotonic() + load.seconds
+            with conn.cursor() as cur:
+                while time.monotonic() < deadline:
+                    cur.execute(take, [row, load.capacity], prepare=True)
+                    if cur.rowcount == 0:
+                        retries += 1
+                        continue
+                    cur.execute(give, [row], prepare=True)
+                    cycles += 1
+            results.put({"cycles": cycles, "retries": retries})
         conn.close()
-        results.put({"cycles": cycles, "retries": retries})
     except Exception as error:  # noqa: BLE001 - reported to the parent
         results.put({"error": repr(error)})
 
@@ -128,7 +129,7 @@ def _reference_child(index: int, limit: str, row: int, load: Load, barrier: Any,
 # --- the engine ----------------------------------------------------------------------------------
 
 
-def _engine_child(index: int, limit: str, row: int, load: Load, barrier: Any, results: Any) -> None:
+def _engine_child(index: int, limit: str, row: int, load: Load, runs: int, barrier: Any, results: Any) -> None:
     """The engine, the way runs use it: acquire (a busy slot at once, or join the queue); a queued
     request waits to be woken and calls acquire again with the same request, which confirms the
     reservation; then release. Waking is LISTEN/NOTIFY: every process listens on its own channel
@@ -155,32 +156,33 @@ def _engine_child(index: int, limit: str, row: int, load: Load, barrier: Any, re
 
         runs_woken.connect(announce, weak=False, dispatch_uid="bench-announce")
         connection.ensure_connection()
-        cycles = queued = wakes = 0
         number = 0
-        barrier.wait(timeout=120)
-        deadline = time.monotonic() + load.seconds
-        while True:
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            number += 1
-            request = f"{run_id}:{number}"
-            got = services.acquire(limit, run_id=run_id, request=request)
-            if got.state == "waiting":
-                queued += 1
-                while got.state == "waiting":
-                    # Collect the notifications first, then query (psycopg: no query inside the
-                    # notifies() loop). A stale one only costs one extra acquire call.
-                    list(side.notifies(timeout=WAKE_TIMEOUT, stop_after=1))
-                    wakes += 1
-                    got = services.acquire(limit, run_id=run_id, request=request)
-            if got.state != "busy":
-                raise RuntimeError(f"acquire ended {got.state}")
-            services.release(got.slot_id)  # type: ignore[arg-type]
-            if time.monotonic() < deadline:
-                cycles += 1
+        for _ in range(runs):
+            cycles = queued = wakes = 0
+            wait_s = 0.0
+            barrier.wait(timeout=180)
+            deadline = time.monotonic() + load.seconds
+            while time.monotonic() < deadline:
+                number += 1
+                request = f"{run_id}:{number}"
+                got = services.acquire(limit, run_id=run_id, request=request)
+                if got.state == "waiting":
+                    queued += 1
+                    waited = time.monotonic()
+                    while got.state == "waiting":
+                        # Collect the notifications first, then query (psycopg: no query inside
+                        # the notifies() loop). A stale one only costs one extra acquire call.
+                        list(side.notifies(timeout=WAKE_TIMEOUT, stop_after=1))
+                        wakes += 1
+                        got = services.acquire(limit, run_id=run_id, request=request)
+                    wait_s += time.monotonic() - waited
+                if got.state != "busy":
+                    raise RuntimeError(f"acquire ended {got.state}")
+                services.release(got.slot_id)  # type: ignore[arg-type]
+                if time.monotonic() < deadline:
+                    cycles += 1
+            results.put({"cycles": cycles, "queued": queued, "wakes": wakes, "wait_s": wait_s})
         side.close()
-        results.put({"cycles": cycles, "queued": queued, "wakes": wakes})
     except Exception as error:  # noqa: BLE001 - reported to the parent
         import traceback
 

@@ -31,7 +31,8 @@ def table(machine: dict[str, str], rows: list[Row], args: argparse.Namespace, se
         f"Machine: {machine['cores']} cores, PostgreSQL {machine['postgres']} "
         f"(synchronous_commit={machine['synchronous_commit']}, fsync={machine['fsync']}), "
         f"Python {machine['python']}; run: {mode}, {args.runs} run(s) of {args.seconds:g} s, "
-        f"{args.handoffs} hand-offs, row scale {args.scale:g}; took {seconds:.0f} s."
+        f"{args.handoffs} hand-offs, row scale {args.scale:g}; took {seconds:.0f} s; load average "
+        f"(1/5/15 min) {machine['load_before']} before, {machine['load']} after."
     )
     lines = [
         head,

@@ -23,78 +23,52 @@ def prepare(rows: int) -> int:
     return limit
 
 
-def big_pass(rows: int) -> dict[str, Any]:
-    """One services.sweep() in this process: its seconds, the part before the commit (the locked
-    section) and after (waking the runs: one UPDATE, one Celery message per run), and the queries."""
-    from django.db import connection
-
-    from limits import services
-    from limits.signals import runs_woken
-    from studio.apps import _wake_runs
-    from tests.bench.handoff import purge_broker
-
-    limit = prepare(rows)
-    committed: list[float] = []
-
-    def stamp(sender: object, run_ids: list[str], **kwargs: object) -> None:
-        committed.append(time.perf_counter())
-
-    # The stamp must run before the run layer's wake: reconnect the wake after it.
-    runs_woken.disconnect(dispatch_uid="studio-wake-runs")
-    runs_woken.connect(stamp, weak=False, dispatch_uid="bench-stamp")
-    runs_woken.connect(_wake_runs, dispatch_uid="studio-wake-runs")
-    queries = [0]
-
-    def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        queries[0] += 1
-        return execute(sql, params, many, context)
-
-    purge_broker()
-    try:
-        with connection.execute_wrapper(count):
-            started = time.perf_counter()
-            report = services.sweep()
-            ended = time.perf_counter()
-    finally:
-        runs_woken.disconnect(dispatch_uid="bench-stamp")
-    purge_broker()  # the 100,000 advance tasks: no worker runs them
-    seconds = ended - started
-    locked = (committed[0] - started) if committed else seconds
-    data.clear(limit, tag=TAG)
-    return {
-        "seconds": seconds,
-        "locked": locked,
-        "wake": seconds - locked,
-        "queries": queries[0],
-        "expired": report.expired,
-        "granted": report.granted,
-    }
-
-
 def worker_pass(rows: int, worker: Any) -> dict[str, Any]:
-    """The same pass as the Celery task `limits.tasks.sweep` in the worker (as beat runs it): the
-    worker's own task time (from its log) and its peak RSS. The worker is stopped right after, so
-    it never runs the advance tasks the pass dispatched; they are purged."""
+    """One pass as the Celery task `limits.tasks.sweep` in the worker, as beat runs it. Its time is
+    the worker's own ("succeeded in N s"), split from the rows: the locked section starts when the
+    expired slots were stamped (freed_at, read under the lock) and the wake after commit when the
+    first woken run was stamped (dispatched_at); the wake publishes one Celery message per run.
+    The worker is stopped right after (its peak RSS read first), so it never runs the advance
+    tasks the pass dispatched; they are purged."""
+    from django.db.models import Max, Min
+
+    from limits.models import Slot
     from limits.tasks import sweep
+    from studio.models import Run
     from tests.bench.handoff import purge_broker, wait_for
 
     limit = prepare(rows)
     purge_broker()
     seen = len(worker.lines)
+    sent = time.monotonic()
     sweep.delay()
-    wait_for(
-        lambda: any("limits.tasks.sweep" in line and "succeeded in" in line for line in worker.lines[seen:]),
-        "the sweep task in the worker",
-        worker,
-        timeout=600,
-    )
+
+    def finished() -> str | None:
+        return next((x for x in worker.lines[seen:] if "limits.tasks.sweep" in x and "succeeded in" in x), None)
+
+    wait_for(lambda: finished() is not None, "the sweep task in the worker", worker, timeout=900)
+    observed = time.monotonic() - sent
     peak = worker.peak_rss_mb()
     worker.stop()
     purge_broker()
-    line = next(line for line in worker.lines[seen:] if "limits.tasks.sweep" in line and "succeeded in" in line)
-    task_seconds = float(line.split("succeeded in ")[1].split("s")[0])
+    task_seconds = float(str(finished()).split("succeeded in ")[1].split("s")[0])
+    locked_at = Slot.objects.filter(limit_id=limit, state=Slot.State.EXPIRED).aggregate(at=Min("freed_at"))["at"]
+    woken = Run.objects.filter(id__startswith=f"run_{TAG}_w", suspended=False).aggregate(
+        first=Min("dispatched_at"), last=Max("dispatched_at")
+    )
+    granted = Slot.objects.filter(limit_id=limit, state=Slot.State.RESERVED).count()
+    expired = Slot.objects.filter(limit_id=limit, state=Slot.State.EXPIRED).count()
     data.clear(limit, tag=TAG)
-    return {"seconds": task_seconds, "peak_rss_mb": peak}
+    to_commit = (woken["first"] - locked_at).total_seconds() if woken["first"] and locked_at else float("nan")
+    return {
+        "seconds": task_seconds,
+        "observed": observed,
+        "locked": to_commit,
+        "wake": task_seconds - to_commit,
+        "expired": expired,
+        "granted": granted,
+        "peak_rss_mb": peak,
+    }
 
 
 def idle(times: int = 20) -> dict[str, Any]:

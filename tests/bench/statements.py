@@ -1,0 +1,116 @@
+"""The statements one engine operation sends, and how many of them run while the limit's row is
+locked (from its SELECT ... FOR UPDATE to COMMIT): round trips do not depend on the machine's
+load, so they explain the hot-limit figure when the timings are noisy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def _count(operation: Callable[[], Any]) -> tuple[Any, int, int]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        result = operation()
+    sqls = [q["sql"] for q in captured.captured_queries]
+    locked, under = False, 0
+    for sql in sqls:
+        if "FOR UPDATE" in sql:
+            locked = True
+        if locked:
+            under += 1
+        if sql.startswith("COMMIT"):
+            locked = False
+    return result, len(sqls), under
+
+
+def per_operation(limit: str, capacity: int) -> dict[str, tuple[int, int]]:
+    """(statements, under the lock) for: an acquire granted at once and its release; a queued
+    acquire, the release that hands the slot over, and the woken run's confirming acquire.
+    Leaves the limit empty."""
+    from limits import services
+
+    figures: dict[str, tuple[int, int]] = {}
+    got, total, under = _count(lambda: services.acquire(limit, run_id="stmt-a", request="stmt-a:1"))
+    figures["acquire, granted at once"] = (total, under)
+    _, total, under = _count(lambda: services.release(got.slot_id))
+    figures["release, nobody waiting"] = (total, under)
+    holders = [services.acquire(limit, run_id=f"stmt-h{n}", request=f"stmt-h{n}:1") for n in range(capacity)]
+    _, total, under = _count(lambda: services.acquire(limit, run_id="stmt-w", request="stmt-w:1"))
+    figures["acquire, queued"] = (total, under)
+    _, total, under = _count(lambda: services.release(holders[0].slot_id))
+    figures["release, handing the slot over"] = (total, under)
+    mine, total, under = _count(lambda: services.acquire(limit, run_id="stmt-w", request="stmt-w:1"))
+    figures["acquire again by the woken run (confirm)"] = (total, under)
+    for slot_id in [h.slot_id for h in holders[1:]] + [mine.slot_id]:
+        services.release(slot_id)
+    return figures
+
+
+def summary(figures: dict[str, tuple[int, int]]) -> str:
+    return "; ".join(f"{name}: {total} ({under} under lock)" for name, (total, under) in figures.items())
+
+
+def lock_hold(limit: str, cycles: int = 200) -> dict[str, float]:
+    """Uncontended, in this process: the median time a cycle (acquire granted at once + release)
+    takes, and how long of it the limit's row stays locked (from sending its SELECT ... FOR UPDATE
+    to the end of COMMIT). Under contention the lock is the queue every process waits in, so
+    1000 / locked ms bounds the cycles/s of one limit, whatever the number of processes."""
+    import time
+
+    from django.db import connection
+
+    from limits import services
+    from tests.bench.common import median
+
+    state: dict[str, float | None] = {"since": None}
+
+    def timed(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            if "FOR UPDATE" in sql and state["since"] is None:
+                state["since"] = started
+
+    totals, locked = [], []
+    for number in range(cycles):
+        started = time.perf_counter()
+        held = 0.0
+        for op in ("acquire", "release"):
+            state["since"] = None
+            with connection.execute_wrapper(timed):
+                if op == "acquire":
+                    got = services.acquire(limit, run_id="hold", request=f"hold:{number}")
+                else:
+                    services.release(got.slot_id)  # type: ignore[arg-type]
+            # COMMIT is sent by the connection, not through execute(): the operation returned
+            # right after it, so the span ends now.
+            if state["since"] is not None:
+                held += time.perf_counter() - state["since"]
+        totals.append((time.perf_counter() - started) * 1000)
+        locked.append(held * 1000)
+    return {"cycle_ms": median(totals), "locked_ms": median(locked)}
+
+
+def reference_cycle_ms(cycles: int = 500) -> float:
+    """The bare semaphore's cycle, uncontended: two autocommit UPDATEs (each holds the row lock
+    for its own statement and commit)."""
+    import os
+    import time
+
+    import psycopg
+
+    from tests.bench.common import median, psycopg_dsn
+    from tests.bench.load import SEMAPHORE_TABLE
+
+    durations = []
+    with psycopg.connect(psycopg_dsn(os.environ["DATABASE_URL"]), autocommit=True) as conn, conn.cursor() as cur:
+        for _ in range(cycles):
+            started = time.perf_counter()
+            cur.execute(f"UPDATE {SEMAPHORE_TABLE} SET busy = busy + 1 WHERE id = 1 AND busy < 4", prepare=True)
+            cur.execute(f"UPDATE {SEMAPHORE_TABLE} SET busy = busy - 1 WHERE id = 1", prepare=True)
+            durations.append((time.perf_counter() - started) * 1000)
+    return median(durations)
