@@ -53,6 +53,8 @@ def busy_limits(transactional_db) -> None:  # type: ignore[no-untyped-def]
 def sign_in(page: Page, base: str, next_path: str = "/studio/limits/") -> None:
     page.goto(base + next_path)
     expect(page).to_have_url(re.compile(r"/accounts/login/"))
+    SCREENSHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "login.png"))
     page.get_by_label("Username").fill("ada")
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Sign in").click()
