@@ -8,6 +8,8 @@ WAIT_STEP_PREFIX = "Esperando hueco · "
 
 
 def get_run(run_id: str) -> Run | None:
+    if "\x00" in run_id:
+        return None  # no run has that id, and PostgreSQL cannot even compare it
     return Run.objects.filter(id=run_id).first()
 
 

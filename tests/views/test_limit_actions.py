@@ -71,8 +71,11 @@ def test_releasing_an_unknown_slot_says_already_free(busy_limit, operator_client
     assert _snapshot(busy_limit) == before
 
 
-def test_a_release_without_a_slot_is_a_bad_request(busy_limit, operator_client, htmx) -> None:  # type: ignore[no-untyped-def]
-    assert operator_client.post("/studio/limits/voice-calls/release/", {}, headers=htmx).status_code == 400
+@pytest.mark.parametrize("data", [{}, {"slot": ""}, {"slot": "slot_\x00"}, {"slot": "x" * 41}])
+def test_a_release_without_a_proper_slot_is_a_bad_request(busy_limit, operator_client, htmx, data) -> None:  # type: ignore[no-untyped-def]
+    before = _snapshot(busy_limit)
+    assert operator_client.post("/studio/limits/voice-calls/release/", data, headers=htmx).status_code == 400
+    assert _snapshot(busy_limit) == before
 
 
 def test_releasing_a_reservation_sends_its_run_to_the_end_of_the_queue(busy_limit, operator_client, htmx) -> None:  # type: ignore[no-untyped-def]
