@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STACKBONE_VAR_DIR", BASE_DIR / "var"))
@@ -72,7 +73,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "studio.middleware.RejectNulCharactersMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -141,9 +144,30 @@ STORAGES = {
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/studio/limits/"
 
+# --- Security (README "Security") ---------------------------------------------------------------
+# Content-Security-Policy on every response, in development too, so tests and browsers see what
+# production sends: only our own scripts, styles and images; no inline script or style, no eval
+# (htmx runs with allowEval off), no framing, forms post only to us.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "frame-ancestors": [CSP.NONE],
+    "form-action": [CSP.SELF],
+}
+# Sign-in throttling (studio.throttle): this many failed attempts for one username, or from one
+# address, within the window lock that username or address out until the window has passed.
+STACKBONE_LOGIN_MAX_FAILURES = int(os.environ.get("STACKBONE_LOGIN_MAX_FAILURES", "5"))
+STACKBONE_LOGIN_WINDOW_SECONDS = int(os.environ.get("STACKBONE_LOGIN_WINDOW_SECONDS", str(15 * 60)))
+
 # --- Celery ---------------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL == "filesystem://":
+    CELERY_BROKER_TRANSPORT = "studio.broker:Transport"  # kombu's filesystem transport, multi-process safe
     _broker_dir = VAR_DIR / "broker"
     for _sub in ("out", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)

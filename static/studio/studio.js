@@ -46,6 +46,16 @@
     if (event.detail.successful) hideConnectionProblem();
   });
 
+  // Live regions (data-poll-while-visible) poll every few seconds and on visibilitychange, but
+  // only while the tab is visible. Decided here rather than in an hx-trigger filter, because
+  // htmx evaluates filters with Function(), which the Content-Security-Policy forbids.
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    const elt = event.detail.elt;
+    if (document.visibilityState !== "visible" && elt && elt.hasAttribute && elt.hasAttribute("data-poll-while-visible")) {
+      event.preventDefault();
+    }
+  });
+
   document.addEventListener("click", function (event) {
     const button = event.target.closest("[data-dismiss]");
     if (button && button.parentElement.classList.contains("flash")) button.parentElement.remove();
