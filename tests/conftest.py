@@ -69,10 +69,9 @@ def use_broker(url: str, *, eager: bool) -> None:
     # settings have read it already (settings.CELERY_BROKER_URL), so let the configuration rule.
     os.environ.pop("CELERY_BROKER_URL", None)
 
-    if app.conf.broker_url == url and app.conf.task_always_eager == eager:
-        return
     app.conf.task_always_eager = eager
     app.conf.broker_url = url
+    app.conf.broker_transport = getattr(settings, "CELERY_BROKER_TRANSPORT", None) if url == "filesystem://" else None
     pools.reset()
     app._pool = None
     app.amqp._producer_pool = None
