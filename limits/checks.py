@@ -15,6 +15,19 @@ def check_workspace(app_configs: object = None, **kwargs: object) -> list[Error]
     return []
 
 
+@register()
+def check_history_retention(app_configs: object = None, **kwargs: object) -> list[Error]:
+    from django.conf import settings
+
+    from limits.durations import DurationError, parse_duration
+
+    try:
+        parse_duration(settings.STACKBONE_HISTORY_RETENTION, maximum=None)
+    except DurationError as error:
+        return [Error(f"STACKBONE_HISTORY_RETENTION {error}", id="limits.E002")]
+    return []
+
+
 def refuse_to_start_with_a_bad_workspace(**kwargs: object) -> None:
     """Connected to Celery's worker_init: a worker does not start on a bad workspace."""
     errors = check_workspace()

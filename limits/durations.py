@@ -6,7 +6,7 @@ import re
 
 MS_PER_UNIT = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 MAX_DURATION_MS = 30 * MS_PER_UNIT["d"]
-_DURATION_RE = re.compile(r"(\d{1,12})(ms|s|m|h|d)")
+_DURATION_RE = re.compile(r"([0-9]{1,12})(ms|s|m|h|d)")  # ASCII digits only: '٣m' is not a duration
 
 DURATION_HELP = (
     "a duration such as '500ms', '90s', '45m', '2h', '30d' or a whole number of milliseconds, "
@@ -18,8 +18,9 @@ class DurationError(ValueError):
     pass
 
 
-def parse_duration(value: object) -> int:
-    """Return `value` in milliseconds, or raise DurationError saying what is allowed."""
+def parse_duration(value: object, *, maximum: int | None = MAX_DURATION_MS) -> int:
+    """Return `value` in milliseconds, or raise DurationError saying what is allowed. `maximum`
+    None lifts the 30-day cap (for settings such as the history retention)."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise DurationError(f"must be {DURATION_HELP}")
     if isinstance(value, str):
@@ -31,7 +32,7 @@ def parse_duration(value: object) -> int:
         ms = value
     if ms <= 0:
         raise DurationError(f"must be more than 0 ({DURATION_HELP})")
-    if ms > MAX_DURATION_MS:
+    if maximum is not None and ms > maximum:
         raise DurationError(f"must be at most 30 days ({DURATION_HELP})")
     return ms
 

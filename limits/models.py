@@ -14,6 +14,18 @@ RUN_ID_MAX_LENGTH = 64
 REQUEST_MAX_LENGTH = 128
 
 
+def is_storable_text(value: object) -> bool:
+    """A string every database backend can store and compare: PostgreSQL refuses NUL characters,
+    and no backend can encode a lone surrogate (what a non-UTF-8 command-line argument becomes)."""
+    if not isinstance(value, str) or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def new_slot_id() -> str:
     """Slot ids travel to outside providers and come back in webhooks: opaque and unguessable."""
     return "slot_" + secrets.token_urlsafe(18)
@@ -126,6 +138,7 @@ class QueueEntry(models.Model):
             models.Index(fields=["deadline"], condition=Q(state="waiting"), name="queue_waiting_deadline"),
             models.Index(fields=["run_id"], condition=Q(state="waiting"), name="queue_waiting_run"),
             models.Index(fields=["request"], name="queue_request"),
+            models.Index(fields=["finished_at"], condition=~Q(state="waiting"), name="queue_history_age"),
         ]
 
     def __str__(self) -> str:
@@ -152,9 +165,7 @@ class Slot(models.Model):
     request = models.CharField(max_length=REQUEST_MAX_LENGTH)
     label = models.CharField(max_length=LABEL_MAX_LENGTH, blank=True, default="")
     state = models.CharField(max_length=16, choices=State.choices)
-    queue_entry = models.OneToOneField(
-        QueueEntry, null=True, blank=True, on_delete=models.PROTECT, related_name="slot"
-    )
+    queue_entry = models.OneToOneField(QueueEntry, null=True, blank=True, on_delete=models.PROTECT, related_name="slot")
     granted_at = models.DateTimeField()
     reserved_until = models.DateTimeField(null=True, blank=True)
     confirmed_at = models.DateTimeField(null=True, blank=True)
@@ -181,6 +192,7 @@ class Slot(models.Model):
             models.Index(fields=["reserved_until"], condition=Q(state="reserved"), name="slot_reservation_expiry"),
             models.Index(fields=["run_id"], condition=Q(state__in=LIVE_SLOT_STATES), name="slot_live_by_run"),
             models.Index(fields=["request"], name="slot_request"),
+            models.Index(fields=["freed_at"], condition=Q(freed_at__isnull=False), name="slot_history_age"),
         ]
 
     def __str__(self) -> str:

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
@@ -39,21 +40,23 @@ from limits.models import (
     QueueEntry,
     Slot,
     SweepState,
+    is_storable_text,
 )
 from limits.signals import runs_woken
 
 RESERVATION_MS = 2 * 60 * 1000
 DEFAULT_TIMEOUT_MS = 24 * 60 * 60 * 1000
 GRANT_BATCH = 5_000
+HISTORY_BATCH = 5_000
 SYSTEM_ACTOR = "system"
 SWEEP_ACTOR = "sweep"
 DEPLOY_ACTOR = "deploy"
 
 UNKNOWN_LIMIT = "unknown limit {name!r}"
 UNDECLARED_LIMIT = "limit {name!r} is no longer declared in the workspace, so it cannot be acquired"
-BAD_LABEL = f"label must be a string of at most {LABEL_MAX_LENGTH} characters"
-BAD_RUN_ID = f"run id must be a non-empty string of at most {RUN_ID_MAX_LENGTH} characters"
-BAD_REQUEST = f"request must be a non-empty string of at most {REQUEST_MAX_LENGTH} characters"
+BAD_LABEL = f"label must be a string of at most {LABEL_MAX_LENGTH} characters (no NUL characters)"
+BAD_RUN_ID = f"run id must be a non-empty string of at most {RUN_ID_MAX_LENGTH} characters (no NUL characters)"
+BAD_REQUEST = f"request must be a non-empty string of at most {REQUEST_MAX_LENGTH} characters (no NUL characters)"
 BAD_CAPACITY = "capacity {error}"
 BAD_MAX_HOLD = "max hold {error}"
 BAD_TIMEOUT = "timeout {error}"
@@ -88,9 +91,10 @@ class SweepReport:
     lapsed: int = 0
     timed_out: int = 0
     granted: int = 0
+    purged: int = 0
 
     def found_work(self) -> bool:
-        return bool(self.expired or self.lapsed or self.timed_out or self.granted)
+        return bool(self.expired or self.lapsed or self.timed_out or self.granted or self.purged)
 
 
 @dataclass(slots=True)
@@ -135,7 +139,7 @@ def acquire(
     """
     _check_run_id(run_id)
     request = request or uuid.uuid4().hex
-    if not isinstance(request, str) or len(request) > REQUEST_MAX_LENGTH:
+    if not is_storable_text(request) or len(request) > REQUEST_MAX_LENGTH:
         raise LimitsError(BAD_REQUEST, field="request")
     label = _check_label(label)
     timeout_ms = DEFAULT_TIMEOUT_MS if timeout is None else _parse(timeout, BAD_TIMEOUT, "timeout")
@@ -351,7 +355,9 @@ def sweep() -> SweepReport:
        d. grant the free capacity to the head of the queue.
     Every step re-reads its rows under the lock, so a second sweep running at once finds them
     already done and changes nothing.
-    3. Record when it ran (limits.models.SweepState), for /healthz.
+    3. Delete history older than STACKBONE_HISTORY_RETENTION (default 7 days): freed slots and
+       finished queue entries, a bounded batch of each per pass.
+    4. Record when it ran (limits.models.SweepState), for /healthz.
     """
     now, report = timezone.now(), SweepReport()
     limit_ids = set(
@@ -399,12 +405,32 @@ def sweep() -> SweepReport:
         report.lapsed += changes.lapsed
         report.timed_out += changes.timed_out
         report.granted += changes.granted
+    report.purged = _purge_history(now - timedelta(milliseconds=history_retention_ms()))
     if not SweepState.objects.filter(id=1).update(last_run_at=now, last_report=asdict(report)):
         SweepState.objects.get_or_create(id=1, defaults={"last_run_at": now, "last_report": asdict(report)})
     return report
 
 
 # --- the locked sections ------------------------------------------------------------------------
+
+
+def history_retention_ms() -> int:
+    """settings.STACKBONE_HISTORY_RETENTION in ms (checked at start by limits.checks)."""
+    return parse_duration(settings.STACKBONE_HISTORY_RETENTION, maximum=None)
+
+
+def _purge_history(cutoff: datetime) -> int:
+    """Delete up to HISTORY_BATCH freed slots and finished queue entries older than `cutoff`.
+    Slots go first: an entry is kept while a slot granted from it remains. History rows never
+    change, so this needs no lock, and two sweeps at once delete each row once."""
+    slot_ids = list(Slot.objects.filter(freed_at__lt=cutoff).values_list("id", flat=True)[:HISTORY_BATCH])
+    if slot_ids:
+        Slot.objects.filter(id__in=slot_ids).delete()
+    entries = QueueEntry.objects.filter(finished_at__lt=cutoff, slot__isnull=True)
+    entry_ids = list(entries.values_list("id", flat=True)[:HISTORY_BATCH])
+    if entry_ids:
+        entries.filter(id__in=entry_ids).delete()
+    return len(slot_ids) + len(entry_ids)
 
 
 def _settle(limit: Limit, now: datetime, changes: _Changes) -> None:
@@ -534,6 +560,8 @@ def _previous_outcome(request: str) -> Acquisition | None:
 
 
 def _locked_limit(name: str) -> Limit:
+    if not is_storable_text(name):
+        raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
     try:
         return Limit.objects.select_for_update().get(name=name)
     except Limit.DoesNotExist:
@@ -543,6 +571,8 @@ def _locked_limit(name: str) -> Limit:
 def _locked_slot(slot_id: str) -> Slot | None:
     """Lock the slot's limit, then read the slot: every change of a slot happens under its
     limit's lock, so the state read here holds until commit."""
+    if not is_storable_text(slot_id):
+        return None  # no slot id holds a NUL or a lone surrogate; the database could not compare it
     limit_id = Slot.objects.filter(id=slot_id).values_list("limit_id", flat=True).first()
     if limit_id is None:
         return None
@@ -584,13 +614,13 @@ def _parse(value: object, message: str, field_name: str) -> int:
 def _check_label(label: object) -> str:
     if label is None:
         return ""
-    if not isinstance(label, str) or len(label) > LABEL_MAX_LENGTH:
+    if not is_storable_text(label) or len(label) > LABEL_MAX_LENGTH:
         raise LimitsError(BAD_LABEL, field="label")
     return label
 
 
 def _check_run_id(run_id: object) -> None:
-    if not isinstance(run_id, str) or not run_id or len(run_id) > RUN_ID_MAX_LENGTH:
+    if not is_storable_text(run_id) or not run_id or len(run_id) > RUN_ID_MAX_LENGTH:
         raise LimitsError(BAD_RUN_ID, field="run_id")
 
 

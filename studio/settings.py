@@ -195,6 +195,9 @@ CELERY_BEAT_SCHEDULE = {
 # --- Stackbone ------------------------------------------------------------------------------------
 STACKBONE_WORKSPACE = os.environ.get("STACKBONE_WORKSPACE", "studio.workspace")
 STACKBONE_WORKFLOWS = env_list("STACKBONE_WORKFLOWS", ["studio.workflows"])
+# How long freed slots and finished queue entries are kept as history (the sweep deletes older
+# ones in bounded batches): a duration like "7d" or "12h".
+STACKBONE_HISTORY_RETENTION = os.environ.get("STACKBONE_HISTORY_RETENTION", "7d")
 
 LOGGING = {
     "version": 1,

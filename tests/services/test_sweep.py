@@ -77,7 +77,52 @@ def test_an_idle_sweep_is_a_constant_number_of_queries(clock) -> None:  # type: 
     with CaptureQueriesContext(connection) as queries:
         report = sweep()
     assert not report.found_work()
-    assert len(queries) == 5  # four finds, and recording that the sweep ran
+    assert len(queries) == 7  # four finds, two history probes, and recording that the sweep ran
     from limits.models import SweepState
 
     assert SweepState.objects.get().last_run_at is not None
+
+
+def test_the_sweep_deletes_history_past_the_retention_in_bounded_batches(one, clock, settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from limits import services as engine
+    from limits.models import QueueEntry
+
+    settings.STACKBONE_HISTORY_RETENTION = "1h"
+    monkeypatch.setattr(engine, "HISTORY_BATCH", 2)
+    services.set_max_hold("one", "30d")
+    for run in ("a", "b", "c"):
+        services.release(acquire("one", run_id=run).slot_id)
+    live = acquire("one", run_id="live").slot_id
+    acquire("one", run_id="waiter")
+    clock.advance(minutes=30)
+    assert sweep().purged == 0
+    clock.advance(minutes=31)
+    assert sweep().purged == 2  # a batch of 2 freed slots
+    assert sweep().purged == 1
+    assert sweep().purged == 0
+    assert list(Slot.objects.values_list("id", flat=True)) == [live]
+    assert QueueEntry.objects.get().run_id == "waiter"  # a waiting entry is not history
+    assert_counters_match_rows("one")
+
+
+def test_history_younger_than_the_retention_is_kept(one, clock) -> None:  # type: ignore[no-untyped-def]
+    services.release(acquire("one", run_id="a").slot_id)
+    clock.advance(days=6, hours=23)
+    assert sweep().purged == 0
+    clock.advance(hours=2)
+    assert sweep().purged == 1
+
+
+def test_a_granted_entry_is_kept_while_its_slot_remains(one, clock, settings) -> None:  # type: ignore[no-untyped-def]
+    from limits.models import QueueEntry
+
+    settings.STACKBONE_HISTORY_RETENTION = "1h"
+    services.set_max_hold("one", "30d")
+    holder = acquire("one", run_id="a").slot_id
+    acquire("one", run_id="b", request="b:0")
+    services.release(holder)
+    acquire("one", run_id="b", request="b:0")  # b confirms; its entry is finished (granted)
+    clock.advance(hours=2)
+    sweep()
+    assert QueueEntry.objects.filter(run_id="b").exists()
+    assert Slot.objects.filter(run_id="b", state="busy").exists()
