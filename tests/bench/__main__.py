@@ -1,4 +1,4 @@
-"""python -m tests.bench [--quick] [--processes 32] [--only 1,2,...] [--keep-db]
+"""python -m tests.bench [--quick] [--processes 32] [--only 1,2,...] [--whole-wake] [--keep-db]
 
 Runs the benchmark scenarios against PostgreSQL + Redis (DATABASE_URL, CELERY_BROKER_URL) in a
 database of its own (<name>_bench, created, migrated and dropped), and prints one markdown table
@@ -50,6 +50,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="fraction of the row counts of scenarios 3 and 4 (default 1, quick 0.1)",
     )
     parser.add_argument("--only", default="1,2,3,4,5,6", help="comma-separated scenario numbers (default all)")
+    parser.add_argument(
+        "--whole-wake",
+        action="store_true",
+        help="in scenario 3, wait for the sweep to publish every wake instead of extrapolating it (minutes)",
+    )
     parser.add_argument(
         "--keep-db", action="store_true", help="keep the bench database afterwards (to EXPLAIN by hand)"
     )
