@@ -1,0 +1,485 @@
+"""Model-based test of the limits engine (issue 8, part 1).
+
+Hypothesis drives limits.services with random sequences of: acquire (several runs, two limits,
+with and without timeouts, and a limit that is unknown or undeclared), re-acquire with the same
+request (a woken run's replay, which confirms a reservation), confirm, release (own, repeated,
+unknown, and operators' releases of reserved slots), a run ending while it waits, is reserved
+or holds a busy slot, set/reset capacity, set/reset max hold, the clock moving (milliseconds to a
+day), the sweep, and a deploy (sync) with changed declared values or a limit left out.
+
+The pure-Python model in tests/model/reference.py runs beside it. After every step the engine
+must equal the model in everything it keeps: each limit's settings and counters (equal to the
+model's row counts), every slot and queue entry with its state and timestamps (so who holds,
+who is reserved and the queue order), the audit trail, the runs woken, and the return value of
+the step (what each acquire returned, released True/False, confirm, end_run count, the sweep's
+report).
+
+Bounded in the normal suite; set STACKBONE_HYPOTHESIS_EXAMPLES for a longer run (CI does on
+PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections import Counter
+from typing import Any
+
+import pytest
+import time_machine
+from django.test import TestCase
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
+
+from limits import services
+from limits.config import define_workspace
+from limits.durations import parse_duration
+from limits.models import AuditEvent, Limit, QueueEntry, Slot
+from limits.services import LimitsError
+from limits.signals import runs_woken
+from tests.conftest import START
+from tests.model.reference import MAcquisition, Model, ModelError, MSlot
+
+LIMITS = ("a", "b")
+TIMEOUTS = (None, None, 500, "30s", "2m", "1h")
+MAX_HOLDS = ("500ms", "90s", "45m", "2h", 60_000)
+CAPACITIES = (1, 1, 2, 3)
+CLOCK_STEPS_MS = (1, 500, 15_000, 60_000, 119_999, 120_000, 121_000, 45 * 60_000, 2 * 3_600_000, 24 * 3_600_000)
+OPERATOR = "user:op"
+SEEN: Counter[str] = Counter()
+
+
+def describe(outcome: Any) -> str:
+    """What a step amounted to, for Hypothesis's statistics (--hypothesis-show-statistics)."""
+    if isinstance(outcome, services.Acquisition):
+        return f"acquire: {outcome.state}"
+    if isinstance(outcome, services.SweepReport):
+        return "sweep: " + (
+            ", ".join(k for k in ("expired", "lapsed", "timed_out", "granted") if getattr(outcome, k)) or "idle"
+        )
+    if isinstance(outcome, LimitsError):
+        return f"refused: {outcome.field}"
+    return f"returned {outcome!r}"
+
+
+def quietly(call: Any, *args: Any, **kwargs: Any) -> None:
+    """Operator actions return the limit; what they did is compared through the rows."""
+    call(*args, **kwargs)
+
+
+class EngineAgainstModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        # The test's transaction wraps every example: start each one from empty tables.
+        Slot.objects.all().delete()
+        QueueEntry.objects.all().delete()
+        AuditEvent.objects.all().delete()
+        Limit.objects.all().delete()
+        self.traveller = time_machine.travel(START, tick=False)
+        self.clock = self.traveller.start()
+        self.model = Model()
+        self.runs = ["r1", "r2", "r3", "r4"]
+        self.next_run = 5
+        self.requests: list[tuple[str, str, str]] = []  # (request, limit, run) of every acquire
+        self.woken: list[str] = []
+        runs_woken.connect(self._on_woken, weak=False, dispatch_uid="model-woken")
+
+    def teardown(self) -> None:
+        runs_woken.disconnect(dispatch_uid="model-woken")
+        self.traveller.stop()
+
+    def _on_woken(self, sender: object, run_ids: list[str], **kwargs: object) -> None:
+        self.woken.extend(run_ids)
+
+    # --- running one step on both sides ----------------------------------------------------------
+
+    def now(self) -> dt.datetime:
+        return dt.datetime.now(dt.UTC)
+
+    def engine(self, call: Any) -> Any:
+        """Run one engine call, with its after-commit announcements, and return what it returned
+        (or the LimitsError it raised)."""
+        self.woken = []
+        with TestCase.captureOnCommitCallbacks(execute=True):
+            try:
+                return call()
+            except LimitsError as error:
+                return error
+
+    def modelled(self, call: Any) -> Any:
+        self.model.woken = []
+        try:
+            return call()
+        except ModelError as error:
+            return error
+
+    def compare(self) -> None:
+        """The engine's rows against the model's, slot ids matched by (request, queue position)."""
+        model = self.model
+        engine_limits = [
+            (
+                lim.name,
+                lim.declared,
+                lim.declared_capacity,
+                lim.declared_max_hold_ms,
+                lim.capacity_override,
+                lim.max_hold_override_ms,
+                lim.busy_count,
+                lim.reserved_count,
+                lim.waiting_count,
+                lim.next_position,
+            )
+            for lim in Limit.objects.order_by("name")
+        ]
+        model_limits = [
+            (
+                lim.name,
+                lim.declared,
+                lim.declared_capacity,
+                lim.declared_max_hold_ms,
+                lim.capacity_override,
+                lim.max_hold_override_ms,
+                len(model.live(lim.name, "busy")),
+                len(model.live(lim.name, "reserved")),
+                len(model.waiting(lim.name)),
+                lim.next_position,
+            )
+            for lim in sorted(model.limits.values(), key=lambda lim: lim.name)
+        ]
+        assert engine_limits == model_limits
+
+        engine_entries = sorted(
+            QueueEntry.objects.values_list(
+                "limit__name",
+                "position",
+                "run_id",
+                "request",
+                "label",
+                "state",
+                "enqueued_at",
+                "deadline",
+                "timeout_ms",
+                "finished_at",
+            )
+        )
+        model_entries = sorted(
+            (
+                e.limit,
+                e.position,
+                e.run_id,
+                e.request,
+                e.label,
+                e.state,
+                e.enqueued_at,
+                e.deadline,
+                e.timeout_ms,
+                e.finished_at,
+            )
+            for e in model.entries
+        )
+        assert engine_entries == model_entries
+
+        rows = {
+            (row["request"], row["queue_entry__position"]): row
+            for row in Slot.objects.values(
+                "id",
+                "limit__name",
+                "run_id",
+                "request",
+                "label",
+                "state",
+                "queue_entry__position",
+                "granted_at",
+                "reserved_until",
+                "confirmed_at",
+                "expires_at",
+                "freed_at",
+                "freed_by",
+            )
+        }
+        assert sorted(rows, key=repr) == sorted((slot.key for slot in model.slots), key=repr)
+        for slot in model.slots:
+            row = rows[slot.key]
+            if slot.engine_id is None:
+                slot.engine_id = row["id"]
+            assert row["id"] == slot.engine_id
+            engine_slot = (
+                row["limit__name"],
+                row["run_id"],
+                row["label"],
+                row["state"],
+                row["granted_at"],
+                row["reserved_until"],
+                row["confirmed_at"],
+                row["expires_at"],
+                row["freed_at"],
+                row["freed_by"],
+            )
+            model_slot = (
+                slot.limit,
+                slot.run_id,
+                slot.label,
+                slot.state,
+                slot.granted_at,
+                slot.reserved_until,
+                slot.confirmed_at,
+                slot.expires_at,
+                slot.freed_at,
+                slot.freed_by,
+            )
+            assert engine_slot == model_slot, slot.key
+
+        engine_audit = list(
+            AuditEvent.objects.order_by("id").values_list(
+                "action", "actor", "limit__name", "slot_id", "old_value", "new_value", "at"
+            )
+        )
+        model_audit = [
+            (action, actor, limit, slot.engine_id if slot else "", old, new, at)
+            for action, actor, limit, slot, old, new, at in model.audit
+        ]
+        assert engine_audit == model_audit
+        assert sorted(set(self.woken)) == sorted(set(model.woken))
+
+    def same_outcome(self, got: Any, expected: Any) -> None:
+        """An engine return value against the model's, after compare() matched the slot ids."""
+        if isinstance(expected, ModelError):
+            assert isinstance(got, LimitsError), got
+            assert got.field == expected.field
+        elif isinstance(expected, MAcquisition):
+            assert isinstance(got, services.Acquisition), got
+            slot_id = expected.slot.engine_id if expected.slot else None
+            assert (got.state, got.limit, got.request, got.slot_id, got.timeout_ms, got.deadline) == (
+                expected.state,
+                expected.limit,
+                expected.request,
+                slot_id,
+                expected.timeout_ms,
+                expected.deadline,
+            )
+        elif isinstance(got, services.SweepReport):
+            assert (got.limits, got.expired, got.lapsed, got.timed_out, got.granted) == (
+                expected.limits,
+                expected.expired,
+                expected.lapsed,
+                expected.timed_out,
+                expected.granted,
+            )
+        else:
+            assert got == expected
+
+    def step(self, engine_call: Any, model_call: Any) -> None:
+        got = self.engine(engine_call)
+        expected = self.modelled(model_call)
+        self.compare()
+        self.same_outcome(got, expected)
+        event(describe(got))
+        SEEN[describe(got)] += 1
+
+    def slot_by_id(self, slot_id: str | None) -> MSlot | None:
+        return next((slot for slot in self.model.slots if slot.engine_id == slot_id), None)
+
+    # --- the rules -------------------------------------------------------------------------------
+
+    @initialize(cap_a=st.sampled_from(CAPACITIES), cap_b=st.sampled_from(CAPACITIES), hold=st.sampled_from(MAX_HOLDS))
+    def declare(self, cap_a: int, cap_b: int, hold: str | int) -> None:
+        declared = {"a": (cap_a, parse_duration(hold)), "b": (cap_b, parse_duration("45m"))}
+        self.sync_to(declared)
+
+    def sync_to(self, declared: dict[str, tuple[int, int]]) -> None:
+        workspace = define_workspace(
+            limits={name: {"capacity": cap, "max_hold": hold} for name, (cap, hold) in declared.items()}
+        )
+        self.step(lambda: quietly(services.sync_workspace, workspace), lambda: self.model.sync(declared, self.now()))
+
+    @rule(
+        calls=st.lists(
+            st.tuples(
+                st.sampled_from((*LIMITS, *LIMITS, *LIMITS, *LIMITS, "nope")),
+                st.integers(0, 3),
+                st.sampled_from(TIMEOUTS),
+                st.booleans(),
+            ),
+            min_size=1,
+            max_size=3,
+        )
+    )
+    def acquire(self, calls: list[tuple[str, int, str | int | None, bool]]) -> None:
+        """New acquire calls, one to three in a row, by runs of the pool (a limit may be unknown,
+        or undeclared after a deploy)."""
+        for limit, run, timeout, labelled in calls:
+            run_id = self.runs[run]
+            request = f"{run_id}:{len(self.requests)}"
+            label = f"order-{len(self.requests)}" if labelled else None
+            self.requests.append((request, limit, run_id))
+            timeout_ms = None if timeout is None else parse_duration(timeout)
+            self.step(
+                lambda limit=limit, run_id=run_id, request=request, label=label, timeout=timeout: services.acquire(
+                    limit, run_id=run_id, request=request, label=label, timeout=timeout
+                ),
+                lambda limit=limit, run_id=run_id, request=request, label=label, timeout_ms=timeout_ms: (
+                    self.model.acquire(
+                        limit, run_id=run_id, request=request, label=label or "", timeout_ms=timeout_ms, now=self.now()
+                    )
+                ),
+            )
+
+    def replay_request(self, request: str, limit: str, run_id: str) -> None:
+        self.step(
+            lambda: services.acquire(limit, run_id=run_id, request=request),
+            lambda: self.model.acquire(
+                limit, run_id=run_id, request=request, label="", timeout_ms=None, now=self.now()
+            ),
+        )
+
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data())
+    def replay(self, data: st.DataObject) -> None:
+        """A run replays an earlier acquire call (same request): any of them, in any state."""
+        self.replay_request(*data.draw(st.sampled_from(self.requests)))
+
+    @precondition(lambda self: any(slot.state == "reserved" for slot in self.model.slots))
+    @rule(data=st.data())
+    def woken_run_resumes(self, data: st.DataObject) -> None:
+        """A run woken with a reservation resumes and re-calls acquire, which confirms it (or, if
+        the 2 minutes passed, sends it to the end of the queue)."""
+        slot = data.draw(st.sampled_from([slot for slot in self.model.slots if slot.state == "reserved"]))
+        self.replay_request(slot.request, slot.limit, slot.run_id)
+
+    def known_slot_ids(self) -> list[str]:
+        return [slot.engine_id for slot in self.model.slots if slot.engine_id] + ["slot_unknown", ""]
+
+    def live_slot_ids(self, state: str | None = None) -> list[str]:
+        return [
+            slot.engine_id
+            for slot in self.model.slots
+            if slot.engine_id and slot.live and (state is None or slot.state == state)
+        ]
+
+    def confirm_slot(self, slot_id: str) -> None:
+        self.step(lambda: services.confirm(slot_id), lambda: self.model.confirm(self.slot_by_id(slot_id), self.now()))
+
+    @precondition(lambda self: self.live_slot_ids("reserved"))
+    @rule(data=st.data())
+    def confirm_reserved(self, data: st.DataObject) -> None:
+        self.confirm_slot(data.draw(st.sampled_from(self.live_slot_ids("reserved"))))
+
+    def release_slot(self, slot_id: str, operator: bool) -> None:
+        actor = OPERATOR if operator else None
+        self.step(
+            lambda: services.release(slot_id, actor=actor),
+            lambda: self.model.release(self.slot_by_id(slot_id), actor=actor, now=self.now()),
+        )
+
+    @precondition(lambda self: self.live_slot_ids())
+    @rule(data=st.data(), operator=st.booleans())
+    def release_live(self, data: st.DataObject, operator: bool) -> None:
+        """A workflow or an operator releases a busy or reserved slot (an operator's release of a
+        reservation sends its run back to the end of the queue)."""
+        self.release_slot(data.draw(st.sampled_from(self.live_slot_ids())), operator)
+
+    @rule(data=st.data(), release=st.booleans(), operator=st.booleans())
+    def stray_call(self, data: st.DataObject, release: bool, operator: bool) -> None:
+        """A release or confirm of any slot ever seen, or of an unknown id: repeated releases and
+        confirms, slots taken back or lapsed change nothing and answer False."""
+        slot_id = data.draw(st.sampled_from(self.known_slot_ids()))
+        if release:
+            self.release_slot(slot_id, operator)
+        else:
+            self.confirm_slot(slot_id)
+
+    @rule(data=st.data())
+    def end_run(self, data: st.DataObject) -> None:
+        """A run completes, fails or is cancelled, most often one that waits or holds a slot; a new
+        run takes its place in the pool."""
+        involved = [
+            i
+            for i, run_id in enumerate(self.runs)
+            if any(slot.run_id == run_id and slot.live for slot in self.model.slots)
+            or any(entry.run_id == run_id and entry.state == "waiting" for entry in self.model.entries)
+        ]
+        run = data.draw(st.sampled_from(involved) if involved and data.draw(st.booleans()) else st.integers(0, 3))
+        run_id = self.runs[run]
+        self.step(lambda: services.end_run(run_id), lambda: self.model.end_run(run_id, self.now()))
+        self.runs[run] = f"r{self.next_run}"
+        self.next_run += 1
+
+    @rule(
+        change=st.one_of(
+            st.tuples(st.just("capacity"), st.sampled_from(LIMITS), st.sampled_from((*CAPACITIES, 4, None))),
+            st.tuples(st.just("max_hold"), st.sampled_from(LIMITS), st.sampled_from((*MAX_HOLDS, None))),
+            st.tuples(
+                st.just("deploy"),
+                st.tuples(st.sampled_from(CAPACITIES), st.sampled_from(MAX_HOLDS)),
+                st.one_of(st.none(), st.sampled_from(CAPACITIES)),
+            ),
+        )
+    )
+    def operate(self, change: tuple[str, Any, Any]) -> None:
+        """An operator sets or resets (None) a capacity or a max hold, or a deploy syncs new
+        declared values (with b left out of the config, b becomes undeclared until it returns)."""
+        kind, first, second = change
+        if kind == "capacity":
+            self.step(
+                lambda: quietly(services.set_capacity, first, second, actor=OPERATOR),
+                lambda: self.model.set_capacity(first, second, actor=OPERATOR, now=self.now()),
+            )
+        elif kind == "max_hold":
+            value_ms = None if second is None else parse_duration(second)
+            self.step(
+                lambda: quietly(services.set_max_hold, first, second, actor=OPERATOR),
+                lambda: self.model.set_max_hold(first, value_ms, actor=OPERATOR, now=self.now()),
+            )
+        else:
+            declared = {"a": (first[0], parse_duration(first[1]))}
+            if second is not None:
+                declared["b"] = (second, self.model.limits["b"].declared_max_hold_ms)
+            self.sync_to(declared)
+
+    def edges(self) -> list[dt.datetime]:
+        """Instants where a rule flips: reservations' 2 minutes, busy slots' expiry, deadlines."""
+        now, model = self.now(), self.model
+        instants = [slot.reserved_until for slot in model.slots if slot.state == "reserved" and slot.reserved_until]
+        instants += [slot.expires_at for slot in model.slots if slot.state == "busy"]
+        instants += [entry.deadline for entry in model.entries if entry.state == "waiting"]
+        return sorted(instant for instant in instants if instant >= now - dt.timedelta(milliseconds=1))
+
+    @precondition(lambda self: self.edges())
+    @rule(data=st.data(), offset_ms=st.sampled_from((-1, 0, 0, 1)), sweep=st.booleans())
+    def time_reaches_an_edge(self, data: st.DataObject, offset_ms: int, sweep: bool) -> None:
+        """The clock moves to just before, exactly at, or just after such an instant."""
+        target = data.draw(st.sampled_from(self.edges())) + dt.timedelta(milliseconds=offset_ms)
+        if target > self.now():
+            self.clock.move_to(target)
+        if sweep:
+            self.step(services.sweep, lambda: self.model.sweep(self.now()))
+
+    @rule(ms=st.one_of(st.just(0), st.sampled_from(CLOCK_STEPS_MS), st.integers(1, 3 * 3_600_000)), sweep=st.booleans())
+    def time_passes(self, ms: int, sweep: bool) -> None:
+        """Time passes (none, milliseconds, up to a day), often followed by the sweep."""
+        self.clock.shift(dt.timedelta(milliseconds=ms))
+        if sweep:
+            self.step(services.sweep, lambda: self.model.sweep(self.now()))
+
+
+def examples() -> int:
+    return int(os.environ.get("STACKBONE_HYPOTHESIS_EXAMPLES", "40"))
+
+
+@pytest.mark.django_db
+def test_the_engine_behaves_as_the_model() -> None:
+    SEEN.clear()
+    run_state_machine_as_test(
+        EngineAgainstModel,
+        settings=settings(
+            max_examples=examples(),
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+            database=None,
+        ),
+    )
+    # The run must have exercised the engine, not only refusals (pytest -s shows the tally).
+    print("engine steps:", dict(sorted(SEEN.items())))
+    assert SEEN["acquire: busy"] and SEEN["acquire: waiting"] and SEEN["returned True"], SEEN
