@@ -8,6 +8,8 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import method_decorator
@@ -245,3 +247,11 @@ class AuditEventAdmin(ReadOnlyAdmin):
     search_fields = ["actor", "slot_id", "limit__name"]
     date_hierarchy = "at"
     show_full_result_count = False
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        # Django turns a bad date-hierarchy value into "invalid lookup" (a redirect to ?e=1),
+        # except a year too large for a C int (?at__year=99999999999), which raises OverflowError.
+        try:
+            return super().get_changelist_instance(request)
+        except OverflowError:
+            raise IncorrectLookupParameters from None

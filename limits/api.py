@@ -4,8 +4,9 @@ Auth is a bearer token only (`Authorization: Bearer <token>`, limits.tokens): se
 are never read, so a browser cannot be tricked into a write (no CSRF hole) and the views are
 exempt from the CSRF middleware. Reads need a valid token of an active user; writes also need the
 `limits.operate_limit` permission. Answers are JSON; errors are `{"error": ..., "field": ...}`
-with 400 (bad value, `field` names it), 401 (no or bad token), 403 (no permission) or 404
-(unknown limit or slot). Writes go through limits.services with the actor `api:<username>`.
+with 400 (bad value, `field` names it), 401 (no or bad token), 403 (no permission), 404
+(unknown limit or slot) or 415 (a write whose body is not labelled application/json). Writes
+go through limits.services with the actor `api:<username>`.
 
     GET  /api/limits/                               {"limits": [limit, ...]}
     GET  /api/limits/<name>/                        limit
@@ -43,6 +44,7 @@ OPERATE_PERMISSION = "limits.operate_limit"
 NO_TOKEN = "missing or invalid token: send `Authorization: Bearer <token>`"
 NO_PERMISSION = "user {username!r} may not operate limits (needs the limits.operate_limit permission)"
 BAD_BODY = "the body must be a JSON object"
+BAD_CONTENT_TYPE = "send the body as JSON, with the header `Content-Type: application/json`"
 MISSING_FIELD = "{field} is required: {help}, or null to reset it to the declared value"
 BAD_PAGE = "{field} must be a whole number from 1 to {maximum}"
 UNKNOWN_SLOT = "unknown slot {slot_id!r}"
@@ -106,16 +108,19 @@ def _page_params(request: HttpRequest) -> tuple[int, int]:
     values = []
     for name, default, maximum in (("page", 1, 10**9), ("size", DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)):
         text = request.GET.get(name, str(default))
-        if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= maximum:
+        # At most 10 digits before int(): Python refuses to convert a 4,300-digit string.
+        if not text.isascii() or not text.isdigit() or len(text) > 10 or not 1 <= int(text) <= maximum:
             raise ApiError(400, BAD_PAGE.format(field=name, maximum=maximum), field=name)
         values.append(int(text))
     return values[0], values[1]
 
 
 def _body(request: HttpRequest, field: str, help_text: str) -> object:
+    if request.body and request.content_type != "application/json":
+        raise ApiError(415, BAD_CONTENT_TYPE, field="body")
     try:
         body = json.loads(request.body or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
         body = None
     if not isinstance(body, dict):
         raise ApiError(400, BAD_BODY, field="body")

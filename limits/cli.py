@@ -93,7 +93,7 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
 
 
 def _cut(text: str) -> int:
-    if not re.fullmatch(r"\d{1,9}", text) or int(text) < 1:
+    if not re.fullmatch(r"[0-9]{1,9}", text) or int(text) < 1:
         raise argparse.ArgumentTypeError(BAD_CUT.format(value=text))
     return int(text)
 
@@ -103,14 +103,14 @@ def capacity_value(text: str) -> int | str | None:
     service to reject with a message naming the field and the allowed range."""
     if text.strip().lower() == "reset":
         return None
-    return int(text) if re.fullmatch(r"[+-]?\d{1,12}", text.strip()) else text
+    return int(text) if re.fullmatch(r"[+-]?[0-9]{1,12}", text.strip()) else text
 
 
 def max_hold_value(text: str) -> int | str | None:
     """'reset' → None; bare digits are milliseconds, as in the config; else a duration string."""
     if text.strip().lower() == "reset":
         return None
-    return int(text) if re.fullmatch(r"[+-]?\d{1,15}", text.strip()) else text
+    return int(text) if re.fullmatch(r"[+-]?[0-9]{1,15}", text.strip()) else text
 
 
 def build_parser(prog: str = "stackbone limits") -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from django.db.models import Case, IntegerField, QuerySet, Value, When
 
-from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, QueueEntry, Slot
+from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, QueueEntry, Slot, is_storable_text
 
 
 def limits() -> QuerySet[Limit]:
@@ -16,6 +16,8 @@ def limits() -> QuerySet[Limit]:
 
 
 def get_limit(name: str) -> Limit | None:
+    if not is_storable_text(name):
+        return None  # no limit has that name, and the database could not even compare it
     return Limit.objects.filter(name=name).first()
 
 
@@ -163,6 +165,8 @@ def waits_of_run(run_id: str) -> list[QueueEntry]:
 
 
 def get_slot(slot_id: str) -> Slot | None:
+    if not is_storable_text(slot_id):
+        return None
     return Slot.objects.select_related("limit").filter(id=slot_id).first()
 
 
