@@ -90,3 +90,17 @@ class Step(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.name}"
+
+
+class SignInFailure(models.Model):
+    """One failed sign-in, kept for the throttle window (studio.throttle). `key` is a SHA-256 of
+    'user:<username>' or 'addr:<ip>': what people typed as a username is never stored."""
+
+    key = models.CharField(max_length=64)
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["key", "at"], name="signin_failure_key_at"), models.Index(fields=["at"])]
+
+    def __str__(self) -> str:
+        return f"{self.key[:12]}… at {self.at:%Y-%m-%d %H:%M:%S}"

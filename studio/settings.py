@@ -159,10 +159,13 @@ SECURE_CSP = {
     "frame-ancestors": [CSP.NONE],
     "form-action": [CSP.SELF],
 }
-# Sign-in throttling (studio.throttle): this many failed attempts for one username, or from one
-# address, within the window lock that username or address out until the window has passed.
+# Sign-in throttling (studio.throttle): this many failed attempts for one username (or from one
+# address) within the window lock that username (or address) out until failures age out of it.
 STACKBONE_LOGIN_MAX_FAILURES = int(os.environ.get("STACKBONE_LOGIN_MAX_FAILURES", "5"))
 STACKBONE_LOGIN_WINDOW_SECONDS = int(os.environ.get("STACKBONE_LOGIN_WINDOW_SECONDS", str(15 * 60)))
+STACKBONE_LOGIN_MAX_FAILURES_PER_ADDRESS = int(
+    os.environ.get("STACKBONE_LOGIN_MAX_FAILURES_PER_ADDRESS", str(4 * STACKBONE_LOGIN_MAX_FAILURES))
+)  # 0 turns the per-address limit off (behind a proxy every client has the proxy's address)
 
 # --- Celery ---------------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")

@@ -1,12 +1,17 @@
 from django.contrib import admin
+from django.contrib.auth.views import LoginView
 from django.urls import include, path
 
 from studio import views as studio_views
 from studio.health import healthz
+from studio.throttle import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
+
+admin.site.login_form = ThrottledAdminAuthenticationForm  # sign-in throttling (studio.throttle)
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    path("accounts/login/", LoginView.as_view(authentication_form=ThrottledAuthenticationForm), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/limits/", include("limits.api_urls")),
     path("", studio_views.home, name="home"),

@@ -1,0 +1,93 @@
+"""Sign-in throttling, shared by every web worker (the failures are rows, not process memory).
+
+After STACKBONE_LOGIN_MAX_FAILURES failed sign-ins for one username, or
+STACKBONE_LOGIN_MAX_FAILURES_PER_ADDRESS from one client address, within
+STACKBONE_LOGIN_WINDOW_SECONDS, the sign-in forms (Studio's and the admin's) refuse further
+attempts for that username or address, without checking the password, until enough failures
+have aged out of the window. The refusal reads the same whether or not the user exists, and
+failures for unknown usernames count like the others. A successful sign-in clears its username's
+failures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm
+from django.http import HttpRequest
+from django.utils import timezone
+
+from studio.models import SignInFailure
+
+THROTTLED = (
+    "Too many failed sign-ins for this username or from this address. "
+    "Wait {minutes} minutes and try again, or ask an administrator to reset your password."
+)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def keys_for(username: str, request: HttpRequest | None) -> dict[str, int]:
+    """The throttle keys of an attempt and the number of failures each may have."""
+    per_user = int(getattr(settings, "STACKBONE_LOGIN_MAX_FAILURES", 5))
+    per_address = int(getattr(settings, "STACKBONE_LOGIN_MAX_FAILURES_PER_ADDRESS", 4 * per_user))
+    keys = {_digest("user:" + username.strip().casefold()): per_user}
+    address = request.META.get("REMOTE_ADDR") if request is not None else None
+    if address and per_address > 0:
+        keys[_digest("addr:" + address)] = per_address
+    return keys
+
+
+def _window() -> timedelta:
+    return timedelta(seconds=int(getattr(settings, "STACKBONE_LOGIN_WINDOW_SECONDS", 15 * 60)))
+
+
+def is_throttled(keys: dict[str, int]) -> bool:
+    since = timezone.now() - _window()
+    return any(SignInFailure.objects.filter(key=key, at__gt=since).count() >= allowed for key, allowed in keys.items())
+
+
+def record_failure(keys: dict[str, int]) -> None:
+    now = timezone.now()
+    SignInFailure.objects.filter(at__lte=now - _window()).delete()  # keep the table small
+    SignInFailure.objects.bulk_create([SignInFailure(key=key, at=now) for key in keys])
+
+
+def clear_user(username: str) -> None:
+    SignInFailure.objects.filter(key=_digest("user:" + username.strip().casefold())).delete()
+
+
+class ThrottledFormMixin:
+    """Refuse before authenticating when the username or address is throttled; count failures."""
+
+    request: HttpRequest | None
+    error_messages: dict[str, str]
+
+    def clean(self) -> dict[str, Any]:
+        username = str(self.data.get("username", ""))[:150]  # type: ignore[attr-defined]
+        keys = keys_for(username, self.request)
+        if is_throttled(keys):
+            minutes = max(1, int(_window().total_seconds() // 60))
+            raise forms.ValidationError(THROTTLED.format(minutes=minutes), code="throttled")
+        try:
+            cleaned: dict[str, Any] = super().clean()  # type: ignore[misc]
+        except forms.ValidationError:
+            record_failure(keys)
+            raise
+        clear_user(username)
+        return cleaned
+
+
+class ThrottledAuthenticationForm(ThrottledFormMixin, AuthenticationForm):
+    """Studio's sign-in form (/accounts/login/)."""
+
+
+class ThrottledAdminAuthenticationForm(ThrottledFormMixin, AdminAuthenticationForm):
+    """The admin's sign-in form (/admin/login/)."""
