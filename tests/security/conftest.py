@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.fuzz.conftest import calls  # noqa: F401 (fixture)
 from tests.views.conftest import (  # noqa: F401 (fixtures)
     busy_limit,
     fast_password_hashing,
