@@ -426,7 +426,11 @@ def _purge_history(cutoff: datetime) -> int:
     slot_ids = list(Slot.objects.filter(freed_at__lt=cutoff).values_list("id", flat=True)[:HISTORY_BATCH])
     if slot_ids:
         Slot.objects.filter(id__in=slot_ids).delete()
-    entries = QueueEntry.objects.filter(finished_at__lt=cutoff, slot__isnull=True)
+    # `exclude(state="waiting")` is the partial index's condition: without it PostgreSQL scans
+    # every entry (a million waiting ones make an idle sweep 150 ms).
+    entries = QueueEntry.objects.exclude(state=QueueEntry.State.WAITING).filter(
+        finished_at__lt=cutoff, slot__isnull=True
+    )
     entry_ids = list(entries.values_list("id", flat=True)[:HISTORY_BATCH])
     if entry_ids:
         entries.filter(id__in=entry_ids).delete()

@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 LEASE = timedelta(minutes=5)
 STALE_DISPATCH = timedelta(seconds=30)
 RECOVER_BATCH = 1_000
+WAKE_BATCH = 1_000
+DISPATCH_CHUNK = 50
 
 NOT_IN_A_RUN = "{what} must be called in a workflow body (inside a run started with start_run)"
 NOT_IN_A_STEP = "{what} cannot be called inside a step: waiting needs the durable workflow body"
@@ -364,18 +366,18 @@ def suspend(ctx: RunContext, *, waiting_for: str, deadline: Any) -> None:
 
 
 def wake(run_ids: list[str]) -> int:
-    """Make suspended runs runnable and dispatch them after commit. Idempotent."""
+    """Make suspended runs runnable and dispatch them after commit. Idempotent: a run that is
+    not suspended any more is left alone (its dispatch, if any, finds nothing to do)."""
     now = timezone.now()
+    woken = 0
     with transaction.atomic():
-        ids = list(
-            Run.objects.filter(id__in=run_ids, status=Run.Status.RUNNING, suspended=True).values_list("id", flat=True)
-        )
-        if ids:
-            Run.objects.filter(id__in=ids).update(
-                suspended=False, waiting_for="", wait_deadline=None, dispatched_at=now
-            )
-            _dispatch_on_commit(ids)
-    return len(ids)
+        for start in range(0, len(run_ids), WAKE_BATCH):
+            woken += Run.objects.filter(
+                id__in=run_ids[start : start + WAKE_BATCH], status=Run.Status.RUNNING, suspended=True
+            ).update(suspended=False, waiting_for="", wait_deadline=None, dispatched_at=now)
+        if woken:
+            _dispatch_on_commit(run_ids)
+    return woken
 
 
 def recover() -> int:
@@ -420,10 +422,16 @@ def _dispatch_on_commit(run_ids: list[str]) -> None:
 
 
 def _dispatch(run_ids: list[str]) -> None:
-    from studio.tasks import advance_run
+    """One task per run; a mass wake (a sweep granting thousands) goes out in chunks of
+    DISPATCH_CHUNK runs per task, so publishing does not dominate the wake."""
+    from studio.tasks import advance_run, advance_runs
 
-    for run_id in run_ids:
-        advance_run.delay(run_id)
+    if len(run_ids) <= DISPATCH_CHUNK:
+        for run_id in run_ids:
+            advance_run.delay(run_id)
+        return
+    for start in range(0, len(run_ids), DISPATCH_CHUNK):
+        advance_runs.delay(run_ids[start : start + DISPATCH_CHUNK])
 
 
 def _check_json(value: Any, what: str) -> None:

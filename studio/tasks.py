@@ -16,6 +16,12 @@ def advance_run(run_id: str) -> None:
     logger.debug("advance %s: %s", run_id, outcome)
 
 
+@shared_task(name="studio.tasks.advance_runs", ignore_result=True)
+def advance_runs(run_ids: list[str]) -> None:
+    for run_id in run_ids:
+        runtime.advance(run_id)
+
+
 @shared_task(name="studio.tasks.recover_runs", ignore_result=True)
 def recover_runs() -> None:
     count = runtime.recover()

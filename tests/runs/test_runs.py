@@ -327,3 +327,18 @@ def test_a_cancel_during_a_step_stops_the_run(one_line, no_worker) -> None:  # t
     cancel_run(run.id)
     assert advance(run.id) == "skipped"
     assert fresh(run).status == "cancelled"
+
+
+def test_a_mass_wake_resumes_every_run_through_chunked_tasks(one_line, no_worker) -> None:  # type: ignore[no-untyped-def]
+    """A capacity raise that grants more runs than one dispatch chunk still resumes every one."""
+    from studio import runtime
+    from tests.conftest import use_broker
+
+    holder = services.acquire("voice-calls", run_id="holder").slot_id
+    runs = [start_run(place_call, {"call_id": f"c{i}"}) for i in range(runtime.DISPATCH_CHUNK + 5)]
+    for run in runs:
+        assert advance(run.id) == "suspended"
+    use_broker("memory://", eager=True)
+    services.set_capacity("voice-calls", len(runs) + 1)
+    assert {fresh(run).status for run in runs} == {"completed"}
+    assert holder
