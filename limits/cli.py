@@ -37,7 +37,7 @@ EXIT_OK = 0
 EXIT_NOT_FOUND = 1
 EXIT_USAGE = 2
 
-VERBS = ("list", "slots", "release", "capacity", "max-hold")
+VERBS = ("list", "slots", "release", "capacity", "max-hold", "verify")
 AGENTS_FILE_ENV = "STACKBONE_AGENTS_FILE"
 AGENT_TIMEOUT_SECONDS = 15.0
 API_PAGE_SIZE = 500
@@ -49,6 +49,7 @@ ALREADY_FREE = "{slot_id} was already free ({state}): nothing released"
 UNKNOWN_SLOT = "unknown slot {slot_id!r}"
 UNKNOWN_LIMIT = "unknown limit {name!r}"
 BAD_CUT = "--limit must be a whole number of at least 1, not {value!r}"
+VERIFY_LOCAL_ONLY = "verify reads the history rows of an installation: run it there (manage.py limits verify)"
 
 
 class CliError(Exception):
@@ -89,6 +90,12 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     max_hold = verbs.add_parser("max-hold", help="override a limit's max hold, or reset it", **kwargs)
     max_hold.add_argument("limit", help="the limit's name")
     max_hold.add_argument("value", help=f"{DURATION_HELP}; or 'reset' for the declared value")
+    verify = verbs.add_parser(
+        "verify",
+        help="prove from the history rows that no limit broke its rules (exit 1 with the violations)",
+        **kwargs,
+    )
+    verify.add_argument("limits", nargs="*", metavar="limit", help="the limits to check (default: every limit)")
     return verbs
 
 
@@ -233,6 +240,11 @@ class LocalBackend:
 
         old = self._limit(name).max_hold_ms
         return Change(old, selectors.limit_summary(services.set_max_hold(name, value, actor=self.actor)))
+
+    def verify(self, names: list[str] | None) -> Any:
+        from limits.verify import verify
+
+        return verify(names)
 
     def _limit(self, name: str) -> Any:
         from limits import selectors
@@ -600,12 +612,29 @@ def _max_hold(backend: Backend, options: argparse.Namespace, io: Streams) -> int
     return EXIT_OK
 
 
+def _verify(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    """Exit 0 with a one-line summary, or list the violations (one a line) and exit 1."""
+    if not isinstance(backend, LocalBackend):
+        raise CliError(VERIFY_LOCAL_ONLY, EXIT_USAGE)
+    result = backend.verify(options.limits or None)
+    if options.json:
+        io.json({"ok": result.ok, "summary": result.summary(), "violations": result.violations})
+    else:
+        for violation in result.violations:
+            io.out(violation)
+        io.out(result.summary())
+    if not result.ok:
+        raise CliError(f"{len(result.violations)} violation(s) found", EXIT_NOT_FOUND)
+    return EXIT_OK
+
+
 HANDLERS: dict[str, Callable[[Backend, argparse.Namespace, Streams], int]] = {
     "list": _list,
     "slots": _slots,
     "release": _release,
     "capacity": _capacity,
     "max-hold": _max_hold,
+    "verify": _verify,
 }
 
 

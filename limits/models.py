@@ -221,6 +221,9 @@ class AuditEvent(models.Model):
     slot_id = models.CharField(max_length=40, blank=True, default="")
     old_value = models.CharField(max_length=200, blank=True, default="")
     new_value = models.CharField(max_length=200, blank=True, default="")
+    capacity_after = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Capacity changes and syncs: the capacity in force after it (limits verify)."
+    )
 
     class Meta:
         ordering = ["-at", "-id"]

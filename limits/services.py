@@ -281,7 +281,7 @@ def set_capacity(name: str, value: int | None, *, actor: str | None = None) -> L
         _settle(limit, now, changes)
         _save_counters(limit)
         new = f"{limit.capacity} (declared)" if value is None else str(limit.capacity)
-        _audit(limit, actor, AuditEvent.Action.CAPACITY, now, old=str(old), new=new)
+        _audit(limit, actor, AuditEvent.Action.CAPACITY, now, old=str(old), new=new, capacity_after=limit.capacity)
         _wake_on_commit(changes.woken)
         return limit
 
@@ -327,13 +327,29 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
             _settle(limit, now, changes)
             _save_counters(limit)
             _wake_on_commit(changes.woken)
-            _audit(limit, actor, AuditEvent.Action.SYNC, now, old=_declared_text(*before), new=_declared_text(*after))
+            _audit(
+                limit,
+                actor,
+                AuditEvent.Action.SYNC,
+                now,
+                old=_declared_text(*before),
+                new=_declared_text(*after),
+                capacity_after=limit.capacity,
+            )
             report.updated.append(name)
         for name, limit in existing.items():
             if name not in workspace.limits and limit.declared:
                 limit.declared = False
                 limit.save(update_fields=["declared", "updated_at"])
-                _audit(limit, actor, AuditEvent.Action.SYNC, now, old="declared", new="undeclared")
+                _audit(
+                    limit,
+                    actor,
+                    AuditEvent.Action.SYNC,
+                    now,
+                    old="declared",
+                    new="undeclared",
+                    capacity_after=limit.capacity,
+                )
                 report.undeclared.append(name)
     return report
 
@@ -597,10 +613,27 @@ def _wake_on_commit(run_ids: list[str]) -> None:
 
 
 def _audit(
-    limit: Limit, actor: str | None, action: str, now: datetime, *, old: str, new: str, slot_id: str = ""
+    limit: Limit,
+    actor: str | None,
+    action: str,
+    now: datetime,
+    *,
+    old: str,
+    new: str,
+    slot_id: str = "",
+    capacity_after: int | None = None,
 ) -> None:
+    """`capacity_after`: for capacity changes and syncs, the capacity in force afterwards, so
+    limits.verify can tell the capacity at any instant from the rows."""
     AuditEvent.objects.create(
-        at=now, actor=actor or SYSTEM_ACTOR, action=action, limit=limit, slot_id=slot_id, old_value=old, new_value=new
+        at=now,
+        actor=actor or SYSTEM_ACTOR,
+        action=action,
+        limit=limit,
+        slot_id=slot_id,
+        old_value=old,
+        new_value=new,
+        capacity_after=capacity_after,
     )
 
 

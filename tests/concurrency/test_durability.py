@@ -14,7 +14,7 @@ import pytest
 
 from limits import services
 from limits.models import Limit, QueueEntry
-from tests.concurrency.history import all_violations
+from limits.verify import all_violations
 from tests.concurrency.processes import Worker
 from tests.conftest import requires_postgres
 from tests.factories import assert_counters_match_rows, declare, queue

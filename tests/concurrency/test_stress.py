@@ -13,7 +13,7 @@ or while a slot is reserved for them, timeouts, max-hold expiries and two sweeps
   live slots for one request, or two confirmed slots).
 
 The invariants are checked twice: by a monitor process that samples each limit in one snapshot
-while the load runs, and from the history rows once it has ended (tests/concurrency/history.py).
+while the load runs, and from the history rows once it has ended (limits/verify.py, also `manage.py limits verify`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import pytest
 
 from limits import services
 from limits.models import Limit, QueueEntry, Slot
-from tests.concurrency.history import all_violations
+from limits.verify import all_violations
 from tests.concurrency.processes import Crew
 from tests.conftest import requires_postgres
 from tests.factories import declare

@@ -24,7 +24,7 @@ from django.db import connection
 
 from limits import services
 from limits.models import QueueEntry, Slot
-from tests.concurrency.history import capacity_overruns, queue_jumps
+from limits.verify import capacity_overruns, queue_jumps
 from tests.conftest import requires_postgres
 from tests.factories import assert_counters_match_rows, declare, limit_named
 

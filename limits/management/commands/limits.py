@@ -12,7 +12,7 @@ from limits.tokens import issue_token
 
 
 class Command(BaseCommand):
-    help = "Operate concurrency limits: list, slots, release, capacity, max-hold, sync, sweep, token."
+    help = "Operate concurrency limits: list, slots, release, capacity, max-hold, verify, sync, sweep, token."
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         verbs = cli.add_verbs(parser)

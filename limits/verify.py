@@ -1,0 +1,356 @@
+"""Prove from the rows alone that the engine kept its promises (`manage.py limits verify`).
+
+The engine keeps freed slots and finished queue entries as history (until
+STACKBONE_HISTORY_RETENTION), and an audit event, with `capacity_after`, for every capacity
+change and sync. From those rows this module checks, per limit:
+
+a. capacity: no grant brought reserved + busy above the capacity in force at that instant
+   (lowering capacity takes no slot back, so the level may stay above a lowered capacity until
+   slots free; only a grant can break the rule);
+b. queue order: a slot granted from the queue passed over no entry with a smaller position that
+   was still waiting with its deadline not yet passed; a slot granted at once (no queue entry)
+   was granted while no run waited;
+c. no acquire call (request) was granted twice: its slots never overlap, and at most one was
+   ever confirmed; it queued again only after a reservation that lapsed or was released;
+d. the counters on the limit row equal its live rows.
+
+Why timestamps are enough: every change to a limit's slots and queue happens under that limit's
+row lock, and every service reads the clock *after* taking the lock (tests/services/
+test_replay_races.py holds it to that), so for one limit the times written follow the order of
+its transactions. Two transactions can share a timestamp; then their order cannot be told and the
+engine gets the benefit of the doubt (at one instant: capacity changes first, then frees, then
+grants; a grant is judged against the higher of the capacities in force just before and at that
+instant). This relies on one clock: processes on several machines need synchronised clocks
+(NTP), and a clock stepped backwards can make the checker report a violation that was not one.
+
+History older than the retention may already be deleted (slots before their queue entries):
+missing rows only ever hide a violation, never invent one, and the checks that pair an entry
+with its slot skip pairs that finished before the retention cutoff.
+
+One limit's history is read into memory (a few hundred bytes a row), inside one read-only
+snapshot (REPEATABLE READ on PostgreSQL; on SQLite the transaction blocks writers meanwhile), so
+the counters and the rows are read as of one instant even while the box runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from limits.models import AuditEvent, Limit, QueueEntry, Slot
+
+CAPACITY, FREE, GRANT = 0, 1, 2
+FOREVER = dt.datetime.max.replace(tzinfo=dt.UTC)
+_LEADING_INT = re.compile(r"\s*(\d+)")
+_DECLARED_CAPACITY = re.compile(r"capacity (\d+)")
+
+
+@dataclass(slots=True)
+class Verification:
+    """What `verify` checked and what it found (no violations: every rule held)."""
+
+    limits: int = 0
+    slots: int = 0
+    entries: int = 0
+    capacity_changes: int = 0
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def summary(self) -> str:
+        checked = (
+            f"{self.limits} limit(s), {self.slots} slot(s), {self.entries} queue entr"
+            f"{'y' if self.entries == 1 else 'ies'}, {self.capacity_changes} capacity change(s)"
+        )
+        if self.ok:
+            return f"ok: {checked}: capacity, queue order, one grant per request and counters hold"
+        return f"{len(self.violations)} violation(s) in {checked}"
+
+
+def verify(names: list[str] | None = None, *, retention_ms: int | None = None) -> Verification:
+    """Check every limit (or those named) from its rows. Unknown names are violations."""
+    from limits.services import history_retention_ms
+
+    result = Verification()
+    cutoff = timezone.now() - dt.timedelta(
+        milliseconds=history_retention_ms() if retention_ms is None else retention_ms
+    )
+    ids = Limit.objects.order_by("name").values_list("id", "name")
+    if names is not None:
+        found = {name for _, name in ids.filter(name__in=names)}
+        result.violations.extend(f"unknown limit {name!r}" for name in names if name not in found)
+        ids = ids.filter(name__in=names)
+    for limit_id, _name in list(ids):
+        with _snapshot():
+            limit = Limit.objects.get(id=limit_id)
+            history = History.load(limit)
+            result.limits += 1
+            result.slots += len(history.slots)
+            result.entries += len(history.entries)
+            result.capacity_changes += len(history.capacity_events)
+            result.violations.extend(history.violations(cutoff))
+    return result
+
+
+class _snapshot:  # noqa: N801 - used as a context manager, like transaction.atomic
+    """One transaction that sees one instant of the database."""
+
+    def __enter__(self) -> None:
+        outermost = not connection.in_atomic_block  # inside a caller's transaction: its snapshot
+        self._atomic = transaction.atomic()
+        self._atomic.__enter__()
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+    def __exit__(self, *exc: object) -> None:
+        self._atomic.__exit__(*exc)  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class History:
+    """One limit's rows, as the checks need them."""
+
+    limit: Limit
+    slots: list[dict[str, Any]]
+    entries: list[dict[str, Any]]
+    capacity_events: list[dict[str, Any]]
+
+    @classmethod
+    def load(cls, limit: Limit) -> History:
+        slots = list(
+            Slot.objects.filter(limit=limit)
+            .order_by("granted_at", "id")
+            .values("id", "request", "state", "granted_at", "freed_at", "confirmed_at", "queue_entry_id")
+        )
+        entries = list(
+            QueueEntry.objects.filter(limit=limit)
+            .order_by("position")
+            .values("id", "position", "request", "run_id", "state", "enqueued_at", "deadline", "finished_at")
+        )
+        events = list(
+            AuditEvent.objects.filter(limit=limit, action__in=[AuditEvent.Action.CAPACITY, AuditEvent.Action.SYNC])
+            .order_by("at", "id")
+            .values("at", "action", "old_value", "new_value", "capacity_after")
+        )
+        return cls(limit, slots, entries, events)
+
+    def violations(self, cutoff: dt.datetime) -> list[str]:
+        return (
+            self.capacity_overruns()
+            + self.queue_jumps(cutoff)
+            + self.request_histories(cutoff)
+            + self.counters_against_rows()
+        )
+
+    # --- a. capacity ------------------------------------------------------------------------
+
+    def capacity_timeline(self) -> tuple[int, list[tuple[dt.datetime, int]]]:
+        """The capacity in force before the first recorded change, and (at, capacity after) for
+        each change. Rows written before `capacity_after` existed are read from their text."""
+        events = self.capacity_events
+        if not events:
+            return self.limit.capacity, []
+        overridden = False
+        changes: list[tuple[dt.datetime, int]] = []
+        current = _capacity_before(events[0])
+        for event in events:
+            if event["action"] == AuditEvent.Action.CAPACITY:
+                overridden = "(declared)" not in event["new_value"]
+            after = event["capacity_after"]
+            if after is None:
+                after = _capacity_after_from_text(event, current, overridden)
+            changes.append((event["at"], after))
+            current = after
+        return _capacity_before(events[0]), changes
+
+    def capacity_overruns(self) -> list[str]:
+        """A sweep line over each slot's life [granted_at, freed_at) and the capacity changes.
+        Each grant is judged against the capacity in force at its instant."""
+        name = self.limit.name
+        initial, changes = self.capacity_timeline()
+        events: list[tuple[dt.datetime, int, Any]] = [(at, CAPACITY, value) for at, value in changes]
+        violations: list[str] = []
+        for slot in self.slots:
+            events.append((slot["granted_at"], GRANT, slot["id"]))
+            if slot["freed_at"] is not None:
+                if slot["freed_at"] < slot["granted_at"]:
+                    violations.append(f"{name}: {slot['id']} freed at {_iso(slot['freed_at'])} before its grant")
+                    continue
+                events.append((slot["freed_at"], FREE, slot["id"]))
+        events.sort(key=lambda event: (event[0], event[1]))
+        level, capacity = 0, initial
+        instant, capacity_before_instant = None, initial
+        for at, kind, value in events:
+            if at != instant:
+                instant, capacity_before_instant = at, capacity
+            if kind == CAPACITY:
+                capacity = value
+            elif kind == FREE:
+                level -= 1
+            else:
+                level += 1
+                allowed = max(capacity, capacity_before_instant)
+                if level > allowed:
+                    violations.append(
+                        f"{name}: grant of {value} at {_iso(at)} brought reserved+busy to {level} "
+                        f"over capacity {allowed}"
+                    )
+        return violations
+
+    # --- b. queue order ---------------------------------------------------------------------
+
+    def queue_jumps(self, cutoff: dt.datetime) -> list[str]:
+        """Grants from the queue in position order, and grants at once only with no run waiting.
+
+        1. Entry E granted at t (its slot's granted_at, equal to E's finished_at): every entry F
+           with a smaller position had left the queue by t, or its deadline had passed by t.
+           F was queued before E (positions are handed out under the lock, in order). F leaving
+           at t itself is fine: the grant times out stale waits in the same transaction.
+        2. A slot with no queue entry (granted at once, SPEC 2.2): no entry was waiting then.
+        """
+        name = self.limit.name
+        granted_at = {slot["queue_entry_id"]: slot["granted_at"] for slot in self.slots if slot["queue_entry_id"]}
+        violations: list[str] = []
+        blocking: dt.datetime | None = None  # the latest instant until which an earlier entry blocked
+        culprit: dict[str, Any] | None = None
+        for entry in self.entries:
+            if entry["state"] == QueueEntry.State.GRANTED:
+                at = granted_at.get(entry["id"])
+                if at is None or at != entry["finished_at"]:
+                    if entry["finished_at"] is None or entry["finished_at"] >= cutoff:
+                        violations.append(f"{name}: entry #{entry['position']} granted without a slot at its finish")
+                elif blocking is not None and culprit is not None and blocking > at:
+                    violations.append(
+                        f"{name}: #{entry['position']} ({entry['run_id']}) granted at {_iso(at)} while "
+                        f"#{culprit['position']} ({culprit['run_id']}) waited with its deadline to come"
+                    )
+            blocks_until = min(entry["finished_at"] or FOREVER, entry["deadline"])
+            if blocking is None or blocks_until > blocking:
+                blocking, culprit = blocks_until, entry
+
+        waits: list[tuple[dt.datetime, int]] = []
+        for entry in self.entries:
+            if entry["finished_at"] == entry["enqueued_at"]:
+                continue  # queued and served in one instant: it never stood in anyone's way
+            waits.append((entry["enqueued_at"], 2))
+            if entry["finished_at"] is not None:
+                waits.append((entry["finished_at"], 0))
+        waits.extend((slot["granted_at"], 1) for slot in self.slots if slot["queue_entry_id"] is None)
+        waits.sort()
+        waiting = 0
+        for at, kind in waits:
+            if kind == 2:
+                waiting += 1
+            elif kind == 0:
+                waiting -= 1
+            elif waiting > 0:
+                violations.append(f"{name}: a slot granted at once at {_iso(at)} while {waiting} run(s) waited")
+        return violations
+
+    # --- c. one grant per request -----------------------------------------------------------
+
+    def request_histories(self, cutoff: dt.datetime) -> list[str]:
+        """Per acquire call (request): its queue entries, in position order, are all granted but
+        the last (it queues again only after its reservation lapsed or was released); its slots,
+        in grant order, never overlap; every slot but the last was a reservation freed
+        unconfirmed (lapsed or released), so at most one was ever confirmed."""
+        name = self.limit.name
+        violations: list[str] = []
+        entries: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for entry in self.entries:
+            entries[entry["request"]].append(entry)
+        slots: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        positions = {entry["id"]: entry["position"] for entry in self.entries}
+        for slot in sorted(self.slots, key=lambda s: (s["granted_at"], positions.get(s["queue_entry_id"], 0))):
+            slots[slot["request"]].append(slot)
+        for request, history in entries.items():
+            if any(entry["state"] != QueueEntry.State.GRANTED for entry in history[:-1]):
+                states = ", ".join(entry["state"] for entry in history)
+                violations.append(f"{name}: request {request} queued again after an entry not granted ({states})")
+        for request, history in slots.items():
+            for earlier, later in zip(history, history[1:], strict=False):
+                if earlier["freed_at"] is None or earlier["freed_at"] > later["granted_at"]:
+                    violations.append(
+                        f"{name}: request {request} had two live slots at once: {earlier['id']}, {later['id']}"
+                    )
+                if earlier["confirmed_at"] is not None or earlier["state"] not in (
+                    Slot.State.LAPSED,
+                    Slot.State.RELEASED,
+                ):
+                    violations.append(
+                        f"{name}: request {request}: slot {earlier['id']} ({earlier['state']}) "
+                        "was followed by another grant"
+                    )
+            if sum(slot["confirmed_at"] is not None for slot in history) > 1:
+                violations.append(f"{name}: request {request} was confirmed twice")
+            direct = [slot for slot in history if slot["queue_entry_id"] is None]
+            if direct and (len(history) > 1 or request in entries):
+                violations.append(f"{name}: request {request} was granted at once and also through the queue")
+            trimmed = any((entry["finished_at"] or FOREVER) < cutoff for entry in entries.get(request, [])) or any(
+                (slot["freed_at"] or FOREVER) < cutoff for slot in history
+            )
+            granted = sum(entry["state"] == QueueEntry.State.GRANTED for entry in entries.get(request, []))
+            if granted != len(history) - len(direct) and not trimmed:
+                violations.append(
+                    f"{name}: request {request}: {granted} granted entries but {len(history) - len(direct)} queue slots"
+                )
+        return violations
+
+    # --- d. counters ------------------------------------------------------------------------
+
+    def counters_against_rows(self) -> list[str]:
+        rows = (
+            sum(slot["state"] == Slot.State.BUSY for slot in self.slots),
+            sum(slot["state"] == Slot.State.RESERVED for slot in self.slots),
+            sum(entry["state"] == QueueEntry.State.WAITING for entry in self.entries),
+        )
+        counters = (self.limit.busy_count, self.limit.reserved_count, self.limit.waiting_count)
+        if counters == rows:
+            return []
+        return [f"{self.limit.name}: counters busy/reserved/waiting {counters} but the rows say {rows}"]
+
+
+def _capacity_before(event: dict[str, Any]) -> int:
+    """The capacity in force before the first recorded change. A capacity change records the old
+    capacity; a sync records the old declared values, and before any capacity change there was
+    no override (a limit is created without one)."""
+    pattern = _LEADING_INT if event["action"] == AuditEvent.Action.CAPACITY else _DECLARED_CAPACITY
+    found = pattern.match(event["old_value"]) if pattern is _LEADING_INT else pattern.search(event["old_value"])
+    if found:
+        return int(found.group(1))
+    return event["capacity_after"] if event["capacity_after"] is not None else 0
+
+
+def _capacity_after_from_text(event: dict[str, Any], current: int, overridden: bool) -> int:
+    """For audit rows written before `capacity_after` existed."""
+    if event["action"] == AuditEvent.Action.CAPACITY:
+        found = _LEADING_INT.match(event["new_value"])
+        return int(found.group(1)) if found else current
+    found = _DECLARED_CAPACITY.search(event["new_value"])
+    return int(found.group(1)) if found and not overridden else current
+
+
+def _iso(moment: dt.datetime) -> str:
+    return moment.isoformat()
+
+
+def all_violations(limit: Limit, *, retention_ms: int | None = None) -> list[str]:
+    """Every violation of one limit (the stress tests' one call)."""
+    return verify([limit.name], retention_ms=retention_ms).violations
+
+
+def capacity_overruns(limit: Limit) -> list[str]:
+    return History.load(limit).capacity_overruns()
+
+
+def queue_jumps(limit: Limit) -> list[str]:
+    return History.load(limit).queue_jumps(cutoff=dt.datetime.min.replace(tzinfo=dt.UTC))

@@ -1,0 +1,239 @@
+"""`limits verify`: each rule it proves from the rows must fail when that rule is broken.
+
+The healthy histories come from the services; the broken ones are hand-made rows (what a buggy
+engine would have written), so each check is shown to catch its own kind of violation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db.models import F
+from django.utils import timezone
+
+from limits import cli, services
+from limits.models import AuditEvent, Limit, QueueEntry, Slot
+from limits.services import acquire, release, set_capacity, sweep
+from limits.verify import History, verify
+from tests.factories import declare
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def two(clock):  # type: ignore[no-untyped-def]
+    return declare(two={"capacity": 2, "max_hold": "10m"})["two"]
+
+
+def violations(name: str = "two") -> list[str]:
+    return verify([name]).violations
+
+
+def raw_slot(limit: Limit, request: str, granted_at: dt.datetime, **fields: object) -> Slot:
+    """A slot row written behind the engine's back, counters kept in step for live ones."""
+    fields.setdefault("state", "busy")
+    fields.setdefault("confirmed_at", granted_at if fields["state"] == "busy" else None)
+    slot = Slot.objects.create(
+        limit=limit,
+        run_id=f"run-{request}",
+        request=request,
+        granted_at=granted_at,
+        expires_at=granted_at + dt.timedelta(minutes=10),
+        **fields,
+    )
+    if slot.state == "busy":
+        Limit.objects.filter(id=limit.id).update(busy_count=F("busy_count") + 1)
+    return slot
+
+
+def raw_entry(limit: Limit, request: str, enqueued_at: dt.datetime, **fields: object) -> QueueEntry:
+    position = Limit.objects.get(id=limit.id).next_position
+    fields.setdefault("deadline", enqueued_at + dt.timedelta(hours=1))
+    entry = QueueEntry.objects.create(
+        limit=limit,
+        run_id=f"run-{request}",
+        request=request,
+        position=position,
+        enqueued_at=enqueued_at,
+        timeout_ms=3_600_000,
+        **fields,
+    )
+    waiting = 1 if entry.state == "waiting" else 0
+    Limit.objects.filter(id=limit.id).update(next_position=position + 1, waiting_count=F("waiting_count") + waiting)
+    return entry
+
+
+def test_a_busy_history_through_the_services_holds_every_rule(two, clock) -> None:  # type: ignore[no-untyped-def]
+    """Queueing, hand-offs, a lapse, a timeout, an expiry, capacity lowered and raised."""
+    first = acquire("two", run_id="r1").slot_id
+    second = acquire("two", run_id="r2").slot_id
+    acquire("two", run_id="r3", request="q3")
+    acquire("two", run_id="r4", request="q4", timeout="1m")
+    acquire("two", run_id="r5", request="q5")
+    set_capacity("two", 1)
+    clock.advance(seconds=1)
+    release(first)  # capacity 1 and one busy: nothing is handed on
+    release(second)  # now r3 gets it
+    clock.advance(minutes=3)  # r3 does not confirm in 2 minutes; r4 times out
+    sweep()
+    set_capacity("two", None)
+    assert acquire("two", run_id="r5", request="q5").state == "busy"
+    clock.advance(minutes=11)
+    sweep()
+    assert verify().violations == []  # the other limits too (migrate declared them)
+    result = verify(["two"])
+    assert result.ok and result.limits == 1 and result.capacity_changes == 2
+    assert result.summary().startswith("ok: 1 limit(s), ")
+
+
+def test_a_grant_over_the_capacity_is_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+    now = timezone.now()
+    for request in ("a", "b", "c"):
+        raw_slot(two, request, now)
+    found = violations()
+    assert len(found) == 1 and "brought reserved+busy to 3 over capacity 2" in found[0]
+
+
+def test_lowering_capacity_takes_no_slot_back_but_a_later_grant_above_it_is_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+    acquire("two", run_id="r1")
+    acquire("two", run_id="r2")
+    clock.advance(seconds=1)
+    set_capacity("two", 1)  # two busy over capacity 1: allowed, nothing was granted
+    assert violations() == []
+    clock.advance(seconds=1)
+    raw_slot(two, "late", timezone.now(), state="released", freed_at=timezone.now() + dt.timedelta(seconds=1))
+    found = violations()
+    assert len(found) == 1 and "over capacity 1" in found[0]
+
+
+def test_the_capacity_in_force_comes_from_the_audit_rows_even_old_ones_without_capacity_after(two, clock) -> None:  # type: ignore[no-untyped-def]
+    set_capacity("two", 3)
+    AuditEvent.objects.update(capacity_after=None)  # as written before the column existed
+    for request in ("a", "b", "c"):
+        raw_slot(two, request, timezone.now())
+    assert History.load(Limit.objects.get(name="two")).capacity_timeline() == (2, [(timezone.now(), 3)])
+    assert violations() == []
+    clock.advance(seconds=1)
+    raw_slot(two, "d", timezone.now())
+    assert "over capacity 3" in violations()[0]
+
+
+def test_a_grant_that_passes_over_an_earlier_waiting_run_is_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+    start = timezone.now()
+    raw_entry(two, "first", start)
+    later = raw_entry(
+        two, "second", start + dt.timedelta(seconds=1), state="granted", finished_at=start + dt.timedelta(seconds=2)
+    )
+    raw_slot(
+        two,
+        "second",
+        start + dt.timedelta(seconds=2),
+        state="released",
+        queue_entry=later,
+        freed_at=start + dt.timedelta(seconds=3),
+    )
+    found = violations()
+    assert len(found) == 1 and "#2 (run-second) granted" in found[0] and "while #1 (run-first) waited" in found[0]
+
+
+def test_passing_over_a_run_whose_deadline_had_passed_is_not_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+    start = timezone.now()
+    raw_entry(two, "first", start, deadline=start + dt.timedelta(seconds=1))
+    later = raw_entry(two, "second", start, state="granted", finished_at=start + dt.timedelta(seconds=2))
+    raw_slot(
+        two,
+        "second",
+        start + dt.timedelta(seconds=2),
+        state="released",
+        queue_entry=later,
+        freed_at=start + dt.timedelta(seconds=3),
+    )
+    assert violations() == []
+
+
+def test_a_slot_granted_at_once_while_a_run_waits_is_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+    start = timezone.now()
+    raw_entry(two, "first", start)
+    raw_slot(two, "barger", start + dt.timedelta(seconds=1))
+    found = violations()
+    assert len(found) == 1 and "granted at once" in found[0] and "1 run(s) waited" in found[0]
+
+
+def test_one_request_granted_twice_is_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+    start = timezone.now()
+    raw_slot(two, "twice", start, state="released", confirmed_at=start, freed_at=start + dt.timedelta(seconds=5))
+    raw_slot(two, "twice", start + dt.timedelta(seconds=1))
+    found = violations()
+    assert any("request twice had two live slots at once" in v for v in found), found
+    assert any("was confirmed twice" in v for v in found), found
+
+
+def test_counters_that_differ_from_the_rows_are_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+    acquire("two", run_id="r1")
+    Limit.objects.filter(name="two").update(busy_count=2, waiting_count=1)
+    assert violations() == ["two: counters busy/reserved/waiting (2, 0, 1) but the rows say (1, 0, 0)"]
+
+
+def test_a_slot_freed_before_its_grant_is_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+    start = timezone.now()
+    raw_slot(two, "odd", start, state="released", freed_at=start - dt.timedelta(seconds=1))
+    assert "before its grant" in violations()[0]
+
+
+def test_history_trimmed_by_retention_is_not_a_violation(two, clock, settings) -> None:  # type: ignore[no-untyped-def]
+    """The sweep deletes slots before their entries: a granted entry whose slot is gone, past
+    the retention, is history being trimmed, not a grant without a slot."""
+    settings.STACKBONE_HISTORY_RETENTION = "1h"
+    slot_id = acquire("two", run_id="r1").slot_id
+    acquire("two", run_id="r2")
+    acquire("two", run_id="r3")
+    release(slot_id)  # r3 is granted from the queue
+    Slot.objects.filter(run_id="r3").update(state="released", freed_at=timezone.now())
+    Limit.objects.filter(name="two").update(reserved_count=0)
+    clock.advance(hours=2)
+    Slot.objects.filter(run_id="r3").delete()  # as the sweep's first batch would
+    assert violations() == []
+    settings.STACKBONE_HISTORY_RETENTION = "7d"
+    assert "granted without a slot" in violations()[0]
+
+
+def test_an_unknown_limit_is_reported(two) -> None:  # type: ignore[no-untyped-def]
+    assert verify(["nope"]).violations == ["unknown limit 'nope'"]
+
+
+def test_manage_py_limits_verify_says_ok_or_lists_the_violations_and_exits_1(two, clock) -> None:  # type: ignore[no-untyped-def]
+    acquire("two", run_id="r1")
+    out = io.StringIO()
+    call_command("limits", "verify", "two", stdout=out, stderr=io.StringIO())
+    assert out.getvalue().startswith("ok: 1 limit(s), 1 slot(s), 0 queue entries")
+    Limit.objects.filter(name="two").update(busy_count=0)
+    out = io.StringIO()
+    with pytest.raises(CommandError) as caught:
+        call_command("limits", "verify", "two", stdout=out, stderr=io.StringIO())
+    assert caught.value.returncode == 1
+    assert "1 violation(s) found" in str(caught.value)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("two: counters") and lines[1].startswith("1 violation(s) in 1 limit(s)")
+
+
+def test_stackbone_limits_verify_with_json_and_refused_for_an_agent(two, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["verify", "--json"], streams=cli.Streams(stdout=out, stderr=err)) == 0
+    assert '"ok": true' in out.getvalue()
+    agents = tmp_path / "agents.toml"
+    agents.write_text('[agents.far]\nurl = "http://127.0.0.1:9"\ntoken = "sbk_x"\n')
+    monkeypatch.setenv(cli.AGENTS_FILE_ENV, str(agents))
+    err = io.StringIO()
+    assert cli.main(["verify", "--agent", "far"], streams=cli.Streams(stdout=io.StringIO(), stderr=err)) == 2
+    assert "run it there" in err.getvalue()
+
+
+def test_verify_reads_one_snapshot_and_writes_nothing(two, clock) -> None:  # type: ignore[no-untyped-def]
+    acquire("two", run_id="r1")
+    before = (Slot.objects.count(), QueueEntry.objects.count(), AuditEvent.objects.count())
+    verify()
+    assert (Slot.objects.count(), QueueEntry.objects.count(), AuditEvent.objects.count()) == before
+    assert services.sweep() is not None
