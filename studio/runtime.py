@@ -178,18 +178,20 @@ def recorded_step(ctx: RunContext, seq: int, name: str) -> Step | None:
 def record_step(
     ctx: RunContext, seq: int, name: str, *, status: str, kind: str = Step.Kind.STEP, **values: Any
 ) -> Step:
-    """Create or update the step at `seq` (call inside lock_own_run's transaction). A step that
-    is no longer waiting is finished now."""
+    """Create or update the step at `seq` (call inside lock_own_run's transaction; the lease
+    makes this worker the run's only writer, so ctx.recorded says whether the row exists). A
+    step that is no longer waiting is finished now."""
     now = timezone.now()
     values = {"kind": kind, "status": status, **values}
     if status != Step.Status.WAITING:
         values["finished_at"] = now
-    step, _ = Step.objects.update_or_create(
-        run_id=ctx.run_id,
-        seq=seq,
-        defaults={"name": name, **values},
-        create_defaults={"name": name, "started_at": now, **values},
-    )
+    step = ctx.recorded.get(seq)
+    if step is None:
+        step = Step.objects.create(run_id=ctx.run_id, seq=seq, name=name, **{"started_at": now, **values})
+    else:
+        Step.objects.filter(id=step.id).update(**values)
+        for key, value in values.items():
+            setattr(step, key, value)
     ctx.recorded[seq] = step
     Run.objects.filter(id=ctx.run_id).update(lease_until=now + LEASE, updated_at=now)
     return step
