@@ -76,7 +76,7 @@ def with_limit_raises(input: dict) -> dict:
 @workflow(name="test_hold_slot")
 def hold_and_return(input: dict) -> dict:
     with hold_slot("report-exports", label="ctx") as slot:
-        return {"slot_id": slot.id}
+        return {"slot_id": slot.id, "limiter": slot.limiter}
 
 
 @workflow(name="test_acquire_and_fail")
@@ -191,6 +191,7 @@ def test_with_limit_releases_and_reraises_when_fn_raises(one_line) -> None:  # t
 
 def test_hold_slot_is_with_limit_as_a_context_manager(one_line) -> None:  # type: ignore[no-untyped-def]
     run = start_run(hold_and_return)
+    assert run.output["limiter"] == "report-exports"  # 2.1: the handle has id and limiter
     assert Slot.objects.get(id=run.output["slot_id"]).state == "released"
 
 
