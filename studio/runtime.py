@@ -22,6 +22,7 @@ import importlib
 import json
 import logging
 import pkgutil
+import threading
 import traceback
 import uuid
 from collections.abc import Callable
@@ -38,7 +39,12 @@ from studio.models import Run, Step
 
 logger = logging.getLogger(__name__)
 
-LEASE = timedelta(minutes=5)
+# A worker renews the lease of the run it advances every HEARTBEAT_SECONDS, so a step may take
+# as long as it needs, and a worker that dies (SIGKILL, a lost machine) stalls the run it was
+# advancing for at most LEASE before recovery dispatches it again (found by the chaos run: with a
+# 5-minute lease and no heartbeat, every killed advance stranded its run for 5 minutes).
+LEASE = timedelta(seconds=30)
+HEARTBEAT_SECONDS = 10.0
 STALE_DISPATCH = timedelta(seconds=30)
 RECOVER_BATCH = 1_000
 WAKE_BATCH = 1_000
@@ -324,6 +330,7 @@ def advance(run_id: str) -> str:
         Run.objects.filter(id=run_id).update(started_at=now)
     ctx = RunContext(run_id=run_id, owner=owner, recorded={s.seq: s for s in run.step_records.all()})
     token = _current.set(ctx)
+    heartbeat = _Heartbeat(run_id, owner)
     try:
         wf = get_workflow(run.workflow)
         output = wf(run.input)
@@ -335,8 +342,40 @@ def advance(run_id: str) -> str:
     except Exception as error:
         return _finish(ctx, Run.Status.FAILED, error="".join(traceback.format_exception_only(error)).strip())
     finally:
+        heartbeat.stop()
         _current.reset(token)
     return _finish(ctx, Run.Status.COMPLETED, output=output)
+
+
+class _Heartbeat:
+    """Renews a run's lease every HEARTBEAT_SECONDS from a thread (its own database connection)
+    while this worker advances it; a compare-and-set on the owner, so a lease already lost stays
+    lost. Most advances end long before the first beat and never touch the database here."""
+
+    def __init__(self, run_id: str, owner: str) -> None:
+        self.run_id, self.owner = run_id, owner
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name=f"lease-{run_id}", daemon=True)
+        self.thread.start()
+
+    def _beat(self) -> None:
+        from django.db import connections
+
+        try:
+            while not self.stopping.wait(HEARTBEAT_SECONDS):
+                renewed = Run.objects.filter(id=self.run_id, lease_owner=self.owner).update(
+                    lease_until=timezone.now() + LEASE
+                )
+                if not renewed:
+                    return
+        except Exception:
+            logger.exception("could not renew the lease of %s", self.run_id)
+        finally:
+            connections.close_all()  # this thread's connections only
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join()
 
 
 def _finish(ctx: RunContext, status: str, *, output: Any = None, error: str = "") -> str:
