@@ -53,7 +53,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--whole-wake",
         action="store_true",
-        help="in scenario 3, wait for the sweep to publish every wake instead of extrapolating it (minutes)",
+        help="in scenario 3, no 150 s cap on the wake after the sweep's commit",
     )
     parser.add_argument(
         "--keep-db", action="store_true", help="keep the bench database afterwards (to EXPLAIN by hand)"
