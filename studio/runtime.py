@@ -464,15 +464,30 @@ def _dispatch_on_commit(run_ids: list[str]) -> None:
 
 def _dispatch(run_ids: list[str]) -> None:
     """One task per run; a mass wake (a sweep granting thousands) goes out in chunks of
-    DISPATCH_CHUNK runs per task, so publishing does not dominate the wake."""
+    DISPATCH_CHUNK runs per task, so publishing does not dominate the wake.
+
+    Never raises: it runs after the commit of the change that woke the runs (a release, a
+    grant), and a broker that is down must not turn that committed change into an error for
+    the caller (found by the chaos run: a release_slot step whose wake could not be published
+    while Redis restarted was recorded as failed, and its run failed, although the release had
+    committed). The runs stay dispatched-but-unsent; recover() sends them again after
+    STALE_DISPATCH."""
     from studio.tasks import advance_run, advance_runs
 
-    if len(run_ids) <= DISPATCH_CHUNK:
-        for run_id in run_ids:
-            advance_run.delay(run_id)
-        return
-    for start in range(0, len(run_ids), DISPATCH_CHUNK):
-        advance_runs.delay(run_ids[start : start + DISPATCH_CHUNK])
+    try:
+        if len(run_ids) <= DISPATCH_CHUNK:
+            for run_id in run_ids:
+                advance_run.delay(run_id)
+            return
+        for start in range(0, len(run_ids), DISPATCH_CHUNK):
+            advance_runs.delay(run_ids[start : start + DISPATCH_CHUNK])
+    except Exception as error:
+        logger.warning(
+            "could not dispatch %d run(s) (%s: %s); recovery sends them again",
+            len(run_ids),
+            type(error).__name__,
+            error,
+        )
 
 
 def _check_json(value: Any, what: str) -> None:
