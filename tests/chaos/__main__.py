@@ -199,6 +199,8 @@ class ChaosFigures:
     redis_restarts: int = 0
     postgres_restarts: int = 0
     second_beats: int = 0
+    capacity_changes: int = 0
+    worker_exits: list[str] = field(default_factory=list)  # exited on their own; restarted
     outages: list[tuple[str, float, float]] = field(default_factory=list)  # (what, start, end) monotonic
 
 
@@ -228,13 +230,27 @@ class ChaosDriver(threading.Thread):
         finally:
             self.end_second_beat()
 
+    def supervise(self) -> None:
+        """As a process supervisor would (systemd Restart=always): a worker that exited on its
+        own is started again, and counted (kombu's Redis transport can crash a worker's
+        consumer when Redis goes away: "Unrecoverable error: AttributeError ... 'hostname'")."""
+        for name in list(self.box.workers):
+            if self.box.processes[name].poll() is not None:
+                self.box.workers.remove(name)
+                self.figures.worker_exits.append(name)
+                log(f"{name} exited on its own (code {self.box.processes[name].returncode}); starting another")
+                self.box.start_worker()
+
     def tick(self) -> None:
+        self.supervise()
         elapsed = time.monotonic() - self.started
         if self.second_beat is not None and time.monotonic() >= self.second_beat[1]:
             self.end_second_beat()
         if self.plan and elapsed >= self.plan[-1][0]:
             _, what = self.plan.pop()
             self.restart_redis() if what == "redis" else self.restart_postgres()
+        elif self.rng.random() < 0.15:
+            self.change_capacity()
         elif self.second_beat is None and self.rng.random() < 0.25:
             name = self.box.start_beat()
             self.second_beat = (name, time.monotonic() + self.rng.uniform(15, 40))
@@ -251,6 +267,23 @@ class ChaosDriver(threading.Thread):
         replacement = self.box.start_worker()
         self.figures.worker_kills += 1
         log(f"SIGKILLed {victim}, started {replacement}")
+
+    def change_capacity(self) -> None:
+        """An operator lowers or raises a capacity, or resets it (lowering takes no slot back)."""
+        from django.db import connections
+
+        from limits import services
+
+        name = self.rng.choice(["voice-calls", "partner-api"])
+        value = self.rng.choice([None, 1, 2, 3, 6])
+        try:
+            services.set_capacity(name, value, actor="chaos")
+        except Exception as error:  # the database may be restarting
+            log(f"capacity change failed: {type(error).__name__}")
+            connections.close_all()
+            return
+        self.figures.capacity_changes += 1
+        log(f"capacity of {name}: {value or 'reset'}")
 
     def end_second_beat(self) -> None:
         if self.second_beat is not None:
@@ -430,10 +463,11 @@ def quiet(load: Load) -> dict[str, int]:
     }
 
 
-def wait_for_quiet(load: Load, timeout: float) -> tuple[bool, float]:
+def wait_for_quiet(load: Load, timeout: float, supervise: Any) -> tuple[bool, float]:
     began = time.monotonic()
     last_report = 0.0
     while True:
+        supervise()
         load.guard(load.follow_up)
         try:
             state = quiet(load)
@@ -609,8 +643,9 @@ def main(argv: list[str] | None = None) -> int:
         load_seconds = time.monotonic() - began
         chaos.stopping.set()
         chaos.join(timeout=120)
+        chaos.supervise()
         log(f"load done in {load_seconds:.0f} s ({dict(load.started)}); waiting for quiet")
-        calm, quiet_seconds = wait_for_quiet(load, args.quiet_timeout)
+        calm, quiet_seconds = wait_for_quiet(load, args.quiet_timeout, chaos.supervise)
         probe.stopping.set()
         probe.join(timeout=10)
 
@@ -641,6 +676,8 @@ def main(argv: list[str] | None = None) -> int:
                 "redis_restarts": chaos.figures.redis_restarts,
                 "postgres_restarts": chaos.figures.postgres_restarts,
                 "second_beats": chaos.figures.second_beats,
+                "capacity_changes": chaos.figures.capacity_changes,
+                "worker_exits_restarted": len(chaos.figures.worker_exits),
                 "load_errors": dict(load.errors),
                 "web_probe": dict(probe.statuses),
                 "load_seconds": round(load_seconds),
