@@ -22,8 +22,20 @@ from limits.forms import duration_input
 from limits.models import AuditEvent, Limit, QueueEntry, Slot
 from studio.access import OPERATE_LIMIT, actor
 
+SEARCH_MAX_LENGTH = 200  # the longest text any admin searches (a label)
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+
+class BoundedSearchAdmin(admin.ModelAdmin):
+    """A search term longer than any searched field can match nothing: answer with no rows
+    instead of handing the database a pattern it refuses (SQLite: "LIKE pattern too complex")."""
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Any], search_term: str) -> Any:
+        if len(search_term) > SEARCH_MAX_LENGTH:
+            return queryset.none(), False
+        return super().get_search_results(request, queryset, search_term)
+
+
+class ReadOnlyAdmin(BoundedSearchAdmin):
     """Rows written only by the services: visible, never added, changed or deleted here."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -119,7 +131,7 @@ class LimitOverridesForm(forms.ModelForm):
 
 
 @admin.register(Limit)
-class LimitAdmin(admin.ModelAdmin):
+class LimitAdmin(BoundedSearchAdmin):
     form = LimitOverridesForm
     list_display = [
         "name",

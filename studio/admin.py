@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
+from limits.admin import BoundedSearchAdmin
 from studio.models import Run, Step
 
 
@@ -25,7 +26,7 @@ class StepInline(admin.TabularInline):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(BoundedSearchAdmin):
     list_display = ["id", "workflow", "status", "suspended", "waiting_for", "created_at", "finished_at"]
     list_filter = ["status", "suspended", "workflow"]
     search_fields = ["id", "workflow"]
