@@ -108,6 +108,7 @@ def _cut(text: str) -> int:
 def capacity_value(text: str) -> int | str | None:
     """'reset' → None; a whole number → int; anything else is passed on as it is, for the
     service to reject with a message naming the field and the allowed range."""
+    text = _argument_text(text)
     if text.strip().lower() == "reset":
         return None
     return int(text) if re.fullmatch(r"[+-]?[0-9]{1,12}", text.strip()) else text
@@ -115,9 +116,15 @@ def capacity_value(text: str) -> int | str | None:
 
 def max_hold_value(text: str) -> int | str | None:
     """'reset' → None; bare digits are milliseconds, as in the config; else a duration string."""
+    text = _argument_text(text)
     if text.strip().lower() == "reset":
         return None
     return int(text) if re.fullmatch(r"[+-]?[0-9]{1,15}", text.strip()) else text
+
+
+def _argument_text(value: object) -> str:
+    """Python 3.13.0's argparse hands a positional `[]` for `'' -- --`: treat it as empty."""
+    return value if isinstance(value, str) else ""
 
 
 def build_parser(prog: str = "stackbone limits") -> argparse.ArgumentParser:

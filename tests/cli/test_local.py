@@ -284,3 +284,12 @@ def test_max_hold_of_an_unknown_limit_exits_1(calls) -> None:  # type: ignore[no
 )
 def test_bad_usage_exits_2(calls, argv) -> None:  # type: ignore[no-untyped-def]
     assert run_cli(*argv).code == 2
+
+
+@pytest.mark.parametrize("verb", ["capacity", "max-hold"])
+def test_an_empty_value_after_a_double_dash_is_a_bad_value_not_a_traceback(calls, verb) -> None:  # type: ignore[no-untyped-def]
+    """Found by the fuzz test: Python 3.13.0's argparse passes `[]` for `'' -- --`."""
+    result = run_cli(verb, "calls", "--", "--")
+    assert result.code in (1, 2)
+    assert result.err.startswith("error:") and "Traceback" not in result.err
+    assert not AuditEvent.objects.filter(action__in=["capacity", "max_hold"]).exists()
