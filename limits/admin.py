@@ -36,7 +36,12 @@ class BoundedSearchAdmin(admin.ModelAdmin):
 
 
 class ReadOnlyAdmin(BoundedSearchAdmin):
-    """Rows written only by the services: visible, never added, changed or deleted here."""
+    """Rows written only by the services: visible, never added, changed or deleted here. An
+    operator (limits.operate_limit) may view them, so the Slots list and its release action need
+    no other permission."""
+
+    def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return super().has_view_permission(request, obj) or request.user.has_perm(OPERATE_LIMIT)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
