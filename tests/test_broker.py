@@ -14,7 +14,7 @@ PRODUCERS, CONSUMERS, PER_PRODUCER = 3, 3, 150
 
 
 def connection(folder: Path) -> Connection:
-    for sub in ("out", "processed"):
+    for sub in ("out", "processed", "control"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     return Connection(
         "filesystem://",
@@ -23,6 +23,7 @@ def connection(folder: Path) -> Connection:
             "data_folder_in": str(folder / "out"),
             "data_folder_out": str(folder / "out"),
             "processed_folder": str(folder / "processed"),
+            "control_folder": str(folder / "control"),
         },
     )
 
