@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -473,32 +473,62 @@ def _settle(limit: Limit, now: datetime, changes: _Changes) -> None:
     if limit.waiting_count == 0 or limit.in_use >= limit.capacity:
         return
     _time_out(limit, now, changes)
-    waiting = QueueEntry.objects.filter(limit=limit, state=QueueEntry.State.WAITING)
     reserved_until = now + timedelta(milliseconds=RESERVATION_MS)
     expires_at = now + timedelta(milliseconds=limit.max_hold_ms)
     while limit.waiting_count and limit.in_use < limit.capacity:
-        heads = list(waiting.order_by("position")[: min(limit.capacity - limit.in_use, GRANT_BATCH)])
-        if not heads:
+        run_ids = _grant_heads(limit, min(limit.capacity - limit.in_use, GRANT_BATCH), now, reserved_until, expires_at)
+        if not run_ids:
             break
-        waiting.filter(position__lte=heads[-1].position).update(state=QueueEntry.State.GRANTED, finished_at=now)
-        Slot.objects.bulk_create(
-            Slot(
-                limit=limit,
-                run_id=entry.run_id,
-                request=entry.request,
-                label=entry.label,
-                state=Slot.State.RESERVED,
-                queue_entry=entry,
-                granted_at=now,
-                reserved_until=reserved_until,
-                expires_at=expires_at,
+        limit.waiting_count -= len(run_ids)
+        limit.reserved_count += len(run_ids)
+        changes.granted += len(run_ids)
+        changes.woken.extend(run_ids)
+
+
+_HEADS = f"""
+    UPDATE {QueueEntry._meta.db_table} SET state = 'granted', finished_at = %s
+    WHERE id IN (
+        SELECT id FROM {QueueEntry._meta.db_table}
+        WHERE limit_id = %s AND state = 'waiting' ORDER BY position LIMIT %s
+    )
+    RETURNING id, run_id, request, label"""
+_SLOT_COLUMNS = (
+    "id, limit_id, run_id, request, label, state, queue_entry_id, granted_at, reserved_until, expires_at, freed_by"
+)
+_RANDOM_SLOT_ID = {
+    # 122 random bits from the database's strong random source, like new_slot_id's 144.
+    "postgresql": "'slot_' || replace(gen_random_uuid()::text, '-', '')",
+    "sqlite": "'slot_' || lower(hex(randomblob(16)))",
+}
+
+
+def _grant_heads(limit: Limit, count: int, now: datetime, reserved_until: datetime, expires_at: datetime) -> list[str]:
+    """Reserve a slot for each of the first `count` waiting entries, in queue order, set-based:
+    the entries turn granted and the slots are inserted from them by the database (one
+    statement on PostgreSQL, two on SQLite), not built row by row in Python. Returns the run ids."""
+    ops = connection.ops
+    times = [ops.adapt_datetimefield_value(t) for t in (now, reserved_until, expires_at)]
+    slot_id = _RANDOM_SLOT_ID[connection.vendor]
+    insert = (
+        f"INSERT INTO {Slot._meta.db_table} ({_SLOT_COLUMNS}) "
+        f"SELECT {slot_id}, %s, run_id, request, label, 'reserved', id, %s, %s, %s, ''"
+    )
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"WITH heads AS ({_HEADS}) {insert} FROM heads RETURNING run_id",
+                [times[0], limit.id, count, limit.id, *times],
             )
-            for entry in heads
-        )
-        limit.waiting_count -= len(heads)
-        limit.reserved_count += len(heads)
-        changes.granted += len(heads)
-        changes.woken.extend(entry.run_id for entry in heads)
+            return [run_id for (run_id,) in cursor.fetchall()]
+        cursor.execute(_HEADS, [times[0], limit.id, count])
+        heads = cursor.fetchall()
+        if heads:
+            marks = ", ".join(["%s"] * len(heads))
+            cursor.execute(
+                f"{insert} FROM {QueueEntry._meta.db_table} WHERE id IN ({marks})",
+                [limit.id, *times, *(entry_id for entry_id, *_ in heads)],
+            )
+        return [run_id for _, run_id, _, _ in heads]
 
 
 def _time_out(limit: Limit, now: datetime, changes: _Changes) -> None:
