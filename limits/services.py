@@ -590,6 +590,8 @@ def _requeue(limit: Limit, slots: Iterable[Slot], now: datetime) -> None:
 def _previous_outcome(request: str) -> Acquisition | None:
     """What became of an earlier acquire call with this request, confirming a reservation that
     waits for it. None for a new request."""
+    if not _request_seen(request):
+        return None
     slots = list(Slot.objects.filter(request=request).select_related("limit", "queue_entry"))
     live = next((slot for slot in slots if slot.is_live), None)
     if live is not None and live.state == Slot.State.RESERVED:
@@ -620,6 +622,20 @@ def _previous_outcome(request: str) -> Acquisition | None:
     if slots:
         return Acquisition("cancelled", slots[0].limit.name, request)
     return None
+
+
+_REQUEST_SEEN = f"""
+    SELECT 1 FROM {Slot._meta.db_table} WHERE request = %s
+    UNION ALL SELECT 1 FROM {QueueEntry._meta.db_table} WHERE request = %s
+    LIMIT 1"""
+
+
+def _request_seen(request: str) -> bool:
+    """One indexed probe, raw: most acquire calls are new, and the ORM's two joined reads that
+    _previous_outcome needs otherwise cost a third of an uncontended cycle."""
+    with connection.cursor() as cursor:
+        cursor.execute(_REQUEST_SEEN, [request, request])
+        return cursor.fetchone() is not None
 
 
 def _locked_limit(name: str) -> Limit:
