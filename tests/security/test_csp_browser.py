@@ -17,7 +17,9 @@ from tests.factories import declare
 pytest.importorskip("playwright.sync_api")
 from playwright.sync_api import Page, expect  # noqa: E402
 
-from tests.browser.conftest import _chromium  # noqa: E402 (skips the module without Chromium)
+from tests.browser import conftest as browser_conftest  # noqa: E402 (skips the module without Chromium)
+
+browser = browser_conftest.browser  # the one Chromium fixture, shared with tests/browser
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,21 +30,6 @@ document.addEventListener("securitypolicyviolation", (e) => {
   window.__cspViolations.push(e.violatedDirective + " " + e.blockedURI + " " + (e.sample || ""));
 });
 """
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    import os
-
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        yield from _chromium()
-    finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 @pytest.fixture
