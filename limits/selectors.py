@@ -197,4 +197,3 @@ def queue_entry_summary(entry: QueueEntry, position: int) -> dict[str, object]:
         "waiting_since": _iso(entry.enqueued_at),
         "deadline": _iso(entry.deadline),
     }
-
