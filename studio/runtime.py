@@ -31,7 +31,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -339,6 +339,13 @@ def advance(run_id: str) -> str:
         return _release_lease(ctx)
     except LeaseLost:
         return "cancelled"
+    except (OperationalError, InterfaceError):
+        # The database went away under this advance (a restart, a failover): not the workflow's
+        # fault, so the run does not fail. Give the lease back if the database answers again;
+        # the task retries, and recovery picks the run up in any case (found by the chaos run).
+        with contextlib.suppress(DatabaseError):
+            Run.objects.filter(id=run_id, lease_owner=owner).update(lease_owner="", lease_until=None)
+        raise
     except Exception as error:
         return _finish(ctx, Run.Status.FAILED, error="".join(traceback.format_exception_only(error)).strip())
     finally:

@@ -4,19 +4,29 @@ import logging
 
 from celery import shared_task
 from celery.signals import worker_ready
+from django.db import InterfaceError, OperationalError
 
 from studio import runtime
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="studio.tasks.advance_run", ignore_result=True)
+# A database outage while advancing leaves the run untouched (runtime.advance): try again soon.
+RETRY_ON_OUTAGE = {
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": 2,
+    "retry_backoff_max": 30,
+    "max_retries": 10,
+}
+
+
+@shared_task(name="studio.tasks.advance_run", ignore_result=True, **RETRY_ON_OUTAGE)
 def advance_run(run_id: str) -> None:
     outcome = runtime.advance(run_id)
     logger.debug("advance %s: %s", run_id, outcome)
 
 
-@shared_task(name="studio.tasks.advance_runs", ignore_result=True)
+@shared_task(name="studio.tasks.advance_runs", ignore_result=True, **RETRY_ON_OUTAGE)
 def advance_runs(run_ids: list[str]) -> None:
     for run_id in run_ids:
         runtime.advance(run_id)

@@ -343,3 +343,31 @@ def test_a_mass_wake_resumes_every_run_through_chunked_tasks(one_line, no_worker
     services.set_capacity("voice-calls", len(runs) + 1)
     assert {fresh(run).status for run in runs} == {"completed"}
     assert holder
+
+
+OUTAGE = {"left": 0}
+
+
+@workflow(name="test_database_outage")
+def meets_a_database_outage(input: dict) -> dict:
+    from django.db import OperationalError
+
+    if OUTAGE["left"]:
+        OUTAGE["left"] -= 1
+        raise OperationalError("terminating connection due to administrator command")
+    return {"done": True}
+
+
+def test_a_database_outage_during_an_advance_does_not_fail_the_run(one_line, no_worker) -> None:  # type: ignore[no-untyped-def]
+    """Found by the chaos run: a PostgreSQL restart under a running body failed the run. The
+    advance must leave the run as it was (lease given back) for the retry or recovery."""
+    from django.db import OperationalError
+
+    run = start_run(meets_a_database_outage)
+    OUTAGE["left"] = 1
+    with pytest.raises(OperationalError):
+        advance(run.id)
+    run = fresh(run)
+    assert (run.status, run.lease_owner, run.error) == ("running", "", "")
+    assert advance(run.id) == "completed"
+    assert fresh(run).output == {"done": True}
