@@ -26,6 +26,7 @@ from urllib.parse import unquote
 
 import pytest
 from django.contrib import admin
+from django.contrib.admin.utils import quote as admin_urlquote
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
@@ -77,7 +78,7 @@ def done(location: str) -> Outcome:
 
 class Row(NamedTuple):
     method: str
-    url: str  # {limit}, {limit_pk}, {slot}, {run}, {entry}, {event}, {token_pk} filled in per test
+    url: str  # {limit}, {limit_pk}, {slot}, {run}, {entry}, ... filled in per test (World.ids)
     anonymous: Outcome
     viewer: Outcome
     operator: Outcome
@@ -142,12 +143,12 @@ MATRIX: list[Row] = [
     Row("GET",  "/admin/limits/slot/",                    ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
     # the action "Release selected slots" (operators: limits.operate_limit lets them view the list)
     Row("POST", "/admin/limits/slot/",                    ADMIN_LOGIN,  ADMIN_LOGIN,  RELEASED,           RELEASED),
-    Row("GET",  "/admin/limits/slot/{slot}/change/",      ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
-    Row("POST", "/admin/limits/slot/{slot}/change/",      ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
+    Row("GET",  "/admin/limits/slot/{admin_slot}/change/",      ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
+    Row("POST", "/admin/limits/slot/{admin_slot}/change/",      ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
     Row("GET",  "/admin/limits/slot/add/",                ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
     Row("POST", "/admin/limits/slot/add/",                ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
-    Row("GET",  "/admin/limits/slot/{slot}/delete/",      ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
-    Row("POST", "/admin/limits/slot/{slot}/delete/",      ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
+    Row("GET",  "/admin/limits/slot/{admin_slot}/delete/",      ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
+    Row("POST", "/admin/limits/slot/{admin_slot}/delete/",      ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
     Row("GET",  "/admin/limits/queueentry/",              ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
     # a POST without an action (none is offered): the list again
     Row("POST", "/admin/limits/queueentry/",              ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
@@ -170,12 +171,12 @@ MATRIX: list[Row] = [
     # a POST without an action (none is offered): the list again
     Row("POST", "/admin/studio/run/",                     ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
     # read-only
-    Row("GET",  "/admin/studio/run/{run}/change/",        ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
-    Row("POST", "/admin/studio/run/{run}/change/",        ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
+    Row("GET",  "/admin/studio/run/{admin_run}/change/",        ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
+    Row("POST", "/admin/studio/run/{admin_run}/change/",        ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
     Row("GET",  "/admin/studio/run/add/",                 ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
     Row("POST", "/admin/studio/run/add/",                 ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
-    Row("GET",  "/admin/studio/run/{run}/delete/",        ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
-    Row("POST", "/admin/studio/run/{run}/delete/",        ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
+    Row("GET",  "/admin/studio/run/{admin_run}/delete/",        ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
+    Row("POST", "/admin/studio/run/{admin_run}/delete/",        ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
     # ApiToken is not in the admin: its URLs are unknown (tokens: `manage.py limits token ...`)
     Row("GET",  "/admin/limits/apitoken/",                ADMIN_LOGIN,  ADMIN_LOGIN,  NOT_FOUND,          NOT_FOUND),
     Row("GET",  "/admin/limits/apitoken/{token_pk}/change/", ADMIN_LOGIN, ADMIN_LOGIN, NOT_FOUND,         NOT_FOUND),
@@ -245,6 +246,7 @@ def world(clock) -> World:  # type: ignore[no-untyped-def]
         clock.advance(seconds=1)
     now = timezone.now()
     run = Run.objects.create(
+        id="run_40ab56789abcdef012345678",  # "_40" is what the admin's quote() makes of "@"
         workflow="place_call",
         status=Run.Status.RUNNING,
         suspended=True,
@@ -263,11 +265,16 @@ def world(clock) -> World:  # type: ignore[no-untyped-def]
     limit = Limit.objects.get(name="voice-calls")
     if not AuditEvent.objects.exists():
         services.set_max_hold("voice-calls", "1h", actor="user:setup")
+    slot = Slot.objects.filter(limit=limit, state="busy").order_by("granted_at").first()
+    assert slot is not None
     ids = {
         "limit": limit.name,
         "limit_pk": str(limit.pk),
-        "slot": Slot.objects.filter(limit=limit, state="busy").order_by("granted_at").first().id,  # type: ignore[union-attr]
+        "slot": slot.id,
+        "admin_slot": admin_urlquote(slot.id),
         "run": run.id,
+        # The admin's URLs carry primary keys through admin_urlquote: "run_40…" is not "run@…".
+        "admin_run": admin_urlquote(run.id),
         "entry": str(QueueEntry.objects.get(run_id=run.id).pk),
         "event": str(AuditEvent.objects.order_by("id").first().pk),  # type: ignore[union-attr]
         "token_pk": str(ApiToken.objects.order_by("id").first().pk),  # type: ignore[union-attr]
