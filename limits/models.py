@@ -45,6 +45,12 @@ class Limit(models.Model):
     reserved_count = models.PositiveIntegerField(default=0, help_text="Slots handed to a waiting run, unconfirmed.")
     waiting_count = models.PositiveIntegerField(default=0)
     next_position = models.BigIntegerField(default=1, help_text="Queue ticket counter.")
+    last_event_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The latest time written under this limit's lock; later changes never write an earlier one.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

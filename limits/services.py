@@ -12,6 +12,15 @@ transaction, so that the run layer can record a step in the same commit as the e
 nested, they take no savepoint (two statements less): if one raises, the caller's whole
 transaction rolls back.
 
+On PostgreSQL the hot paths run as database functions (migration 0006): acquire, confirm and a
+release without an actor are one statement each (outside a caller's transaction, in autocommit:
+one round trip with its commit), so the limit's row lock is held for a few
+statements inside the server and the commit, never across a round trip to Python; settling a
+limit (time-outs, then grants to the head of the queue) is one call. A case a function does not
+handle answers 'slow' before changing anything, and the Python below goes on in the same
+transaction. On SQLite every rule runs in Python. The same tests (tests/services, and the model
+test of tests/model against a pure-Python model of the spec) run on both.
+
 Runs woken by a change (granted a reservation, or timed out) are announced with the
 ``limits.signals.runs_woken`` signal after the transaction commits, never while a lock is held.
 """
@@ -145,6 +154,10 @@ def acquire(
         raise LimitsError(BAD_REQUEST, field="request")
     label = _check_label(label)
     timeout_ms = DEFAULT_TIMEOUT_MS if timeout is None else _parse(timeout, BAD_TIMEOUT, "timeout")
+    if _in_server():
+        fast = _acquire_in_server(limit_name, run_id, request, label, timeout_ms)
+        if fast is not None:
+            return fast
     with transaction.atomic(savepoint=False):
         outcome = _acquire_in_transaction(limit_name, run_id, request, label, timeout_ms)
     if isinstance(outcome, LimitsError):
@@ -155,12 +168,16 @@ def acquire(
 def confirm(slot_id: str) -> bool:
     """Turn a reserved slot busy, if its 2 minutes have not passed. A late confirm lapses the
     reservation as the sweep would (3.6) and returns False."""
+    if _in_server() and is_storable_text(slot_id):
+        (outcome,) = _call("SELECT limits_confirm(%s, %s)", [slot_id, timezone.now()])
+        if outcome != "slow":
+            return outcome == "busy"
     with transaction.atomic(savepoint=False):
         slot = _locked_slot(slot_id)
         if slot is None or slot.state != Slot.State.RESERVED:
             return False
         changes = _Changes()
-        confirmed = _confirm_locked(slot.limit, slot, timezone.now(), changes)
+        confirmed = _confirm_locked(slot.limit, slot, _clock(slot.limit), changes)
         _save_counters(slot.limit)
         _wake_on_commit(changes.woken)
         return confirmed
@@ -175,11 +192,19 @@ def release(slot_id: str, *, actor: str | None = None) -> bool:
     """
     if not isinstance(slot_id, str):
         return False
+    if _in_server() and actor is None and is_storable_text(slot_id):
+        outcome, woken = _call(
+            "SELECT outcome, woken FROM limits_release(%s, %s, %s)", [slot_id, timezone.now(), RESERVATION_MS]
+        )
+        if outcome != "slow":
+            _wake_on_commit(woken)
+            return outcome == "released"
     with transaction.atomic(savepoint=False):
         slot = _locked_slot(slot_id)
         if slot is None or not slot.is_live:
             return False
-        limit, now, changes = slot.limit, timezone.now(), _Changes()
+        limit, changes = slot.limit, _Changes()
+        now = _clock(limit)
         Slot.objects.filter(id=slot.id).update(state=Slot.State.RELEASED, freed_at=now, freed_by=actor or "")
         if slot.state == Slot.State.BUSY:
             limit.busy_count -= 1
@@ -206,8 +231,8 @@ def end_run(run_id: str) -> int:
             QueueEntry.objects.filter(run_id=run_id, state=QueueEntry.State.WAITING).values_list("limit_id", flat=True)
         ) | set(Slot.objects.filter(run_id=run_id, state=Slot.State.RESERVED).values_list("limit_id", flat=True))
         locked = list(Limit.objects.select_for_update().filter(id__in=limit_ids).order_by("id"))
-        now = timezone.now()  # under the locks
         for limit in locked:
+            now = _clock(limit)
             cancelled = QueueEntry.objects.filter(limit=limit, run_id=run_id, state=QueueEntry.State.WAITING).update(
                 state=QueueEntry.State.CANCELLED, finished_at=now
             )
@@ -235,7 +260,8 @@ def set_capacity(name: str, value: int | None, *, actor: str | None = None) -> L
         except ValueError as error:
             raise LimitsError(BAD_CAPACITY.format(error=error), field="capacity") from None
     with transaction.atomic(durable=True):
-        limit, now, changes = _locked_limit(name), timezone.now(), _Changes()
+        limit, changes = _locked_limit(name), _Changes()
+        now = _clock(limit)
         old = limit.capacity
         limit.capacity_override = value
         limit.save(update_fields=["capacity_override", "updated_at"])
@@ -252,10 +278,11 @@ def set_max_hold(name: str, value: int | str | None, *, actor: str | None = None
     Only slots granted afterwards get the new value: a slot's expiry is fixed at grant."""
     ms = None if value is None else _parse(value, BAD_MAX_HOLD, "max_hold")
     with transaction.atomic(durable=True):
-        limit, now = _locked_limit(name), timezone.now()
+        limit = _locked_limit(name)
+        now = _clock(limit)
         old = limit.max_hold_ms
         limit.max_hold_override_ms = ms
-        limit.save(update_fields=["max_hold_override_ms", "updated_at"])
+        limit.save(update_fields=["max_hold_override_ms", "last_event_at", "updated_at"])
         new = f"{limit.max_hold_ms} (declared)" if ms is None else str(limit.max_hold_ms)
         _audit(limit, actor, AuditEvent.Action.MAX_HOLD, now, old=str(old), new=new)
         return limit
@@ -271,7 +298,6 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
     report = SyncReport()
     with transaction.atomic(durable=True):
         existing = {limit.name: limit for limit in Limit.objects.select_for_update().order_by("id")}
-        now = timezone.now()  # under the locks
         for name, spec in sorted(workspace.limits.items()):
             limit = existing.get(name)
             if limit is None:
@@ -284,7 +310,7 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
                 continue
             limit.declared, limit.declared_capacity, limit.declared_max_hold_ms = after
             limit.save(update_fields=["declared", "declared_capacity", "declared_max_hold_ms", "updated_at"])
-            changes = _Changes()
+            now, changes = _clock(limit), _Changes()
             _settle(limit, now, changes)
             _save_counters(limit)
             _wake_on_commit(changes.woken)
@@ -301,7 +327,8 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
         for name, limit in existing.items():
             if name not in workspace.limits and limit.declared:
                 limit.declared = False
-                limit.save(update_fields=["declared", "updated_at"])
+                now = _clock(limit)
+                limit.save(update_fields=["declared", "last_event_at", "updated_at"])
                 _audit(
                     limit,
                     actor,
@@ -359,7 +386,7 @@ def sweep() -> SweepReport:
     for limit_id in sorted(limit_ids):
         with transaction.atomic(durable=True):
             limit = Limit.objects.select_for_update().get(id=limit_id)
-            now, changes = timezone.now(), _Changes()  # the clock under the lock: see acquire
+            now, changes = _clock(limit), _Changes()
             expired = Slot.objects.filter(limit=limit, state=Slot.State.BUSY, expires_at__lte=now).update(
                 state=Slot.State.EXPIRED, freed_at=now, freed_by=SWEEP_ACTOR
             )
@@ -391,6 +418,21 @@ def sweep() -> SweepReport:
 # --- the locked sections ------------------------------------------------------------------------
 
 
+def _acquire_in_server(limit_name: str, run_id: str, request: str, label: str, timeout_ms: int) -> Acquisition | None:
+    """limits_acquire (PostgreSQL): one round trip for a new request that is granted at once or
+    queued behind full capacity, and for a request that holds a live slot (a reservation in time
+    is confirmed). None for the rest, having changed nothing: _acquire_in_transaction decides."""
+    outcome, name, slot_id, deadline = _call(
+        "SELECT outcome, limit_name, slot_id, deadline FROM limits_acquire(%s, %s, %s, %s, %s, %s)",
+        [limit_name, run_id, request, label, timeout_ms, timezone.now()],
+    )
+    if outcome == "busy":
+        return Acquisition("busy", name, request, slot_id=slot_id)
+    if outcome == "waiting":
+        return Acquisition("waiting", name, request, timeout_ms=timeout_ms, deadline=deadline)
+    return None
+
+
 def _acquire_in_transaction(
     limit_name: str, run_id: str, request: str, label: str, timeout_ms: int
 ) -> Acquisition | LimitsError:
@@ -402,7 +444,7 @@ def _acquire_in_transaction(
         return LimitsError(UNKNOWN_LIMIT.format(name=limit_name), field="limit")
     if not limit.declared:
         return LimitsError(UNDECLARED_LIMIT.format(name=limit.name), field="limit")
-    now = timezone.now()  # under the lock, so one limit's timestamps follow its lock order
+    now = _clock(limit)
     if limit.waiting_count == 0 and limit.in_use < limit.capacity:
         slot = Slot.objects.create(
             limit=limit,
@@ -472,6 +514,15 @@ def _settle(limit: Limit, now: datetime, changes: _Changes) -> None:
     under the limit's lock; the caller saves the counters."""
     if limit.waiting_count == 0 or limit.in_use >= limit.capacity:
         return
+    if _in_server():
+        _save_counters(limit)
+        timed_out, granted = _call("SELECT * FROM limits_settle(%s, %s, %s)", [limit.id, now, RESERVATION_MS])
+        limit.waiting_count -= len(timed_out) + len(granted)
+        limit.reserved_count += len(granted)
+        changes.timed_out += len(timed_out)
+        changes.granted += len(granted)
+        changes.woken.extend(timed_out + granted)
+        return
     _time_out(limit, now, changes)
     reserved_until = now + timedelta(milliseconds=RESERVATION_MS)
     expires_at = now + timedelta(milliseconds=limit.max_hold_ms)
@@ -495,31 +546,21 @@ _HEADS = f"""
 _SLOT_COLUMNS = (
     "id, limit_id, run_id, request, label, state, queue_entry_id, granted_at, reserved_until, expires_at, freed_by"
 )
-_RANDOM_SLOT_ID = {
-    # 122 random bits from the database's strong random source, like new_slot_id's 144.
-    "postgresql": "'slot_' || replace(gen_random_uuid()::text, '-', '')",
-    "sqlite": "'slot_' || lower(hex(randomblob(16)))",
-}
+# 128 random bits from SQLite's strong random source, like new_slot_id's 144.
+_RANDOM_SLOT_ID = "'slot_' || lower(hex(randomblob(16)))"
 
 
 def _grant_heads(limit: Limit, count: int, now: datetime, reserved_until: datetime, expires_at: datetime) -> list[str]:
     """Reserve a slot for each of the first `count` waiting entries, in queue order, set-based:
-    the entries turn granted and the slots are inserted from them by the database (one
-    statement on PostgreSQL, two on SQLite), not built row by row in Python. Returns the run ids."""
+    the entries turn granted and the slots are inserted from them by the database, not built
+    row by row in Python. Returns the run ids. (SQLite; on PostgreSQL, limits_grant_heads.)"""
     ops = connection.ops
     times = [ops.adapt_datetimefield_value(t) for t in (now, reserved_until, expires_at)]
-    slot_id = _RANDOM_SLOT_ID[connection.vendor]
     insert = (
         f"INSERT INTO {Slot._meta.db_table} ({_SLOT_COLUMNS}) "
-        f"SELECT {slot_id}, %s, run_id, request, label, 'reserved', id, %s, %s, %s, ''"
+        f"SELECT {_RANDOM_SLOT_ID}, %s, run_id, request, label, 'reserved', id, %s, %s, %s, ''"
     )
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(
-                f"WITH heads AS ({_HEADS}) {insert} FROM heads RETURNING run_id",
-                [times[0], limit.id, count, limit.id, *times],
-            )
-            return [run_id for (run_id,) in cursor.fetchall()]
         cursor.execute(_HEADS, [times[0], limit.id, count])
         heads = cursor.fetchall()
         if heads:
@@ -534,6 +575,12 @@ def _grant_heads(limit: Limit, count: int, now: datetime, reserved_until: dateti
 def _time_out(limit: Limit, now: datetime, changes: _Changes) -> None:
     """Waits past their deadline leave the queue; their runs are woken to raise the timeout."""
     if limit.waiting_count == 0:
+        return
+    if _in_server():
+        (run_ids,) = _call("SELECT limits_time_out(%s, %s)", [limit.id, now])
+        limit.waiting_count -= len(run_ids)
+        changes.timed_out += len(run_ids)
+        changes.woken.extend(run_ids)
         return
     stale = QueueEntry.objects.filter(limit=limit, state=QueueEntry.State.WAITING, deadline__lte=now)
     run_ids = list(stale.values_list("run_id", flat=True))
@@ -599,7 +646,7 @@ def _previous_outcome(request: str) -> Acquisition | None:
         if locked is None or locked.state != Slot.State.RESERVED:
             return _previous_outcome(request)
         changes = _Changes()
-        confirmed = _confirm_locked(locked.limit, locked, timezone.now(), changes)
+        confirmed = _confirm_locked(locked.limit, locked, _clock(locked.limit), changes)
         _save_counters(locked.limit)
         _wake_on_commit(changes.woken)
         return (
@@ -661,8 +708,33 @@ def _locked_slot(slot_id: str) -> Slot | None:
     return slot
 
 
+def _in_server() -> bool:
+    """Whether the hot rules run as the database functions of migration 0006 (PostgreSQL)."""
+    return connection.vendor == "postgresql"
+
+
+def _call(sql: str, params: list[object]) -> tuple:  # type: ignore[type-arg]
+    """One row of one engine function (PostgreSQL). Outside a transaction the statement is its
+    own (autocommit): one round trip in all. A function that answers 'slow' changed nothing, so
+    the Python path may then start its own transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def _clock(limit: Limit) -> datetime:
+    """The time of a change to a locked limit: timezone.now(), but never earlier than the limit's
+    last change, so one limit's history follows its lock order (the database functions read the
+    clock before they take the lock and apply the same rule)."""
+    now = timezone.now()
+    if limit.last_event_at is not None and limit.last_event_at > now:
+        now = limit.last_event_at
+    limit.last_event_at = now
+    return now
+
+
 def _save_counters(limit: Limit) -> None:
-    limit.save(update_fields=["busy_count", "reserved_count", "waiting_count", "next_position"])
+    limit.save(update_fields=["busy_count", "reserved_count", "waiting_count", "next_position", "last_event_at"])
 
 
 def _wake_on_commit(run_ids: list[str]) -> None:
