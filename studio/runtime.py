@@ -414,17 +414,20 @@ def suspend(ctx: RunContext, *, waiting_for: str, deadline: Any) -> None:
 
 
 def wake(run_ids: list[str]) -> int:
-    """Make suspended runs runnable and dispatch them after commit. Idempotent: a run that is
-    not suspended any more is left alone (its dispatch, if any, finds nothing to do)."""
+    """Make suspended runs runnable and dispatch them after commit, WAKE_BATCH runs per UPDATE.
+    Idempotent: a run that is not suspended any more is left alone (its dispatch, if any, finds
+    nothing to do). Each batch is its own statement (one round trip when nothing encloses it): a
+    crash between a batch and its dispatch leaves runnable runs that recover() dispatches."""
     now = timezone.now()
     woken = 0
-    with transaction.atomic():
-        for start in range(0, len(run_ids), WAKE_BATCH):
-            woken += Run.objects.filter(
-                id__in=run_ids[start : start + WAKE_BATCH], status=Run.Status.RUNNING, suspended=True
-            ).update(suspended=False, waiting_for="", wait_deadline=None, dispatched_at=now)
-        if woken:
-            _dispatch_on_commit(run_ids)
+    for start in range(0, len(run_ids), WAKE_BATCH):
+        batch = run_ids[start : start + WAKE_BATCH]
+        count = Run.objects.filter(id__in=batch, status=Run.Status.RUNNING, suspended=True).update(
+            suspended=False, waiting_for="", wait_deadline=None, dispatched_at=now
+        )
+        if count:
+            _dispatch_on_commit(batch)
+        woken += count
     return woken
 
 

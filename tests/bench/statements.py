@@ -1,11 +1,21 @@
 """The statements one engine operation sends, and how many of them run while the limit's row is
-locked (from its SELECT ... FOR UPDATE to COMMIT): round trips do not depend on the machine's
-load, so they explain the hot-limit figure when the timings are noisy."""
+locked (from its SELECT ... FOR UPDATE, or the call of an engine function that takes it in the
+server, to COMMIT): round trips do not depend on the machine's load, so they explain the
+hot-limit figure when the timings are noisy."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+# Statements that take a limit's row lock: the ORM's, and the database functions of
+# limits/migrations/0006 (which lock inside the server; outside a transaction they are their own,
+# so the lock ends with the statement's commit).
+LOCKING = ("FOR UPDATE", "limits_acquire(", "limits_release(", "limits_confirm(", "limits_settle(")
+
+
+def _takes_lock(sql: str) -> bool:
+    return any(marker in sql for marker in LOCKING)
 
 
 def _count(operation: Callable[[], Any]) -> tuple[Any, int, int]:
@@ -15,14 +25,16 @@ def _count(operation: Callable[[], Any]) -> tuple[Any, int, int]:
     with CaptureQueriesContext(connection) as captured:
         result = operation()
     sqls = [q["sql"] for q in captured.captured_queries]
-    locked, under = False, 0
+    in_transaction, locked, under = False, False, 0
     for sql in sqls:
-        if "FOR UPDATE" in sql:
-            locked = True
+        in_transaction = in_transaction or sql.startswith("BEGIN")
+        if _takes_lock(sql):
+            locked = in_transaction
+            under += not locked  # autocommit: the statement and its commit, one round trip
         if locked:
             under += 1
         if sql.startswith("COMMIT"):
-            locked = False
+            in_transaction = locked = False
     return result, len(sqls), under
 
 
@@ -55,8 +67,8 @@ def summary(figures: dict[str, tuple[int, int]]) -> str:
 
 def lock_hold(limit: str, cycles: int = 200) -> dict[str, float]:
     """Uncontended, in this process: the median time a cycle (acquire granted at once + release)
-    takes, and how long of it the limit's row stays locked (from sending its SELECT ... FOR UPDATE
-    to the end of COMMIT). Under contention the lock is the queue every process waits in, so
+    takes, and how long of it the limit's row stays locked (from sending the statement that takes
+    it to the end of COMMIT: an upper bound, as the lock is taken inside that statement). Under contention the lock is the queue every process waits in, so
     1000 / locked ms bounds the cycles/s of one limit, whatever the number of processes."""
     import time
 
@@ -72,7 +84,7 @@ def lock_hold(limit: str, cycles: int = 200) -> dict[str, float]:
         try:
             return execute(sql, params, many, context)
         finally:
-            if "FOR UPDATE" in sql and state["since"] is None:
+            if _takes_lock(sql) and state["since"] is None:
                 state["since"] = started
 
     totals, locked = [], []
