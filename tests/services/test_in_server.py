@@ -1,0 +1,96 @@
+"""The engine's database functions (PostgreSQL, limits/migrations/0006): one round trip per hot
+operation, and one limit's timestamps in lock order whichever path wrote them.
+
+Every other rule is tested through the services on both databases (tests/services, tests/model),
+so on PostgreSQL the same tests drive the functions and the Python rules they fall back to."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from limits import services
+from limits.models import Limit, QueueEntry, Slot
+from tests.conftest import START, requires_postgres
+from tests.factories import assert_counters_match_rows, declare
+
+
+def _engine_statements(operation):  # type: ignore[no-untyped-def]
+    """The operation's result and the SQL it sent, without the run layer's wake (a receiver of
+    runs_woken, after commit)."""
+    with CaptureQueriesContext(connection) as captured:
+        result = operation()
+    return result, [q["sql"] for q in captured.captured_queries if "studio_run" not in q["sql"]]
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_each_hot_operation_is_one_statement_in_autocommit_on_postgres() -> None:
+    """Outside a caller's transaction: no BEGIN, no COMMIT round trip, no second statement while
+    the limit's row is locked (the lock is taken and released inside the server)."""
+    declare(calls={"capacity": 1, "max_hold": "1h"})
+    first, sent = _engine_statements(lambda: services.acquire("calls", run_id="r1"))
+    assert first.state == "busy" and len(sent) == 1 and "limits_acquire(" in sent[0]
+    waiting, sent = _engine_statements(lambda: services.acquire("calls", run_id="r2", request="r2:1"))
+    assert waiting.state == "waiting" and len(sent) == 1
+    released, sent = _engine_statements(lambda: services.release(first.slot_id))
+    assert released is True and len(sent) == 1 and "limits_release(" in sent[0]
+    confirmed, sent = _engine_statements(lambda: services.acquire("calls", run_id="r2", request="r2:1"))
+    assert confirmed.state == "busy" and len(sent) == 1
+    assert Slot.objects.get(id=confirmed.slot_id).state == "busy"
+    _, sent = _engine_statements(lambda: services.release(confirmed.slot_id))
+    assert len(sent) == 1
+    assert_counters_match_rows("calls")
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_case_the_function_leaves_to_python_changes_nothing_before_python_decides() -> None:
+    """A late confirm: limits_confirm answers 'slow' without touching a row, then the Python rule
+    lapses the reservation (SPEC 3.6) in its own transaction."""
+    import time_machine
+
+    with time_machine.travel(START, tick=False) as traveller:
+        declare(calls={"capacity": 1, "max_hold": "1h"})
+        holder = services.acquire("calls", run_id="r1")
+        services.acquire("calls", run_id="r2", request="r2:1")
+        services.release(holder.slot_id)
+        reserved = Slot.objects.get(request="r2:1")
+        traveller.shift(dt.timedelta(minutes=2, seconds=1))
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT limits_confirm(%s, %s)", [reserved.id, START + dt.timedelta(minutes=3)])
+            assert cursor.fetchone() == ("slow",)
+        assert Slot.objects.get(id=reserved.id).state == "reserved"
+        assert services.confirm(reserved.id) is False
+        assert Slot.objects.get(id=reserved.id).state == "lapsed"
+        assert list(QueueEntry.objects.filter(state="waiting").values_list("run_id", flat=True)) == []
+        assert Slot.objects.get(request="r2:1", state="reserved").id != reserved.id  # re-queued, granted again
+    assert_counters_match_rows("calls")
+
+
+@pytest.mark.django_db
+def test_a_limits_timestamps_never_go_back_whatever_the_clock_says(clock) -> None:  # type: ignore[no-untyped-def]
+    """The invariant limits.verify relies on: the time written for a change is never earlier than
+    the limit's previous change (the database functions read the caller's clock before they
+    take the lock). Here the clock itself steps back, the extreme case of that race."""
+    declare(calls={"capacity": 1, "max_hold": "1h"})
+    clock.advance(seconds=10)
+    first = services.acquire("calls", run_id="r1")
+    later = START + dt.timedelta(seconds=10)
+    clock.advance(seconds=-5)
+    assert services.release(first.slot_id) is True
+    assert Slot.objects.get(id=first.slot_id).freed_at == later
+    second = services.acquire("calls", run_id="r2")
+    assert Slot.objects.get(id=second.slot_id).granted_at == later
+    services.acquire("calls", run_id="r3")
+    assert QueueEntry.objects.get(run_id="r3").enqueued_at == later
+    services.set_capacity("calls", 2, actor="user:ada")  # the Python path: grants r3 at the same time
+    assert Slot.objects.get(run_id="r3").granted_at == later
+    assert Limit.objects.get(name="calls").last_event_at == later
+    clock.advance(seconds=20)
+    services.release(second.slot_id)
+    assert Slot.objects.get(id=second.slot_id).freed_at == START + dt.timedelta(seconds=25)
+    assert_counters_match_rows("calls")
