@@ -120,7 +120,8 @@ class QueueEntry(models.Model):
         TIMED_OUT = "timed_out", "timed out"
         CANCELLED = "cancelled"
 
-    limit = models.ForeignKey(Limit, on_delete=models.PROTECT, related_name="queue_entries")
+    # No index of its own: queue_position_unique (limit, position) leads with it.
+    limit = models.ForeignKey(Limit, on_delete=models.PROTECT, related_name="queue_entries", db_index=False)
     run_id = models.CharField(max_length=RUN_ID_MAX_LENGTH)
     request = models.CharField(max_length=REQUEST_MAX_LENGTH, help_text="The acquire call this entry serves.")
     label = models.CharField(max_length=LABEL_MAX_LENGTH, blank=True, default="")

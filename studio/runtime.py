@@ -49,6 +49,7 @@ STALE_DISPATCH = timedelta(seconds=30)
 RECOVER_BATCH = 1_000
 WAKE_BATCH = 1_000
 DISPATCH_CHUNK = 50
+DISPATCH_TASKS = 200
 
 NOT_IN_A_RUN = "{what} must be called in a workflow body (inside a run started with start_run)"
 NOT_IN_A_STEP = "{what} cannot be called inside a step: waiting needs the durable workflow body"
@@ -414,20 +415,18 @@ def suspend(ctx: RunContext, *, waiting_for: str, deadline: Any) -> None:
 
 
 def wake(run_ids: list[str]) -> int:
-    """Make suspended runs runnable and dispatch them after commit, WAKE_BATCH runs per UPDATE.
+    """Make suspended runs runnable, WAKE_BATCH runs per UPDATE, and dispatch them after commit.
     Idempotent: a run that is not suspended any more is left alone (its dispatch, if any, finds
-    nothing to do). Each batch is its own statement (one round trip when nothing encloses it): a
-    crash between a batch and its dispatch leaves runnable runs that recover() dispatches."""
+    nothing to do). No transaction encloses the batches (one round trip each when nothing
+    encloses the call): a crash before the dispatch leaves runnable runs that recover() sends."""
     now = timezone.now()
     woken = 0
     for start in range(0, len(run_ids), WAKE_BATCH):
-        batch = run_ids[start : start + WAKE_BATCH]
-        count = Run.objects.filter(id__in=batch, status=Run.Status.RUNNING, suspended=True).update(
-            suspended=False, waiting_for="", wait_deadline=None, dispatched_at=now
-        )
-        if count:
-            _dispatch_on_commit(batch)
-        woken += count
+        woken += Run.objects.filter(
+            id__in=run_ids[start : start + WAKE_BATCH], status=Run.Status.RUNNING, suspended=True
+        ).update(suspended=False, waiting_for="", wait_deadline=None, dispatched_at=now)
+    if woken:
+        _dispatch_on_commit(run_ids)
     return woken
 
 
@@ -473,8 +472,10 @@ def _dispatch_on_commit(run_ids: list[str]) -> None:
 
 
 def _dispatch(run_ids: list[str]) -> None:
-    """One task per run; a mass wake (a sweep granting thousands) goes out in chunks of
-    DISPATCH_CHUNK runs per task, so publishing does not dominate the wake.
+    """One task per run; a mass wake (a sweep granting thousands) goes out in chunks of at least
+    DISPATCH_CHUNK runs per task and at most DISPATCH_TASKS tasks (100,000 runs: 200 messages of
+    500), so publishing does not dominate the wake, and a pool of up to DISPATCH_TASKS workers
+    still shares it.
 
     Never raises: it runs after the commit of the change that woke the runs (a release, a
     grant), and a broker that is down must not turn that committed change into an error for
@@ -489,8 +490,9 @@ def _dispatch(run_ids: list[str]) -> None:
             for run_id in run_ids:
                 advance_run.delay(run_id)
             return
-        for start in range(0, len(run_ids), DISPATCH_CHUNK):
-            advance_runs.delay(run_ids[start : start + DISPATCH_CHUNK])
+        chunk = max(DISPATCH_CHUNK, -(-len(run_ids) // DISPATCH_TASKS))
+        for start in range(0, len(run_ids), chunk):
+            advance_runs.delay(run_ids[start : start + chunk])
     except Exception as error:
         logger.warning(
             "could not dispatch %d run(s) (%s: %s); recovery sends them again",

@@ -345,6 +345,33 @@ def test_a_mass_wake_resumes_every_run_through_chunked_tasks(one_line, no_worker
     assert holder
 
 
+def test_a_mass_wake_goes_out_in_few_messages_that_cover_every_run(no_worker) -> None:  # type: ignore[no-untyped-def]
+    """100,000 granted runs are 200 messages, not 2,000: publishing must not dominate a sweep's
+    wake. Read back from the broker: every run once, in order, in at most DISPATCH_TASKS tasks."""
+    from studio import runtime
+    from studio.celery import app
+
+    def drain() -> list[list[str]]:
+        """The run ids of every task waiting in the in-process broker, consumed."""
+        taken = []
+        with app.connection_for_read() as connection:
+            queue = connection.SimpleQueue("celery")
+            while queue.qsize():
+                message = queue.get(timeout=1)
+                taken.append(message.payload[0][0])  # the task's positional args: (run_ids,)
+                message.ack()
+            queue.close()
+        return taken
+
+    drain()  # what earlier tests left in the shared in-process broker
+    run_ids = [f"run-{n}" for n in range(20_000)]
+    runtime._dispatch(run_ids)
+    sent = drain()
+    assert len(sent) == runtime.DISPATCH_TASKS
+    assert [run_id for chunk in sent for run_id in chunk] == run_ids
+    assert min(len(chunk) for chunk in sent) >= runtime.DISPATCH_CHUNK
+
+
 OUTAGE = {"left": 0}
 
 
