@@ -75,11 +75,12 @@ def purge_broker() -> None:
 def measure(limit_name: str, handoffs: int, worker: Worker, warmup: int = 5) -> dict[str, Any]:
     """Queue warmup + handoffs runs behind one holder, then hand the slot over that many times.
     Latencies are in ms, from the moment just before release() is called, on this host's clock
-    (the worker runs on the same host): granted = the new slot's granted_at (stamped under the
-    limit's lock in the releasing transaction), resumed = the hook step's finished_at (the run
-    confirmed its reservation in the worker), completed = the run's finished_at; woken = the run's
-    dispatched_at, stamped by the run layer's wake after the release committed, just before it
-    publishes the advance task."""
+    (the worker runs on the same host): woken = the run's dispatched_at, stamped by the run
+    layer's wake right after the releasing transaction (which reserved the slot for the run)
+    committed, before it publishes the advance task; returned = release() returned, the task
+    published; resumed = the hook step's finished_at (the run confirmed its reservation in the
+    worker); completed = the run's finished_at. (The new slot's granted_at is the time the caller
+    passed to the engine, read before the call, so it measures nothing here.)"""
     from limits import services
     from limits.models import Limit, Slot
     from studio.models import Run, Step
@@ -100,7 +101,7 @@ def measure(limit_name: str, handoffs: int, worker: Worker, warmup: int = 5) -> 
         worker,
         timeout=300,
     )
-    granted, woken, resumed, completed = [], [], [], []
+    returned, woken, resumed, completed = [], [], [], []
     holder = Slot.objects.get(limit=limit, state=Slot.State.BUSY)
     for number, run in enumerate(runs):
         from django.utils import timezone
@@ -108,6 +109,7 @@ def measure(limit_name: str, handoffs: int, worker: Worker, warmup: int = 5) -> 
         t0 = timezone.now()
         if not services.release(holder.id):
             raise RuntimeError(f"release of {holder.id} changed nothing")
+        t1 = timezone.now()
         wait_for(
             lambda run=run: Run.objects.filter(id=run.id, status=Run.Status.COMPLETED).exists(), "a hand-off", worker
         )
@@ -116,8 +118,8 @@ def measure(limit_name: str, handoffs: int, worker: Worker, warmup: int = 5) -> 
         dispatched, finished = Run.objects.values_list("dispatched_at", "finished_at").get(id=run.id)
         if number < warmup:
             continue
-        granted.append((holder.granted_at - t0).total_seconds() * 1000)
+        returned.append((t1 - t0).total_seconds() * 1000)
         woken.append((dispatched - t0).total_seconds() * 1000)
         resumed.append((hook.finished_at - t0).total_seconds() * 1000)
         completed.append((finished - t0).total_seconds() * 1000)
-    return {"granted": granted, "woken": woken, "resumed": resumed, "completed": completed}
+    return {"returned": returned, "woken": woken, "resumed": resumed, "completed": completed}

@@ -150,14 +150,15 @@ def handoffs(args: argparse.Namespace, worker: handoff.Worker) -> list[Row]:
     log(f"scenario 2: {args.handoffs} hand-offs through a real Celery worker")
     handoff.purge_broker()
     result = handoff.measure(HANDOFF, args.handoffs, worker)
-    granted, woken, resumed, completed = result["granted"], result["woken"], result["resumed"], result["completed"]
+    returned, woken, resumed, completed = result["returned"], result["woken"], result["resumed"], result["completed"]
     p50, p95 = percentile(resumed, 50), percentile(resumed, 95)
     log(f"  resumed p50 {p50:.1f} ms, p95 {p95:.1f} ms")
     return [
         Row(
-            f"2. Hand-off, release → granted (database), {len(granted)} hand-offs",
-            _latency(granted),
-            f"release → wake dispatched: {_latency(woken)}",
+            f"2. Hand-off, release → slot reserved for the head run and committed (the wake starts), "
+            f"{len(woken)} hand-offs",
+            _latency(woken),
+            f"release() returned, the wake published: {_latency(returned)}",
             "—",
             "—",
             "—",
