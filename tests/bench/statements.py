@@ -68,8 +68,9 @@ def summary(figures: dict[str, tuple[int, int]]) -> str:
 def lock_hold(limit: str, cycles: int = 200) -> dict[str, float]:
     """Uncontended, in this process: the median time a cycle (acquire granted at once + release)
     takes, and how long of it the limit's row stays locked (from sending the statement that takes
-    it to the end of COMMIT: an upper bound, as the lock is taken inside that statement). Under contention the lock is the queue every process waits in, so
-    1000 / locked ms bounds the cycles/s of one limit, whatever the number of processes."""
+    it to the end of COMMIT: an upper bound, as the lock is taken inside that statement). Under
+    contention the lock is the queue every process waits in, so 1000 / locked ms bounds the
+    cycles/s of one limit, whatever the number of processes."""
     import time
 
     from django.db import connection
