@@ -48,6 +48,7 @@ BAD_CONTENT_TYPE = "send the body as JSON, with the header `Content-Type: applic
 MISSING_FIELD = "{field} is required: {help}, or null to reset it to the declared value"
 BAD_PAGE = "{field} must be a whole number from 1 to {maximum}"
 UNKNOWN_SLOT = "unknown slot {slot_id!r}"
+UNKNOWN_PATH = "no such API path: {path} (see the README, section 'The JSON API')"
 
 
 class ApiRequest(HttpRequest):
@@ -91,6 +92,14 @@ def token_auth(*, operate: bool = False) -> Callable[[Callable[..., JsonResponse
         return wrapper
 
     return decorator
+
+
+@csrf_exempt
+@token_auth()
+def unknown_path(request: ApiRequest, **kwargs: Any) -> JsonResponse:
+    """Every other path under /api/limits/, whatever the method: 404 in JSON (401 without a
+    token, like every path of the API)."""
+    raise ApiError(404, UNKNOWN_PATH.format(path=request.path))
 
 
 def actor(request: ApiRequest) -> str:

@@ -18,4 +18,7 @@ urlpatterns = [
     path("<str:name>/queue/", api.limit_queue, name="queue"),
     path("<str:name>/capacity/", api.set_capacity, name="capacity"),
     path("<str:name>/max-hold/", api.set_max_hold, name="max-hold"),
+    # Last: any other path under /api/limits/ answers a JSON 404, not Django's HTML page. It only
+    # takes paths that end in '/', so a path without its slash is still redirected to the right one.
+    re_path(r"^.*/$", api.unknown_path, name="unknown"),
 ]

@@ -219,3 +219,20 @@ def test_a_limit_may_be_named_slots(calls) -> None:  # type: ignore[no-untyped-d
     api = Api(token)
     assert api.get("slots/").json()["name"] == "slots"
     assert api.get("slots/slots/").json()["limit"] == "slots"
+
+
+def test_an_unknown_api_path_is_a_json_404_and_a_path_without_its_slash_is_redirected(calls) -> None:  # type: ignore[no-untyped-def]
+    _, token = reader()
+    api = Api(token)
+    expected = {
+        "error": "no such API path: /api/limits/voice-calls/no-such-thing/ (see the README, section 'The JSON API')",
+        "field": None,
+    }
+    for response in (api.get("voice-calls/no-such-thing/"), api.post("voice-calls/no-such-thing/", {})):
+        assert (response.status_code, response["Content-Type"]) == (404, "application/json")
+        assert response.json() == expected
+    assert api.get("slots/not-a-slot-id/").json()["error"].startswith("no such API path")
+    anonymous = Api(None).get("voice-calls/no-such-thing/")
+    assert anonymous.status_code == 401  # like every API path: the token first
+    response = api.get("voice-calls")
+    assert (response.status_code, response["Location"]) == (301, "/api/limits/voice-calls/")

@@ -197,6 +197,8 @@ MATRIX: list[Row] = [
     Row("POST", "/api/limits/{limit}/capacity/",          NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
     Row("GET",  "/api/limits/{limit}/max-hold/",          WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("POST", "/api/limits/{limit}/max-hold/",          NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
+    Row("GET",  "/api/limits/{limit}/no-such-thing/",     NO_TOKEN,     NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
+    Row("POST", "/api/limits/{limit}/no-such-thing/",     NO_TOKEN,     NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
 ]
 # fmt: on
 
