@@ -10,9 +10,20 @@ from django.db.models import Case, IntegerField, QuerySet, Value, When
 from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, QueueEntry, Slot, is_storable_text
 
 
-def limits() -> QuerySet[Limit]:
-    """Every limit, declared first, by name. Counters are on the rows: no joins, no counts."""
-    return Limit.objects.order_by("-declared", "name")
+def limits(search: str = "") -> QuerySet[Limit]:
+    """Every limit (whose name contains `search`), declared first, by name. Counters are on the
+    rows: no joins, no counts."""
+    rows = Limit.objects.order_by("-declared", "name")
+    return rows.filter(name__contains=search) if search else rows
+
+
+def limits_page(*, search: str, number: int, size: int) -> Page[Limit]:
+    """A page of limits(search): two queries (a count of the limits table, then the page)."""
+    rows = limits(search)
+    total = rows.count()
+    number = clamp_page(number, total=total, size=size)
+    offset = (number - 1) * size
+    return Page(list(rows[offset : offset + size]), number, size, total)
 
 
 def get_limit(name: str) -> Limit | None:

@@ -158,6 +158,22 @@ def test_the_list_and_the_limit_page_refresh_in_place(live_server, page: Page, o
     assert_not_reloaded(page)
 
 
+def test_typing_in_the_search_box_filters_the_list_in_place(live_server, page: Page, operator, busy_limits) -> None:  # type: ignore[no-untyped-def]
+    sign_in(page, live_server.url)
+    mark_window(page)
+    expect(page.locator("#limits-table tbody tr")).to_have_count(3)
+    page.get_by_label("Find a limit").fill("part")
+    expect(page.locator("#limits-table tbody tr")).to_have_count(1)
+    expect(page.locator("#limit-partner-api")).to_be_visible()
+    expect(page).to_have_url(re.compile(r"/studio/limits/\?q=part"))
+    services.acquire("partner-api", run_id="sync-8")  # the poll keeps the filter
+    expect(page.locator("#limit-partner-api")).to_contain_text("4 / 5", timeout=8_000)
+    expect(page.locator("#limits-table tbody tr")).to_have_count(1)
+    page.get_by_label("Find a limit").fill("")
+    expect(page.locator("#limits-table tbody tr")).to_have_count(3)
+    assert_not_reloaded(page)
+
+
 def test_the_limit_page_reads_well_on_a_phone(live_server, browser, operator, busy_limits) -> None:  # type: ignore[no-untyped-def]
     context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True)
     phone = context.new_page()

@@ -85,6 +85,69 @@ def test_an_htmx_poll_of_the_list_gets_only_the_table(busy_limit, operator_clien
     assert "HX-Request" in response["Vary"]
 
 
+def _names(page: str) -> list[str]:
+    return re.findall(r'<tr id="limit-([^"]+)">', page)
+
+
+def test_the_list_shows_100_limits_a_page_in_name_order_with_a_pager(db, operator_client) -> None:  # type: ignore[no-untyped-def]
+    Limit.objects.all().delete()  # the test workspace's own
+    names = [f"api-{n:03}" for n in range(250)]
+    services.sync_workspace(define_workspace(limits={name: {"capacity": 1, "max_hold": "1h"} for name in names}))
+    first = operator_client.get("/studio/limits/").content.decode()
+    assert _names(first) == names[:100]
+    assert "1–100 of 250 · page 1 of 3" in first
+    assert 'href="/studio/limits/?page=2"' in first and "‹ Previous" not in first
+    assert 'hx-get="/studio/limits/?page=1"' in first  # the poll refreshes the page on screen
+    last = operator_client.get("/studio/limits/?page=3").content.decode()
+    assert _names(last) == names[200:]
+    assert "201–250 of 250 · page 3 of 3" in last and "Next ›" not in last
+    assert _names(operator_client.get("/studio/limits/?page=99").content.decode()) == names[200:]  # clamped
+    assert _names(operator_client.get("/studio/limits/?page=x").content.decode()) == names[:100]
+
+
+def test_an_htmx_poll_keeps_its_page(db, operator_client, htmx) -> None:  # type: ignore[no-untyped-def]
+    Limit.objects.all().delete()  # the test workspace's own
+    names = [f"api-{n:03}" for n in range(150)]
+    services.sync_workspace(define_workspace(limits={name: {"capacity": 1, "max_hold": "1h"} for name in names}))
+    body = operator_client.get("/studio/limits/?page=2", headers=htmx).content.decode()
+    assert body.lstrip().startswith('<div id="limits-table"') and 'hx-get="/studio/limits/?page=2"' in body
+    assert _names(body) == names[100:]
+
+
+def test_the_list_costs_the_same_queries_for_5_limits_and_for_500(db, operator_client) -> None:  # type: ignore[no-untyped-def]
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert operator_client.get("/studio/limits/?page=2").status_code == 200
+        return len(captured.captured_queries)
+
+    services.sync_workspace(define_workspace(limits={f"a-{n}": {"capacity": 1, "max_hold": "1h"} for n in range(5)}))
+    few = queries()
+    services.sync_workspace(define_workspace(limits={f"a-{n}": {"capacity": 1, "max_hold": "1h"} for n in range(500)}))
+    assert queries() == few
+
+
+def test_the_list_finds_limits_by_a_part_of_their_name(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+    declare(
+        voice_calls={"capacity": 2, "max_hold": "45m"},
+        partner_api={"capacity": 5, "max_hold": "10m"},
+        partner_sftp={"capacity": 1, "max_hold": "10m"},
+    )
+    page = operator_client.get("/studio/limits/?q=PARTNER").content.decode()
+    assert _names(page) == ["partner-api", "partner-sftp"]
+    assert 'value="partner"' in page  # the box shows what was searched, as names are written
+    assert 'hx-get="/studio/limits/?q=partner&amp;page=1"' in page
+    nothing = operator_client.get("/studio/limits/?q=fax").content.decode()
+    assert _names(nothing) == [] and "No limit’s name contains “fax”." in nothing
+    assert "No limits declared yet" not in nothing
+
+
+def test_a_search_lists_undeclared_limits_too(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+    services.sync_workspace(define_workspace(limits={"partner-api": {"capacity": 5, "max_hold": "10m"}}))
+    page = operator_client.get("/studio/limits/?q=voice").content.decode()
+    assert "No longer declared" in page and _names(page) == ["voice-calls"]
+    assert "No limit’s name contains" not in page
+
+
 def test_an_empty_box_says_how_to_declare_limits(db, operator_client) -> None:  # type: ignore[no-untyped-def]
     Limit.objects.all().delete()
     assert "No limits declared yet" in operator_client.get("/studio/limits/").content.decode()
