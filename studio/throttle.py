@@ -49,15 +49,20 @@ def _window() -> timedelta:
     return timedelta(seconds=int(getattr(settings, "STACKBONE_LOGIN_WINDOW_SECONDS", 15 * 60)))
 
 
-def is_throttled(keys: dict[str, int]) -> bool:
-    since = timezone.now() - _window()
-    return any(SignInFailure.objects.filter(key=key, at__gt=since).count() >= allowed for key, allowed in keys.items())
-
-
-def record_failure(keys: dict[str, int]) -> None:
+def begin_attempt(keys: dict[str, int]) -> list[int] | None:
+    """Count an attempt as a failure *before* its password is checked, then check the allowance:
+    None, with nothing kept, when a key already had its allowed failures in the window; otherwise
+    the ids of the attempt's rows (deleted again if it succeeds). Because each attempt's row is
+    written before it counts, attempts racing from several workers see one another, and no more
+    than the allowance ever get a password check."""
     now = timezone.now()
-    SignInFailure.objects.filter(at__lte=now - _window()).delete()  # keep the table small
-    SignInFailure.objects.bulk_create([SignInFailure(key=key, at=now) for key in keys])
+    since = now - _window()
+    SignInFailure.objects.filter(at__lte=since).delete()  # keep the table small
+    ids = [row.pk for row in SignInFailure.objects.bulk_create([SignInFailure(key=key, at=now) for key in keys])]
+    if any(SignInFailure.objects.filter(key=key, at__gt=since).count() > allowed for key, allowed in keys.items()):
+        SignInFailure.objects.filter(pk__in=ids).delete()
+        return None
+    return ids
 
 
 def clear_user(username: str) -> None:
@@ -72,15 +77,18 @@ class ThrottledFormMixin:
 
     def clean(self) -> dict[str, Any]:
         username = str(self.data.get("username", ""))[:150]  # type: ignore[attr-defined]
-        keys = keys_for(username, self.request)
-        if is_throttled(keys):
+        attempt = begin_attempt(keys_for(username, self.request))
+        if attempt is None:
             minutes = max(1, int(_window().total_seconds() // 60))
             raise forms.ValidationError(THROTTLED.format(minutes=minutes), code="throttled")
         try:
             cleaned: dict[str, Any] = super().clean()  # type: ignore[misc]
         except forms.ValidationError:
-            record_failure(keys)
+            raise  # the attempt's rows stay: they are its failure
+        except BaseException:
+            SignInFailure.objects.filter(pk__in=attempt).delete()  # not a failed sign-in: an error
             raise
+        SignInFailure.objects.filter(pk__in=attempt).delete()
         clear_user(username)
         return cleaned
 

@@ -6,13 +6,16 @@ every web worker sees them."""
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 from django.test import Client
 
 from studio.models import SignInFailure
-from studio.throttle import THROTTLED
+from studio.throttle import THROTTLED, keys_for
+from tests.conftest import requires_postgres
 
 pytestmark = pytest.mark.django_db
 
@@ -109,3 +112,35 @@ def test_failures_are_stored_as_digests_and_pruned(clock, ada) -> None:  # type:
     clock.advance(minutes=16)
     fail("ada", 1)
     assert SignInFailure.objects.count() == 2  # the old rows were deleted with this failure
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_attempts_racing_from_many_workers_get_no_more_password_checks_than_allowed(settings) -> None:  # type: ignore[no-untyped-def]
+    """Invariant: within the window, at most STACKBONE_LOGIN_MAX_FAILURES (5) attempts for one
+    username reach the password check, however many arrive at once. 16 threads, each with its
+    own database connection (like 16 web workers), post a wrong password at the same instant;
+    each attempt that was checked and failed leaves its row. Checking first and recording after
+    the (slow, PBKDF2) password check let every one of them through."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]  # a real, slow check
+    User.objects.create_user("ada", password=PASSWORD)
+    attempts = 16
+    barrier = threading.Barrier(attempts)
+    pages: list[str] = []
+
+    def attempt(n: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            pages.append(sign_in("ada", "wrong-password", address=f"10.1.0.{n}")[1])
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=attempt, args=(n,)) for n in range(attempts)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(pages) == attempts
+    checked = [page for page in pages if REFUSED not in page]
+    assert len(checked) <= 5  # (racing attempts may also refuse one another: the safe side)
+    assert SignInFailure.objects.filter(key__in=keys_for("ada", None)).count() == len(checked)
