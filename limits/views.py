@@ -3,6 +3,7 @@ renders one template or one of its partials (`limits/limit_detail.html#live` for
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -49,6 +50,32 @@ class Notice:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class Pager:
+    """The links around one page of a list (limits/pager.html), loaded into `target` by htmx."""
+
+    page: selectors.Page[Any]
+    label: str
+    target: str
+    url: Callable[[int], str]
+
+    @property
+    def first(self) -> str:
+        return self.url(1)
+
+    @property
+    def previous(self) -> str:
+        return self.url(self.page.number - 1)
+
+    @property
+    def next(self) -> str:
+        return self.url(self.page.number + 1)
+
+    @property
+    def last(self) -> str:
+        return self.url(self.page.pages)
+
+
 operator_required = permission_required(OPERATE_LIMIT, NEEDS_OPERATE_LIMIT)
 
 
@@ -63,15 +90,11 @@ def limit_list(request: HtmxHttpRequest) -> HttpResponse:
     search = _search(request.GET)
     page = selectors.limits_page(search=search, number=_page_number(request.GET, "page"), size=LIMITS_PER_PAGE)
     context = {
-        "page": page,
         "search": search,
         "declared_limits": [limit for limit in page.items if limit.declared],
         "undeclared_limits": [limit for limit in page.items if not limit.declared],
         "list_url": _list_url(search, page.number),
-        "first_url": _list_url(search, 1),
-        "previous_url": _list_url(search, page.number - 1),
-        "next_url": _list_url(search, page.number + 1),
-        "last_url": _list_url(search, page.pages),
+        "pager": Pager(page, "Pages of limits", "#limits-table", lambda number: _list_url(search, number)),
     }
     template = "limits/limit_list.html#limits-table" if request.htmx else "limits/limit_list.html"
     return render(request, template, context)
@@ -200,10 +223,12 @@ def _live_context(
         "limit": limit,
         "slots": slots,
         "queue": queue,
+        "slots_pager": Pager(slots, "Slot pages", "#live", lambda number: _detail_link(limit, number, queue.number)),
+        "queue_pager": Pager(queue, "Queue pages", "#live", lambda number: _detail_link(limit, slots.number, number)),
         "activity": selectors.recent_activity(limit, size=ACTIVITY_SIZE),
         "can_operate": request.user.has_perm(OPERATE_LIMIT),
         "notice": notice,
-        "live_url": f"{reverse('limits:detail', args=[limit.name])}?slots={slots.number}&queue={queue.number}",
+        "live_url": _detail_link(limit, slots.number, queue.number),
     }
 
 
@@ -254,5 +279,8 @@ def _sentence(message: str) -> str:
 
 
 def _detail_url(limit: Limit, params: QueryDict) -> str:
-    slots, queue = _page_number(params, "slots"), _page_number(params, "queue")
+    return _detail_link(limit, _page_number(params, "slots"), _page_number(params, "queue"))
+
+
+def _detail_link(limit: Limit, slots: int, queue: int) -> str:
     return f"{reverse('limits:detail', args=[limit.name])}?slots={slots}&queue={queue}"

@@ -318,6 +318,9 @@ def test_pages_of_slots_run_busy_then_reserved_across_the_page_boundary(db, oper
     positions = [re.search(r'class="num position">(\d+)<', row)[1] for row in _rows(page2, "queue")]
     assert positions == [str(n) for n in range(101, 121)]
     assert [re.search(r'class="run"[^>]*>([^<]+)<', row)[1] for row in _rows(page2, "queue")][0] == "wait-100"
+    # Each pager moves its own list and keeps the other's page.
+    assert 'href="/studio/limits/big/?slots=3&amp;queue=3" hx-get="/studio/limits/big/?slots=3&amp;queue=3"' in page2
+    assert 'href="/studio/limits/big/?slots=2&amp;queue=2" hx-get="/studio/limits/big/?slots=2&amp;queue=2"' in page2
     last = operator_client.get("/studio/limits/big/?slots=3").content.decode()
     assert [re.search(r'class="run"[^>]*>([^<]+)<', row)[1] for row in _rows(last, "slots")] == [
         f"res-{i}" for i in range(40, 45)
