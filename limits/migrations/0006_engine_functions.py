@@ -12,6 +12,8 @@ greatest(that, limits_limit.last_event_at): one limit's timestamps never go back
 (limits.verify relies on it), and tests can still move the clock.
 
 A later change to these functions is a new migration with CREATE OR REPLACE; this text is frozen.
+They name tables and columns directly: a migration that renames one must replace them too (the
+PostgreSQL test suite fails at once if it does not).
 On SQLite the services run every rule in Python (writers serialize there anyway).
 """
 
