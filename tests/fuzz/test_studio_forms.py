@@ -39,6 +39,9 @@ def root(busy_limit) -> Client:  # type: ignore[no-untyped-def]
 
 
 def valid_capacity_text(raw: str) -> bool:
+    # The form strips surrounding whitespace (Django's CharField), so " 3\r" is 3: a pasted value
+    # with a stray space or line end is accepted (CI found "1\r" treated as bad here).
+    raw = raw.strip()
     return re.fullmatch(r"[0-9]{1,12}", raw) is not None and 1 <= int(raw) <= MAX_CAPACITY
 
 
