@@ -17,7 +17,10 @@ from typing import Any
 from tests.bench.common import log, median, psycopg_dsn
 
 SEMAPHORE_TABLE = "bench_semaphore"
-WAKE_TIMEOUT = 0.05  # s: a lost notification costs at most this much before the run looks again
+# s: a lost notification costs at most this much before the process looks again. Runs are never
+# polled (they are woken, or recovered within 15 s); a short timeout here would make every waiting
+# process call acquire 20 times a second for nothing (at 32 processes that was most of the CPU).
+WAKE_TIMEOUT = 1.0
 
 
 @dataclass(frozen=True)
