@@ -27,7 +27,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -45,6 +47,7 @@ NO_TOKEN = "missing or invalid token: send `Authorization: Bearer <token>`"
 NO_PERMISSION = "user {username!r} may not operate limits (needs the limits.operate_limit permission)"
 BAD_BODY = "the body must be a JSON object"
 BAD_CONTENT_TYPE = "send the body as JSON, with the header `Content-Type: application/json`"
+BODY_TOO_LARGE = "the body is too large: at most {limit:,} bytes"
 MISSING_FIELD = "{field} is required: {help}, or null to reset it to the declared value"
 BAD_PAGE = "{field} must be a whole number from 1 to {maximum}"
 UNKNOWN_SLOT = "unknown slot {slot_id!r}"
@@ -125,10 +128,14 @@ def _page_params(request: HttpRequest) -> tuple[int, int]:
 
 
 def _body(request: HttpRequest, field: str, help_text: str) -> object:
-    if request.body and request.content_type != "application/json":
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise ApiError(413, BODY_TOO_LARGE.format(limit=settings.DATA_UPLOAD_MAX_MEMORY_SIZE), field="body") from None
+    if raw and request.content_type != "application/json":
         raise ApiError(415, BAD_CONTENT_TYPE, field="body")
     try:
-        body = json.loads(request.body or b"{}")
+        body = json.loads(raw or b"{}")
     except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
         body = None
     if not isinstance(body, dict):

@@ -8,10 +8,11 @@ import json
 from urllib.parse import quote
 
 import pytest
+from django.conf import settings
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from limits.api import BAD_BODY, BAD_CONTENT_TYPE
+from limits.api import BAD_BODY, BAD_CONTENT_TYPE, BODY_TOO_LARGE
 from limits.config import MAX_CAPACITY
 from limits.durations import DurationError, parse_duration
 from tests.api.conftest import Api, operator, reader
@@ -39,6 +40,12 @@ def is_valid_max_hold(value: object) -> bool:
     return True
 
 
+def fits(value: object, field: str) -> bool:
+    """The request body stays within Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB): a larger one
+    is refused whole, 413 (test_a_body_over_the_size_limit_is_a_json_413), not for its field."""
+    return len(json.dumps({field: value}).encode()) <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+
 def assert_refused(response, before, *statuses: int) -> dict:  # type: ignore[no-untyped-def,type-arg]
     assert response.status_code in (statuses or (400, 404)), (response.status_code, response.content[:300])
     assert response["Content-Type"] == "application/json"
@@ -61,10 +68,20 @@ def assert_refused(response, before, *statuses: int) -> dict:  # type: ignore[no
 @example(value={"capacity": 5})
 @example(value="<script>alert(1)</script>")
 def test_a_bad_capacity_is_a_400_naming_the_field(api, value) -> None:  # type: ignore[no-untyped-def]
-    assume(not is_valid_capacity(value))
+    assume(not is_valid_capacity(value) and fits(value, "capacity"))
     before = snapshot()
     body = assert_refused(api.post("voice-calls/capacity/", {"capacity": value}), before, 400)
     assert body["field"] == "capacity" and "1 to 100000" in body["error"]
+
+
+@pytest.mark.parametrize("path", ["voice-calls/capacity/", "voice-calls/max-hold/"])
+def test_a_body_over_the_size_limit_is_a_json_413(api, path: str) -> None:  # type: ignore[no-untyped-def]
+    """Found by CI's fuzzing: a 3 MB body was Django's HTML 400 page, not a JSON error."""
+    before = snapshot()
+    huge = {"capacity": "é" * 500_000, "max_hold": ["🙂" * 100_000] * 2}  # ~3 MB as JSON
+    body = assert_refused(api.post(path, huge), before, 413)
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    assert body == {"error": BODY_TOO_LARGE.format(limit=limit), "field": "body"}
 
 
 @fuzz
@@ -77,7 +94,7 @@ def test_a_bad_capacity_is_a_400_naming_the_field(api, value) -> None:  # type: 
 @example(value=1.5)
 @example(value="45 m")
 def test_a_bad_max_hold_is_a_400_naming_the_field(api, value) -> None:  # type: ignore[no-untyped-def]
-    assume(not is_valid_max_hold(value))
+    assume(not is_valid_max_hold(value) and fits(value, "max_hold"))
     before = snapshot()
     body = assert_refused(api.post("voice-calls/max-hold/", {"max_hold": value}), before, 400)
     assert body["field"] == "max_hold" and "30 days" in body["error"]
