@@ -5,8 +5,9 @@ are never read, so a browser cannot be tricked into a write (no CSRF hole) and t
 exempt from the CSRF middleware. Reads need a valid token of an active user; writes also need the
 `limits.operate_limit` permission. Answers are JSON; errors are `{"error": ..., "field": ...}`
 with 400 (bad value, `field` names it), 401 (no or bad token), 403 (no permission), 404
-(unknown limit or slot) or 415 (a write whose body is not labelled application/json). Writes
-go through limits.services with the actor `api:<username>`.
+(unknown limit or slot, or no such path), 413 (a body over DATA_UPLOAD_MAX_MEMORY_SIZE) or 415
+(a write whose body is not labelled application/json). Writes go through limits.services with
+the actor `api:<username>`.
 
     GET  /api/limits/                               {"limits": [limit, ...]}
     GET  /api/limits/<name>/                        limit
