@@ -164,7 +164,7 @@ class Slot(models.Model):
         RELEASED = "released"
         EXPIRED = "expired", "expired (max hold)"
         LAPSED = "lapsed", "reservation lapsed"
-        RUN_ENDED = "run_ended", "run ended before confirming"
+        RUN_ENDED = "run_ended", "run ended"
 
     id = models.CharField(primary_key=True, max_length=40, default=new_slot_id, editable=False)
     limit = models.ForeignKey(Limit, on_delete=models.PROTECT, related_name="slots")
@@ -179,6 +179,10 @@ class Slot(models.Model):
     expires_at = models.DateTimeField(help_text="Grant time + the max hold in force then; never changes.")
     freed_at = models.DateTimeField(null=True, blank=True)
     freed_by = models.CharField(max_length=150, blank=True, default="")
+    ends_with_run = models.BooleanField(
+        db_default=False,  # the engine's SQL inserts slots without naming it
+        help_text="Held by with_limit for work inside its run (SPEC 2.5): freed when the run ends.",
+    )
 
     class Meta:
         constraints = [

@@ -28,6 +28,7 @@ Runs woken by a change (granted a reservation, or timed out) are announced with 
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -35,7 +36,7 @@ from typing import Literal
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -219,31 +220,47 @@ def release(slot_id: str, *, actor: str | None = None) -> bool:
         return True
 
 
+def tie_to_run(slot_id: str, run_id: str) -> bool:
+    """Mark a busy slot of `run_id` as held for work inside that run (with_limit, SPEC 2.5): it
+    is freed when the run ends, if nothing released it before. Call it in the transaction that
+    records the slot for the run, so the slot is never busy for the work without the mark.
+    Returns False (and changes nothing) for a slot that is not busy for that run."""
+    return bool(Slot.objects.filter(id=slot_id, run_id=run_id, state=Slot.State.BUSY).update(ends_with_run=True))
+
+
 def end_run(run_id: str) -> int:
-    """A run ended (completed, failed or was cancelled): its waits are cancelled and its
-    unconfirmed reservations freed, and the capacity goes to the next runs. Busy slots it holds
-    are untouched: they belong to the work (2.7). Returns how many entries and slots it ended."""
+    """A run ended (completed, failed or was cancelled): its waits are cancelled, its unconfirmed
+    reservations freed (3.4, 3.7), and the busy slots held for work inside it (with_limit,
+    `tie_to_run`) freed (2.5); the capacity goes to the next runs. Other busy slots it holds are
+    untouched: they belong to the work (2.7). Returns how many entries and slots it ended.
+
+    Never: a slot tied to a run stays busy or reserved after that run ended (`limits verify`
+    checks it from the rows)."""
     _check_run_id(run_id)
     ended = 0
     with transaction.atomic(savepoint=False):
         changes = _Changes()
+        ending_slots = Slot.objects.filter(run_id=run_id).filter(
+            Q(state=Slot.State.RESERVED) | Q(state=Slot.State.BUSY, ends_with_run=True)
+        )
         limit_ids = set(
             QueueEntry.objects.filter(run_id=run_id, state=QueueEntry.State.WAITING).values_list("limit_id", flat=True)
-        ) | set(Slot.objects.filter(run_id=run_id, state=Slot.State.RESERVED).values_list("limit_id", flat=True))
+        ) | set(ending_slots.values_list("limit_id", flat=True))
         locked = list(Limit.objects.select_for_update().filter(id__in=limit_ids).order_by("id"))
         for limit in locked:
             now = _clock(limit)
             cancelled = QueueEntry.objects.filter(limit=limit, run_id=run_id, state=QueueEntry.State.WAITING).update(
                 state=QueueEntry.State.CANCELLED, finished_at=now
             )
-            freed = Slot.objects.filter(limit=limit, run_id=run_id, state=Slot.State.RESERVED).update(
-                state=Slot.State.RUN_ENDED, freed_at=now
-            )
+            freed = Counter(ending_slots.filter(limit=limit).values_list("state", flat=True))
+            if freed:
+                ending_slots.filter(limit=limit).update(state=Slot.State.RUN_ENDED, freed_at=now)
             limit.waiting_count -= cancelled
-            limit.reserved_count -= freed
+            limit.reserved_count -= freed[Slot.State.RESERVED.value]
+            limit.busy_count -= freed[Slot.State.BUSY.value]
             _settle(limit, now, changes)
             _save_counters(limit)
-            ended += cancelled + freed
+            ended += cancelled + freed.total()
         _wake_on_commit(changes.woken)
     return ended
 

@@ -12,7 +12,8 @@ b. queue order: a slot granted from the queue passed over no entry with a smalle
    was granted while no run waited;
 c. no acquire call (request) was granted twice: its slots never overlap, and at most one was
    ever confirmed; it queued again only after a reservation that lapsed or was released;
-d. the counters on the limit row equal its live rows.
+d. the counters on the limit row equal its live rows;
+e. a slot tied to its run (with_limit, SPEC 2.5) is not busy or reserved once that run ended.
 
 Why timestamps are enough: every change to a limit's slots and queue happens under that limit's
 row lock, and every service reads the clock *after* taking the lock (tests/services/
@@ -43,9 +44,10 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from limits.models import AuditEvent, Limit, QueueEntry, Slot
+from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, QueueEntry, Slot
 
 CAPACITY, FREE, GRANT = 0, 1, 2
+LIVE = frozenset(LIVE_SLOT_STATES)
 FOREVER = dt.datetime.max.replace(tzinfo=dt.UTC)
 _LEADING_INT = re.compile(r"\s*(\d+)")
 _DECLARED_CAPACITY = re.compile(r"capacity (\d+)")
@@ -129,7 +131,17 @@ class History:
         slots = list(
             Slot.objects.filter(limit=limit)
             .order_by("granted_at", "id")
-            .values("id", "request", "state", "granted_at", "freed_at", "confirmed_at", "queue_entry_id")
+            .values(
+                "id",
+                "request",
+                "run_id",
+                "state",
+                "granted_at",
+                "freed_at",
+                "confirmed_at",
+                "queue_entry_id",
+                "ends_with_run",
+            )
         )
         entries = list(
             QueueEntry.objects.filter(limit=limit)
@@ -149,6 +161,7 @@ class History:
             + self.queue_jumps(cutoff)
             + self.request_histories(cutoff)
             + self.counters_against_rows()
+            + self.tied_slots_of_ended_runs()
         )
 
     # --- a. capacity ------------------------------------------------------------------------
@@ -317,6 +330,28 @@ class History:
         if counters == rows:
             return []
         return [f"{self.limit.name}: counters busy/reserved/waiting {counters} but the rows say {rows}"]
+
+    # --- e. slots tied to their run ----------------------------------------------------------
+
+    def tied_slots_of_ended_runs(self) -> list[str]:
+        """A with_limit slot is freed in the transaction that ends its run (services.end_run):
+        one still live while its run has ended was left behind."""
+        from studio.models import Run
+
+        tied = [slot for slot in self.slots if slot["ends_with_run"] and slot["state"] in LIVE]
+        if not tied:
+            return []
+        ended = dict(
+            Run.objects.filter(id__in={slot["run_id"] for slot in tied}, finished_at__isnull=False).values_list(
+                "id", "status"
+            )
+        )
+        return [
+            f"{self.limit.name}: {slot['id']} is still {slot['state']} for with_limit "
+            f"although its run {slot['run_id']} is {ended[slot['run_id']]}"
+            for slot in tied
+            if slot["run_id"] in ended
+        ]
 
 
 def _capacity_before(event: dict[str, Any]) -> int:

@@ -22,6 +22,7 @@ from studio.runtime import (
     Suspend,
     WorkflowError,
     body_context,
+    is_interruption,
     lock_own_run,
     record_step,
     recorded_step,
@@ -58,6 +59,10 @@ class SlotTimeoutError(Exception):
 
 
 def acquire_slot(limit: str, timeout: int | str | None = None, label: str | None = None) -> SlotHandle:
+    return _acquire_slot(limit, timeout=timeout, label=label, ends_with_run=False)
+
+
+def _acquire_slot(limit: str, *, timeout: int | str | None, label: str | None, ends_with_run: bool) -> SlotHandle:
     """Take a slot of `limit` in a workflow body, waiting in its queue if every slot is busy.
 
     1. A recorded outcome of this call (replay) is returned or raised again.
@@ -67,7 +72,9 @@ def acquire_slot(limit: str, timeout: int | str | None = None, label: str | None
        Waiting: record the hook step open ('Esperando hueco · <limit>') and suspend the run; the
        box wakes it when a slot is reserved for it or the wait times out.
        Timed out: record the hook step failed and raise SlotTimeoutError.
-    Steps 2 and 3 are one transaction, under the run's lease.
+    Steps 2 and 3 are one transaction, under the run's lease. With ends_with_run (with_limit),
+    the busy slot is tied to the run in that same transaction (services.tie_to_run): if the run
+    ends before the work gives it back, ending the run frees it.
     """
     ctx = body_context("acquire_slot")
     seq = ctx.next_seq()
@@ -83,6 +90,8 @@ def acquire_slot(limit: str, timeout: int | str | None = None, label: str | None
             limit, run_id=ctx.run_id, request=f"{ctx.run_id}:{seq}", label=label, timeout=timeout
         )
         if outcome.state == "busy":
+            if ends_with_run:
+                services.tie_to_run(outcome.slot_id, ctx.run_id)  # type: ignore[arg-type]
             record_step(
                 ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.COMPLETED, result={"slot_id": outcome.slot_id}
             )
@@ -112,19 +121,41 @@ def release_slot(slot_id: str) -> dict[str, bool]:
 
 def with_limit[T](limit: str, fn: Callable[[], T], timeout: int | str | None = None, label: str | None = None) -> T:
     """Acquire a slot, run fn, release the slot when fn returns or raises; return what fn
-    returns, re-raise what it raises. In a workflow body only, like acquire_slot."""
+    returns, re-raise what it raises. In a workflow body only, like acquire_slot. See hold_slot
+    for when exactly the slot is given back."""
     with hold_slot(limit, timeout=timeout, label=label):
         return fn()
 
 
 @contextmanager
 def hold_slot(limit: str, timeout: int | str | None = None, label: str | None = None) -> Iterator[SlotHandle]:
-    """`with hold_slot("partner-api"):` — with_limit as a context manager."""
-    slot = acquire_slot(limit, timeout=timeout, label=label)
+    """`with hold_slot("partner-api") as slot:` — with_limit as a context manager.
+
+    The slot guards the work inside the block, in this run (SPEC 2.5). It is given back only
+    when that work has really ended:
+
+    - the block returned, or raised an error of the work itself (an exception from the body or
+      a recorded step failure, StepError): release now, as a recorded step, then return/re-raise;
+    - the run ended while inside the block (cancelled, failed, e.g. while suspended on an inner
+      wait): ending the run frees the slot (it is tied to the run, services.end_run).
+
+    It is never given back while the work may still run or be run again:
+
+    - an interruption (runtime.is_interruption: the database connection went away while a step
+      ran or was recorded): the advance stops, the task retries, and the replay re-enters this
+      block with the same slot, so the unrecorded step runs again inside it;
+    - Suspend (an inner wait), LeaseLost (another worker took the run over, or it was cancelled:
+      then end_run frees it), a worker shutdown or SIGKILL: BaseExceptions or no exception at
+      all; the replay resumes the work with the same slot.
+
+    Must never happen: an execution of the guarded work outside the granted interval of its
+    slot (tests/runs/test_connection_cut.py; the chaos run measures it).
+    """
+    slot = _acquire_slot(limit, timeout=timeout, label=label, ends_with_run=True)
     try:
         yield slot
-    except Exception:
-        release_slot(slot.id)
+    except Exception as error:
+        if not is_interruption(error):
+            release_slot(slot.id)
         raise
-    # A Suspend or a lost lease unwinding the body is not the end of the work: keep the slot.
     release_slot(slot.id)

@@ -58,6 +58,18 @@ NOT_JSON = "{what} must be JSON-serializable: {error}"
 REPLAY_MISMATCH = "the workflow is not deterministic: call #{seq} was {recorded!r} before and is {now!r} on replay"
 
 
+# Errors that interrupt an advance without ending the work: the database went away (a restart, a
+# failover, a killed connection). The advance gives its lease back and the task retries; the
+# replay runs again whatever was not recorded. Whatever guards work (with_limit) must keep
+# guarding it through one of these: it is not the end of the work.
+INTERRUPTIONS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
+
+
+def is_interruption(error: BaseException) -> bool:
+    """True when `error` stops this advance but not the run: the run is replayed later."""
+    return isinstance(error, INTERRUPTIONS)
+
+
 class WorkflowError(Exception):
     """A workflow was used wrongly (unknown name, a wait inside a step, a bad input)."""
 
@@ -211,7 +223,10 @@ def run_step(name: str, fn: Callable[[], Any], *, atomic: bool = False) -> Any:
     2. A recorded completed step returns its result; a recorded failure raises StepError.
     3. Otherwise call fn, then record the result (JSON) or the failure, under the lease.
        With atomic=True, fn runs inside the recording transaction, so its database effects and
-       the record commit together (used by release_slot: exactly once).
+       the record commit together (used by release_slot: exactly once); an interruption there
+       (the connection went away) rolls both back and is not recorded: the replay runs it again.
+       A recording that fails with an interruption raises it: the step is not recorded, and the
+       replay runs it again (steps are at least once).
     """
     ctx = _current.get()
     if ctx is None or ctx.in_step:
@@ -233,6 +248,8 @@ def run_step(name: str, fn: Callable[[], Any], *, atomic: bool = False) -> Any:
             if atomic:
                 record_step(ctx, seq, name, status=Step.Status.COMPLETED, result=result, started_at=started)
     except Exception as error:
+        if atomic and is_interruption(error):
+            raise
         message = f"{type(error).__name__}: {error}"
         with transaction.atomic():
             lock_own_run(ctx)
@@ -340,7 +357,7 @@ def advance(run_id: str) -> str:
         return _release_lease(ctx)
     except LeaseLost:
         return "cancelled"
-    except (OperationalError, InterfaceError):
+    except INTERRUPTIONS:
         # The database went away under this advance (a restart, a failover): not the workflow's
         # fault, so the run does not fail. Give the lease back if the database answers again;
         # the task retries, and recovery picks the run up in any case (found by the chaos run).
@@ -367,13 +384,21 @@ class _Heartbeat:
         self.thread.start()
 
     def _beat(self) -> None:
+        """A beat that cannot reach the database (its connection was killed, the server
+        restarts) drops the connection and tries again at the next beat: the worker still
+        advances the run, and its lease must not lapse under a step that is still running."""
         from django.db import connections
 
         try:
             while not self.stopping.wait(HEARTBEAT_SECONDS):
-                renewed = Run.objects.filter(id=self.run_id, lease_owner=self.owner).update(
-                    lease_until=timezone.now() + LEASE
-                )
+                try:
+                    renewed = Run.objects.filter(id=self.run_id, lease_owner=self.owner).update(
+                        lease_until=timezone.now() + LEASE
+                    )
+                except DatabaseError as error:
+                    logger.warning("could not renew the lease of %s (%s); trying again", self.run_id, error)
+                    connections.close_all()
+                    continue
                 if not renewed:
                     return
         except Exception:

@@ -4,8 +4,6 @@ import logging
 
 from celery import shared_task
 from celery.signals import worker_ready
-from django.db import InterfaceError, OperationalError
-
 from studio import runtime
 
 logger = logging.getLogger(__name__)
@@ -13,7 +11,7 @@ logger = logging.getLogger(__name__)
 
 # A database outage while advancing leaves the run untouched (runtime.advance): try again soon.
 RETRY_ON_OUTAGE = {
-    "autoretry_for": (OperationalError, InterfaceError),
+    "autoretry_for": runtime.INTERRUPTIONS,
     "retry_backoff": 2,
     "retry_backoff_max": 30,
     "max_retries": 10,

@@ -72,6 +72,7 @@ class MSlot:
     confirmed_at: datetime | None = None
     freed_at: datetime | None = None
     freed_by: str = ""
+    ends_with_run: bool = False  # with_limit's slot (2.5): freed when its run ends
     engine_id: str | None = None  # the engine's id for the same slot, once matched
 
     @property
@@ -169,12 +170,21 @@ class Model:
             self.audit.append(("release", actor, limit.name, slot, old, "released", now))
         return True
 
+    def tie_to_run(self, slot: MSlot | None, run_id: str) -> bool:
+        """2.5: with_limit ties its busy slot to its run."""
+        if slot is None or slot.state != "busy" or slot.run_id != run_id:
+            return False
+        slot.ends_with_run = True
+        return True
+
     def end_run(self, run_id: str, now: datetime) -> int:
-        """3.4, 3.7, 2.7: waits are cancelled, reservations freed, busy slots kept."""
+        """3.4, 3.7, 2.7, 2.5: waits are cancelled, reservations and with_limit's busy slots
+        freed, other busy slots kept."""
         ended = 0
         for limit in self.limits.values():
             waits = [e for e in self.waiting(limit.name) if e.run_id == run_id]
             reserved = [s for s in self.live(limit.name, "reserved") if s.run_id == run_id]
+            reserved += [s for s in self.live(limit.name, "busy") if s.run_id == run_id and s.ends_with_run]
             if not waits and not reserved:
                 continue
             for entry in waits:

@@ -196,6 +196,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 "expires_at",
                 "freed_at",
                 "freed_by",
+                "ends_with_run",
             )
         }
         assert sorted(rows, key=repr) == sorted((slot.key for slot in model.slots), key=repr)
@@ -215,6 +216,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 row["expires_at"],
                 row["freed_at"],
                 row["freed_by"],
+                row["ends_with_run"],
             )
             model_slot = (
                 slot.limit,
@@ -227,6 +229,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 slot.expires_at,
                 slot.freed_at,
                 slot.freed_by,
+                slot.ends_with_run,
             )
             assert engine_slot == model_slot, slot.key
 
@@ -388,6 +391,17 @@ class EngineAgainstModel(RuleBasedStateMachine):
             self.release_slot(slot_id, operator)
         else:
             self.confirm_slot(slot_id)
+
+    @precondition(lambda self: self.live_slot_ids("busy"))
+    @rule(data=st.data(), own_run=st.booleans())
+    def with_limit_ties_its_slot(self, data: st.DataObject, own_run: bool) -> None:
+        """with_limit ties the busy slot it took to its run (2.5); another run's id changes nothing."""
+        slot_id = data.draw(st.sampled_from(self.live_slot_ids("busy")))
+        run_id = self.slot_by_id(slot_id).run_id if own_run else "r-other"  # type: ignore[union-attr]
+        self.step(
+            lambda: services.tie_to_run(slot_id, run_id),
+            lambda: self.model.tie_to_run(self.slot_by_id(slot_id), run_id),
+        )
 
     @rule(data=st.data())
     def end_run(self, data: st.DataObject) -> None:
