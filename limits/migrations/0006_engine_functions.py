@@ -11,7 +11,8 @@ Times: the caller passes timezone.now() read before the call, so the function wr
 greatest(that, limits_limit.last_event_at): one limit's timestamps never go back in lock order
 (limits.verify relies on it), and tests can still move the clock.
 
-A later change to these functions is a new migration with CREATE OR REPLACE; this text is frozen.
+This text is frozen (a historical step): the current definition is limits/sql/engine.sql. A change
+is made there, with a new migration that re-runs it (limits.sql.install; limits/sql/__init__.py).
 They name tables and columns directly: a migration that renames one must replace them too (the
 PostgreSQL test suite fails at once if it does not).
 On SQLite the services run every rule in Python (writers serialize there anyway).

@@ -1,0 +1,226 @@
+-- The engine's hot operations as PostgreSQL functions, one round trip each: the CURRENT
+-- definition of every function limits installs (limits.services calls them on PostgreSQL; see its
+-- docstring). Each takes the limit's row lock inside the server, so the lock is held for the
+-- statements and the commit only, never across a round trip to Python. A case a function does not
+-- handle (an unknown or undeclared limit, a late confirm, releasing a reservation, free capacity
+-- beside waiting runs, an earlier outcome of the request other than a live slot) answers 'slow'
+-- before it changes anything, and the service goes on in Python in the same transaction.
+--
+-- Times: the caller passes timezone.now() read before the call, so a function writes
+-- greatest(that, limits_limit.last_event_at): one limit's timestamps never go back in lock order
+-- (limits.verify relies on it), and tests can still move the clock.
+--
+-- They name tables and columns directly: a migration that renames one must replace them too (the
+-- PostgreSQL test suite fails at once if it does not). On SQLite the services run every rule in
+-- Python (writers serialize there anyway).
+--
+-- How a change is made (limits/sql/__init__.py says more): edit the function here, then add a
+-- migration that calls limits.sql.install (as limits/migrations/0009_engine_sql_file.py does).
+-- tests/services/test_sql_file.py fails while the migrated database differs from this file.
+-- Only CREATE OR REPLACE FUNCTION statements belong here: limits.sql.install drops every
+-- limits_ function of the schema before it runs this file.
+
+-- PL/pgSQL rather than SQL functions: their plans are cached per session (an SQL function with a
+-- data-modifying CTE is planned again on every call: +0.3 ms per hand-off, measured).
+CREATE OR REPLACE FUNCTION limits_time_out(p_limit bigint, p_now timestamptz) RETURNS text[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    result text[];
+BEGIN
+    WITH stale AS (
+        UPDATE limits_queueentry SET state = 'timed_out', finished_at = p_now
+        WHERE limit_id = p_limit AND state = 'waiting' AND deadline <= p_now
+        RETURNING run_id, position
+    )
+    SELECT coalesce(array_agg(run_id ORDER BY position), '{}') INTO result FROM stale;
+    RETURN result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION limits_grant_heads(
+    p_limit bigint, p_count integer, p_now timestamptz, p_reserved_until timestamptz, p_expires_at timestamptz
+) RETURNS text[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    result text[];
+BEGIN
+    WITH heads AS (
+        UPDATE limits_queueentry SET state = 'granted', finished_at = p_now
+        WHERE id IN (
+            SELECT id FROM limits_queueentry
+            WHERE limit_id = p_limit AND state = 'waiting' ORDER BY position LIMIT p_count
+        )
+        RETURNING id, run_id, request, label, position
+    ), slots AS (
+        INSERT INTO limits_slot (
+            id, limit_id, run_id, request, label, state, queue_entry_id, granted_at, reserved_until, expires_at,
+            freed_by
+        )
+        SELECT 'slot_' || replace(gen_random_uuid()::text, '-', ''), p_limit, run_id, request, label, 'reserved',
+               id, p_now, p_reserved_until, p_expires_at, ''
+        FROM heads
+    )
+    SELECT coalesce(array_agg(run_id ORDER BY position), '{}') INTO result FROM heads;
+    RETURN result;
+END
+$$;
+
+-- Hand free capacity to the queue (SPEC 3.3-3.4): time out the waits past their deadline, then
+-- reserve a slot for each run at the head, in queue order, while busy + reserved < capacity.
+-- The caller holds the limit's lock and has written its counters; this writes them again.
+CREATE OR REPLACE FUNCTION limits_settle(
+    p_limit bigint, p_now timestamptz, p_reservation_ms bigint, OUT timed_out text[], OUT granted text[]
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    l limits_limit;
+    v_free integer;
+BEGIN
+    timed_out := '{}';
+    granted := '{}';
+    SELECT * INTO l FROM limits_limit WHERE id = p_limit;
+    v_free := coalesce(l.capacity_override, l.declared_capacity) - l.busy_count - l.reserved_count;
+    IF l.waiting_count = 0 OR v_free <= 0 THEN
+        RETURN;
+    END IF;
+    timed_out := limits_time_out(p_limit, p_now);
+    IF l.waiting_count > cardinality(timed_out) THEN
+        granted := limits_grant_heads(
+            p_limit,
+            least(v_free, l.waiting_count - cardinality(timed_out)),
+            p_now,
+            p_now + p_reservation_ms * interval '1 millisecond',
+            p_now + coalesce(l.max_hold_override_ms, l.declared_max_hold_ms) * interval '1 millisecond'
+        );
+    END IF;
+    UPDATE limits_limit
+    SET waiting_count = waiting_count - cardinality(timed_out) - cardinality(granted),
+        reserved_count = reserved_count + cardinality(granted)
+    WHERE id = p_limit;
+END
+$$;
+
+-- Confirm a reservation in time: 'busy'; not reserved (any more), or unknown: 'gone'; late: 'slow'.
+CREATE OR REPLACE FUNCTION limits_confirm(p_slot text, p_now timestamptz) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_limit bigint;
+    v_now timestamptz;
+    v_state text;
+    v_reserved_until timestamptz;
+BEGIN
+    SELECT limit_id INTO v_limit FROM limits_slot WHERE id = p_slot;
+    IF NOT FOUND THEN
+        RETURN 'gone';
+    END IF;
+    SELECT greatest(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = v_limit FOR UPDATE;
+    SELECT state, reserved_until INTO v_state, v_reserved_until FROM limits_slot WHERE id = p_slot;
+    IF v_state <> 'reserved' THEN
+        RETURN 'gone';
+    END IF;
+    IF v_now > v_reserved_until THEN
+        RETURN 'slow';
+    END IF;
+    UPDATE limits_slot SET state = 'busy', confirmed_at = v_now WHERE id = p_slot;
+    UPDATE limits_limit
+    SET reserved_count = reserved_count - 1, busy_count = busy_count + 1, last_event_at = v_now
+    WHERE id = v_limit;
+    RETURN 'busy';
+END
+$$;
+
+-- Release a busy slot and hand the capacity to the queue: 'released' with the runs to wake;
+-- already free or unknown: 'gone'; a reservation: 'slow'.
+CREATE OR REPLACE FUNCTION limits_release(
+    p_slot text, p_now timestamptz, p_reservation_ms bigint, OUT outcome text, OUT woken text[]
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_limit bigint;
+    v_now timestamptz;
+    v_state text;
+    settled record;
+BEGIN
+    woken := '{}';
+    SELECT limit_id INTO v_limit FROM limits_slot WHERE id = p_slot;
+    IF NOT FOUND THEN
+        outcome := 'gone';
+        RETURN;
+    END IF;
+    SELECT greatest(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = v_limit FOR UPDATE;
+    SELECT state INTO v_state FROM limits_slot WHERE id = p_slot;
+    IF v_state = 'reserved' THEN
+        outcome := 'slow';
+        RETURN;
+    END IF;
+    IF v_state <> 'busy' THEN
+        outcome := 'gone';
+        RETURN;
+    END IF;
+    UPDATE limits_slot SET state = 'released', freed_at = v_now, freed_by = '' WHERE id = p_slot;
+    UPDATE limits_limit SET busy_count = busy_count - 1, last_event_at = v_now WHERE id = v_limit;
+    SELECT * INTO settled FROM limits_settle(v_limit, v_now, p_reservation_ms);
+    woken := settled.timed_out || settled.granted;
+    outcome := 'released';
+END
+$$;
+
+-- Acquire (SPEC 2.2-2.4, 3.1): a request already holding a live slot answers it (confirming a
+-- reservation in time); a new request on a declared limit is granted a busy slot when nobody
+-- waits and a slot is free, or joins the end of the queue when every slot is taken.
+CREATE OR REPLACE FUNCTION limits_acquire(
+    p_name text, p_run text, p_request text, p_label text, p_timeout_ms bigint, p_now timestamptz,
+    OUT outcome text, OUT limit_name text, OUT slot_id text, OUT deadline timestamptz
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    l limits_limit;
+    v_now timestamptz;
+    v_state text;
+BEGIN
+    SELECT s.id, s.state, m.name INTO slot_id, v_state, limit_name
+    FROM limits_slot s JOIN limits_limit m ON m.id = s.limit_id
+    WHERE s.request = p_request AND s.state IN ('busy', 'reserved');
+    IF FOUND THEN
+        outcome := CASE WHEN v_state = 'busy' THEN 'busy' ELSE limits_confirm(slot_id, p_now) END;
+        IF outcome <> 'busy' THEN
+            outcome := 'slow';
+        END IF;
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request)
+       OR EXISTS (SELECT 1 FROM limits_queueentry WHERE request = p_request) THEN
+        outcome := 'slow';
+        RETURN;
+    END IF;
+    SELECT * INTO l FROM limits_limit WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND OR NOT l.declared
+       OR (l.waiting_count > 0
+           AND l.busy_count + l.reserved_count < coalesce(l.capacity_override, l.declared_capacity)) THEN
+        outcome := 'slow';
+        RETURN;
+    END IF;
+    limit_name := l.name;
+    v_now := greatest(p_now, l.last_event_at);
+    IF l.busy_count + l.reserved_count < coalesce(l.capacity_override, l.declared_capacity) THEN
+        slot_id := 'slot_' || replace(gen_random_uuid()::text, '-', '');
+        INSERT INTO limits_slot (
+            id, limit_id, run_id, request, label, state, granted_at, confirmed_at, expires_at, freed_by
+        ) VALUES (
+            slot_id, l.id, p_run, p_request, p_label, 'busy', v_now, v_now,
+            v_now + coalesce(l.max_hold_override_ms, l.declared_max_hold_ms) * interval '1 millisecond', ''
+        );
+        UPDATE limits_limit SET busy_count = busy_count + 1, last_event_at = v_now WHERE id = l.id;
+        outcome := 'busy';
+        RETURN;
+    END IF;
+    deadline := v_now + p_timeout_ms * interval '1 millisecond';
+    INSERT INTO limits_queueentry (
+        limit_id, run_id, request, label, position, state, enqueued_at, deadline, timeout_ms
+    ) VALUES (l.id, p_run, p_request, p_label, l.next_position, 'waiting', v_now, deadline, p_timeout_ms);
+    UPDATE limits_limit
+    SET waiting_count = waiting_count + 1, next_position = next_position + 1, last_event_at = v_now
+    WHERE id = l.id;
+    outcome := 'waiting';
+END
+$$;

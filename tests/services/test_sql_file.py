@@ -1,0 +1,102 @@
+"""limits/sql/engine.sql is the current definition of the engine's PL/pgSQL functions: the migrated
+database holds exactly its functions, and the newest migration that installs it was written for the
+file as it is (limits/sql/__init__.py says how a change is made).
+
+The two checks catch different mistakes. The test database is built by running the migrations, and
+a migration that installs the file reads it at migrate time, so a fresh database always has the
+file's text: the comparison with the database cannot see an edit of the file that has no migration
+(a database migrated before the edit would keep the old functions). The fingerprint check does.
+The comparison catches what a migration does to the functions besides installing the file: a later
+migration that creates or replaces a `limits_` function with its own text, or leaves one the file
+no longer defines."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from django.db import connection, transaction
+from django.db.migrations.loader import MigrationLoader
+
+from limits import sql
+from tests.conftest import requires_postgres
+
+SCRATCH = "limits_sql_file_scratch"
+
+# Each `limits_` function of one schema: its name and argument types, and its definition as
+# pg_get_functiondef writes it, without the schema before the name.
+FUNCTIONS = r"""
+SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')',
+       replace(pg_get_functiondef(p.oid), 'FUNCTION ' || quote_ident(n.nspname) || '.', 'FUNCTION ')
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = %s AND p.proname LIKE 'limits\_%%' AND p.prokind = 'f'
+"""
+
+
+def _functions(schema: str) -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(FUNCTIONS, [schema])
+        return {name: "\n".join(line.rstrip() for line in definition.splitlines()) for name, definition in cursor}
+
+
+def _defined_by_the_file() -> dict[str, str]:
+    """The functions engine.sql defines, as the server writes them: the file run in a scratch
+    schema (first in search_path, so the functions are created there; the migrated schema after it,
+    for the row types they declare), read back, then rolled back with its savepoint."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT current_schema()")
+        (migrated,) = cursor.fetchone()
+        cursor.execute(f"CREATE SCHEMA {SCRATCH}")
+        cursor.execute("SELECT set_config('search_path', %s, true)", [f"{SCRATCH}, {migrated}"])
+        cursor.execute(sql.engine_sql(), None)
+        defined = _functions(SCRATCH)
+        cursor.execute(f"DROP SCHEMA {SCRATCH} CASCADE")
+        transaction.set_rollback(True)  # the search_path too
+    return defined
+
+
+@requires_postgres
+@pytest.mark.django_db
+def test_the_migrated_database_has_exactly_the_functions_of_engine_sql() -> None:
+    """Each function of the file is in the migrated database with the same definition (body,
+    arguments, result, language and attributes), and no other `limits_` function is there."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_schema()")
+        (migrated,) = cursor.fetchone()
+    installed = _functions(migrated)
+    defined = _defined_by_the_file()
+    assert any(name.startswith("limits_acquire(") for name in defined)  # the file was read and run
+    assert sorted(defined) == sorted(installed), (
+        "the functions the migrations leave differ from limits/sql/engine.sql: "
+        f"missing {sorted(set(defined) - set(installed))}, not in the file {sorted(set(installed) - set(defined))}"
+    )
+    for name, definition in defined.items():
+        assert installed[name] == definition, f"{name} differs from limits/sql/engine.sql"
+
+
+def test_the_newest_migration_that_installs_engine_sql_was_written_for_it() -> None:
+    """The newest limits migration with ENGINE_SQL_FINGERPRINT (one that runs limits.sql.install)
+    carries the fingerprint of engine.sql as it is. When this fails, engine.sql was edited (other
+    than its comments) with no migration: add one that runs limits.sql.install with the new
+    fingerprint, like limits/migrations/0009_engine_sql_file.py."""
+    graph = MigrationLoader(None, ignore_no_migrations=True).graph  # from the files, no database
+    (leaf,) = graph.leaf_nodes("limits")
+    installing = []
+    for app, name in graph.forwards_plan(leaf):  # in the order they apply
+        module = sys.modules[graph.nodes[(app, name)].__module__]
+        if app == "limits" and hasattr(module, "ENGINE_SQL_FINGERPRINT"):
+            installing.append((name, module.ENGINE_SQL_FINGERPRINT))
+    assert installing, "no limits migration installs limits/sql/engine.sql"
+    newest, recorded = installing[-1]
+    assert recorded == sql.fingerprint(), (
+        f"limits/sql/engine.sql changed since {newest} installed it: add a migration that runs "
+        f'limits.sql.install with ENGINE_SQL_FINGERPRINT = "{sql.fingerprint()}"'
+    )
+
+
+def test_the_fingerprint_ignores_comments_and_blank_lines_but_not_code() -> None:
+    text = sql.engine_sql()
+    assert sql.fingerprint(text) == sql.fingerprint()
+    assert sql.fingerprint("-- a note\n\n" + text.replace("\n", "  \n")) == sql.fingerprint(text)
+    assert sql.fingerprint(text + "SELECT 1;\n") != sql.fingerprint(text)
+    assert sql.fingerprint(text.replace("\n    ", "\n  ")) != sql.fingerprint(text)
