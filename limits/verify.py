@@ -79,7 +79,7 @@ class Verification:
 
 def verify(names: list[str] | None = None, *, retention_ms: int | None = None) -> Verification:
     """Check every limit (or those named) from its rows. Unknown names are violations."""
-    from limits.services import history_retention_ms
+    from limits.engine.sweeper import history_retention_ms
 
     result = Verification()
     cutoff = timezone.now() - dt.timedelta(

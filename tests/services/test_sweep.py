@@ -84,11 +84,11 @@ def test_an_idle_sweep_is_a_constant_number_of_queries(clock) -> None:  # type: 
 
 
 def test_the_sweep_deletes_history_past_the_retention_in_bounded_batches(one, clock, settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from limits import services as engine
+    from limits.engine import sweeper
     from limits.models import QueueEntry
 
     settings.STACKBONE_HISTORY_RETENTION = "1h"
-    monkeypatch.setattr(engine, "HISTORY_BATCH", 2)
+    monkeypatch.setattr(sweeper, "HISTORY_BATCH", 2)
     services.set_max_hold("one", "30d")
     for run in ("a", "b", "c"):
         services.release(acquire("one", run_id=run).slot_id)

@@ -1,0 +1,77 @@
+"""The engine: every write to limits, slots and the queue (SPEC sections 2-5).
+
+- `slots`: the workflow-facing operations (acquire, confirm, release, end_run, tie_to_run);
+- `operator_actions`: operator actions and deploys (set_capacity, set_max_hold, sync_workspace);
+- `sweeper`: the 15-second sweep and the history purge;
+- `rules`: the rules that run under a limit's row lock, one home each (clock, counters, grant,
+  time-out, confirm, lapse, audit);
+- `server`: the PostgreSQL fast path (limits/sql/engine.sql) behind one small interface; a case
+  it does not handle answers NOT_HANDLED_HERE and the rules go on in Python;
+- `errors`, `results`: LimitsError with its messages, and what operations answer.
+
+Each operation runs in one transaction that locks the rows of the limits it touches
+(``SELECT ... FOR UPDATE`` on PostgreSQL; on SQLite every transaction is IMMEDIATE, so writers
+serialize). Limits are always locked in id order, so two limits never wait on each other and
+several never deadlock. Counters on the limit row change in the same transaction as the slot and
+queue rows, under that lock. Runs woken by a change (granted a reservation, or timed out) are
+announced with the ``limits.signals.runs_woken`` signal after the transaction commits, never while
+a lock is held.
+
+`limits.services` is the public face of this package (the names it exports stay stable).
+"""
+
+from limits.engine.errors import (
+    BAD_CAPACITY,
+    BAD_LABEL,
+    BAD_MAX_HOLD,
+    BAD_REQUEST,
+    BAD_RUN_ID,
+    BAD_TIMEOUT,
+    UNDECLARED_LIMIT,
+    UNKNOWN_LIMIT,
+    LimitsError,
+)
+from limits.engine.operator_actions import set_capacity, set_max_hold, sync_workspace
+from limits.engine.results import Acquisition, SweepReport, SyncReport
+from limits.engine.rules import (
+    DEFAULT_TIMEOUT_MS,
+    DEPLOY_ACTOR,
+    GRANT_BATCH,
+    RESERVATION_MS,
+    SWEEP_ACTOR,
+    SYSTEM_ACTOR,
+)
+from limits.engine.slots import acquire, confirm, end_run, release, tie_to_run
+from limits.engine.sweeper import HISTORY_BATCH, history_retention_ms, sweep
+
+__all__ = [
+    "BAD_CAPACITY",
+    "BAD_LABEL",
+    "BAD_MAX_HOLD",
+    "BAD_REQUEST",
+    "BAD_RUN_ID",
+    "BAD_TIMEOUT",
+    "DEFAULT_TIMEOUT_MS",
+    "DEPLOY_ACTOR",
+    "GRANT_BATCH",
+    "HISTORY_BATCH",
+    "RESERVATION_MS",
+    "SWEEP_ACTOR",
+    "SYSTEM_ACTOR",
+    "UNDECLARED_LIMIT",
+    "UNKNOWN_LIMIT",
+    "Acquisition",
+    "LimitsError",
+    "SweepReport",
+    "SyncReport",
+    "acquire",
+    "confirm",
+    "end_run",
+    "history_retention_ms",
+    "release",
+    "set_capacity",
+    "set_max_hold",
+    "sweep",
+    "sync_workspace",
+    "tie_to_run",
+]

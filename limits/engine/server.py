@@ -1,0 +1,85 @@
+"""The PostgreSQL fast path: the hot operations as database functions (limits/sql/engine.sql),
+one round trip each, the limit's row lock held inside the server only.
+
+Each function either does the whole operation or, for a case it leaves to the Python rules (an
+unknown or undeclared limit, a late confirm, releasing a reservation, free capacity beside
+waiting runs, an earlier outcome of the request other than a live slot), answers
+NOT_HANDLED_HERE before changing anything; the caller then runs the rules of limits.engine in
+the same transaction. So the Python rules are the one home of every rule, and the functions a
+faster copy of the common cases, held to the same tests (tests/services and the model test run on
+both databases; tests/services/test_sql_file.py holds the database to the file).
+
+Outside a caller's transaction a call is its own statement in autocommit: one round trip with
+its commit.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+from django.db import connection
+from django.utils import timezone
+
+from limits.engine.results import Acquisition
+
+SLOW = "slow"  # the functions' answer for a case they leave to the Python rules
+
+
+class Answer(enum.Enum):
+    NOT_HANDLED_HERE = "not handled here: go on with the Python rules"
+
+
+NOT_HANDLED_HERE = Answer.NOT_HANDLED_HERE
+
+
+def available() -> bool:
+    """Whether the hot operations run as database functions (PostgreSQL)."""
+    return connection.vendor == "postgresql"
+
+
+def _call(sql: str, params: list[object]) -> tuple:  # type: ignore[type-arg]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def acquire(limit_name: str, run_id: str, request: str, label: str, timeout_ms: int) -> Acquisition | Answer:
+    """limits_acquire: a new request granted at once or queued behind full capacity, or a request
+    that holds a live slot (a reservation in time is confirmed)."""
+    outcome, name, slot_id, deadline = _call(
+        "SELECT outcome, limit_name, slot_id, deadline FROM limits_acquire(%s, %s, %s, %s, %s, %s)",
+        [limit_name, run_id, request, label, timeout_ms, timezone.now()],
+    )
+    if outcome == "busy":
+        return Acquisition("busy", name, request, slot_id=slot_id)
+    if outcome == "waiting":
+        return Acquisition("waiting", name, request, timeout_ms=timeout_ms, deadline=deadline)
+    return NOT_HANDLED_HERE
+
+
+def confirm(slot_id: str) -> bool | Answer:
+    """limits_confirm: True for a reservation confirmed in time, False for a slot not reserved."""
+    (outcome,) = _call("SELECT limits_confirm(%s, %s)", [slot_id, timezone.now()])
+    return NOT_HANDLED_HERE if outcome == SLOW else outcome == "busy"
+
+
+def release(slot_id: str, reservation_ms: int) -> tuple[bool, list[str]] | Answer:
+    """limits_release of a busy slot: (released, the runs its settle woke)."""
+    outcome, woken = _call(
+        "SELECT outcome, woken FROM limits_release(%s, %s, %s)", [slot_id, timezone.now(), reservation_ms]
+    )
+    return NOT_HANDLED_HERE if outcome == SLOW else (outcome == "released", woken)
+
+
+def settle(limit_id: int, now: datetime, reservation_ms: int) -> tuple[list[str], list[str]]:
+    """limits_settle, under the caller's lock: (runs timed out, runs granted a reservation). It
+    reads the counters from the row and writes them back."""
+    timed_out, granted = _call("SELECT * FROM limits_settle(%s, %s, %s)", [limit_id, now, reservation_ms])
+    return timed_out, granted
+
+
+def time_out(limit_id: int, now: datetime) -> list[str]:
+    """limits_time_out, under the caller's lock: the runs whose waits passed their deadline."""
+    (run_ids,) = _call("SELECT limits_time_out(%s, %s)", [limit_id, now])
+    return run_ids
