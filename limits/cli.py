@@ -9,6 +9,12 @@ Exit codes: 0 done; 1 the target was not found (unknown limit or slot, an instal
 be reached) or nothing was released; 2 bad usage or a bad value (the message names the argument
 and what is allowed). Errors are one line on stderr, never a traceback.
 
+Every user-supplied value in human-readable output (limit names, slot and run ids, labels, agent
+ids, messages from another installation) goes through `printable()` (limits.printable): control
+characters and bidirectional overrides are shown as escapes such as `\\x1b` and `\\u202e`, so a
+label cannot drive the terminal, reverse a line or forge a table row. `--json` output needs no
+such care: JSON escapes control characters itself.
+
 Actors recorded in the audit log: `cli:<os user>` locally, `api:<username>` through the API.
 """
 
@@ -32,6 +38,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from limits.durations import DURATION_HELP, format_duration
+from limits.printable import printable
 
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1
@@ -50,6 +57,7 @@ UNKNOWN_SLOT = "unknown slot {slot_id!r}"
 UNKNOWN_LIMIT = "unknown limit {name!r}"
 BAD_CUT = "--limit must be a whole number of at least 1, not {value!r}"
 VERIFY_LOCAL_ONLY = "verify reads the history rows of an installation: run it there (manage.py limits verify)"
+EMPTY_AGENT = "--agent needs an agent id, not an empty value (leave --agent out for this installation)"
 
 
 class CliError(Exception):
@@ -453,6 +461,8 @@ def _write(stream: Any, text: str) -> None:
 
 
 def table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """Aligned columns; every cell is shown printable, so no value can break the layout."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
     return [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -508,7 +518,7 @@ def render_slots(io: Streams, view: SlotsView) -> None:
     header += f", {limit['waiting']} waiting, max hold {format_duration(limit['max_hold_ms'])}"
     if not limit["declared"]:
         header += " (undeclared)"
-    io.out(header)
+    io.out(printable(header))
     io.out()
     if view.slots:
         rows = [
@@ -577,9 +587,8 @@ def _release(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
         slot = backend.slot(slot_id)
         if slot["state"] in LIVE_STATES:
             label = f", label {slot['label']}" if slot["label"] else ""
-            _write(
-                io.stderr, f"Release {slot_id} of {slot['limit']} ({slot['state']}, run {slot['run']}{label})? [y/N] "
-            )
+            question = f"Release {slot_id} of {slot['limit']} ({slot['state']}, run {slot['run']}{label})?"
+            _write(io.stderr, printable(question) + " [y/N] ")
             if io.stdin.readline().strip().lower() not in ("y", "yes"):
                 raise CliError(NOT_CONFIRMED, EXIT_NOT_FOUND)
     try:
@@ -593,7 +602,7 @@ def _release(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
     if not released:
         raise CliError(ALREADY_FREE.format(slot_id=slot_id, state=slot["state"]), EXIT_NOT_FOUND)
     if not options.json:
-        io.out(f"released {slot_id} of {slot['limit']} (was {slot['state']}, run {slot['run']})")
+        io.out(printable(f"released {slot_id} of {slot['limit']} (was {slot['state']}, run {slot['run']})"))
     return EXIT_OK
 
 
@@ -604,7 +613,7 @@ def _capacity(backend: Backend, options: argparse.Namespace, io: Streams) -> int
         io.json(change.limit)
     else:
         new = str(change.limit["capacity"]) + (" (declared)" if value is None else "")
-        io.out(f"{change.limit['name']} capacity: {change.old} → {new}")
+        io.out(printable(f"{change.limit['name']} capacity: {change.old} → {new}"))
     return EXIT_OK
 
 
@@ -615,7 +624,7 @@ def _max_hold(backend: Backend, options: argparse.Namespace, io: Streams) -> int
         io.json(change.limit)
     else:
         new = format_duration(change.limit["max_hold_ms"]) + (" (declared)" if value is None else "")
-        io.out(f"{change.limit['name']} max hold: {format_duration(change.old)} → {new}")
+        io.out(printable(f"{change.limit['name']} max hold: {format_duration(change.old)} → {new}"))
     return EXIT_OK
 
 
@@ -628,7 +637,7 @@ def _verify(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
         io.json({"ok": result.ok, "summary": result.summary(), "violations": result.violations})
     else:
         for violation in result.violations:
-            io.out(violation)
+            io.out(printable(violation))
         io.out(result.summary())
     if not result.ok:
         raise CliError(f"{len(result.violations)} violation(s) found", EXIT_NOT_FOUND)
@@ -672,7 +681,7 @@ def run(
     try:
         return execute(options, io=io, setup=setup, actor=actor)
     except CliError as error:
-        io.err(f"error: {error.message}")
+        io.err(f"error: {printable(error.message)}")
         return error.code
 
 
@@ -686,6 +695,8 @@ def execute(
     """Run one verb; raise CliError for a failure (the management command turns it into a
     CommandError with the same exit code)."""
     handler = HANDLERS[options.verb]
+    if options.agent is not None and not options.agent.strip():
+        raise CliError(EMPTY_AGENT, EXIT_USAGE)  # an unset $TARGET must not mean "this installation"
     if options.agent:
         return handler(AgentBackend(load_agent(options.agent)), options, io)
     if setup is not None:

@@ -8,10 +8,20 @@ import secrets
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from limits.models import ApiToken
+from limits.models import ApiToken, is_storable_text
 
 TOKEN_PREFIX = "sbk_"
 SHOWN_PREFIX_LENGTH = 12
+NAME_MAX_LENGTH = 100  # ApiToken.name
+BAD_NAME = f"the token name (--name) must be at most {NAME_MAX_LENGTH} characters, with no NUL character"
+
+
+class TokenError(ValueError):
+    """A token that cannot be issued as asked; `message` says why, in one line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 def digest_of(raw: str) -> str:
@@ -19,7 +29,10 @@ def digest_of(raw: str) -> str:
 
 
 def issue_token(user: AbstractBaseUser, *, name: str = "") -> tuple[ApiToken, str]:
-    """Create a token for `user` and return it with its secret, which is never stored."""
+    """Create a token for `user` and return it with its secret, which is never stored. A name
+    the column cannot hold raises TokenError before anything is written."""
+    if not is_storable_text(name) or len(name) > NAME_MAX_LENGTH:
+        raise TokenError(BAD_NAME)
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
         token = ApiToken.objects.create(user=user, name=name, prefix=raw[:SHOWN_PREFIX_LENGTH], digest=digest_of(raw))

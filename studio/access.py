@@ -11,6 +11,7 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
+from django.utils.cache import add_never_cache_headers
 from django_htmx.http import HttpResponseClientRedirect
 
 if TYPE_CHECKING:
@@ -38,12 +39,17 @@ type ViewFunc = Callable[..., HttpResponse]
 
 def studio_login_required[View: Callable[..., HttpResponse]](view: View) -> View:
     """login_required that also works for htmx requests: a poll or a click after the session
-    ended sends the whole page to the login form instead of swapping the form into a table."""
+    ended sends the whole page to the login form instead of swapping the form into a table.
+
+    What a signed-in user sees is never stored by a browser or a proxy (`Cache-Control:
+    no-store, private`): after sign-out, Back or a shared machine's cache shows nothing."""
 
     @wraps(view)
     def wrapper(request: HtmxHttpRequest, *args: object, **kwargs: object) -> HttpResponse:
         if request.user.is_authenticated:
-            return view(request, *args, **kwargs)
+            response = view(request, *args, **kwargs)
+            add_never_cache_headers(response)
+            return response
         if request.htmx:
             current = request.htmx.current_url or request.get_full_path()
             split = urlsplit(current)

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from limits.durations import format_duration
 from limits.models import AuditEvent, Limit
+from limits.printable import printable as printable_text
 
 register = template.Library()
 
@@ -65,3 +66,12 @@ def audit_value(value: str, event: AuditEvent) -> str:
 @register.filter
 def actor_name(actor: str) -> str:
     return actor.removeprefix("user:")
+
+
+@register.filter
+def printable(value: object, mode: str = "") -> str:
+    """User-supplied text (a label, a run's input or error) with control and bidirectional-override
+    characters shown as escapes (`\\u202e`), so a right-to-left override cannot reverse what
+    follows it (limits.printable). `|printable:"lines"` keeps newlines and tabs, for <pre> blocks.
+    The result is still autoescaped as HTML."""
+    return printable_text("" if value is None else value, lines=mode == "lines")

@@ -8,7 +8,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from limits import cli, services
 from limits.config import ConfigError, load_workspace
-from limits.tokens import issue_token
+from limits.printable import printable
+from limits.tokens import TokenError, issue_token
 
 
 class Command(BaseCommand):
@@ -22,7 +23,7 @@ class Command(BaseCommand):
         token_verbs = token.add_subparsers(dest="token_verb", required=True)
         create = token_verbs.add_parser("create", help="Issue a token for a user; it is shown once.")
         create.add_argument("username")
-        create.add_argument("--name", default="", help="what the token is for")
+        create.add_argument("--name", default="", help="what the token is for (at most 100 characters)")
 
     def handle(self, *args: object, **options: object) -> None:
         verb = options["verb"]
@@ -49,13 +50,18 @@ class Command(BaseCommand):
             try:
                 cli.execute(namespace, io=streams)
             except cli.CliError as error:
-                raise CommandError(error.message, returncode=error.code) from None
+                raise CommandError(printable(error.message), returncode=error.code) from None
 
     def _create_token(self, username: str, name: str) -> None:
         user = get_user_model().objects.filter(**{get_user_model().USERNAME_FIELD: username}).first()
         if user is None:
             raise CommandError(f"unknown user {username!r}", returncode=cli.EXIT_NOT_FOUND)
-        token, raw = issue_token(user, name=name)
+        try:
+            token, raw = issue_token(user, name=name)
+        except TokenError as error:
+            raise CommandError(error.message, returncode=cli.EXIT_USAGE) from None
         if not user.has_perm("limits.operate_limit"):
-            self.stderr.write(f"note: {username} may read but not change limits (no limits.operate_limit permission)")
+            self.stderr.write(
+                f"note: {printable(username)} may read but not change limits (no limits.operate_limit permission)"
+            )
         self.stdout.write(raw)
