@@ -5,26 +5,38 @@
    example runs), each in its own process group, with their logs interleaved under a prefix.
 3. On Ctrl-C (or SIGTERM) stop them all: SIGTERM to each group, SIGKILL to what is left after
    a grace period, so no process outlives the command.
+
+Quiet by default: warnings and errors, the web server's failed requests, and the banner; the
+sign-in is repeated once the box answers, and a password generated at first start is also kept
+in var/dev-sign-in.txt (readable only by you). --verbose shows every INFO line and request.
+--reset-demo first clears what the live demo left (studio/demo/reset.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import re
 import secrets
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV_USERNAME = "admin"
 GRACE_SECONDS = 10
 DEMO_WORKSPACE = "studio.demo.workspace"
+SIGN_IN_FILE = "dev-sign-in.txt"
+# A request the web server handled well (2xx, 3xx): not shown unless --verbose.
+QUIET_REQUEST = re.compile(r'"(GET|HEAD|POST|OPTIONS) [^"]*" [23]\d\d ')
 
 _print_lock = threading.Lock()
 
@@ -36,8 +48,11 @@ def say(prefix: str, line: str) -> None:
 
 
 class Child:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, name: str, argv: list[str], env: dict[str, str], hide: Callable[[str], bool] | None = None
+    ) -> None:
         self.name = name
+        self.hide = hide
         self.process = subprocess.Popen(
             argv,
             cwd=ROOT,
@@ -53,7 +68,8 @@ class Child:
     def _pump(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
-            say(self.name, line)
+            if self.hide is None or not self.hide(line):
+                say(self.name, line)
 
     def signal_group(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -65,6 +81,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
     parser.add_argument(
         "--demo", action="store_true", help="declare the demo limits and keep example runs going against them"
+    )
+    parser.add_argument(
+        "--reset-demo",
+        action="store_true",
+        help="first clear what the demo left: its runs, their slots (released) and queue entries",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="show every log line (INFO) and every request; default: quiet"
     )
 
 
@@ -86,17 +110,55 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(migrate.stdout + migrate.stderr)
         sys.stderr.write("stackbone dev: migrate failed (see above)\n")
         return 1
+    if args.reset_demo:
+        reset = subprocess.run(
+            [python, "-m", "studio.demo.reset"], cwd=ROOT, env=env, capture_output=True, text=True
+        )  # fmt: skip
+        if reset.returncode != 0:
+            sys.stderr.write(reset.stdout + reset.stderr)
+            sys.stderr.write("stackbone dev: --reset-demo failed (see above)\n")
+            return 1
+        say("dev", reset.stdout.strip())
     sign_in = ensure_dev_user(env)
     banner(args, env, sign_in)
 
+    level = "INFO" if args.verbose else "WARNING"
+    if not args.verbose:
+        env = {**env, "LOG_LEVEL": env.get("LOG_LEVEL", "WARNING")}  # limits.* and studio.* loggers
+    hide_requests = None if args.verbose else QUIET_REQUEST.search
     children = [
-        Child("web", [*manage, "runserver", "--noreload", f"{args.host}:{args.port}"], env),
-        Child("worker", [python, "-m", "celery", "-A", "studio", "worker", "--loglevel=INFO", "--concurrency=2"], env),
-        Child("beat", [python, "-m", "celery", "-A", "studio", "beat", "--loglevel=INFO"], env),
+        Child("web", [*manage, "runserver", "--noreload", f"{args.host}:{args.port}"], env, hide_requests),
+        Child(
+            "worker",
+            [python, "-m", "celery", "-A", "studio", "worker", f"--loglevel={level}", "--concurrency=2"],
+            env,
+        ),
+        Child("beat", [python, "-m", "celery", "-A", "studio", "beat", f"--loglevel={level}"], env),
     ]
     if args.demo:
         children.append(Child("demo", [python, "-m", "studio.demo"], env))
+    url = f"http://{args.host}:{args.port}"
+    threading.Thread(target=announce_ready, args=(url, sign_in, children), daemon=True).start()
     return supervise(children)
+
+
+def announce_ready(url: str, sign_in: str, children: list[Child], timeout: float = 120) -> None:
+    """Once the web server answers, repeat where to go and how to sign in (the banner has
+    scrolled away by then under the first log lines)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(child.process.poll() is not None for child in children):
+            return
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as response:
+                json.load(response)
+        except urllib.error.HTTPError:
+            pass  # it answers (503: the broker or the sweep is not there yet, which is fine)
+        except (OSError, ValueError):
+            time.sleep(0.5)
+            continue
+        say("dev", f"ready: {url}/studio/limits/  sign in: {sign_in}")
+        return
 
 
 def supervise(children: list[Child]) -> int:
@@ -156,13 +218,37 @@ def ensure_dev_user(env: dict[str, str]) -> str:
         text=True,
         check=True,
     )
-    if result.stdout.strip() == "created":
-        return f"user {DEV_USERNAME!r}, password {password!r} (shown once; change it with manage.py changepassword)"
     if os.environ.get("STACKBONE_DEV_PASSWORD"):
         return f"user {DEV_USERNAME!r} with the password in STACKBONE_DEV_PASSWORD"
+    sign_in_file = var_dir(env) / SIGN_IN_FILE
+    if result.stdout.strip() == "created":
+        write_private(
+            sign_in_file,
+            f"Stackbone dev box sign-in, created at first start\nuser: {DEV_USERNAME}\npassword: {password}\n"
+            f"Change it with: python manage.py changepassword {DEV_USERNAME} (this file is not updated)\n",
+        )
+        return (
+            f"user {DEV_USERNAME!r}, password {password!r} (also in {sign_in_file}, readable only by you; "
+            "change it with manage.py changepassword)"
+        )
+    if sign_in_file.exists():
+        return f"user {DEV_USERNAME!r}, password in {sign_in_file} (as created at first start)"
     return (
         f"user {DEV_USERNAME!r} (password shown at first start; reset: python manage.py changepassword {DEV_USERNAME})"
     )
+
+
+def var_dir(env: dict[str, str]) -> Path:
+    return Path(env.get("STACKBONE_VAR_DIR") or ROOT / "var")
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (0600, whatever the umask; also when it existed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text)
 
 
 def banner(args: argparse.Namespace, env: dict[str, str], sign_in: str) -> None:

@@ -11,6 +11,9 @@ STACKBONE_WORKSPACE the module that declares the limits; default: studio.workspa
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
+import uuid
 from pathlib import Path
 
 import dj_database_url
@@ -19,6 +22,19 @@ from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STACKBONE_VAR_DIR", BASE_DIR / "var"))
+
+# A test run shares no state with a box on the same machine (README "Two commands"). In the pytest
+# process (pytest-django imports these settings) every file lives in a fresh temporary folder,
+# whatever STACKBONE_VAR_DIR says: the SQLite databases, the embedded broker's folder, the beat
+# schedule, the static root. STACKBONE_TEST_RUN names the run; the processes the tests start
+# (workers, the CLI) inherit it and the folder, so they share the run's state and no other.
+if "pytest_django" in sys.modules:
+    VAR_DIR = Path(tempfile.mkdtemp(prefix="stackbone-test-"))
+    os.environ["STACKBONE_VAR_DIR"] = str(VAR_DIR)
+    os.environ["STACKBONE_TEST_RUN"] = uuid.uuid4().hex[:12]
+    # An empty static root: tests serve no collected files, and WhiteNoise warns on a missing one.
+    (VAR_DIR / "staticfiles").mkdir()
+STACKBONE_TEST_RUN = os.environ.get("STACKBONE_TEST_RUN", "")
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -53,11 +69,17 @@ if not DEBUG:
     # Production sits behind TLS (a proxy that sets X-Forwarded-Proto).
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    # Health probes (a load balancer, Kubernetes) call /healthz over plain HTTP and need its
+    # 200/503, not a redirect to HTTPS.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", str(60 * 60 * 24 * 365)))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
-    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+    # Preloading is hard to undo (browsers ship the list) and binds every subdomain: opt in.
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+    if not SECURE_HSTS_PRELOAD:
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]  # "not preloaded": a choice, not an oversight
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -143,6 +165,9 @@ STORAGES = {
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/studio/limits/"
+# Django's password-reset pages, off by default: they need mail the box does not configure
+# (README "Security").
+STACKBONE_PASSWORD_RESET = env_bool("STACKBONE_PASSWORD_RESET", False)
 
 # --- Security (README "Security") ---------------------------------------------------------------
 # Content-Security-Policy on every response, in development too, so tests and browsers see what
@@ -211,3 +236,15 @@ LOGGING = {
         "studio": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     },
 }
+
+# --- Test runs (see STACKBONE_TEST_RUN above) ------------------------------------------------------
+# On a broker server (Redis) a test run and its workers use a queue and a key prefix of their own
+# (queues, unacked messages, control and pub/sub channels), so they never consume a box's
+# messages and a box never consumes theirs, even with the same CELERY_BROKER_URL.
+if STACKBONE_TEST_RUN:
+    CELERY_TASK_DEFAULT_QUEUE = f"stackbone-test-{STACKBONE_TEST_RUN}"
+    if CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://")):
+        CELERY_BROKER_TRANSPORT_OPTIONS = {
+            **globals().get("CELERY_BROKER_TRANSPORT_OPTIONS", {}),
+            "global_keyprefix": f"stackbone-test-{STACKBONE_TEST_RUN}:",
+        }

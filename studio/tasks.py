@@ -4,6 +4,7 @@ import logging
 
 from celery import shared_task
 from celery.signals import worker_ready
+
 from studio import runtime
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,13 @@
+from django.conf import settings
 from django.contrib import admin
+from django.contrib.auth import urls as auth_urls
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.views import LoginView
+from django.http import FileResponse, HttpRequest
 from django.urls import include, path
+from django.views.decorators.cache import cache_control
+from django.views.decorators.http import require_safe
+from django.views.generic import RedirectView
 
 from studio import views as studio_views
 from studio.health import healthz
@@ -8,14 +15,32 @@ from studio.throttle import ThrottledAdminAuthenticationForm, ThrottledAuthentic
 
 admin.site.login_form = ThrottledAdminAuthenticationForm  # sign-in throttling (studio.throttle)
 
+
+@require_safe
+@cache_control(max_age=86400, public=True)
+def favicon(request: HttpRequest) -> FileResponse:
+    """Browsers ask for /favicon.ico on every page: answer it instead of logging a 404."""
+    return FileResponse((settings.BASE_DIR / "static" / "favicon.ico").open("rb"), content_type="image/x-icon")
+
+
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("accounts/login/", LoginView.as_view(authentication_form=ThrottledAuthenticationForm), name="login"),
-    path("accounts/", include("django.contrib.auth.urls")),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/password_change/", auth_views.PasswordChangeView.as_view(), name="password_change"),
+    path("accounts/password_change/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("api/limits/", include("limits.api_urls")),
-    path("", studio_views.home, name="home"),
+    path("favicon.ico", favicon, name="favicon"),
+    # GET and HEAD (uptime checks, link previews) both redirect to the Limits screen.
+    path("", require_safe(RedirectView.as_view(pattern_name="limits:list")), name="home"),
     path("studio/limits/", include("limits.urls")),
     path("studio/runs/<str:run_id>/", studio_views.run_detail, name="run-detail"),
     path("studio/runs/<str:run_id>/cancel/", studio_views.cancel_run, name="run-cancel"),
 ]
+
+if settings.STACKBONE_PASSWORD_RESET:
+    # Off by default (README "Security"): reset needs working mail, which the box does not set up.
+    # Without these URLs the admin's sign-in page shows no "Forgotten your password?" link either.
+    password_reset = [url for url in auth_urls.urlpatterns if str(url.name).startswith("password_reset")]
+    urlpatterns += [path("accounts/", include(password_reset))]

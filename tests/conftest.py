@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import time_machine
@@ -91,3 +95,20 @@ def no_worker() -> None:
     """Tasks go to an in-process memory broker that nobody consumes: runs move only when the
     test calls studio.runtime.advance(run_id), as if every worker were down."""
     use_broker("memory://", eager=False)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the run's temporary state folder (studio/settings.py: a test run's VAR_DIR), and on
+    Redis the run's keys, once the test databases are gone."""
+    var_dir = Path(settings.VAR_DIR)
+    if var_dir.name.startswith("stackbone-test-") and var_dir.parent == Path(tempfile.gettempdir()):
+        shutil.rmtree(var_dir, ignore_errors=True)
+    prefix = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}).get("global_keyprefix")
+    if prefix:
+        import redis
+
+        with contextlib.suppress(redis.RedisError):  # best effort: a leftover key does no harm
+            client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=5)
+            keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+            if keys:
+                client.delete(*keys)

@@ -85,6 +85,10 @@ def test_stackbone_dev_serves_the_demo_runs_the_sweep_and_stops_cleanly(tmp_path
         output = log.read_text()
     assert box.returncode == 0, output[-3000:]
     assert "Studio" in output and "/healthz" in output
+    # Quiet by default (issue 15, item 5): the sign-in again once the box answers, no line per task
+    # or per request (the worker's INFO lines were 277 in the first minute).
+    assert re.search(r"dev \| ready: http://127\.0\.0\.1:\d+/studio/limits/  sign in: user 'admin'", output), output
+    assert "Task " not in output and "succeeded in" not in output and '"GET /healthz' not in output
     assert not [pid for pid in processes if alive(pid)], output[-3000:]
 
 
@@ -103,3 +107,43 @@ def wait_for_json(url: str, ready, box: subprocess.Popen[str], timeout: float = 
             return body
         time.sleep(0.5)
     raise AssertionError(f"{url} never became ready: {body}")
+
+
+def test_quiet_logs_hide_good_requests_and_keep_failures() -> None:
+    from studio.dev import QUIET_REQUEST
+
+    assert QUIET_REQUEST.search('[30/Nov/2026 09:00:00] "GET /studio/limits/ HTTP/1.1" 200 5120')
+    assert QUIET_REQUEST.search('[30/Nov/2026 09:00:00] "POST /accounts/login/ HTTP/1.1" 302 0')
+    assert not QUIET_REQUEST.search('[30/Nov/2026 09:00:00] "GET /studio/limits/x/ HTTP/1.1" 404 179')
+    assert not QUIET_REQUEST.search('[30/Nov/2026 09:00:00] "GET /healthz HTTP/1.1" 503 80')
+
+
+def test_dev_takes_verbose_and_reset_demo() -> None:
+    from studio.cli import build_parser
+
+    options = build_parser().parse_args(["dev", "--port", "9000", "--verbose", "--reset-demo"])
+    assert (options.port, options.verbose, options.reset_demo, options.demo) == (9000, True, True, False)
+    quiet = build_parser().parse_args(["dev"])
+    assert (quiet.verbose, quiet.reset_demo) == (False, False)
+
+
+def test_a_generated_password_is_kept_in_a_file_only_the_user_can_read(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from studio import dev
+
+    monkeypatch.delenv("STACKBONE_DEV_PASSWORD", raising=False)
+    monkeypatch.setattr(
+        dev.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout="created\n", stderr="")
+    )
+    var = tmp_path / "var"
+    sign_in = dev.ensure_dev_user({"STACKBONE_VAR_DIR": str(var)})
+    file = var / "dev-sign-in.txt"
+    assert file.stat().st_mode & 0o777 == 0o600
+    password = re.search(r"password: (\S+)", file.read_text())[1]  # type: ignore[index]
+    assert f"password {password!r}" in sign_in and str(file) in sign_in
+    monkeypatch.setattr(
+        dev.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout="exists\n", stderr="")
+    )
+    assert (
+        dev.ensure_dev_user({"STACKBONE_VAR_DIR": str(var)})
+        == f"user 'admin', password in {file} (as created at first start)"
+    )

@@ -40,11 +40,11 @@ def main() -> None:
         )
         if now >= next_call and waiting.get("voice-calls", 0) < MAX_QUEUE:
             calls += 1
-            run = start_run("place_call", {"call_id": f"demo-{calls}", "timeout": "2m"})
+            run = start_run("place_call", {"call_id": f"demo-{calls}", "timeout": "2m", "demo": True})
             holding[run.id] = None if rng.random() < 0.1 else rng.uniform(5, 40)
             next_call = now + rng.uniform(0.6, 1.4)
         if now >= next_session and waiting.get("partner-api", 0) < MAX_QUEUE:
-            run = start_run("open_session", {"label": f"session-{calls}", "timeout": "10s"})
+            run = start_run("open_session", {"label": f"session-{calls}", "timeout": "10s", "demo": True})
             holding[run.id] = rng.uniform(3, 15)
             next_session = now + 2
         finished = Run.objects.filter(id__in=list(holding), status__in=["completed", "failed", "cancelled"])
@@ -55,7 +55,7 @@ def main() -> None:
                 releases.append((now + hold, slot_id))
         for due, slot_id in [r for r in releases if r[0] <= now]:
             releases.remove((due, slot_id))
-            start_run("call_ended", {"slot_id": slot_id})
+            start_run("call_ended", {"slot_id": slot_id, "demo": True})
         time.sleep(0.25)
 
 

@@ -355,7 +355,7 @@ def test_a_mass_wake_goes_out_in_few_messages_that_cover_every_run(no_worker) ->
         """The run ids of every task waiting in the in-process broker, consumed."""
         taken = []
         with app.connection_for_read() as connection:
-            queue = connection.SimpleQueue("celery")
+            queue = connection.SimpleQueue(app.conf.task_default_queue)
             while queue.qsize():
                 message = queue.get(timeout=1)
                 taken.append(message.payload[0][0])  # the task's positional args: (run_ids,)

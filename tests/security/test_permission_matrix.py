@@ -96,6 +96,8 @@ MATRIX: list[Row] = [
     # --- outside Studio's sign-in ----------------------------------------------------------------------------------
     Row("GET",  "/healthz",                               OK,           OK,           OK,                 OK),
     Row("POST", "/healthz",                               WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("GET",  "/favicon.ico",                           OK,           OK,           OK,                 OK),
+    Row("POST", "/favicon.ico",                           WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/",                                      TO_LIMITS,    TO_LIMITS,    TO_LIMITS,          TO_LIMITS),
     Row("POST", "/",                                      WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/accounts/login/",                       OK,           OK,           OK,                 OK),

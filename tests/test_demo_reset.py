@@ -1,0 +1,46 @@
+"""`stackbone dev --reset-demo` (issue 15, item 16): leaving the demo, its runs no longer hold the
+limits; nothing of any other run is touched, and the freed capacity goes to the next run waiting."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from limits import services
+from limits.models import AuditEvent, QueueEntry, Slot
+from studio.demo.reset import ACTOR, reset_demo
+from studio.models import Run
+from tests.factories import assert_counters_match_rows, declare, holders, queue
+
+pytestmark = pytest.mark.django_db
+
+
+def run(workflow: str, input: dict, status: str = "running") -> Run:  # type: ignore[type-arg]
+    now = timezone.now()
+    return Run.objects.create(workflow=workflow, input=input, status=status, created_at=now, updated_at=now)
+
+
+def test_reset_demo_clears_the_demos_runs_slots_and_queue_entries_and_nothing_else(no_worker) -> None:  # type: ignore[no-untyped-def]
+    declare(voice_calls={"capacity": 2, "max_hold": "45m"})
+    # The demo: a finished call still holding its busy slot, and a call waiting; a call from
+    # before the "demo" mark; a call_ended of the demo.
+    held = run("place_call", {"call_id": "demo-1", "demo": True}, status="completed")
+    held_slot = services.acquire("voice-calls", run_id=held.id, label="demo-1").slot_id
+    legacy = run("place_call", {"call_id": "demo-2", "timeout": "2m"})
+    services.acquire("voice-calls", run_id=legacy.id, label="demo-2")
+    ended = run("call_ended", {"slot_id": held_slot}, status="completed")
+    # Yours: a run waiting behind the demo, on the same limit.
+    mine = run("place_call", {"call_id": "my-call"})
+    services.acquire("voice-calls", run_id=mine.id, label="my-call")
+    assert queue("voice-calls") == [mine.id]
+
+    report = reset_demo()
+
+    assert (report.runs, report.cancelled, report.released) == (3, 1, 2)
+    assert set(Run.objects.values_list("id", flat=True)) == {mine.id}
+    assert not Slot.objects.filter(run_id__in=[held.id, legacy.id, ended.id]).exists()
+    assert not QueueEntry.objects.filter(run_id__in=[held.id, legacy.id, ended.id]).exists()
+    assert holders("voice-calls") == [(mine.id, "reserved")]  # the freed capacity went to the next run
+    assert_counters_match_rows("voice-calls")
+    assert AuditEvent.objects.filter(actor=ACTOR, action="release").count() == 2
+    assert str(reset_demo()) == "no demo data to clear"
