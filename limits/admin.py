@@ -20,7 +20,7 @@ from limits.config import CAPACITY_HELP, check_capacity
 from limits.durations import DURATION_HELP, DurationError, format_duration, parse_duration
 from limits.forms import duration_input
 from limits.models import AuditEvent, Limit, QueueEntry, Slot
-from studio.access import OPERATE_LIMIT, actor
+from studio.plumbing.access import OPERATE_LIMIT, actor
 
 SEARCH_MAX_LENGTH = 200  # the longest text any admin searches (a label)
 

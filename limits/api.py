@@ -18,7 +18,7 @@ the actor `api:<username>`.
     POST /api/limits/<name>/capacity/  {"capacity": 30 | null}    {"old": 20, "limit": limit}
     POST /api/limits/<name>/max-hold/  {"max_hold": "1h" | 3600000 | null}  {"old": ms, "limit": limit}
 
-A `limit` is selectors.limit_summary (the keys of `stackbone limits list --json`).
+A `limit` is serializers.limit_summary (the keys of `stackbone limits list --json`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from limits import selectors, services
+from limits import selectors, serializers, services
 from limits.models import Limit
 from limits.tokens import user_for_token
 
@@ -166,14 +166,14 @@ def _page_answer(
 @require_GET
 @token_auth()
 def limit_list(request: ApiRequest) -> JsonResponse:
-    return JsonResponse({"limits": [selectors.limit_summary(limit) for limit in selectors.limits()]})
+    return JsonResponse({"limits": [serializers.limit_summary(limit) for limit in selectors.limits()]})
 
 
 @csrf_exempt
 @require_GET
 @token_auth()
 def limit_detail(request: ApiRequest, name: str) -> JsonResponse:
-    return JsonResponse(selectors.limit_summary(_limit(name)))
+    return JsonResponse(serializers.limit_summary(_limit(name)))
 
 
 @csrf_exempt
@@ -186,7 +186,7 @@ def limit_slots(request: ApiRequest, name: str) -> JsonResponse:
     slots = []
     if (page - 1) * size < limit.in_use:
         slots = [
-            selectors.slot_summary(slot) for slot in selectors.live_slots_page(limit, number=page, size=size).items
+            serializers.slot_summary(slot) for slot in selectors.live_slots_page(limit, number=page, size=size).items
         ]
     return _page_answer(limit, "slots", slots, page, size, limit.in_use)
 
@@ -202,7 +202,7 @@ def limit_queue(request: ApiRequest, name: str) -> JsonResponse:
     if (page - 1) * size < limit.waiting_count:
         entries = selectors.queue_page(limit, number=page, size=size)
         queue = [
-            selectors.queue_entry_summary(entry, entries.first_index + index)
+            serializers.queue_entry_summary(entry, entries.first_index + index)
             for index, entry in enumerate(entries.items)
         ]
     return _page_answer(limit, "queue", queue, page, size, limit.waiting_count)
@@ -215,7 +215,7 @@ def slot_detail(request: ApiRequest, slot_id: str) -> JsonResponse:
     slot = selectors.get_slot(slot_id)
     if slot is None:
         raise ApiError(404, UNKNOWN_SLOT.format(slot_id=slot_id), field="slot_id")
-    return JsonResponse({**selectors.slot_summary(slot), "limit": slot.limit.name})
+    return JsonResponse({**serializers.slot_summary(slot), "limit": slot.limit.name})
 
 
 @csrf_exempt
@@ -227,7 +227,7 @@ def release_slot(request: ApiRequest, slot_id: str) -> JsonResponse:
     if slot is None:
         raise ApiError(404, UNKNOWN_SLOT.format(slot_id=slot_id), field="slot_id")
     released = services.release(slot_id, actor=actor(request))
-    return JsonResponse({"released": released, "slot": {**selectors.slot_summary(slot), "limit": slot.limit.name}})
+    return JsonResponse({"released": released, "slot": {**serializers.slot_summary(slot), "limit": slot.limit.name}})
 
 
 @csrf_exempt
@@ -237,7 +237,7 @@ def set_capacity(request: ApiRequest, name: str) -> JsonResponse:
     value = _body(request, "capacity", services.CAPACITY_HELP)
     old = _limit(name).capacity
     limit = services.set_capacity(name, value, actor=actor(request))  # type: ignore[arg-type]
-    return JsonResponse({"old": old, "limit": selectors.limit_summary(limit)})
+    return JsonResponse({"old": old, "limit": serializers.limit_summary(limit)})
 
 
 @csrf_exempt
@@ -247,4 +247,4 @@ def set_max_hold(request: ApiRequest, name: str) -> JsonResponse:
     value = _body(request, "max_hold", "a duration such as '45m' or milliseconds")
     old = _limit(name).max_hold_ms
     limit = services.set_max_hold(name, value, actor=actor(request))  # type: ignore[arg-type]
-    return JsonResponse({"old": old, "limit": selectors.limit_summary(limit)})
+    return JsonResponse({"old": old, "limit": serializers.limit_summary(limit)})

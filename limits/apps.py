@@ -1,4 +1,10 @@
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
 from django.apps import AppConfig
+from django.db.models import QuerySet
 from django.db.models.signals import post_migrate
 
 
@@ -10,9 +16,16 @@ class LimitsConfig(AppConfig):
         from celery.signals import worker_init
 
         from limits import checks  # registers the workspace check
+        from limits.signals import runs_woken
+        from studio.runs.models import Run
+        from studio.runs.signals import find_stuck_waits, run_ended
 
         post_migrate.connect(_sync_declared_limits, sender=self)
         worker_init.connect(checks.refuse_to_start_with_a_bad_workspace, weak=False)
+        # The run layer below knows nothing of limits; limits listens to it, and wakes its runs.
+        run_ended.connect(_run_ended, sender=Run, dispatch_uid="limits-run-ended")
+        find_stuck_waits.connect(_reserved_runs, sender=Run, dispatch_uid="limits-stuck-waits")
+        runs_woken.connect(_wake_runs, dispatch_uid="limits-wake-runs")
 
 
 def _sync_declared_limits(using: str = "default", **kwargs: object) -> None:
@@ -23,3 +36,35 @@ def _sync_declared_limits(using: str = "default", **kwargs: object) -> None:
     if using != "default":
         return
     sync_workspace(load_workspace())
+
+
+def _run_ended(sender: object, run_id: str, **kwargs: object) -> None:
+    """A run ended: it leaves every queue, and what ends with it is freed (SPEC 2.5, 3.4, 3.7),
+    in the transaction that ends the run."""
+    from limits.services import end_run
+
+    end_run(run_id)
+
+
+def _reserved_runs(sender: object, now: datetime.datetime, **kwargs: object) -> QuerySet[Any]:
+    """For the run layer's recovery: the runs a slot was reserved for more than 5 s ago (a
+    subquery); those still suspended lost their wake."""
+    from limits.models import Slot
+
+    return Slot.objects.filter(state=Slot.State.RESERVED, granted_at__lt=now - datetime.timedelta(seconds=5)).values(
+        "run_id"
+    )
+
+
+def _wake_runs(sender: object, run_ids: list[str], **kwargs: object) -> None:
+    """The engine handed a slot to these runs or timed their wait out: resume them.
+
+    This runs after the engine's change committed; a failure here (the database restarting)
+    must not make that change look failed to its caller. Runs left unwoken are woken by
+    the run layer's recovery (a reserved slot, or a deadline past)."""
+    from studio.runs.runtime import logger, wake
+
+    try:
+        wake(run_ids)
+    except Exception as error:
+        logger.warning("could not wake %d run(s) (%s); recovery wakes them", len(run_ids), type(error).__name__)

@@ -1,9 +1,11 @@
-"""Reads for pages, the CLI and the API: querysets already ordered, figures from the counters."""
+"""Reads for pages, the CLI and the API: querysets already ordered, figures from the counters.
+
+The JSON shapes of these rows (for the API and the CLI) are limits.serializers.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
 from django.db.models import Case, IntegerField, QuerySet, Value, When
 
@@ -50,24 +52,6 @@ def waiting_entries(limit: Limit) -> QuerySet[QueueEntry]:
 
 def activity(limit: Limit) -> QuerySet[AuditEvent]:
     return AuditEvent.objects.filter(limit=limit).order_by("-at", "-id")
-
-
-def limit_summary(limit: Limit) -> dict[str, object]:
-    """A limit as the CLI and the API print it. `busy` counts busy and reserved slots together;
-    `reserved` is the unconfirmed part of it."""
-    return {
-        "name": limit.name,
-        "capacity": limit.capacity,
-        "declared_capacity": limit.declared_capacity,
-        "max_hold_ms": limit.max_hold_ms,
-        "declared_max_hold_ms": limit.declared_max_hold_ms,
-        "busy": limit.in_use,
-        "reserved": limit.reserved_count,
-        "waiting": limit.waiting_count,
-        "capacity_overridden": limit.capacity_overridden,
-        "max_hold_overridden": limit.max_hold_overridden,
-        "declared": limit.declared,
-    }
 
 
 # --- pages of a limit (Studio) ------------------------------------------------------------------
@@ -179,32 +163,3 @@ def get_slot(slot_id: str) -> Slot | None:
     if not is_storable_text(slot_id):
         return None
     return Slot.objects.select_related("limit").filter(id=slot_id).first()
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment is not None else None
-
-
-def slot_summary(slot: Slot) -> dict[str, object]:
-    """A slot as the CLI and the API print it (times in ISO 8601). `reserved_until` is set while
-    the slot waits for its run to confirm."""
-    return {
-        "id": slot.id,
-        "state": slot.state,
-        "run": slot.run_id,
-        "label": slot.label,
-        "granted_at": _iso(slot.granted_at),
-        "expires_at": _iso(slot.expires_at),
-        "reserved_until": _iso(slot.reserved_until) if slot.state == Slot.State.RESERVED else None,
-    }
-
-
-def queue_entry_summary(entry: QueueEntry, position: int) -> dict[str, object]:
-    """A waiting run as the CLI and the API print it; `position` is 1 for the head of the queue."""
-    return {
-        "position": position,
-        "run": entry.run_id,
-        "label": entry.label,
-        "waiting_since": _iso(entry.enqueued_at),
-        "deadline": _iso(entry.deadline),
-    }

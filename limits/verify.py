@@ -336,7 +336,7 @@ class History:
     def tied_slots_of_ended_runs(self) -> list[str]:
         """A with_limit slot is freed in the transaction that ends its run (services.end_run):
         one still live while its run has ended was left behind."""
-        from studio.models import Run
+        from studio.runs.models import Run
 
         tied = [slot for slot in self.slots if slot["ends_with_run"] and slot["state"] in LIVE]
         if not tied:

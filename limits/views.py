@@ -20,7 +20,7 @@ from limits import selectors, services
 from limits.durations import format_duration
 from limits.forms import CapacityForm, MaxHoldForm, ReleaseForm, ResetForm, duration_input
 from limits.models import Limit
-from studio.access import (
+from studio.plumbing.access import (
     NEEDS_OPERATE_LIMIT,
     OPERATE_LIMIT,
     HtmxHttpRequest,
@@ -198,7 +198,7 @@ def _limit_or_404(name: str) -> Limit:
 
 def _search(params: QueryDict) -> str:
     """?q= as a limit name fragment: names are lowercase, at most 64 characters. (A NUL never
-    gets here: studio.middleware answers 400 first.)"""
+    gets here: studio.plumbing.middleware answers 400 first.)"""
     return params.get("q", "").strip().lower()[:SEARCH_MAX_LENGTH]
 
 

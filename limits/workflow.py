@@ -17,8 +17,8 @@ from typing import Any
 from django.db import transaction
 
 from limits import services
-from studio.models import Step
-from studio.runtime import (
+from studio.runs.models import Step
+from studio.runs.runtime import (
     Suspend,
     WorkflowError,
     body_context,

@@ -97,7 +97,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "studio.middleware.RejectNulCharactersMiddleware",
+    "studio.plumbing.middleware.RejectNulCharactersMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -184,7 +184,7 @@ SECURE_CSP = {
     "frame-ancestors": [CSP.NONE],
     "form-action": [CSP.SELF],
 }
-# Sign-in throttling (studio.throttle): this many failed attempts for one username (or from one
+# Sign-in throttling (studio.plumbing.throttle): this many failed attempts for one username (or from one
 # address) within the window lock that username (or address) out until failures age out of it.
 STACKBONE_LOGIN_MAX_FAILURES = int(os.environ.get("STACKBONE_LOGIN_MAX_FAILURES", "5"))
 STACKBONE_LOGIN_WINDOW_SECONDS = int(os.environ.get("STACKBONE_LOGIN_WINDOW_SECONDS", str(15 * 60)))
@@ -195,7 +195,7 @@ STACKBONE_LOGIN_MAX_FAILURES_PER_ADDRESS = int(
 # --- Celery ---------------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL == "filesystem://":
-    CELERY_BROKER_TRANSPORT = "studio.broker:Transport"  # kombu's filesystem transport, multi-process safe
+    CELERY_BROKER_TRANSPORT = "studio.plumbing.broker:Transport"  # kombu's filesystem transport, multi-process safe
     _broker_dir = VAR_DIR / "broker"
     for _sub in ("out", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)

@@ -11,9 +11,9 @@ from django.views.generic import RedirectView
 
 from studio import views as studio_views
 from studio.health import healthz
-from studio.throttle import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
+from studio.plumbing.throttle import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
 
-admin.site.login_form = ThrottledAdminAuthenticationForm  # sign-in throttling (studio.throttle)
+admin.site.login_form = ThrottledAdminAuthenticationForm  # sign-in throttling (studio.plumbing.throttle)
 
 
 @require_safe

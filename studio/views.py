@@ -12,8 +12,14 @@ from django.views.decorators.vary import vary_on_headers
 
 from limits import selectors as limit_selectors
 from studio import selectors
-from studio.access import CANCEL_RUN, NEEDS_CANCEL_RUN, HtmxHttpRequest, permission_required, studio_login_required
 from studio.models import Run
+from studio.plumbing.access import (
+    CANCEL_RUN,
+    NEEDS_CANCEL_RUN,
+    HtmxHttpRequest,
+    permission_required,
+    studio_login_required,
+)
 
 CANCELLED = "Cancelled. The run left every queue and freed any reservation; busy slots it holds stay busy."
 NOT_CANCELLED = "This run had already finished: nothing changed."

@@ -93,7 +93,7 @@ def eager_celery() -> Iterator[None]:
 @pytest.fixture
 def no_worker() -> None:
     """Tasks go to an in-process memory broker that nobody consumes: runs move only when the
-    test calls studio.runtime.advance(run_id), as if every worker were down."""
+    test calls studio.runs.runtime.advance(run_id), as if every worker were down."""
     use_broker("memory://", eager=False)
 
 

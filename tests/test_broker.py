@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kombu import Connection
 
-from studio.broker import Transport
+from studio.plumbing.broker import Transport
 
 PRODUCERS, CONSUMERS, PER_PRODUCER = 3, 3, 150
 

@@ -59,7 +59,7 @@ def reset_demo() -> ResetReport:
     from limits import services
     from limits.models import QueueEntry, Slot
     from studio.models import Run
-    from studio.runtime import cancel_run
+    from studio.runs.runtime import cancel_run
 
     report = ResetReport()
     run_ids = demo_run_ids()

@@ -1,6 +1,6 @@
 from django.db import migrations
 
-from studio.migration_ops import drop_like_index
+from studio.plumbing.migration_ops import drop_like_index
 
 
 class Migration(migrations.Migration):

@@ -9,6 +9,6 @@ Start a run with start_run(place_call, {...}) or start_run("place_call", {...});
 cancel_run(run_id). The modules in this package are the shipped examples.
 """
 
-from studio.runtime import StepError, WorkflowError, cancel_run, start_run, step, workflow
+from studio.runs.runtime import StepError, WorkflowError, cancel_run, start_run, step, workflow
 
 __all__ = ["StepError", "WorkflowError", "cancel_run", "start_run", "step", "workflow"]

@@ -161,7 +161,7 @@ def _engine_child(index: int, limit: str, row: int, load: Load, runs: int, barri
         # These processes are not workflow runs: the run layer's receiver would look their ids up
         # in studio_run and find nothing (one UPDATE per hand-off, ~30 % of this figure). Its
         # wake is measured where it belongs, in scenario 2 (hand-off through a real worker).
-        runs_woken.disconnect(dispatch_uid="studio-wake-runs")
+        runs_woken.disconnect(dispatch_uid="limits-wake-runs")
         runs_woken.connect(announce, weak=False, dispatch_uid="bench-announce")
         connection.ensure_connection()
         number = 0

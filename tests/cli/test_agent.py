@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from limits import cli
+from limits.cli import remote
 from limits.models import AuditEvent, Limit, Slot
 from limits.services import acquire
 from tests.api.conftest import operator, reader
@@ -57,7 +58,7 @@ def test_slots_through_an_agent_match_the_local_output(box) -> None:  # type: ig
 
 
 def test_slots_through_an_agent_follow_pages_and_cut(box, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(cli, "API_PAGE_SIZE", 1)
+    monkeypatch.setattr(remote, "API_PAGE_SIZE", 1)
     for n in range(5, 9):
         acquire("voice-calls", run_id=f"r{n}", timeout="1h")
     whole = json.loads(run_cli("slots", "voice-calls", "--agent", "box", "--json").out)

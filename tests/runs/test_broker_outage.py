@@ -13,7 +13,7 @@ import pytest
 
 from limits.models import Slot
 from studio.models import Run
-from studio.runtime import advance, recover
+from studio.runs.runtime import advance, recover
 from studio.workflows import start_run
 from studio.workflows.calls import call_ended, place_call
 from tests.conftest import use_broker

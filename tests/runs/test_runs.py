@@ -8,7 +8,7 @@ from limits import services
 from limits.models import QueueEntry, Slot
 from limits.workflow import SlotTimeoutError, acquire_slot, hold_slot, release_slot, with_limit
 from studio.models import Run
-from studio.runtime import WorkflowError, advance, recover
+from studio.runs.runtime import WorkflowError, advance, recover
 from studio.workflows import StepError, cancel_run, start_run, step, workflow
 from studio.workflows.calls import call_ended, place_call
 from tests.factories import assert_counters_match_rows, declare, holders, queue
@@ -307,13 +307,13 @@ def test_recovery_wakes_a_reserved_run_whose_wake_was_lost(one_line, no_worker, 
     advance(run.id)
     Run.objects.filter(id=run.id).update(dispatched_at=clock.now())
     from limits.signals import runs_woken
-    from studio.apps import _wake_runs
+    from limits.apps import _wake_runs
 
-    runs_woken.disconnect(_wake_runs, dispatch_uid="studio-wake-runs")
+    runs_woken.disconnect(_wake_runs, dispatch_uid="limits-wake-runs")
     try:
         services.release(holder)  # the wake is lost
     finally:
-        runs_woken.connect(_wake_runs, dispatch_uid="studio-wake-runs")
+        runs_woken.connect(_wake_runs, dispatch_uid="limits-wake-runs")
     assert fresh(run).suspended
     clock.advance(seconds=6)
     from tests.conftest import use_broker
@@ -332,7 +332,7 @@ def test_a_cancel_during_a_step_stops_the_run(one_line, no_worker) -> None:  # t
 
 def test_a_mass_wake_resumes_every_run_through_chunked_tasks(one_line, no_worker) -> None:  # type: ignore[no-untyped-def]
     """A capacity raise that grants more runs than one dispatch chunk still resumes every one."""
-    from studio import runtime
+    from studio.runs import runtime
     from tests.conftest import use_broker
 
     holder = services.acquire("voice-calls", run_id="holder").slot_id
@@ -348,8 +348,8 @@ def test_a_mass_wake_resumes_every_run_through_chunked_tasks(one_line, no_worker
 def test_a_mass_wake_goes_out_in_few_messages_that_cover_every_run(no_worker) -> None:  # type: ignore[no-untyped-def]
     """100,000 granted runs are 200 messages, not 2,000: publishing must not dominate a sweep's
     wake. Read back from the broker: every run once, in order, in at most DISPATCH_TASKS tasks."""
-    from studio import runtime
     from studio.celery import app
+    from studio.runs import runtime
 
     def drain() -> list[list[str]]:
         """The run ids of every task waiting in the in-process broker, consumed."""

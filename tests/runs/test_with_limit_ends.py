@@ -13,9 +13,9 @@ from limits import services
 from limits.models import Slot
 from limits.verify import verify
 from limits.workflow import acquire_slot, hold_slot
-from studio import runtime
 from studio.models import Run
-from studio.runtime import advance
+from studio.runs import runtime
+from studio.runs.runtime import advance
 from studio.workflows import cancel_run, start_run, step, workflow
 from tests.factories import assert_counters_match_rows, declare, holders, queue
 

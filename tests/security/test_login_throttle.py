@@ -14,7 +14,7 @@ from django.db import connections
 from django.test import Client
 
 from studio.models import SignInFailure
-from studio.throttle import THROTTLED, keys_for
+from studio.plumbing.throttle import THROTTLED, keys_for
 from tests.conftest import requires_postgres
 
 pytestmark = pytest.mark.django_db

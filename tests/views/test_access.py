@@ -8,7 +8,7 @@ from django.test import Client
 from django.utils.html import escape
 
 from limits.models import AuditEvent, Limit, Slot
-from studio.access import NEEDS_OPERATE_LIMIT
+from studio.plumbing.access import NEEDS_OPERATE_LIMIT
 
 pytestmark = pytest.mark.django_db
 

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from limits import cli, services
 from limits.config import ConfigError, load_workspace
+from limits.management.commands.limits_sweep import summary as sweep_summary
 from limits.printable import printable
 from limits.tokens import TokenError, issue_token
 
@@ -37,11 +38,7 @@ class Command(BaseCommand):
                 f"{len(report.undeclared)} undeclared"
             )
         elif verb == "sweep":
-            report = services.sweep()
-            self.stdout.write(
-                f"sweep: {report.expired} expired, {report.lapsed} lapsed, {report.timed_out} timed out, "
-                f"{report.granted} granted over {report.limits} limit(s)"
-            )
+            self.stdout.write(sweep_summary(services.sweep()))
         elif verb == "token":
             self._create_token(str(options["username"]), str(options["name"]))
         else:

@@ -22,7 +22,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest
 from django.utils import timezone
 
-from studio.models import SignInFailure
+from studio.plumbing.models import SignInFailure
 
 THROTTLED = (
     "Too many failed sign-ins for this username or from this address. "

@@ -1,0 +1,82 @@
+"""The arguments of the operator verbs, shared by `stackbone limits` and `manage.py limits`."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from limits.cli.errors import BAD_CUT
+from limits.cli.remote import AGENTS_FILE_ENV
+from limits.durations import DURATION_HELP
+
+VERBS = ("list", "slots", "release", "capacity", "max-hold", "verify")
+
+
+def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any]:
+    """Add the operator verbs to `parser` (the `stackbone limits` group or the management command)
+    and return the subparsers, so a caller can add verbs of its own (sync, sweep, token)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    common.add_argument(
+        "--agent",
+        metavar="ID",
+        help=f"act on another installation, listed in the agents file (${AGENTS_FILE_ENV}, "
+        "default ~/.config/stackbone/agents.toml)",
+    )
+    verbs = parser.add_subparsers(dest="verb", metavar="<verb>", required=True)
+    kwargs: dict[str, Any] = {"parents": [common]}
+    verbs.add_parser("list", help="every limit: busy/capacity, waiting, max hold", **kwargs)
+    slots = verbs.add_parser("slots", help="a limit's slots (busy first), then its queue", **kwargs)
+    slots.add_argument("limit", help="the limit's name")
+    slots.add_argument("--limit", dest="cut", metavar="N", type=_cut, help="show at most N slots and N waiting runs")
+    release = verbs.add_parser("release", help="release a busy or reserved slot", **kwargs)
+    release.add_argument("slot_id", help="the slot's id (slot_...)")
+    release.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    capacity = verbs.add_parser("capacity", help="override a limit's capacity, or reset it", **kwargs)
+    capacity.add_argument("limit", help="the limit's name")
+    capacity.add_argument("value", help="a whole number from 1 to 100000, or 'reset' for the declared value")
+    max_hold = verbs.add_parser("max-hold", help="override a limit's max hold, or reset it", **kwargs)
+    max_hold.add_argument("limit", help="the limit's name")
+    max_hold.add_argument("value", help=f"{DURATION_HELP}; or 'reset' for the declared value")
+    verify = verbs.add_parser(
+        "verify",
+        help="prove from the history rows that no limit broke its rules (exit 1 with the violations)",
+        **kwargs,
+    )
+    verify.add_argument("limits", nargs="*", metavar="limit", help="the limits to check (default: every limit)")
+    return verbs
+
+
+def build_parser(prog: str = "stackbone limits") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Operate concurrency limits.")
+    add_verbs(parser)
+    return parser
+
+
+def _cut(text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,9}", text) or int(text) < 1:
+        raise argparse.ArgumentTypeError(BAD_CUT.format(value=text))
+    return int(text)
+
+
+def capacity_value(text: str) -> int | str | None:
+    """'reset' → None; a whole number → int; anything else is passed on as it is, for the
+    service to reject with a message naming the field and the allowed range."""
+    text = _argument_text(text)
+    if text.strip().lower() == "reset":
+        return None
+    return int(text) if re.fullmatch(r"[+-]?[0-9]{1,12}", text.strip()) else text
+
+
+def max_hold_value(text: str) -> int | str | None:
+    """'reset' → None; bare digits are milliseconds, as in the config; else a duration string."""
+    text = _argument_text(text)
+    if text.strip().lower() == "reset":
+        return None
+    return int(text) if re.fullmatch(r"[+-]?[0-9]{1,15}", text.strip()) else text
+
+
+def _argument_text(value: object) -> str:
+    """Python 3.13.0's argparse hands a positional `[]` for `'' -- --`: treat it as empty."""
+    return value if isinstance(value, str) else ""

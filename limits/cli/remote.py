@@ -1,0 +1,172 @@
+"""Another installation as a backend (`--agent <id>`): the agents file that names it, and a
+small HTTP client for its JSON API (limits.api). No Django here."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import tomllib
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from limits.cli.backend import Change, SlotsView, more_past_cut
+from limits.cli.errors import EXIT_NOT_FOUND, EXIT_USAGE, UNKNOWN_LIMIT, UNKNOWN_SLOT, CliError, one_line
+
+AGENTS_FILE_ENV = "STACKBONE_AGENTS_FILE"
+AGENT_TIMEOUT_SECONDS = 15.0
+API_PAGE_SIZE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Agent:
+    id: str
+    url: str
+    token: str
+
+
+def agents_file() -> Path:
+    configured = os.environ.get(AGENTS_FILE_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path("~/.config").expanduser())
+    return Path(base) / "stackbone" / "agents.toml"
+
+
+def load_agent(agent_id: str) -> Agent:
+    """Read one agent from the agents file::
+
+    [agents.staging]
+    url = "https://staging.example.com"
+    token = "sbk_..."            # or: token_env = "STAGING_TOKEN"
+    """
+    path = agents_file()
+    try:
+        with path.open("rb") as handle:
+            config = tomllib.load(handle)
+    except FileNotFoundError:
+        raise CliError(
+            f"--agent {agent_id}: no agents file at {path} (add [agents.{agent_id}] with url and token, "
+            f"or point {AGENTS_FILE_ENV} at one)"
+        ) from None
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise CliError(f"--agent {agent_id}: cannot read the agents file {path}: {error}") from None
+    agents = config.get("agents")
+    entry = agents.get(agent_id) if isinstance(agents, dict) else None
+    if not isinstance(entry, dict):
+        known = ", ".join(sorted(agents)) if isinstance(agents, dict) and agents else "none"
+        raise CliError(f"--agent {agent_id}: unknown agent in {path} (known: {known})")
+    url = entry.get("url")
+    if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise CliError(f"--agent {agent_id}: 'url' in {path} must be an http:// or https:// address")
+    token = entry.get("token")
+    if token is None and isinstance(entry.get("token_env"), str):
+        token = os.environ.get(entry["token_env"])
+    if not isinstance(token, str) or not token:
+        raise CliError(f"--agent {agent_id}: no 'token' (or 'token_env' naming a set variable) in {path}")
+    return Agent(agent_id, url.rstrip("/"), token)
+
+
+class AgentBackend:
+    """Another installation, through its JSON API (limits.api)."""
+
+    def __init__(self, agent: Agent, *, timeout: float = AGENT_TIMEOUT_SECONDS) -> None:
+        self.agent = agent
+        self.timeout = timeout
+
+    def limits(self) -> list[dict[str, Any]]:
+        return self._call("GET", "")["limits"]
+
+    def slots(self, name: str, cut: int | None) -> SlotsView:
+        quoted = _quote(name)
+        summary = self._call("GET", f"{quoted}/", not_found=UNKNOWN_LIMIT.format(name=name))
+        slots, more_slots, now = self._pages(f"{quoted}/slots/", "slots", cut, name)
+        queue, more_queue, _ = self._pages(f"{quoted}/queue/", "queue", cut, name)
+        return SlotsView(summary, slots, queue, more_slots, more_queue, now)
+
+    def slot(self, slot_id: str) -> dict[str, Any]:
+        return self._call("GET", f"slots/{_quote(slot_id)}/", not_found=UNKNOWN_SLOT.format(slot_id=slot_id))
+
+    def release(self, slot_id: str) -> tuple[bool, dict[str, Any]]:
+        answer = self._call(
+            "POST", f"slots/{_quote(slot_id)}/release/", {}, not_found=UNKNOWN_SLOT.format(slot_id=slot_id)
+        )
+        return bool(answer["released"]), answer["slot"]
+
+    def set_capacity(self, name: str, value: int | str | None) -> Change:
+        answer = self._call(
+            "POST", f"{_quote(name)}/capacity/", {"capacity": value}, not_found=UNKNOWN_LIMIT.format(name=name)
+        )
+        return Change(answer["old"], answer["limit"])
+
+    def set_max_hold(self, name: str, value: int | str | None) -> Change:
+        answer = self._call(
+            "POST", f"{_quote(name)}/max-hold/", {"max_hold": value}, not_found=UNKNOWN_LIMIT.format(name=name)
+        )
+        return Change(answer["old"], answer["limit"])
+
+    def _pages(self, path: str, key: str, cut: int | None, name: str) -> tuple[list[dict[str, Any]], int, datetime]:
+        """Follow the pages of a list until one row past the cut (or the end): the rows, how
+        many more there are, and the server's clock (times are shown relative to it)."""
+        rows: list[dict[str, Any]] = []
+        size = API_PAGE_SIZE if cut is None else min(API_PAGE_SIZE, cut + 1)
+        page = 1
+        while True:
+            answer = self._call("GET", f"{path}?page={page}&size={size}", not_found=UNKNOWN_LIMIT.format(name=name))
+            rows.extend(answer[key])
+            if not answer["has_next"] or (cut is not None and len(rows) > cut):
+                return rows[:cut], more_past_cut(len(rows), answer["total"], cut), datetime.fromisoformat(answer["now"])
+            page += 1
+
+    def _call(self, method: str, path: str, body: object = None, *, not_found: str = "not found") -> Any:
+        url = f"{self.agent.url}/api/limits/{path}"
+        request = urllib.request.Request(
+            url,
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
+            headers={
+                "Authorization": f"Bearer {self.agent.token}",
+                "Accept": "application/json",
+                "Content-Type": "application/json",
+                "User-Agent": "stackbone-cli",
+            },
+        )
+        where = f"agent {self.agent.id!r} ({self.agent.url})"
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 (http(s) only)
+                payload = response.read()
+        except urllib.error.HTTPError as error:
+            raise self._refusal(error, where, not_found) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as error:
+            reason = getattr(error, "reason", None) or error
+            raise CliError(f"cannot reach {where}: {one_line(str(reason))}", EXIT_NOT_FOUND) from None
+        try:
+            return json.loads(payload)
+        except ValueError:
+            raise CliError(
+                f"{where} did not answer with JSON: is it a Stackbone installation?", EXIT_NOT_FOUND
+            ) from None
+
+    def _refusal(self, error: urllib.error.HTTPError, where: str, not_found: str) -> CliError:
+        try:
+            message = str(json.loads(error.read()).get("error") or "")
+        except (ValueError, AttributeError, OSError):
+            message = ""
+        if error.code == 401:
+            return CliError(f"{where} refused the token: {message or 'unauthorized'}", EXIT_USAGE)
+        if error.code == 403:
+            return CliError(f"{where} refused: {message or 'forbidden'}", EXIT_USAGE)
+        if error.code == 404:
+            return CliError(message or not_found, EXIT_NOT_FOUND)
+        if error.code == 400:
+            return CliError(message or "bad request", EXIT_USAGE)
+        return CliError(f"{where} answered {error.code} {error.reason}", EXIT_NOT_FOUND)
+
+
+def _quote(part: str) -> str:
+    return urllib.parse.quote(part, safe="")

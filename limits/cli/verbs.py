@@ -1,0 +1,182 @@
+"""One function per verb, each talking to a Backend, and the dispatch that picks the backend
+(this installation, or `--agent <id>`) and turns a failure into one line and an exit code."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from limits.cli.backend import Backend
+from limits.cli.errors import (
+    ALREADY_FREE,
+    EMPTY_AGENT,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    NO_TERMINAL,
+    NOT_CONFIRMED,
+    VERIFY_LOCAL_ONLY,
+    CliError,
+)
+from limits.cli.local import LocalBackend, database_error_message, local_actor
+from limits.cli.parser import build_parser, capacity_value, max_hold_value
+from limits.cli.remote import AgentBackend, load_agent
+from limits.cli.render import Streams, is_terminal, render_limits, render_slots, write
+from limits.durations import format_duration
+from limits.printable import printable
+
+LIVE_STATES = ("busy", "reserved")
+
+
+def list_limits(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    limits = backend.limits()
+    if options.json:
+        io.json(limits)
+    else:
+        render_limits(io, limits)
+    return EXIT_OK
+
+
+def slots(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    view = backend.slots(options.limit, options.cut)
+    if options.json:
+        io.json(view.as_json())
+    else:
+        render_slots(io, view)
+    return EXIT_OK
+
+
+def release(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    slot_id = options.slot_id
+    if not options.yes:
+        if not is_terminal(io.stdin):
+            raise CliError(NO_TERMINAL.format(slot_id=slot_id) + " (pass --yes)", EXIT_USAGE)
+        slot = backend.slot(slot_id)
+        if slot["state"] in LIVE_STATES:
+            label = f", label {slot['label']}" if slot["label"] else ""
+            question = f"Release {slot_id} of {slot['limit']} ({slot['state']}, run {slot['run']}{label})?"
+            write(io.stderr, printable(question) + " [y/N] ")
+            if io.stdin.readline().strip().lower() not in ("y", "yes"):
+                raise CliError(NOT_CONFIRMED, EXIT_NOT_FOUND)
+    try:
+        released, slot = backend.release(slot_id)
+    except CliError as error:
+        if options.json and error.code == EXIT_NOT_FOUND:
+            io.json({"released": False})
+        raise
+    if options.json:
+        io.json({"released": released})
+    if not released:
+        raise CliError(ALREADY_FREE.format(slot_id=slot_id, state=slot["state"]), EXIT_NOT_FOUND)
+    if not options.json:
+        io.out(printable(f"released {slot_id} of {slot['limit']} (was {slot['state']}, run {slot['run']})"))
+    return EXIT_OK
+
+
+def capacity(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    value = capacity_value(options.value)
+    change = backend.set_capacity(options.limit, value)
+    if options.json:
+        io.json(change.limit)
+    else:
+        new = str(change.limit["capacity"]) + (" (declared)" if value is None else "")
+        io.out(printable(f"{change.limit['name']} capacity: {change.old} → {new}"))
+    return EXIT_OK
+
+
+def max_hold(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    value = max_hold_value(options.value)
+    change = backend.set_max_hold(options.limit, value)
+    if options.json:
+        io.json(change.limit)
+    else:
+        new = format_duration(change.limit["max_hold_ms"]) + (" (declared)" if value is None else "")
+        io.out(printable(f"{change.limit['name']} max hold: {format_duration(change.old)} → {new}"))
+    return EXIT_OK
+
+
+def verify(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    """Exit 0 with a one-line summary, or list the violations (one a line) and exit 1."""
+    if not isinstance(backend, LocalBackend):
+        raise CliError(VERIFY_LOCAL_ONLY, EXIT_USAGE)
+    result = backend.verify(options.limits or None)
+    if options.json:
+        io.json({"ok": result.ok, "summary": result.summary(), "violations": result.violations})
+    else:
+        for violation in result.violations:
+            io.out(printable(violation))
+        io.out(result.summary())
+    if not result.ok:
+        raise CliError(f"{len(result.violations)} violation(s) found", EXIT_NOT_FOUND)
+    return EXIT_OK
+
+
+HANDLERS: dict[str, Callable[[Backend, argparse.Namespace, Streams], int]] = {
+    "list": list_limits,
+    "slots": slots,
+    "release": release,
+    "capacity": capacity,
+    "max-hold": max_hold,
+    "verify": verify,
+}
+
+
+def run(
+    options: argparse.Namespace,
+    *,
+    streams: Streams | None = None,
+    setup: Callable[[], None] | None = None,
+    actor: str | None = None,
+) -> int:
+    """Run one verb and return its exit code; errors are written to stderr as one line.
+
+    `setup` prepares Django before a local verb (the `stackbone` script passes one; manage.py
+    and tests have Django ready). `actor` defaults to `cli:<os user>`.
+    """
+    io = streams or Streams()
+    try:
+        return execute(options, io=io, setup=setup, actor=actor)
+    except CliError as error:
+        io.err(f"error: {printable(error.message)}")
+        return error.code
+
+
+def execute(
+    options: argparse.Namespace,
+    *,
+    io: Streams,
+    setup: Callable[[], None] | None = None,
+    actor: str | None = None,
+) -> int:
+    """Run one verb; raise CliError for a failure (the management command turns it into a
+    CommandError with the same exit code)."""
+    handler = HANDLERS[options.verb]
+    if options.agent is not None and not options.agent.strip():
+        raise CliError(EMPTY_AGENT, EXIT_USAGE)  # an unset $TARGET must not mean "this installation"
+    if options.agent:
+        return handler(AgentBackend(load_agent(options.agent)), options, io)
+    if setup is not None:
+        setup()
+    from django.db import DatabaseError, InterfaceError
+
+    from limits.services import LimitsError
+
+    try:
+        return handler(LocalBackend(actor or local_actor()), options, io)
+    except LimitsError as error:
+        code = EXIT_NOT_FOUND if error.field == "limit" else EXIT_USAGE
+        raise CliError(error.message, code) from None
+    except (DatabaseError, InterfaceError) as error:
+        raise CliError(database_error_message(error), EXIT_NOT_FOUND) from None
+
+
+def main(argv: list[str] | None = None, *, streams: Streams | None = None) -> int:
+    """`stackbone limits` without the outer script, for a Django that is already set up
+    (tests, a shell)."""
+    io = streams or Streams()
+    parser = build_parser()
+    try:
+        options = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    return run(options, streams=io)
