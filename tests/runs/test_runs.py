@@ -306,8 +306,8 @@ def test_recovery_wakes_a_reserved_run_whose_wake_was_lost(one_line, no_worker, 
     run = start_run(place_call, {"call_id": "c1"})
     advance(run.id)
     Run.objects.filter(id=run.id).update(dispatched_at=clock.now())
-    from limits.signals import runs_woken
     from limits.apps import _wake_runs
+    from limits.signals import runs_woken
 
     runs_woken.disconnect(_wake_runs, dispatch_uid="limits-wake-runs")
     try:
