@@ -1,6 +1,7 @@
 """python -m tests.chaos [--runs 2000] [--rate 8] [--redis-restarts 1] [--postgres-restarts 1]
+                       [--connection-kills 4] [--redis-url redis://127.0.0.1:6379] [--pg-cluster 15/main]
 
-The whole box under load with real processes, while things crash (issue 8, section 3):
+The whole box under load with real processes, while things crash (issue 8, section 3; issue 11):
 
 1. Create a database of its own (DATABASE_URL's server, database `stackbone_chaos` by default,
    dropped and created), empty its Redis database, migrate.
@@ -8,17 +9,24 @@ The whole box under load with real processes, while things crash (issue 8, secti
 3. A load generator starts `--runs` runs of the shipped example workflows over the limits of
    tests/chaos/workspace.py: `place_call` and `open_session` (most released later by a
    `call_ended` run, some left to max hold), `export_report` (with_limit), `sync_partner` (short
-   timeouts, so some time out), and cancels a few waiting runs.
+   timeouts, so some time out), and cancels a few waiting runs; and of the chaos run's own
+   workflows (tests/chaos/workflows.py): `chaos_with_limit` and `chaos_acquire`, whose guarded
+   step writes to a side file when it really starts and ends.
 4. Meanwhile a chaos driver, at random moments: SIGKILLs a worker's process group and starts a
    new worker; starts a second beat for a while; restarts Redis (`shutdown nosave`: every queued
-   task is lost); restarts PostgreSQL.
+   task is lost); restarts PostgreSQL; and, while a guarded step runs, terminates every backend
+   of the chaos database (`pg_terminate_backend`, a cut connection).
 5. When the load ends, wait (bounded) until the box is quiet: no run pending or running, nothing
    reserved or queued. Then check: every run completed, timed out or was cancelled (none
    stranded, none failed for another reason); `manage.py limits verify` finds no violation; the
-   web app answers. Print the figures; exit 1 if any check failed.
+   web app answers; the guarded steps never ran more at once than the capacity in force, nor
+   outside the granted interval of their slot; no worker exited on its own, and every worker
+   alive at a Redis restart went on consuming tasks after it. Print the figures; exit 1 if any
+   check failed.
 
-WARNING: --redis-restarts and --postgres-restarts restart the machine's real Redis and
-PostgreSQL (every database and every client on it). Use 0 on a shared machine.
+WARNING: --redis-restarts and --postgres-restarts restart the Redis and the PostgreSQL cluster
+that --redis-url and DATABASE_URL point to (every database and every client on them). Use 0 on
+a shared machine, or point them to private instances.
 """
 
 from __future__ import annotations
@@ -43,27 +51,53 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.chaos.records import RECORDS_ENV, Records
+
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
-REDIS_START = [
-    "redis-server",
-    "--daemonize",
-    "yes",
-    "--bind",
-    "127.0.0.1",
-    "-::1",
-    "--port",
-    "6379",
-    "--save",
-    "",
-    "--appendonly",
-    "no",
-    "--dir",
-    "/var/lib/redis",
-    "--logfile",
-    "/var/log/redis/ci.log",
-]
 FINISHED = ("completed", "failed", "cancelled")
+GUARDED_WORKFLOWS = ("chaos_with_limit", "chaos_acquire")
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The Redis and the PostgreSQL cluster the run uses, and restarts."""
+
+    redis_host: str
+    redis_port: int
+    pg_host: str
+    pg_port: int
+    pg_cluster: tuple[str, str]  # (version, name) for pg_ctlcluster
+
+
+def resolve_targets(args: argparse.Namespace, database_url: str) -> Targets:
+    from urllib.parse import urlsplit
+
+    redis_url = args.redis_url or os.environ.get("CELERY_BROKER_URL", "")
+    if not redis_url.startswith("redis://"):
+        redis_url = "redis://127.0.0.1:6379"
+    redis = urlsplit(redis_url)
+    database = urlsplit(database_url)
+    pg_port = database.port or 5432
+    if args.pg_cluster:
+        version, _, name = args.pg_cluster.partition("/")
+        cluster = (version, name or "main")
+    else:
+        cluster = _cluster_on_port(pg_port)
+    return Targets(
+        redis.hostname or "127.0.0.1", redis.port or 6379, database.hostname or "127.0.0.1", pg_port, cluster
+    )
+
+
+def _cluster_on_port(port: int) -> tuple[str, str]:
+    """The local cluster pg_lsclusters lists on `port` (Debian's postgresql-common)."""
+    with contextlib.suppress(OSError):
+        listed = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True, text=True).stdout
+        for line in listed.splitlines():
+            version, name, cluster_port, *_ = line.split()
+            if int(cluster_port) == port:
+                return version, name
+    return sorted(os.listdir("/etc/postgresql"))[-1], "main"
 
 
 def log(message: str) -> None:
@@ -77,6 +111,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=3, help="Celery workers (default 3)")
     parser.add_argument("--redis-restarts", type=int, default=1, help="restarts of the real Redis (default 1)")
     parser.add_argument("--postgres-restarts", type=int, default=1, help="restarts of the real PostgreSQL (default 1)")
+    parser.add_argument(
+        "--connection-kills",
+        type=int,
+        default=4,
+        help="times every backend of the chaos database is terminated during a guarded step (default 4)",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=None,
+        help="the Redis to use and restart (default: CELERY_BROKER_URL if redis://, else redis://127.0.0.1:6379)",
+    )
+    parser.add_argument(
+        "--pg-cluster",
+        default=None,
+        help="the cluster to restart, as VERSION/NAME (default: the one pg_lsclusters lists on DATABASE_URL's port)",
+    )
+    parser.add_argument(
+        "--clock-tolerance",
+        type=float,
+        default=0.05,
+        help="seconds of slack when comparing step times with slot times (default 0.05)",
+    )
     parser.add_argument("--quiet-timeout", type=float, default=420.0, help="how long to wait for quiet (s)")
     parser.add_argument(
         "--database", default="stackbone_chaos", help="the database to create (default stackbone_chaos)"
@@ -136,6 +192,7 @@ class Box:
                 f"--hostname=chaos-{index}@%h",
                 "--without-gossip",
                 "--without-mingle",
+                "--include=tests.chaos.records",  # each pool process records the tasks it runs
             ],
         )
         self.workers.append(name)
@@ -200,8 +257,11 @@ class ChaosFigures:
     postgres_restarts: int = 0
     second_beats: int = 0
     capacity_changes: int = 0
-    worker_exits: list[str] = field(default_factory=list)  # exited on their own; restarted
+    worker_exits: list[str] = field(default_factory=list)  # exited on their own (a failure); restarted
     outages: list[tuple[str, float, float]] = field(default_factory=list)  # (what, start, end) monotonic
+    # Redis restarts: (began, back, {worker name: pid} alive when it began), wall-clock times
+    redis_windows: list[tuple[float, float, dict[str, int]]] = field(default_factory=list)
+    killed_at: dict[str, float] = field(default_factory=dict)  # worker name -> when the driver SIGKILLed it
 
 
 class ChaosDriver(threading.Thread):
@@ -231,9 +291,8 @@ class ChaosDriver(threading.Thread):
             self.end_second_beat()
 
     def supervise(self) -> None:
-        """As a process supervisor would (systemd Restart=always): a worker that exited on its
-        own is started again, and counted (kombu's Redis transport can crash a worker's
-        consumer when Redis goes away: "Unrecoverable error: AttributeError ... 'hostname'")."""
+        """A worker that exited on its own is a failure (issue 11: a worker must ride out a
+        Redis or PostgreSQL restart); it is counted, and started again so the load goes on."""
         for name in list(self.box.workers):
             if self.box.processes[name].poll() is not None:
                 self.box.workers.remove(name)
@@ -263,6 +322,7 @@ class ChaosDriver(threading.Thread):
         if not self.box.workers:
             return
         victim = self.rng.choice(self.box.workers)
+        self.figures.killed_at[victim] = time.time()
         self.box.kill(victim)
         replacement = self.box.start_worker()
         self.figures.worker_kills += 1
@@ -292,27 +352,56 @@ class ChaosDriver(threading.Thread):
             self.second_beat = None
 
     def restart_redis(self) -> None:
-        began = time.monotonic()
-        log("restarting Redis (shutdown nosave: every queued task is lost)")
-        subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", "6379", "shutdown", "nosave"], capture_output=True)
+        """Shut Redis down (every queued task is lost) and start it again on the same port. The
+        workers alive now must ride it out: same processes, consuming again afterwards."""
+        targets = self.args.targets
+        began, wall = time.monotonic(), time.time()
+        alive = {name: self.box.processes[name].pid for name in self.box.workers}
+        log(f"restarting Redis on port {targets.redis_port} (shutdown nosave: every queued task is lost)")
+        cli = ["redis-cli", "-h", targets.redis_host, "-p", str(targets.redis_port)]
+        subprocess.run([*cli, "shutdown", "nosave"], capture_output=True)
         time.sleep(self.rng.uniform(1, 4))
-        subprocess.run(REDIS_START, check=True, capture_output=True)
-        _wait_for(lambda: _run_ok(["redis-cli", "-h", "127.0.0.1", "ping"]), 30, "Redis to answer")
+        subprocess.run(redis_start(targets, Path(self.args.logs)), check=True, capture_output=True)
+        _wait_for(lambda: _run_ok([*cli, "ping"]), 30, "Redis to answer")
         self.figures.redis_restarts += 1
         self.figures.outages.append(("redis", began, time.monotonic()))
+        self.figures.redis_windows.append((wall, time.time(), alive))
         log(f"Redis back after {time.monotonic() - began:.1f} s")
 
     def restart_postgres(self) -> None:
+        targets = self.args.targets
         began = time.monotonic()
-        version = sorted(os.listdir("/etc/postgresql"))[-1]
-        log(f"restarting PostgreSQL {version}")
+        version, cluster = targets.pg_cluster
+        log(f"restarting PostgreSQL {version}/{cluster}")
         subprocess.run(
-            ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True, capture_output=True
+            ["pg_ctlcluster", "--skip-systemctl-redirect", version, cluster, "restart"], check=True, capture_output=True
         )
-        _wait_for(lambda: _run_ok(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q"]), 60, "PostgreSQL")
+        ready = ["pg_isready", "-h", targets.pg_host, "-p", str(targets.pg_port), "-q"]
+        _wait_for(lambda: _run_ok(ready), 60, "PostgreSQL")
         self.figures.postgres_restarts += 1
         self.figures.outages.append(("postgres", began, time.monotonic()))
         log(f"PostgreSQL back after {time.monotonic() - began:.1f} s")
+
+
+def redis_start(targets: Targets, logs: Path) -> list[str]:
+    return [
+        "redis-server",
+        "--daemonize",
+        "yes",
+        "--bind",
+        "127.0.0.1",
+        "-::1",
+        "--port",
+        str(targets.redis_port),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(logs.parent),
+        "--logfile",
+        str(logs.parent / f"redis-{targets.redis_port}.log"),
+    ]
 
 
 def _run_ok(argv: list[str]) -> bool:
@@ -325,6 +414,58 @@ def _wait_for(predicate: Any, seconds: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"gave up waiting for {what} after {seconds:.0f} s")
         time.sleep(0.2)
+
+
+class ConnectionKiller(threading.Thread):
+    """At `--connection-kills` random moments spread over the load, wait (at most 15 s) until a
+    guarded step is under way, then terminate every backend of the chaos database but its own:
+    a cut connection, as a failover, an idle-connection killer or a pooler would cut it. The
+    worker running the step finds its connection dead when it records the step (issue 11)."""
+
+    def __init__(self, rng: random.Random, args: argparse.Namespace, expected_seconds: float) -> None:
+        super().__init__(daemon=True, name="connection-killer")
+        self.args = args
+        self.records = Records(Path(os.environ[RECORDS_ENV]))
+        self.plan = sorted(expected_seconds * rng.uniform(0.1, 0.9) for _ in range(args.connection_kills))
+        self.stopping = threading.Event()
+        self.started = time.monotonic()
+        self.kills = 0
+        self.backends = 0
+        self.missed = 0  # no guarded step under way within 15 s of the planned moment
+
+    def run(self) -> None:
+        for at in self.plan:
+            if self.stopping.wait(max(0.0, self.started + at - time.monotonic())):
+                return
+            deadline = time.monotonic() + 15
+            while not self.stopping.is_set():
+                running = self.records.read().running(time.time(), min_age=0.2, min_left=0.3)
+                if running:
+                    self.kill(running)
+                    break
+                if time.monotonic() > deadline:
+                    self.missed += 1
+                    log("connection kill: no guarded step under way within 15 s; skipped")
+                    break
+                time.sleep(0.1)
+
+    def kill(self, running: list[dict[str, Any]]) -> None:
+        import psycopg
+
+        from tests.bench.common import psycopg_dsn
+
+        try:
+            with psycopg.connect(psycopg_dsn(os.environ["DATABASE_URL"]), autocommit=True, connect_timeout=5) as conn:
+                rows = conn.execute(
+                    "select pg_terminate_backend(pid) from pg_stat_activity"
+                    " where datname = current_database() and pid <> pg_backend_pid()"
+                ).fetchall()
+        except Exception as error:  # PostgreSQL may be restarting
+            log(f"connection kill failed: {type(error).__name__}: {error}")
+            return
+        self.kills += 1
+        self.backends += sum(1 for (done,) in rows if done)
+        log(f"terminated {len(rows)} backend(s) during {len(running)} guarded step(s)")
 
 
 class WebProbe(threading.Thread):
@@ -395,17 +536,20 @@ class Load:
 
         rng, n = self.rng, sum(self.started.values()) + 1
         pick = rng.random()
-        if pick < 0.35:
+        if pick < 0.3:
             run = start_run("place_call", {"call_id": f"call-{n}", "timeout": rng.choice(["2s", "10s", "30s"])})
             self.holding[run.id] = None if rng.random() < 0.15 else rng.uniform(0.2, 3)
-        elif pick < 0.5:
+        elif pick < 0.43:
             run = start_run("open_session", {"label": f"session-{n}", "timeout": rng.choice(["2s", "5s", "20s"])})
             self.holding[run.id] = None if rng.random() < 0.1 else rng.uniform(0.2, 2)
-        elif pick < 0.75:
+        elif pick < 0.65:
             run = start_run("sync_partner", {"label": f"sync-{n}", "timeout": rng.choice(["1s", "3s", "10s"])})
-        else:
+        elif pick < 0.86:
             report = {"report_id": f"report-{n}", "seconds": round(rng.uniform(0, 0.3), 3), "timeout": "60s"}
             run = start_run("export_report", report)
+        else:  # guarded steps long enough for a connection kill to land in them
+            guarded = {"label": f"guarded-{n}", "seconds": round(rng.uniform(0.5, 2.5), 3), "timeout": "90s"}
+            run = start_run(rng.choice(GUARDED_WORKFLOWS), guarded)
         self.started[run.workflow] += 1
         self.recent = [*self.recent[-200:], run.id]
         if rng.random() < 0.03 and self.recent:
@@ -546,6 +690,136 @@ def hand_off_figures() -> dict[str, float]:
     }
 
 
+def guarded_figures(records: Records, tolerance: float) -> tuple[dict[str, Any], list[str]]:
+    """From the side files and the slot rows: the guarded steps never ran more at once than the
+    capacity in force, and each ran inside the granted interval [granted_at, freed_at] of the
+    slot it was given.
+
+    1. Each execution is [start, end] from its own process's records; one SIGKILLed before its
+       end ran at most its planned seconds, so [start, start + planned].
+    2. Its slot is the one it names (the body's slot), else the one of its run and limit whose
+       interval holds its start. Outside: start < granted_at - tolerance, or end > freed_at +
+       tolerance, or no slot at all.
+    3. Overlap: a sweep over the executions of a limit, each shrunk by the tolerance at both ends.
+       When one starts, the executions under way must be at most the largest capacity in force
+       since the earliest of them started (lowering capacity takes no slot back), from the audit
+       rows (`capacity_after`).
+    The tolerance covers clock reads in different processes of one machine; steps last >= 0.5 s.
+    """
+    from limits.models import AuditEvent, Limit, Slot
+
+    executions = []
+    for key, start in records.starts.items():
+        end = records.ends.get(key)
+        executions.append({**start, "end": end if end is not None else start["t"] + start["planned"], "ended": end})
+    figures: dict[str, Any] = {
+        "guarded_executions": len(executions),
+        "guarded_unfinished": sum(1 for e in executions if e["ended"] is None),
+        "guarded_runs_executed_twice": sum(
+            1 for count in Counter(e["run_id"] for e in executions).values() if count > 1
+        ),
+    }
+    problems: list[str] = []
+    outside = 0
+    max_overlap: dict[str, str] = {}
+    for limit in sorted({e["limit"] for e in executions}):
+        mine = [e for e in executions if e["limit"] == limit]
+        slots = {
+            row["id"]: row
+            for row in Slot.objects.filter(limit__name=limit).values("id", "run_id", "granted_at", "freed_at", "state")
+        }
+        by_run: dict[str, list[dict[str, Any]]] = {}
+        for row in slots.values():
+            by_run.setdefault(row["run_id"], []).append(row)
+        for e in mine:
+            slot = slots.get(e["slot_id"] or "") or next(
+                (
+                    row
+                    for row in by_run.get(e["run_id"], [])
+                    if row["granted_at"].timestamp() - tolerance <= e["t"]
+                    and (row["freed_at"] is None or e["t"] <= row["freed_at"].timestamp() + tolerance)
+                ),
+                None,
+            )
+            granted = slot["granted_at"].timestamp() if slot else None
+            freed = slot["freed_at"].timestamp() if slot and slot["freed_at"] else None
+            if slot is None or e["t"] < granted - tolerance or (freed is not None and e["end"] > freed + tolerance):
+                outside += 1
+                when = dt.datetime.fromtimestamp(e["t"], dt.UTC).strftime("%H:%M:%S.%f")[:-3]
+                where = (
+                    "no slot"
+                    if slot is None
+                    else f"slot {slot['id']} ({slot['state']}) granted {granted - e['t']:+.2f} s, "
+                    f"freed {'never' if freed is None else f'{freed - e["t"]:+.2f} s'} from its start"
+                )
+                ran = f"{e['end'] - e['t']:.2f} s" + ("" if e["ended"] else " (killed)")
+                problems.append(f"guarded step of {e['run_id']} ran outside its slot at {when} for {ran}: {where}")
+
+        timeline = list(
+            AuditEvent.objects.filter(limit__name=limit, capacity_after__isnull=False)
+            .order_by("at", "id")
+            .values_list("at", "capacity_after")
+        )
+        declared = Limit.objects.get(name=limit).declared_capacity  # in force before any change
+        changes = [(0.0, declared)] + [(at.timestamp(), capacity) for at, capacity in timeline]
+
+        def capacity_since(since: float, now: float, changes: list[tuple[float, int]] = changes) -> int:
+            in_force = [c for at, c in changes if at <= since][-1:] + [c for at, c in changes if since < at <= now]
+            return max(in_force, default=0)
+
+        events = []
+        for e in mine:
+            if e["end"] - e["t"] > 2 * tolerance:
+                events += [(e["t"] + tolerance, 1, e), (e["end"] - tolerance, -1, e)]
+        events.sort(key=lambda item: (item[0], item[1]))
+        under_way: dict[str, float] = {}
+        peak, peak_bound, over = 0, 0, 0
+        for at, change, e in events:
+            if change < 0:
+                under_way.pop(e["id"], None)
+                continue
+            under_way[e["id"]] = at
+            bound = capacity_since(min(under_way.values()), at)
+            if len(under_way) > peak:
+                peak, peak_bound = len(under_way), bound
+            if len(under_way) > bound:
+                over += 1
+                when = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%H:%M:%S.%f")[:-3]
+                problems.append(f"{len(under_way)} guarded steps of {limit} ran at once at {when}: capacity {bound}")
+        max_overlap[limit] = f"{peak} (capacity {peak_bound}; {over} time(s) over)"
+    figures["guarded_max_overlap"] = max_overlap
+    figures["guarded_outside_slot"] = outside
+    return figures, problems
+
+
+def worker_figures(chaos: ChaosDriver, records: Records, ended: float) -> tuple[dict[str, Any], list[str]]:
+    """Workers ride out a Redis restart (issue 11, section 2): no worker exited on its own, and
+    every worker process alive when Redis went down began a task after it came back (unless the
+    driver SIGKILLed it within 20 s of that). Beat too: a periodic task ran after each restart
+    followed by at least 40 s of run."""
+    problems = [f"{name} exited on its own" for name in chaos.figures.worker_exits]
+    consumed_after = 0
+    for began, back, alive in chaos.figures.redis_windows:
+        for name, pid in alive.items():
+            if any(task["ppid"] == pid and task["t"] > back for task in records.tasks):
+                consumed_after += 1
+                continue
+            killed = chaos.figures.killed_at.get(name)
+            if name in chaos.figures.worker_exits:
+                problems.append(f"{name} (pid {pid}) exited after the Redis restart at {time.ctime(began)}")
+            elif killed is None or killed > back + 20:
+                problems.append(f"{name} (pid {pid}) took no task after the Redis restart at {time.ctime(began)}")
+        if ended - back >= 40 and not any(
+            task["task"] == "limits.tasks.sweep" and task["t"] > back for task in records.tasks
+        ):
+            problems.append(f"no sweep ran after the Redis restart at {time.ctime(began)}: is beat still sending?")
+    figures = {
+        "worker_exits": len(chaos.figures.worker_exits),
+        "workers_consuming_after_redis_restarts": consumed_after,
+    }
+    return figures, problems
+
+
 def run_verify(env: dict[str, str]) -> tuple[int, list[str]]:
     done = subprocess.run(
         [PYTHON, "manage.py", "limits", "verify"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
@@ -581,14 +855,19 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
     if not base.startswith(("postgres://", "postgresql://")):
         raise SystemExit("the chaos run needs PostgreSQL: set DATABASE_URL=postgres://user@host:5432/<any>")
     database_url = urlunsplit(urlsplit(base)._replace(path=f"/{args.database}"))
+    args.targets = targets = resolve_targets(args, database_url)
     var = Path(args.logs).parent / "var"
     var.mkdir(parents=True, exist_ok=True)
+    records = Path(args.logs).parent / "records"
+    records.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
-        "CELERY_BROKER_URL": f"redis://127.0.0.1:6379/{args.redis_db}",
+        "CELERY_BROKER_URL": f"redis://{targets.redis_host}:{targets.redis_port}/{args.redis_db}",
         "DJANGO_SETTINGS_MODULE": "studio.settings",
         "STACKBONE_WORKSPACE": "tests.chaos.workspace",
+        "STACKBONE_WORKFLOWS": "studio.workflows,tests.chaos.workflows",
+        RECORDS_ENV: str(records),
         "STACKBONE_VAR_DIR": str(var),
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
@@ -606,15 +885,21 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(env)
     logs = Path(args.logs)
     logs.mkdir(parents=True, exist_ok=True)
-    for old in logs.glob("*.log"):
+    for old in [*logs.glob("*.log"), *Path(env[RECORDS_ENV]).glob("*.jsonl")]:
         old.unlink()
+    targets: Targets = args.targets
 
     from tests.bench.common import create_database
 
-    log(f"seed {seed}; database {args.database}, Redis db {args.redis_db}, logs in {logs}")
+    log(
+        f"seed {seed}; database {args.database} on port {targets.pg_port} (cluster {'/'.join(targets.pg_cluster)}),"
+        f" Redis db {args.redis_db} on port {targets.redis_port}, logs in {logs}"
+    )
     create_database(env["DATABASE_URL"])
     subprocess.run(
-        ["redis-cli", "-h", "127.0.0.1", "-n", str(args.redis_db), "flushdb"], check=True, capture_output=True
+        ["redis-cli", "-h", targets.redis_host, "-p", str(targets.redis_port), "-n", str(args.redis_db), "flushdb"],
+        check=True,
+        capture_output=True,
     )
     subprocess.run([PYTHON, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
 
@@ -638,11 +923,15 @@ def main(argv: list[str] | None = None) -> int:
         load = Load(rng, args)
         chaos = ChaosDriver(box, rng, args, expected_seconds=args.runs / args.rate)
         chaos.start()
+        killer = ConnectionKiller(rng, args, expected_seconds=args.runs / args.rate)
+        killer.start()
         log(f"load: {args.runs} runs at ~{args.rate}/s, {args.workers} workers, web on port {port}")
         load.run()
         load_seconds = time.monotonic() - began
         chaos.stopping.set()
+        killer.stopping.set()
         chaos.join(timeout=120)
+        killer.join(timeout=30)
         chaos.supervise()
         log(f"load done in {load_seconds:.0f} s ({dict(load.started)}); waiting for quiet")
         calm, quiet_seconds = wait_for_quiet(load, args.quiet_timeout, chaos.supervise)
@@ -666,6 +955,11 @@ def main(argv: list[str] | None = None) -> int:
         if dead:
             problems.append(f"processes that died on their own: {dead}")
         problems += chaos.errors
+        records = Records(Path(env[RECORDS_ENV])).read()
+        guarded, guarded_problems = guarded_figures(records, args.clock_tolerance)
+        problems += guarded_problems
+        workers, worker_problems = worker_figures(chaos, records, time.time())
+        problems += worker_problems
         figures.update(
             {
                 "runs": sum(load.started.values()),
@@ -677,7 +971,10 @@ def main(argv: list[str] | None = None) -> int:
                 "postgres_restarts": chaos.figures.postgres_restarts,
                 "second_beats": chaos.figures.second_beats,
                 "capacity_changes": chaos.figures.capacity_changes,
-                "worker_exits_restarted": len(chaos.figures.worker_exits),
+                "connection_kills": f"{killer.kills} ({killer.backends} backends terminated, {killer.missed} skipped)",
+                **workers,
+                **guarded,
+                "clock_tolerance_s": args.clock_tolerance,
                 "load_errors": dict(load.errors),
                 "web_probe": dict(probe.statuses),
                 "load_seconds": round(load_seconds),
