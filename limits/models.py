@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import secrets
+from typing import TypeGuard
 
 from django.conf import settings
 from django.db import models
@@ -14,7 +15,7 @@ RUN_ID_MAX_LENGTH = 64
 REQUEST_MAX_LENGTH = 128
 
 
-def is_storable_text(value: object) -> bool:
+def is_storable_text(value: object) -> TypeGuard[str]:
     """A string every database backend can store and compare: PostgreSQL refuses NUL characters,
     and no backend can encode a lone surrogate (what a non-UTF-8 command-line argument becomes)."""
     if not isinstance(value, str) or "\x00" in value:
@@ -26,9 +27,15 @@ def is_storable_text(value: object) -> bool:
     return True
 
 
+SLOT_ID_FORMAT = r"^slot_[0-9a-f]{32}$"
+
+
 def new_slot_id() -> str:
-    """Slot ids travel to outside providers and come back in webhooks: opaque and unguessable."""
-    return "slot_" + secrets.token_urlsafe(18)
+    """Slot ids travel to outside providers and come back in webhooks: opaque and unguessable,
+    'slot_' and 128 random bits as 32 hex digits. The engine's SQL mints the same format where
+    it inserts slots set-based (rules.SQLITE_NEW_SLOT_ID, engine.sql's gen_random_uuid();
+    tests/services/test_slot_ids.py holds them to SLOT_ID_FORMAT)."""
+    return "slot_" + secrets.token_hex(16)
 
 
 class Limit(models.Model):
