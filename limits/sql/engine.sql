@@ -7,7 +7,7 @@
 -- before it changes anything, and the service goes on in Python in the same transaction.
 --
 -- Times: the caller passes timezone.now() read before the call, so a function writes
--- greatest(that, limits_limit.last_event_at): one limit's timestamps never go back in lock order
+-- limits_clock(that, limits_limit.last_event_at): one limit's timestamps never go back in lock order
 -- (limits.verify relies on it), and tests can still move the clock.
 --
 -- They name tables and columns directly: a migration that renames one must replace them too (the
@@ -19,6 +19,28 @@
 -- tests/services/test_sql_file.py fails while the migrated database differs from this file.
 -- Only CREATE OR REPLACE FUNCTION statements belong here: limits.sql.install drops every
 -- limits_ function of the schema before it runs this file.
+
+-- The rules every function below shares, one home each in SQL. Each mirrors its home in Python,
+-- named beside it; tests/services/test_sql_file.py holds each pair to the same answers. Plain
+-- SQL expressions the planner inlines where they are called.
+
+-- Limit.capacity: an override wins over the declared value until it is reset (SPEC 5.2).
+CREATE OR REPLACE FUNCTION limits_capacity(l limits_limit) RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(l.capacity_override, l.declared_capacity) $$;
+
+-- Limit.max_hold_ms, as an interval: a slot's expiry is its grant + this (SPEC 4.3).
+CREATE OR REPLACE FUNCTION limits_max_hold(l limits_limit) RETURNS interval
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(l.max_hold_override_ms, l.declared_max_hold_ms) * interval '1 millisecond'
+$$;
+
+-- limits.engine.rules.clock: a change to a locked limit is never stamped before its last one.
+CREATE OR REPLACE FUNCTION limits_clock(p_now timestamptz, p_last timestamptz) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE AS $$ SELECT greatest(p_now, p_last) $$;
+
+-- limits.models.new_slot_id: 'slot_' and 32 hex digits.
+CREATE OR REPLACE FUNCTION limits_new_slot_id() RETURNS text
+LANGUAGE sql VOLATILE AS $$ SELECT 'slot_' || replace(gen_random_uuid()::text, '-', '') $$;
 
 -- PL/pgSQL rather than SQL functions: their plans are cached per session (an SQL function with a
 -- data-modifying CTE is planned again on every call: +0.3 ms per hand-off, measured).
@@ -56,7 +78,7 @@ BEGIN
             id, limit_id, run_id, request, label, state, queue_entry_id, granted_at, reserved_until, expires_at,
             freed_by
         )
-        SELECT 'slot_' || replace(gen_random_uuid()::text, '-', ''), p_limit, run_id, request, label, 'reserved',
+        SELECT limits_new_slot_id(), p_limit, run_id, request, label, 'reserved',
                id, p_now, p_reserved_until, p_expires_at, ''
         FROM heads
     )
@@ -79,7 +101,7 @@ BEGIN
     timed_out := '{}';
     granted := '{}';
     SELECT * INTO l FROM limits_limit WHERE id = p_limit;
-    v_free := coalesce(l.capacity_override, l.declared_capacity) - l.busy_count - l.reserved_count;
+    v_free := limits_capacity(l) - l.busy_count - l.reserved_count;
     IF l.waiting_count = 0 OR v_free <= 0 THEN
         RETURN;
     END IF;
@@ -90,7 +112,7 @@ BEGIN
             least(v_free, l.waiting_count - cardinality(timed_out)),
             p_now,
             p_now + p_reservation_ms * interval '1 millisecond',
-            p_now + coalesce(l.max_hold_override_ms, l.declared_max_hold_ms) * interval '1 millisecond'
+            p_now + limits_max_hold(l)
         );
     END IF;
     UPDATE limits_limit
@@ -113,7 +135,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 'gone';
     END IF;
-    SELECT greatest(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = v_limit FOR UPDATE;
+    SELECT limits_clock(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = v_limit FOR UPDATE;
     SELECT state, reserved_until INTO v_state, v_reserved_until FROM limits_slot WHERE id = p_slot;
     IF v_state <> 'reserved' THEN
         RETURN 'gone';
@@ -147,7 +169,7 @@ BEGIN
         outcome := 'gone';
         RETURN;
     END IF;
-    SELECT greatest(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = v_limit FOR UPDATE;
+    SELECT limits_clock(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = v_limit FOR UPDATE;
     SELECT state INTO v_state FROM limits_slot WHERE id = p_slot;
     IF v_state = 'reserved' THEN
         outcome := 'slow';
@@ -196,19 +218,19 @@ BEGIN
     SELECT * INTO l FROM limits_limit WHERE name = p_name FOR UPDATE;
     IF NOT FOUND OR NOT l.declared
        OR (l.waiting_count > 0
-           AND l.busy_count + l.reserved_count < coalesce(l.capacity_override, l.declared_capacity)) THEN
+           AND l.busy_count + l.reserved_count < limits_capacity(l)) THEN
         outcome := 'slow';
         RETURN;
     END IF;
     limit_name := l.name;
-    v_now := greatest(p_now, l.last_event_at);
-    IF l.busy_count + l.reserved_count < coalesce(l.capacity_override, l.declared_capacity) THEN
-        slot_id := 'slot_' || replace(gen_random_uuid()::text, '-', '');
+    v_now := limits_clock(p_now, l.last_event_at);
+    IF l.busy_count + l.reserved_count < limits_capacity(l) THEN
+        slot_id := limits_new_slot_id();
         INSERT INTO limits_slot (
             id, limit_id, run_id, request, label, state, granted_at, confirmed_at, expires_at, freed_by
         ) VALUES (
             slot_id, l.id, p_run, p_request, p_label, 'busy', v_now, v_now,
-            v_now + coalesce(l.max_hold_override_ms, l.declared_max_hold_ms) * interval '1 millisecond', ''
+            v_now + limits_max_hold(l), ''
         );
         UPDATE limits_limit SET busy_count = busy_count + 1, last_event_at = v_now WHERE id = l.id;
         outcome := 'busy';

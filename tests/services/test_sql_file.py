@@ -100,3 +100,37 @@ def test_the_fingerprint_ignores_comments_and_blank_lines_but_not_code() -> None
     assert sql.fingerprint("-- a note\n\n" + text.replace("\n", "  \n")) == sql.fingerprint(text)
     assert sql.fingerprint(text + "SELECT 1;\n") != sql.fingerprint(text)
     assert sql.fingerprint(text.replace("\n    ", "\n  ")) != sql.fingerprint(text)
+
+
+@requires_postgres
+@pytest.mark.django_db
+def test_the_sql_homes_of_the_shared_rules_answer_as_their_python_homes(clock) -> None:  # type: ignore[no-untyped-def]
+    """limits_capacity, limits_max_hold, limits_clock and limits_new_slot_id against
+    Limit.capacity, Limit.max_hold_ms, rules.clock and new_slot_id."""
+    import datetime as dt
+    import re
+
+    from limits import services
+    from limits.engine import rules
+    from limits.models import SLOT_ID_FORMAT, Limit
+    from tests.factories import declare
+
+    declare(plain={"capacity": 3, "max_hold": "90s"}, overridden={"capacity": 5, "max_hold": "1h"})
+    services.set_capacity("overridden", 2)
+    services.set_max_hold("overridden", "45m")
+    with connection.cursor() as cursor:
+        for limit in Limit.objects.all():
+            cursor.execute(
+                "SELECT limits_capacity(l), extract(epoch FROM limits_max_hold(l)) * 1000 "
+                "FROM limits_limit l WHERE id = %s",
+                [limit.id],
+            )
+            capacity, max_hold_ms = cursor.fetchone()
+            assert (capacity, int(max_hold_ms)) == (limit.capacity, limit.max_hold_ms)
+        now = dt.datetime.now(dt.UTC)
+        for last in (None, now - dt.timedelta(seconds=1), now + dt.timedelta(seconds=1)):
+            limit = Limit(last_event_at=last)
+            cursor.execute("SELECT limits_clock(%s, %s)", [now, last])
+            assert cursor.fetchone()[0] == rules.clock(limit)
+        cursor.execute("SELECT limits_new_slot_id()")
+        assert re.fullmatch(SLOT_ID_FORMAT, cursor.fetchone()[0])
