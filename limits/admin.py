@@ -4,7 +4,7 @@ admin can never put a counter out of step with its rows."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -24,8 +24,17 @@ from studio.plumbing.access import OPERATE_LIMIT, actor
 
 SEARCH_MAX_LENGTH = 200  # the longest text any admin searches (a label)
 
+if TYPE_CHECKING:  # the stubs' generic classes, which are not subscriptable at run time
+    AnyModelAdmin = admin.ModelAdmin[Any]
+    _DateBoundsBase = admin.ModelAdmin[Any]  # what the mixin is mixed into
+    LimitModelForm = forms.ModelForm[Limit]
+else:
+    AnyModelAdmin = admin.ModelAdmin
+    _DateBoundsBase = object
+    LimitModelForm = forms.ModelForm
 
-class DateBoundsMixin:
+
+class DateBoundsMixin(_DateBoundsBase):
     """Out-of-range dates in a changelist's date hierarchy or date filter are a bad lookup, not a
     500. Django turns a bad date value into "invalid lookup" (a redirect to ?e=1), except a year,
     month or day too large for a C int (?created_at__year=99999999999), which raises
@@ -34,12 +43,12 @@ class DateBoundsMixin:
 
     def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
         try:
-            return super().get_changelist_instance(request)  # type: ignore[misc]
+            return super().get_changelist_instance(request)
         except OverflowError:
             raise IncorrectLookupParameters from None
 
 
-class BoundedSearchAdmin(DateBoundsMixin, admin.ModelAdmin):
+class BoundedSearchAdmin(DateBoundsMixin, AnyModelAdmin):
     """A search term longer than any searched field can match nothing: answer with no rows
     instead of handing the database a pattern it refuses (SQLite: "LIKE pattern too complex")."""
 
@@ -71,7 +80,7 @@ class OverriddenFilter(admin.SimpleListFilter):
     title = "overridden"
     parameter_name = "overridden"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
         return [
             ("any", "Capacity or max hold"),
             ("capacity", "Capacity"),
@@ -97,7 +106,7 @@ class DeclaredFilter(admin.SimpleListFilter):
     title = "declared"
     parameter_name = "declared"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
         return [("yes", "Declared"), ("no", "Undeclared (left the config)")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Limit]) -> QuerySet[Limit]:
@@ -106,7 +115,7 @@ class DeclaredFilter(admin.SimpleListFilter):
         return queryset
 
 
-class LimitOverridesForm(forms.ModelForm):
+class LimitOverridesForm(LimitModelForm):
     """Only the two overrides, as an operator types them; empty means 'the declared value'.
     Checked with the same functions the services use; saved through the services."""
 
@@ -217,9 +226,12 @@ class LimitAdmin(BoundedSearchAdmin):
     ) -> HttpResponse:
         # ModelAdmin wraps this view in transaction.atomic(); the services run their own durable
         # transaction (the audit row commits with the change), which cannot nest inside it.
-        return self._changeform_view(request, object_id, form_url, extra_context)
+        response: HttpResponse = self._changeform_view(  # type: ignore[attr-defined]  # Django's, not in the stubs
+            request, object_id, form_url, extra_context
+        )
+        return response
 
-    def save_model(self, request: HttpRequest, obj: Limit, form: forms.ModelForm, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: Limit, form: forms.ModelForm[Limit], change: bool) -> None:
         """Never obj.save(): each changed override goes through its service."""
         who = actor(request)
         if form.cleaned_data["capacity"] != obj.capacity_override:
@@ -229,7 +241,7 @@ class LimitAdmin(BoundedSearchAdmin):
         obj.refresh_from_db()
 
     def construct_change_message(
-        self, request: HttpRequest, form: forms.ModelForm, formsets: Any, add: bool = False
+        self, request: HttpRequest, form: forms.Form, formsets: Any, add: bool = False
     ) -> list[dict[str, Any]]:
         return [{"changed": {"fields": [name for name in form.changed_data if name in ("capacity", "max_hold")]}}]
 

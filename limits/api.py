@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
@@ -56,7 +56,7 @@ UNKNOWN_PATH = "no such API path: {path} (see the README, section 'The JSON API'
 
 
 class ApiRequest(HttpRequest):
-    api_user: AbstractBaseUser
+    api_user: User
 
 
 class ApiError(Exception):
@@ -236,7 +236,7 @@ def release_slot(request: ApiRequest, slot_id: str) -> JsonResponse:
 def set_capacity(request: ApiRequest, name: str) -> JsonResponse:
     value = _body(request, "capacity", services.CAPACITY_HELP)
     old = _limit(name).capacity
-    limit = services.set_capacity(name, value, actor=actor(request))  # type: ignore[arg-type]
+    limit = services.set_capacity(name, value, actor=actor(request))
     return JsonResponse({"old": old, "limit": serializers.limit_summary(limit)})
 
 
@@ -246,5 +246,5 @@ def set_capacity(request: ApiRequest, name: str) -> JsonResponse:
 def set_max_hold(request: ApiRequest, name: str) -> JsonResponse:
     value = _body(request, "max_hold", "a duration such as '45m' or milliseconds")
     old = _limit(name).max_hold_ms
-    limit = services.set_max_hold(name, value, actor=actor(request))  # type: ignore[arg-type]
+    limit = services.set_max_hold(name, value, actor=actor(request))
     return JsonResponse({"old": old, "limit": serializers.limit_summary(limit)})

@@ -147,7 +147,7 @@ def waits_of_run(run_id: str) -> list[QueueEntry]:
         .order_by("enqueued_at", "id")
     )
     for entry in entries:
-        entry.place = (  # type: ignore[attr-defined]
+        entry.place = (  # type: ignore[attr-defined]  # for the template, not a field
             QueueEntry.objects.filter(
                 limit_id=entry.limit_id, state=QueueEntry.State.WAITING, position__lt=entry.position
             ).count()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from limits.models import ApiToken, is_storable_text
@@ -28,7 +28,7 @@ def digest_of(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def issue_token(user: AbstractBaseUser, *, name: str = "") -> tuple[ApiToken, str]:
+def issue_token(user: User, *, name: str = "") -> tuple[ApiToken, str]:
     """Create a token for `user` and return it with its secret, which is never stored. A name
     the column cannot hold raises TokenError before anything is written."""
     if not is_storable_text(name) or len(name) > NAME_MAX_LENGTH:
@@ -39,7 +39,7 @@ def issue_token(user: AbstractBaseUser, *, name: str = "") -> tuple[ApiToken, st
     return token, raw
 
 
-def user_for_token(raw: str) -> AbstractBaseUser | None:
+def user_for_token(raw: str) -> User | None:
     """The active user a token belongs to, or None. The lookup is by digest, so comparing it
     leaks nothing about the secret."""
     if not raw or len(raw) > 200:

@@ -38,7 +38,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 from django.db import connection, transaction
@@ -113,8 +115,10 @@ class _snapshot:  # noqa: N801 - used as a context manager, like transaction.ato
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
-    def __exit__(self, *exc: object) -> None:
-        self._atomic.__exit__(*exc)  # type: ignore[arg-type]
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self._atomic.__exit__(exc_type, exc, traceback)
 
 
 @dataclass(slots=True)
@@ -122,9 +126,9 @@ class History:
     """One limit's rows, as the checks need them."""
 
     limit: Limit
-    slots: list[dict[str, Any]]
-    entries: list[dict[str, Any]]
-    capacity_events: list[dict[str, Any]]
+    slots: Sequence[Mapping[str, Any]]
+    entries: Sequence[Mapping[str, Any]]
+    capacity_events: Sequence[Mapping[str, Any]]
 
     @classmethod
     def load(cls, limit: Limit) -> History:
@@ -234,7 +238,7 @@ class History:
         granted_at = {slot["queue_entry_id"]: slot["granted_at"] for slot in self.slots if slot["queue_entry_id"]}
         violations: list[str] = []
         blocking: dt.datetime | None = None  # the latest instant until which an earlier entry blocked
-        culprit: dict[str, Any] | None = None
+        culprit: Mapping[str, Any] | None = None
         for entry in self.entries:
             if entry["state"] == QueueEntry.State.GRANTED:
                 at = granted_at.get(entry["id"])
@@ -278,10 +282,10 @@ class History:
         unconfirmed (lapsed or released), so at most one was ever confirmed."""
         name = self.limit.name
         violations: list[str] = []
-        entries: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        entries: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for entry in self.entries:
             entries[entry["request"]].append(entry)
-        slots: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        slots: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         positions = {entry["id"]: entry["position"] for entry in self.entries}
         for slot in sorted(self.slots, key=lambda s: (s["granted_at"], positions.get(s["queue_entry_id"], 0))):
             slots[slot["request"]].append(slot)
@@ -354,7 +358,7 @@ class History:
         ]
 
 
-def _capacity_before(event: dict[str, Any]) -> int:
+def _capacity_before(event: Mapping[str, Any]) -> int:
     """The capacity in force before the first recorded change. A capacity change records the old
     capacity; a sync records the old declared values, and before any capacity change there was
     no override (a limit is created without one)."""
@@ -365,7 +369,7 @@ def _capacity_before(event: dict[str, Any]) -> int:
     return event["capacity_after"] if event["capacity_after"] is not None else 0
 
 
-def _capacity_after_from_text(event: dict[str, Any], current: int, overridden: bool) -> int:
+def _capacity_after_from_text(event: Mapping[str, Any], current: int, overridden: bool) -> int:
     """For audit rows written before `capacity_after` existed."""
     if event["action"] == AuditEvent.Action.CAPACITY:
         found = _LEADING_INT.match(event["new_value"])

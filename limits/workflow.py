@@ -81,9 +81,9 @@ def _acquire_slot(limit: str, *, timeout: int | str | None, label: str | None, e
     name = HOOK_NAME.format(limit=limit)
     step = recorded_step(ctx, seq, name)
     if step is not None and step.status == Step.Status.COMPLETED:
-        return SlotHandle(id=step.result["slot_id"], limiter=limit)
+        return SlotHandle(id=step.result["slot_id"], limiter=limit)  # type: ignore[index]  # completed: a dict
     if step is not None and step.status == Step.Status.FAILED:
-        raise SlotTimeoutError(limit, step.result["timeout_ms"])
+        raise SlotTimeoutError(limit, step.result["timeout_ms"])  # type: ignore[index]  # failed: a dict
     with transaction.atomic():
         lock_own_run(ctx)
         outcome = services.acquire(
@@ -91,24 +91,24 @@ def _acquire_slot(limit: str, *, timeout: int | str | None, label: str | None, e
         )
         if outcome.state == "busy":
             if ends_with_run:
-                services.tie_to_run(outcome.slot_id, ctx.run_id)  # type: ignore[arg-type]
+                services.tie_to_run(outcome.slot_id, ctx.run_id)  # type: ignore[arg-type]  # busy: has a slot_id
             record_step(
                 ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.COMPLETED, result={"slot_id": outcome.slot_id}
             )
-            return SlotHandle(id=outcome.slot_id, limiter=limit)  # type: ignore[arg-type]
+            return SlotHandle(id=outcome.slot_id, limiter=limit)  # type: ignore[arg-type]  # busy: has a slot_id
         if outcome.state == "waiting":
-            deadline = outcome.deadline.isoformat()  # type: ignore[union-attr]
+            deadline = outcome.deadline.isoformat()  # type: ignore[union-attr]  # waiting: has a deadline
             record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.WAITING, result={"deadline": deadline})
             suspend(ctx, waiting_for=outcome.request, deadline=outcome.deadline)
         elif outcome.state == "timed_out":
-            timeout = {"timeout_ms": outcome.timeout_ms}
+            failure = {"timeout_ms": outcome.timeout_ms}
             record_step(
-                ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.FAILED, result=timeout, error="timed out"
+                ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.FAILED, result=failure, error="timed out"
             )
     if outcome.state == "waiting":
         raise Suspend(name)
     if outcome.state == "timed_out":
-        raise SlotTimeoutError(limit, outcome.timeout_ms)  # type: ignore[arg-type]
+        raise SlotTimeoutError(limit, outcome.timeout_ms)  # type: ignore[arg-type]  # timed out: has timeout_ms
     raise WorkflowError(f"the wait for {limit!r} was cancelled")
 
 
@@ -116,7 +116,8 @@ def release_slot(slot_id: str) -> dict[str, bool]:
     """Give a slot back, from any run, in a body (a step of its own) or inside a step.
     {'released': True} when it freed a busy or reserved slot; {'released': False} for a slot
     already free, taken back by max hold, or unknown: nothing changes then, safe to retry."""
-    return run_step("release_slot", lambda: {"released": services.release(slot_id)}, atomic=True)
+    answer: dict[str, bool] = run_step("release_slot", lambda: {"released": services.release(slot_id)}, atomic=True)
+    return answer
 
 
 def with_limit[T](limit: str, fn: Callable[[], T], timeout: int | str | None = None, label: str | None = None) -> T:

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib import admin
 from django.http import HttpRequest
 
 from limits.admin import BoundedSearchAdmin
 from studio.models import Run, Step
 
+if TYPE_CHECKING:  # the stubs' generic class, which is not subscriptable at run time
+    StepTabularInline = admin.TabularInline[Step, Run]
+else:
+    StepTabularInline = admin.TabularInline
 
-class StepInline(admin.TabularInline):
+
+STEP_FIELDS = ("seq", "name", "kind", "status", "started_at", "finished_at", "error")
+
+
+class StepInline(StepTabularInline):
     model = Step
-    fields = ["seq", "name", "kind", "status", "started_at", "finished_at", "error"]
-    readonly_fields = fields
+    fields = STEP_FIELDS
+    readonly_fields = STEP_FIELDS
     ordering = ["seq"]
     extra = 0
     can_delete = False

@@ -49,7 +49,7 @@ def say(prefix: str, line: str) -> None:
 
 class Child:
     def __init__(
-        self, name: str, argv: list[str], env: dict[str, str], hide: Callable[[str], bool] | None = None
+        self, name: str, argv: list[str], env: dict[str, str], hide: Callable[[str], object] | None = None
     ) -> None:
         self.name = name
         self.hide = hide

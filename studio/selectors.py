@@ -17,7 +17,7 @@ def run_steps(run: Run) -> list[Step]:
     """The run's steps in order; a wait for a slot carries `waits_on` (the limit's name)."""
     steps = list(Step.objects.filter(run=run).order_by("seq"))
     for step in steps:
-        step.waits_on = (  # type: ignore[attr-defined]
+        step.waits_on = (  # type: ignore[attr-defined]  # for the template, not a field
             step.name.removeprefix(WAIT_STEP_PREFIX)
             if step.kind == Step.Kind.HOOK and step.name.startswith(WAIT_STEP_PREFIX)
             else ""

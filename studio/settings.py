@@ -166,10 +166,10 @@ STORAGES = {
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/studio/limits/"
 # Django's password-reset pages, off by default: they need mail the box does not configure
-# (README "Security").
+# (docs/security.md).
 STACKBONE_PASSWORD_RESET = env_bool("STACKBONE_PASSWORD_RESET", False)
 
-# --- Security (README "Security") ---------------------------------------------------------------
+# --- Security (docs/security.md) ---------------------------------------------------------------
 # Content-Security-Policy on every response, in development too, so tests and browsers see what
 # production sends: only our own scripts, styles and images; no inline script or style, no eval
 # (htmx runs with allowEval off), no framing, forms post only to us.

@@ -4,7 +4,7 @@ from django.contrib.auth import urls as auth_urls
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.views import LoginView
 from django.http import FileResponse, HttpRequest
-from django.urls import include, path
+from django.urls import URLPattern, include, path
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_safe
 from django.views.generic import RedirectView
@@ -40,7 +40,11 @@ urlpatterns = [
 ]
 
 if settings.STACKBONE_PASSWORD_RESET:
-    # Off by default (README "Security"): reset needs working mail, which the box does not set up.
+    # Off by default (docs/security.md): reset needs working mail, which the box does not set up.
     # Without these URLs the admin's sign-in page shows no "Forgotten your password?" link either.
-    password_reset = [url for url in auth_urls.urlpatterns if str(url.name).startswith("password_reset")]
+    password_reset = [
+        url
+        for url in auth_urls.urlpatterns
+        if isinstance(url, URLPattern) and str(url.name).startswith("password_reset")
+    ]
     urlpatterns += [path("accounts/", include(password_reset))]

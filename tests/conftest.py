@@ -21,7 +21,7 @@ START = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
 class Clock:
     """The test's clock: services read it through django.utils.timezone.now()."""
 
-    def __init__(self, traveller: time_machine.Coordinates) -> None:
+    def __init__(self, traveller: time_machine.Traveller) -> None:
         self._traveller = traveller
 
     def advance(self, **delta: float) -> None:
@@ -74,11 +74,11 @@ def use_broker(url: str, *, eager: bool) -> None:
     os.environ.pop("CELERY_BROKER_URL", None)
 
     app.conf.task_always_eager = eager
-    app.conf.broker_url = url
+    app.conf.broker_url = url  # type: ignore[misc]  # settable at run time; a read-only property in the stubs
     app.conf.broker_transport = getattr(settings, "CELERY_BROKER_TRANSPORT", None) if url == "filesystem://" else None
     pools.reset()
-    app._pool = None
-    app.amqp._producer_pool = None
+    app._pool = None  # type: ignore[attr-defined]  # celery's private pool caches, not in the stubs
+    app.amqp._producer_pool = None  # type: ignore[attr-defined]  # the same
 
 
 @pytest.fixture(autouse=True)

@@ -36,7 +36,7 @@ def produce(folder: Path, producer: int) -> None:
         queue.close()
 
 
-def consume(folder: Path, results: multiprocessing.Queue, expected: int) -> None:  # type: ignore[type-arg]
+def consume(folder: Path, results: multiprocessing.Queue, expected: int) -> None:
     with connection(folder) as conn:
         queue = conn.SimpleQueue("work")
         while True:
@@ -49,7 +49,7 @@ def consume(folder: Path, results: multiprocessing.Queue, expected: int) -> None
         queue.close()
 
 
-def test_every_message_arrives_whole_and_exactly_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_every_message_arrives_whole_and_exactly_once(tmp_path) -> None:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     total = PRODUCERS * PER_PRODUCER

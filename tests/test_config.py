@@ -65,7 +65,7 @@ def test_a_good_workspace_declares_its_limits() -> None:
 )
 def test_a_bad_workspace_names_the_limit_and_the_field(limits: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError) as error:
-        define_workspace(limits=limits)  # type: ignore[arg-type]
+        define_workspace(limits=limits)  # type: ignore[arg-type]  # deliberately bad values
     assert message in str(error.value)
 
 
@@ -83,7 +83,7 @@ def test_a_missing_workspace_module_is_a_config_error() -> None:
 
 
 @pytest.mark.django_db
-def test_manage_py_check_reports_a_bad_workspace(settings, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_manage_py_check_reports_a_bad_workspace(settings, tmp_path, monkeypatch) -> None:
     (tmp_path / "bad_workspace.py").write_text(
         "from limits.config import define_workspace\n"
         "workspace = define_workspace(limits={'voice-calls': {'capacity': 20}})\n"

@@ -15,12 +15,12 @@ from tests.factories import assert_counters_match_rows, declare, holders, queue
 pytestmark = pytest.mark.django_db
 
 
-def run(workflow: str, input: dict, status: str = "running") -> Run:  # type: ignore[type-arg]
+def run(workflow: str, input: dict, status: str = "running") -> Run:
     now = timezone.now()
     return Run.objects.create(workflow=workflow, input=input, status=status, created_at=now, updated_at=now)
 
 
-def test_reset_demo_clears_the_demos_runs_slots_and_queue_entries_and_nothing_else(no_worker) -> None:  # type: ignore[no-untyped-def]
+def test_reset_demo_clears_the_demos_runs_slots_and_queue_entries_and_nothing_else(no_worker) -> None:
     declare(voice_calls={"capacity": 2, "max_hold": "45m"})
     # The demo: a finished call still holding its busy slot, and a call waiting; a call from
     # before the "demo" mark; a call_ended of the demo.

@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -51,11 +52,11 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_stackbone_dev_serves_the_demo_runs_the_sweep_and_stops_cleanly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_stackbone_dev_serves_the_demo_runs_the_sweep_and_stops_cleanly(tmp_path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}}
     env.update(STACKBONE_VAR_DIR=str(tmp_path / "var"), STACKBONE_DEV_PASSWORD=PASSWORD)
-    stackbone = shutil.which("stackbone", path=str(Path(os.sys.executable).parent)) or "stackbone"
+    stackbone = shutil.which("stackbone", path=str(Path(sys.executable).parent)) or "stackbone"
     log = tmp_path / "dev.log"
     box = subprocess.Popen(
         [stackbone, "dev", "--demo", "--port", str(port)],
@@ -73,7 +74,7 @@ def test_stackbone_dev_serves_the_demo_runs_the_sweep_and_stops_cleanly(tmp_path
         jar = http.cookiejar.CookieJar()
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
         login = opener.open(f"{base}/accounts/login/").read().decode()
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login)[1]  # type: ignore[index]
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login)[1]
         form = urllib.parse.urlencode({"username": "admin", "password": PASSWORD, "csrfmiddlewaretoken": token})
         request = urllib.request.Request(f"{base}/accounts/login/", data=form.encode(), headers={"Referer": base})
         page = opener.open(request).read().decode()
@@ -92,9 +93,9 @@ def test_stackbone_dev_serves_the_demo_runs_the_sweep_and_stops_cleanly(tmp_path
     assert not [pid for pid in processes if alive(pid)], output[-3000:]
 
 
-def wait_for_json(url: str, ready, box: subprocess.Popen[str], timeout: float = 90) -> dict:  # type: ignore[no-untyped-def,type-arg]
+def wait_for_json(url: str, ready, box: subprocess.Popen[str], timeout: float = 90) -> dict:
     start = time.monotonic()
-    body: dict = {}  # type: ignore[type-arg]
+    body: dict = {}
     while time.monotonic() - start < timeout:
         if box.poll() is not None:
             raise AssertionError(f"stackbone dev exited early with code {box.returncode}")
@@ -127,21 +128,21 @@ def test_dev_takes_verbose_and_reset_demo() -> None:
     assert (quiet.verbose, quiet.reset_demo) == (False, False)
 
 
-def test_a_generated_password_is_kept_in_a_file_only_the_user_can_read(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_generated_password_is_kept_in_a_file_only_the_user_can_read(tmp_path, monkeypatch) -> None:
     from studio import dev
 
     monkeypatch.delenv("STACKBONE_DEV_PASSWORD", raising=False)
     monkeypatch.setattr(
-        dev.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout="created\n", stderr="")
+        subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout="created\n", stderr="")
     )
     var = tmp_path / "var"
     sign_in = dev.ensure_dev_user({"STACKBONE_VAR_DIR": str(var)})
     file = var / "dev-sign-in.txt"
     assert file.stat().st_mode & 0o777 == 0o600
-    password = re.search(r"password: (\S+)", file.read_text())[1]  # type: ignore[index]
+    password = re.search(r"password: (\S+)", file.read_text())[1]
     assert f"password {password!r}" in sign_in and str(file) in sign_in
     monkeypatch.setattr(
-        dev.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout="exists\n", stderr="")
+        subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout="exists\n", stderr="")
     )
     assert (
         dev.ensure_dev_user({"STACKBONE_VAR_DIR": str(var)})

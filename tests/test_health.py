@@ -7,7 +7,7 @@ from limits.services import sweep
 pytestmark = pytest.mark.django_db
 
 
-def test_healthz_answers_without_sign_in_and_reports_the_last_sweep(client, clock) -> None:  # type: ignore[no-untyped-def]
+def test_healthz_answers_without_sign_in_and_reports_the_last_sweep(client, clock) -> None:
     body = client.get("/healthz").json()
     assert (body["database"], body["broker"], body["last_sweep_age_s"], body["status"]) == (
         "ok",
@@ -23,13 +23,13 @@ def test_healthz_answers_without_sign_in_and_reports_the_last_sweep(client, cloc
     assert response.json()["status"] == "ok"
 
 
-def test_healthz_is_degraded_when_the_sweep_is_old(client, clock) -> None:  # type: ignore[no-untyped-def]
+def test_healthz_is_degraded_when_the_sweep_is_old(client, clock) -> None:
     sweep()
     clock.advance(minutes=2)
     assert client.get("/healthz").json()["status"] == "degraded"
 
 
-def test_healthz_is_503_when_the_broker_is_unreachable(client) -> None:  # type: ignore[no-untyped-def]
+def test_healthz_is_503_when_the_broker_is_unreachable(client) -> None:
     from tests.conftest import use_broker
 
     use_broker("redis://127.0.0.1:1/0", eager=False)

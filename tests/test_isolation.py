@@ -66,7 +66,7 @@ def this_run() -> dict[str, Any]:
     return {
         "var_dir": str(settings.VAR_DIR),
         "database": str(connection.settings_dict["NAME"]),
-        "test_database": str(connection.creation._get_test_db_name()),
+        "test_database": str(connection.creation._get_test_db_name()),  # type: ignore[attr-defined]  # private, not in the stubs
         "broker_folders": sorted(folders),
         "key_prefix": options.get("global_keyprefix", ""),
         "queue": app.conf.task_default_queue,
@@ -119,13 +119,13 @@ def test_a_worker_started_by_a_test_shares_the_test_runs_state() -> None:
 
 
 @pytest.fixture
-def real_broker():  # type: ignore[no-untyped-def]
+def real_broker():
     use_broker(settings.CELERY_BROKER_URL, eager=False)
     yield
     use_broker("memory://", eager=True)
 
 
-def test_a_test_runs_messages_go_to_its_own_broker_never_the_boxs(real_broker) -> None:  # type: ignore[no-untyped-def]
+def test_a_test_runs_messages_go_to_its_own_broker_never_the_boxs(real_broker) -> None:
     """A message a test sends is found where this run's workers read, and not where a box on the
     project's var/ (or on the same broker server) reads. Read-only: a box's messages are never
     consumed here."""
@@ -136,7 +136,7 @@ def test_a_test_runs_messages_go_to_its_own_broker_never_the_boxs(real_broker) -
     box = state_of({k: v for k, v in box_environment().items() if k != "STACKBONE_VAR_DIR"})
     try:
         if settings.CELERY_BROKER_URL == "filesystem://":
-            out = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_out"])
+            out = Path(str(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_out"]))
             assert any(task_id in path.read_text() for path in out.glob("*.msg"))
             for folder in box["broker_folders"]:
                 for path in Path(folder).glob("*.msg"):
@@ -146,8 +146,8 @@ def test_a_test_runs_messages_go_to_its_own_broker_never_the_boxs(real_broker) -
 
             client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
             mine = this_run()
-            assert any(task_id in m.decode() for m in client.lrange(f"{mine['key_prefix']}{mine['queue']}", 0, -1))
+            assert any(task_id in m.decode() for m in client.lrange(f"{mine['key_prefix']}{mine['queue']}", 0, -1))  # type: ignore[union-attr]  # bytes: no decode_responses
             theirs = client.lrange(f"{box['key_prefix']}{box['queue']}", 0, -1)
-            assert not any(task_id in m.decode(errors="replace") for m in theirs)
+            assert not any(task_id in m.decode(errors="replace") for m in theirs)  # type: ignore[union-attr]  # bytes
     finally:
         app.control.purge()

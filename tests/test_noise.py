@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from django.http import FileResponse
 from django.test import Client
 
 
@@ -22,6 +23,7 @@ def test_the_favicon_is_served() -> None:
     response = Client().get("/favicon.ico")
     assert response.status_code == 200
     assert response["Content-Type"] == "image/x-icon"
+    assert isinstance(response, FileResponse)
     assert b"".join(response.streaming_content)[:4] == b"\x00\x00\x01\x00"  # an ICO file
     assert "max-age=86400" in response["Cache-Control"]
 

@@ -58,7 +58,7 @@ def test_sqlite_runs_in_wal_mode_with_immediate_transactions() -> None:
     assert connection.settings_dict["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
 
 
-def test_a_worker_refuses_to_start_with_a_bad_workspace(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_worker_refuses_to_start_with_a_bad_workspace(tmp_path) -> None:
     (tmp_path / "broken_ws.py").write_text(
         "from limits.config import define_workspace\n"
         "workspace = define_workspace(limits={'voice-calls': {'capacity': 0, 'max_hold': '1m'}})\n"

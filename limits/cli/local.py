@@ -75,7 +75,7 @@ class LocalBackend:
         from limits import serializers, services
 
         old = self._limit(name).capacity
-        return Change(old, serializers.limit_summary(services.set_capacity(name, value, actor=self.actor)))  # type: ignore[arg-type]
+        return Change(old, serializers.limit_summary(services.set_capacity(name, value, actor=self.actor)))
 
     def set_max_hold(self, name: str, value: int | str | None) -> Change:
         from limits import serializers, services

@@ -80,7 +80,8 @@ class AgentBackend:
         self.timeout = timeout
 
     def limits(self) -> list[dict[str, Any]]:
-        return self._call("GET", "")["limits"]
+        limits: list[dict[str, Any]] = self._call("GET", "")["limits"]
+        return limits
 
     def slots(self, name: str, cut: int | None) -> SlotsView:
         quoted = _quote(name)
@@ -90,7 +91,10 @@ class AgentBackend:
         return SlotsView(summary, slots, queue, more_slots, more_queue, now)
 
     def slot(self, slot_id: str) -> dict[str, Any]:
-        return self._call("GET", f"slots/{_quote(slot_id)}/", not_found=UNKNOWN_SLOT.format(slot_id=slot_id))
+        slot: dict[str, Any] = self._call(
+            "GET", f"slots/{_quote(slot_id)}/", not_found=UNKNOWN_SLOT.format(slot_id=slot_id)
+        )
+        return slot
 
     def release(self, slot_id: str) -> tuple[bool, dict[str, Any]]:
         answer = self._call(

@@ -14,31 +14,34 @@ from limits.engine.rules import DEPLOY_ACTOR, Changes
 from limits.models import AuditEvent, Limit
 
 
-def set_capacity(name: str, value: int | None, *, actor: str | None = None) -> Limit:
+def set_capacity(name: str, value: object, *, actor: str | None = None) -> Limit:
     """Override a limit's capacity (1..100000), or reset it to the declared value with None.
-    Raising it grants waiting runs at once; lowering it takes no slot back."""
+    Raising it grants waiting runs at once; lowering it takes no slot back. `value` is checked
+    here (it may come straight from a request)."""
+    capacity = None
     if value is not None:
         try:
-            check_capacity(value)
+            capacity = check_capacity(value)
         except ValueError as error:
             raise LimitsError(BAD_CAPACITY.format(error=error), field="capacity") from None
     with transaction.atomic(durable=True):
         limit, changes = rules.locked_limit(name), Changes()
         now = rules.clock(limit)
         old = limit.capacity
-        limit.capacity_override = value
+        limit.capacity_override = capacity
         limit.save(update_fields=["capacity_override", "updated_at"])
         rules.settle(limit, now, changes)
         rules.save_counters(limit)
-        new = f"{limit.capacity} (declared)" if value is None else str(limit.capacity)
+        new = f"{limit.capacity} (declared)" if capacity is None else str(limit.capacity)
         rules.audit(limit, actor, AuditEvent.Action.CAPACITY, now, old=str(old), new=new, capacity_after=limit.capacity)
         rules.wake_on_commit(changes.woken)
         return limit
 
 
-def set_max_hold(name: str, value: int | str | None, *, actor: str | None = None) -> Limit:
+def set_max_hold(name: str, value: object, *, actor: str | None = None) -> Limit:
     """Override a limit's max hold (same values as the config's max_hold), or reset it with None.
-    Only slots granted afterwards get the new value: a slot's expiry is fixed at grant."""
+    Only slots granted afterwards get the new value: a slot's expiry is fixed at grant. `value`
+    is checked here (it may come straight from a request)."""
     ms = None if value is None else duration_ms(value, BAD_MAX_HOLD, "max_hold")
     with transaction.atomic(durable=True):
         limit = rules.locked_limit(name)

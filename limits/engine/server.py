@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
+from typing import Any
 
 from django.db import connection
 from django.utils import timezone
@@ -38,10 +39,11 @@ def available() -> bool:
     return connection.vendor == "postgresql"
 
 
-def _call(sql: str, params: list[object]) -> tuple:  # type: ignore[type-arg]
+def _call(sql: str, params: list[Any]) -> tuple[Any, ...]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchone()
+        row: tuple[Any, ...] = cursor.fetchone()
+        return row
 
 
 def acquire(limit_name: str, run_id: str, request: str, label: str, timeout_ms: int) -> Acquisition | Answer:
@@ -81,5 +83,6 @@ def settle(limit_id: int, now: datetime, reservation_ms: int) -> tuple[list[str]
 
 def time_out(limit_id: int, now: datetime) -> list[str]:
     """limits_time_out, under the caller's lock: the runs whose waits passed their deadline."""
+    run_ids: list[str]
     (run_ids,) = _call("SELECT limits_time_out(%s, %s)", [limit_id, now])
     return run_ids

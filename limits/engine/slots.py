@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from datetime import timedelta
+from typing import Literal
 
 from django.db import connection, transaction
 from django.db.models import Q
@@ -30,6 +31,13 @@ from limits.engine.errors import (
 from limits.engine.results import Acquisition
 from limits.engine.rules import DEFAULT_TIMEOUT_MS, RESERVATION_MS, Changes
 from limits.models import AuditEvent, Limit, QueueEntry, Slot, is_storable_text
+
+# What a queue entry that was not granted amounts to, as an acquire outcome.
+_ENTRY_OUTCOMES: dict[str, Literal["waiting", "timed_out", "cancelled"]] = {
+    "waiting": "waiting",
+    "timed_out": "timed_out",
+    "cancelled": "cancelled",
+}
 
 
 def acquire(
@@ -60,7 +68,7 @@ def acquire(
     if server.available():
         fast = server.acquire(limit_name, run_id, request, label, timeout_ms)
         if fast is not server.NOT_HANDLED_HERE:
-            return fast  # type: ignore[return-value]
+            return fast
     with transaction.atomic(savepoint=False):
         outcome = _acquire_in_transaction(limit_name, run_id, request, label, timeout_ms)
     if isinstance(outcome, LimitsError):
@@ -98,7 +106,7 @@ def release(slot_id: str, *, actor: str | None = None) -> bool:
     if server.available() and actor is None and is_storable_text(slot_id):
         fast = server.release(slot_id, RESERVATION_MS)
         if fast is not server.NOT_HANDLED_HERE:
-            released, woken = fast  # type: ignore[misc]
+            released, woken = fast
             rules.wake_on_commit(woken)
             return released
     with transaction.atomic(savepoint=False):
@@ -223,8 +231,8 @@ def _previous_outcome(request: str) -> Acquisition | None:
     entries = sorted(QueueEntry.objects.filter(request=request).select_related("limit"), key=lambda e: e.position)
     entry = entries[-1] if entries else None
     if entry is not None and entry.state != QueueEntry.State.GRANTED:
-        state = {"waiting": "waiting", "timed_out": "timed_out", "cancelled": "cancelled"}[entry.state]
-        return Acquisition(state, entry.limit.name, request, timeout_ms=entry.timeout_ms, deadline=entry.deadline)  # type: ignore[arg-type]
+        state = _ENTRY_OUTCOMES[entry.state]
+        return Acquisition(state, entry.limit.name, request, timeout_ms=entry.timeout_ms, deadline=entry.deadline)
     if entry is not None and not any(slot.queue_entry_id == entry.id for slot in slots):
         return _previous_outcome(request)  # granted after the slots were read (READ COMMITTED): read again
     confirmed_slot = next((slot for slot in slots if slot.confirmed_at is not None), None)

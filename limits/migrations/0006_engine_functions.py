@@ -237,8 +237,8 @@ DROP FUNCTION IF EXISTS limits_time_out(bigint, timestamptz);
 """
 
 
-def _on_postgresql(statements: list[str]):  # type: ignore[no-untyped-def]
-    def run(apps, schema_editor) -> None:  # type: ignore[no-untyped-def]
+def _on_postgresql(statements: list[str]):
+    def run(apps, schema_editor) -> None:
         if schema_editor.connection.vendor == "postgresql":
             for statement in statements:
                 schema_editor.execute(statement)

@@ -20,11 +20,11 @@ from limits import sql
 ENGINE_SQL_FINGERPRINT = "93025b030d694459abbfdcdc902db9edde283f216dbba650b89063a0b7404d88"
 
 
-def install(apps, schema_editor) -> None:  # type: ignore[no-untyped-def]
+def install(apps, schema_editor) -> None:
     sql.install(schema_editor)
 
 
-def install_0006(apps, schema_editor) -> None:  # type: ignore[no-untyped-def]
+def install_0006(apps, schema_editor) -> None:
     if schema_editor.connection.vendor == "postgresql":
         previous = importlib.import_module("limits.migrations.0006_engine_functions")
         schema_editor.execute(sql.DROP_ENGINE_FUNCTIONS, params=None)

@@ -12,7 +12,7 @@ from limits import sql
 ENGINE_SQL_FINGERPRINT = "2079e6bf8f9829c6eb4a2d7af50ae99d56092bd3094642e43527364a2f0ea0ca"
 
 
-def install(apps, schema_editor) -> None:  # type: ignore[no-untyped-def]
+def install(apps, schema_editor) -> None:
     sql.install(schema_editor)
 
 

@@ -3,7 +3,7 @@
 -- docstring). Each takes the limit's row lock inside the server, so the lock is held for the
 -- statements and the commit only, never across a round trip to Python. A case a function does not
 -- handle (an unknown or undeclared limit, a late confirm, releasing a reservation, free capacity
--- beside waiting runs, an earlier outcome of the request other than a live slot) answers 'slow'
+-- beside waiting runs, an earlier outcome of the request other than a live slot) answers 'slow' (limits.engine.server: NOT_HANDLED_HERE)
 -- before it changes anything, and the service goes on in Python in the same transaction.
 --
 -- Times: the caller passes timezone.now() read before the call, so a function writes

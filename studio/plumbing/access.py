@@ -57,7 +57,7 @@ def studio_login_required[View: Callable[..., HttpResponse]](view: View) -> View
             return HttpResponseClientRedirect(redirect_to_login(next_path).url)
         return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # functools.wraps: the same signature as view
 
 
 def permission_required(perm: str, reason: str) -> Callable[[ViewFunc], ViewFunc]:
@@ -70,7 +70,7 @@ def permission_required(perm: str, reason: str) -> Callable[[ViewFunc], ViewFunc
                 raise PermissionDenied(reason)
             return view(request, *args, **kwargs)
 
-        return studio_login_required(wrapper)  # type: ignore[arg-type]
+        return studio_login_required(wrapper)
 
     return decorator
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse, QueryDict
 
 NUL_REFUSED = "Bad request: the address or the form holds a NUL character (%00), which no field accepts."
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -38,6 +38,6 @@ class RejectNulCharactersMiddleware:
             return False
 
 
-def _has_nul(params: object) -> bool:
-    lists = params.lists()  # type: ignore[attr-defined]
+def _has_nul(params: QueryDict) -> bool:
+    lists = params.lists()
     return any("\x00" in key or any("\x00" in value for value in values) for key, values in lists)

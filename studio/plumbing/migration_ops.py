@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.db import migrations
+
+if TYPE_CHECKING:
+    from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+    from django.db.migrations.state import StateApps
 
 
 def drop_like_index(model_name: str, column: str) -> migrations.RunPython:
@@ -11,15 +17,15 @@ def drop_like_index(model_name: str, column: str) -> migrations.RunPython:
     up whole, so it is one more index to write on every insert and state change, for nothing.
     Reversible; does nothing on other databases."""
 
-    def name(apps, schema_editor) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    def name(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> tuple[str, str]:
         table = apps.get_model(model_name)._meta.db_table
-        return table, schema_editor._create_index_name(table, [column], suffix="_like")
+        return table, schema_editor._create_index_name(table, [column], suffix="_like")  # type: ignore[attr-defined]  # Django's, not in the stubs
 
-    def drop(apps, schema_editor) -> None:  # type: ignore[no-untyped-def]
+    def drop(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
         if schema_editor.connection.vendor == "postgresql":
             schema_editor.execute(f"DROP INDEX IF EXISTS {schema_editor.quote_name(name(apps, schema_editor)[1])}")
 
-    def create(apps, schema_editor) -> None:  # type: ignore[no-untyped-def]
+    def create(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
         if schema_editor.connection.vendor == "postgresql":
             table, index = name(apps, schema_editor)
             schema_editor.execute(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.conf import settings
@@ -69,20 +69,23 @@ def clear_user(username: str) -> None:
     SignInFailure.objects.filter(key=_digest("user:" + username.strip().casefold())).delete()
 
 
-class ThrottledFormMixin:
+if TYPE_CHECKING:
+    _FormBase = AuthenticationForm  # what the mixin is mixed into: its data, request and clean()
+else:
+    _FormBase = object
+
+
+class ThrottledFormMixin(_FormBase):
     """Refuse before authenticating when the username or address is throttled; count failures."""
 
-    request: HttpRequest | None
-    error_messages: dict[str, str]
-
     def clean(self) -> dict[str, Any]:
-        username = str(self.data.get("username", ""))[:150]  # type: ignore[attr-defined]
+        username = str(self.data.get("username", ""))[:150]
         attempt = begin_attempt(keys_for(username, self.request))
         if attempt is None:
             minutes = max(1, int(_window().total_seconds() // 60))
             raise forms.ValidationError(THROTTLED.format(minutes=minutes), code="throttled")
         try:
-            cleaned: dict[str, Any] = super().clean()  # type: ignore[misc]
+            cleaned = super().clean()
         except forms.ValidationError:
             raise  # the attempt's rows stay: they are its failure
         except BaseException:

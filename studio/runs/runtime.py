@@ -276,7 +276,7 @@ def step[F: Callable[..., Any]](fn: F | None = None, *, name: str | None = None)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             return run_step(step_name, lambda: fn(*args, **kwargs))
 
-        return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]  # functools.wraps: the same signature as fn
 
     return decorate(fn) if fn is not None else decorate
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+from typing import TypedDict
 
 from celery import shared_task
 from celery.signals import worker_ready
@@ -10,8 +11,15 @@ from studio.runs import runtime
 logger = logging.getLogger(__name__)
 
 
+class RetryOptions(TypedDict):
+    autoretry_for: tuple[type[BaseException], ...]
+    retry_backoff: int
+    retry_backoff_max: int
+    max_retries: int
+
+
 # A database outage while advancing leaves the run untouched (runtime.advance): try again soon.
-RETRY_ON_OUTAGE = {
+RETRY_ON_OUTAGE: RetryOptions = {
     "autoretry_for": runtime.INTERRUPTIONS,
     "retry_backoff": 2,
     "retry_backoff_max": 30,

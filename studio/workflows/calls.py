@@ -4,6 +4,7 @@ releases it from another workflow."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from limits.workflow import SlotTimeoutError, acquire_slot, release_slot
 from studio.workflows import step, workflow
@@ -17,7 +18,7 @@ def dial_out(call_id: str, slot_id: str) -> None:
 
 
 @workflow
-def place_call(input: dict) -> dict:
+def place_call(input: dict[str, Any]) -> dict[str, Any]:
     try:
         slot = acquire_slot("voice-calls", label=input["call_id"], timeout=input.get("timeout", "30m"))
     except SlotTimeoutError:
@@ -27,5 +28,5 @@ def place_call(input: dict) -> dict:
 
 
 @workflow
-def call_ended(input: dict) -> dict:
+def call_ended(input: dict[str, Any]) -> dict[str, Any]:
     return release_slot(input["slot_id"])

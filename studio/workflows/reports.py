@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from limits.workflow import with_limit
 from studio.workflows import step, workflow
 
 
 @step
-def build_report(report_id: str, seconds: float) -> dict:
+def build_report(report_id: str, seconds: float) -> dict[str, Any]:
     time.sleep(seconds)  # stands in for the slow export
     return {"report_id": report_id, "rows": 1000}
 
 
 @workflow
-def export_report(input: dict) -> dict:
+def export_report(input: dict[str, Any]) -> dict[str, Any]:
     report_id = input["report_id"]
     return with_limit(
         "report-exports",

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from limits.workflow import SlotTimeoutError, acquire_slot, release_slot
 from studio.workflows import step, workflow
 
 
 @step
-def call_partner(session_label: str) -> dict:
+def call_partner(session_label: str) -> dict[str, Any]:
     return {"ok": True, "label": session_label}
 
 
 @workflow
-def sync_partner(input: dict) -> dict:
+def sync_partner(input: dict[str, Any]) -> dict[str, Any]:
     label = input.get("label", "")
     try:
         slot = acquire_slot("partner-api", label=label, timeout=input.get("timeout", "30s"))
@@ -24,7 +26,7 @@ def sync_partner(input: dict) -> dict:
 
 
 @workflow
-def open_session(input: dict) -> dict:
+def open_session(input: dict[str, Any]) -> dict[str, Any]:
     """Open a partner session and keep its slot; a later `call_ended` run releases it."""
     try:
         slot = acquire_slot("partner-api", label=input.get("label", ""), timeout=input.get("timeout", "30s"))

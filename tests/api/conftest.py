@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
@@ -22,7 +24,7 @@ def reader(username: str = "viewer") -> tuple[User, str]:
 
 
 @pytest.fixture
-def calls():  # type: ignore[no-untyped-def]
+def calls():
     """voice-calls (capacity 2): r1 and r2 hold busy slots, r3 and r4 wait."""
     declare(voice_calls={"capacity": 2, "max_hold": "45m"})
     slots = [acquire("voice-calls", run_id=f"r{n}", label=f"call-{n}").slot_id for n in (1, 2)]
@@ -38,10 +40,10 @@ class Api:
         self.client = Client(enforce_csrf_checks=True)
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
 
-    def get(self, path: str, **params: object):  # type: ignore[no-untyped-def]
+    def get(self, path: str, **params: Any):
         return self.client.get(f"/api/limits/{path}", params, headers=self.headers)
 
-    def post(self, path: str, body: object = None, raw: str | None = None):  # type: ignore[no-untyped-def]
+    def post(self, path: str, body: object = None, raw: str | None = None):
         import json
 
         data = raw if raw is not None else json.dumps(body if body is not None else {})

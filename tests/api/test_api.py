@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.mark.parametrize("header", [None, "Bearer", "Bearer sbk_wrong", "Token abc", "Basic b3BzOm9wcw=="])
-def test_reads_without_a_valid_token_are_401(calls, header) -> None:  # type: ignore[no-untyped-def]
+def test_reads_without_a_valid_token_are_401(calls, header) -> None:
     api = Api(None)
     if header:
         api.headers = {"Authorization": header}
@@ -29,7 +29,7 @@ def test_reads_without_a_valid_token_are_401(calls, header) -> None:  # type: ig
     assert response["WWW-Authenticate"].startswith("Bearer")
 
 
-def test_a_session_cookie_is_never_enough(calls, client) -> None:  # type: ignore[no-untyped-def]
+def test_a_session_cookie_is_never_enough(calls, client) -> None:
     """No CSRF hole: a signed-in browser session cannot read or write through the API."""
     user, _ = operator()
     client.force_login(user)
@@ -39,14 +39,14 @@ def test_a_session_cookie_is_never_enough(calls, client) -> None:  # type: ignor
     assert Limit.objects.get(name="voice-calls").capacity == 2
 
 
-def test_a_token_of_an_inactive_user_is_refused(calls) -> None:  # type: ignore[no-untyped-def]
+def test_a_token_of_an_inactive_user_is_refused(calls) -> None:
     user, token = operator()
     user.is_active = False
     user.save()
     assert Api(token).get("").status_code == 401
 
 
-def test_writes_need_the_operate_permission(calls) -> None:  # type: ignore[no-untyped-def]
+def test_writes_need_the_operate_permission(calls) -> None:
     _, token = reader()
     api = Api(token)
     assert api.get("").status_code == 200
@@ -62,12 +62,12 @@ def test_writes_need_the_operate_permission(calls) -> None:  # type: ignore[no-u
     assert not AuditEvent.objects.exclude(action="sync").exists()
 
 
-def test_writes_with_a_token_need_no_csrf_token(calls) -> None:  # type: ignore[no-untyped-def]
+def test_writes_with_a_token_need_no_csrf_token(calls) -> None:
     _, token = operator()
     assert Api(token).post("voice-calls/capacity/", {"capacity": 3}).status_code == 200
 
 
-def test_methods_are_checked(calls) -> None:  # type: ignore[no-untyped-def]
+def test_methods_are_checked(calls) -> None:
     _, token = operator()
     api = Api(token)
     assert api.get("voice-calls/capacity/").status_code == 405
@@ -77,14 +77,14 @@ def test_methods_are_checked(calls) -> None:  # type: ignore[no-untyped-def]
 # --- reads --------------------------------------------------------------------------------------
 
 
-def test_list_gives_every_limit_summary(calls) -> None:  # type: ignore[no-untyped-def]
+def test_list_gives_every_limit_summary(calls) -> None:
     _, token = reader()
     limits = {limit["name"]: limit for limit in Api(token).get("").json()["limits"]}
     assert limits["voice-calls"]["busy"] == 2
     assert limits["voice-calls"]["waiting"] == 2
 
 
-def test_one_limit_and_an_unknown_one(calls) -> None:  # type: ignore[no-untyped-def]
+def test_one_limit_and_an_unknown_one(calls) -> None:
     _, token = reader()
     api = Api(token)
     assert api.get("voice-calls/").json()["capacity"] == 2
@@ -94,7 +94,7 @@ def test_one_limit_and_an_unknown_one(calls) -> None:  # type: ignore[no-untyped
     assert api.get("nope/queue/").status_code == 404
 
 
-def test_slots_and_queue_are_paginated_in_order(calls) -> None:  # type: ignore[no-untyped-def]
+def test_slots_and_queue_are_paginated_in_order(calls) -> None:
     _, token = reader()
     api = Api(token)
     Slot.objects.filter(id=calls[0]).update(state="reserved", reserved_until=Slot.objects.get(id=calls[0]).expires_at)
@@ -110,13 +110,13 @@ def test_slots_and_queue_are_paginated_in_order(calls) -> None:  # type: ignore[
 
 
 @pytest.mark.parametrize(("params", "field"), [({"page": 0}, "page"), ({"size": 501}, "size"), ({"size": "x"}, "size")])
-def test_bad_page_parameters_are_400(calls, params, field) -> None:  # type: ignore[no-untyped-def]
+def test_bad_page_parameters_are_400(calls, params, field) -> None:
     _, token = reader()
     response = Api(token).get("voice-calls/slots/", **params)
     assert (response.status_code, response.json()["field"]) == (400, field)
 
 
-def test_pages_take_the_same_number_of_queries_whatever_the_limit_size(calls) -> None:  # type: ignore[no-untyped-def]
+def test_pages_take_the_same_number_of_queries_whatever_the_limit_size(calls) -> None:
     """A limit may hold 100,000 slots: a page must never cost more queries as it grows."""
     _, token = reader()
     api = Api(token)
@@ -133,7 +133,7 @@ def test_pages_take_the_same_number_of_queries_whatever_the_limit_size(calls) ->
     assert len({count for path, count in counts if path == "queue/"}) == 1
 
 
-def test_one_slot_and_an_unknown_one(calls) -> None:  # type: ignore[no-untyped-def]
+def test_one_slot_and_an_unknown_one(calls) -> None:
     _, token = reader()
     api = Api(token)
     slot = api.get(f"slots/{calls[0]}/").json()
@@ -144,7 +144,7 @@ def test_one_slot_and_an_unknown_one(calls) -> None:  # type: ignore[no-untyped-
 # --- writes -------------------------------------------------------------------------------------
 
 
-def test_release_is_recorded_for_the_token_owner_and_idempotent(calls) -> None:  # type: ignore[no-untyped-def]
+def test_release_is_recorded_for_the_token_owner_and_idempotent(calls) -> None:
     _, token = operator()
     api = Api(token)
     first = api.post(f"slots/{calls[0]}/release/")
@@ -156,13 +156,13 @@ def test_release_is_recorded_for_the_token_owner_and_idempotent(calls) -> None: 
     assert AuditEvent.objects.get(action="release").actor == "api:ops"
 
 
-def test_release_of_an_unknown_slot_is_404(calls) -> None:  # type: ignore[no-untyped-def]
+def test_release_of_an_unknown_slot_is_404(calls) -> None:
     _, token = operator()
     response = Api(token).post("slots/slot_nope/release/")
     assert (response.status_code, response.json()["field"]) == (404, "slot_id")
 
 
-def test_capacity_set_and_reset(calls) -> None:  # type: ignore[no-untyped-def]
+def test_capacity_set_and_reset(calls) -> None:
     _, token = operator()
     api = Api(token)
     answer = api.post("voice-calls/capacity/", {"capacity": 3}).json()
@@ -173,7 +173,7 @@ def test_capacity_set_and_reset(calls) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("value", [0, 100_001, "3", 2.0, True, [3]])
-def test_capacity_bad_values_are_400_naming_the_field(calls, value) -> None:  # type: ignore[no-untyped-def]
+def test_capacity_bad_values_are_400_naming_the_field(calls, value) -> None:
     _, token = operator()
     response = Api(token).post("voice-calls/capacity/", {"capacity": value})
     assert response.status_code == 400
@@ -183,13 +183,13 @@ def test_capacity_bad_values_are_400_naming_the_field(calls, value) -> None:  # 
 
 
 @pytest.mark.parametrize(("raw", "field"), [("not json", "body"), ("[1]", "body"), ("{}", "capacity")])
-def test_capacity_bad_bodies_are_400(calls, raw, field) -> None:  # type: ignore[no-untyped-def]
+def test_capacity_bad_bodies_are_400(calls, raw, field) -> None:
     _, token = operator()
     response = Api(token).post("voice-calls/capacity/", raw=raw)
     assert (response.status_code, response.json()["field"]) == (400, field)
 
 
-def test_max_hold_set_and_reset(calls) -> None:  # type: ignore[no-untyped-def]
+def test_max_hold_set_and_reset(calls) -> None:
     _, token = operator()
     api = Api(token)
     answer = api.post("voice-calls/max-hold/", {"max_hold": "1h"}).json()
@@ -200,20 +200,20 @@ def test_max_hold_set_and_reset(calls) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("value", ["31d", 0, "abc", -1, 2.5])
-def test_max_hold_bad_values_are_400_naming_the_field(calls, value) -> None:  # type: ignore[no-untyped-def]
+def test_max_hold_bad_values_are_400_naming_the_field(calls, value) -> None:
     _, token = operator()
     response = Api(token).post("voice-calls/max-hold/", {"max_hold": value})
     assert (response.status_code, response.json()["field"]) == (400, "max_hold")
 
 
-def test_writes_to_an_unknown_limit_are_404(calls) -> None:  # type: ignore[no-untyped-def]
+def test_writes_to_an_unknown_limit_are_404(calls) -> None:
     _, token = operator()
     api = Api(token)
     assert api.post("nope/capacity/", {"capacity": 3}).status_code == 404
     assert api.post("nope/max-hold/", {"max_hold": "1h"}).status_code == 404
 
 
-def test_a_limit_may_be_named_slots(calls) -> None:  # type: ignore[no-untyped-def]
+def test_a_limit_may_be_named_slots(calls) -> None:
     declare(slots={"capacity": 1, "max_hold": "1m"})
     _, token = reader()
     api = Api(token)
@@ -221,7 +221,7 @@ def test_a_limit_may_be_named_slots(calls) -> None:  # type: ignore[no-untyped-d
     assert api.get("slots/slots/").json()["limit"] == "slots"
 
 
-def test_an_unknown_api_path_is_a_json_404_and_a_path_without_its_slash_is_redirected(calls) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_api_path_is_a_json_404_and_a_path_without_its_slash_is_redirected(calls) -> None:
     _, token = reader()
     api = Api(token)
     expected = {

@@ -73,9 +73,9 @@ def psycopg_dsn(url: str) -> str:
 
 def machine(url: str) -> dict[str, str]:
     with psycopg.connect(psycopg_dsn(url)) as conn:
-        version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-        sync = conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
-        fsync = conn.execute("SHOW fsync").fetchone()[0]  # type: ignore[index]
+        version = conn.execute("SHOW server_version").fetchone()[0]
+        sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
+        fsync = conn.execute("SHOW fsync").fetchone()[0]
     return {
         "cores": str(os.cpu_count()),
         "postgres": str(version).split()[0],

@@ -3,6 +3,8 @@ a time. Counters on the limit row are recomputed from the rows afterwards, so th
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.db import connection
 
 from tests.bench.common import log
@@ -100,7 +102,7 @@ def waiting_entries(limit: int, count: int, *, tag: str, with_runs: bool) -> Non
     recount([limit])
 
 
-def recount(limit_ids: object) -> None:
+def recount(limit_ids: Iterable[int]) -> None:
     """Set the counters of these limits from their rows (what the engine keeps in step)."""
     with connection.cursor() as cur:
         cur.execute(
@@ -114,7 +116,7 @@ def recount(limit_ids: object) -> None:
                 next_position = (SELECT coalesce(max(position), 0) + 1 FROM limits_queueentry q WHERE q.limit_id = l.id)
             WHERE l.id = ANY(%s)
             """,
-            [list(limit_ids)],  # type: ignore[call-overload]
+            [list(limit_ids)],
         )
 
 

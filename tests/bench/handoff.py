@@ -110,9 +110,11 @@ def measure(limit_name: str, handoffs: int, worker: Worker, warmup: int = 5) -> 
         if not services.release(holder.id):
             raise RuntimeError(f"release of {holder.id} changed nothing")
         t1 = timezone.now()
-        wait_for(
-            lambda run=run: Run.objects.filter(id=run.id, status=Run.Status.COMPLETED).exists(), "a hand-off", worker
-        )
+
+        def is_completed(run: Run = run) -> bool:
+            return Run.objects.filter(id=run.id, status=Run.Status.COMPLETED).exists()
+
+        wait_for(is_completed, "a hand-off", worker)
         holder = Slot.objects.get(limit=limit, run_id=run.id)
         hook = Step.objects.get(run_id=run.id, kind=Step.Kind.HOOK)
         dispatched, finished = Run.objects.values_list("dispatched_at", "finished_at").get(id=run.id)

@@ -186,7 +186,7 @@ def _engine_child(index: int, limit: str, row: int, load: Load, runs: int, barri
                     wait_s += time.monotonic() - waited
                 if got.state != "busy":
                     raise RuntimeError(f"acquire ended {got.state}")
-                services.release(got.slot_id)  # type: ignore[arg-type]
+                services.release(got.slot_id)
                 if time.monotonic() < deadline:
                     cycles += 1
             results.put({"cycles": cycles, "queued": queued, "wakes": wakes, "wait_s": wait_s})

@@ -98,7 +98,7 @@ def lock_hold(limit: str, cycles: int = 200) -> dict[str, float]:
                 if op == "acquire":
                     got = services.acquire(limit, run_id="hold", request=f"hold:{number}")
                 else:
-                    services.release(got.slot_id)  # type: ignore[arg-type]
+                    services.release(got.slot_id)
             # COMMIT is sent by the connection, not through execute(): the operation returned
             # right after it, so the span ends now.
             if state["since"] is not None:

@@ -45,7 +45,7 @@ def _chromium() -> Iterator[object]:
 
 
 @pytest.fixture
-def page(browser) -> Iterator[object]:  # type: ignore[no-untyped-def]
+def page(browser) -> Iterator[object]:
     context = browser.new_context(viewport={"width": 1360, "height": 900})
     page = context.new_page()
     page.set_default_timeout(10_000)
@@ -54,7 +54,7 @@ def page(browser) -> Iterator[object]:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def screenshot(page):  # type: ignore[no-untyped-def]
+def screenshot(page):
     SCREENSHOTS.mkdir(exist_ok=True)
 
     def take(name: str, *, full_page: bool = True) -> Path:

@@ -21,14 +21,14 @@ PASSWORD = "a-long-password"
 
 
 @pytest.fixture
-def operator(transactional_db) -> User:  # type: ignore[no-untyped-def]
+def operator(transactional_db) -> User:
     user = User.objects.create_user("ada", password=PASSWORD)
     user.user_permissions.add(Permission.objects.get(codename="operate_limit"))
     return user
 
 
 @pytest.fixture
-def busy_limits(transactional_db) -> None:  # type: ignore[no-untyped-def]
+def busy_limits(transactional_db) -> None:
     """voice-calls (capacity 2): run-0 and run-1 busy, run-2..run-4 waiting; partner-api half used."""
     declare(
         voice_calls={"capacity": 2, "max_hold": "45m"},
@@ -69,7 +69,7 @@ def assert_not_reloaded(page: Page) -> None:
     assert page.evaluate("window.__noReload === true"), "the page was reloaded"
 
 
-def test_an_operator_releases_edits_and_resets_by_clicking(  # type: ignore[no-untyped-def]
+def test_an_operator_releases_edits_and_resets_by_clicking(
     live_server, page: Page, screenshot, operator, busy_limits
 ) -> None:
     base = live_server.url
@@ -141,7 +141,7 @@ def test_an_operator_releases_edits_and_resets_by_clicking(  # type: ignore[no-u
     screenshot("run-page")
 
 
-def test_the_list_and_the_limit_page_refresh_in_place(live_server, page: Page, operator, busy_limits) -> None:  # type: ignore[no-untyped-def]
+def test_the_list_and_the_limit_page_refresh_in_place(live_server, page: Page, operator, busy_limits) -> None:
     sign_in(page, live_server.url)
     mark_window(page)
     expect(page.locator("#limit-report-exports")).to_contain_text("0 / 2")
@@ -158,7 +158,7 @@ def test_the_list_and_the_limit_page_refresh_in_place(live_server, page: Page, o
     assert_not_reloaded(page)
 
 
-def test_typing_in_the_search_box_filters_the_list_in_place(live_server, page: Page, operator, busy_limits) -> None:  # type: ignore[no-untyped-def]
+def test_typing_in_the_search_box_filters_the_list_in_place(live_server, page: Page, operator, busy_limits) -> None:
     sign_in(page, live_server.url)
     mark_window(page)
     expect(page.locator("#limits-table tbody tr")).to_have_count(3)
@@ -174,7 +174,7 @@ def test_typing_in_the_search_box_filters_the_list_in_place(live_server, page: P
     assert_not_reloaded(page)
 
 
-def test_the_limit_page_reads_well_on_a_phone(live_server, browser, operator, busy_limits) -> None:  # type: ignore[no-untyped-def]
+def test_the_limit_page_reads_well_on_a_phone(live_server, browser, operator, busy_limits) -> None:
     context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True)
     phone = context.new_page()
     try:
@@ -188,7 +188,7 @@ def test_the_limit_page_reads_well_on_a_phone(live_server, browser, operator, bu
         context.close()
 
 
-def test_a_viewer_sees_the_limit_but_no_buttons(live_server, page: Page, busy_limits) -> None:  # type: ignore[no-untyped-def]
+def test_a_viewer_sees_the_limit_but_no_buttons(live_server, page: Page, busy_limits) -> None:
     User.objects.create_user("ada", password=PASSWORD)
     sign_in(page, live_server.url, "/studio/limits/voice-calls/")
     expect(page.locator("#slots tbody tr")).to_have_count(2)

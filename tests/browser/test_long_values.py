@@ -24,7 +24,7 @@ LONG = "x" * 10_000
 
 
 @pytest.fixture
-def long_run(transactional_db) -> Run:  # type: ignore[no-untyped-def]
+def long_run(transactional_db) -> Run:
     declare(voice_calls={"capacity": 1, "max_hold": "45m"})
     now = timezone.now()
     run = Run.objects.create(
@@ -49,7 +49,7 @@ def long_run(transactional_db) -> Run:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def signed_in(browser, live_server) -> Iterator[object]:  # type: ignore[no-untyped-def]
+def signed_in(browser, live_server) -> Iterator[object]:
     """A page 1280 px wide, signed in as an operator (the session cookie of a forced login)."""
     user = User.objects.create_user("ada", password="a-long-password")
     user.user_permissions.add(Permission.objects.get(codename="operate_limit"))
@@ -63,11 +63,11 @@ def signed_in(browser, live_server) -> Iterator[object]:  # type: ignore[no-unty
     context.close()
 
 
-def _width(page) -> int:  # type: ignore[no-untyped-def]
+def _width(page) -> int:
     return int(page.evaluate("Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"))
 
 
-def test_the_run_page_of_a_10000_character_input_fits_the_window(long_run, signed_in, live_server) -> None:  # type: ignore[no-untyped-def]
+def test_the_run_page_of_a_10000_character_input_fits_the_window(long_run, signed_in, live_server) -> None:
     signed_in.goto(f"{live_server.url}/studio/runs/{long_run.id}/")
     assert signed_in.locator("#run-status").inner_text() == "failed"
     assert _width(signed_in) <= WIDTH
@@ -79,7 +79,7 @@ def test_the_run_page_of_a_10000_character_input_fits_the_window(long_run, signe
     assert label.evaluate("element => element.scrollWidth > element.clientWidth")  # cut, with its ellipsis
 
 
-def test_the_limit_page_with_long_labels_fits_the_window(long_run, signed_in, live_server) -> None:  # type: ignore[no-untyped-def]
+def test_the_limit_page_with_long_labels_fits_the_window(long_run, signed_in, live_server) -> None:
     signed_in.goto(f"{live_server.url}/studio/limits/voice-calls/")
     assert signed_in.locator("#slots .long-value").count() == 1
     assert _width(signed_in) <= WIDTH

@@ -51,7 +51,7 @@ def write_agents(path: Path, agents: dict[str, dict[str, str]]) -> Path:
 
 
 @pytest.fixture
-def calls():  # type: ignore[no-untyped-def]
+def calls():
     """voice-calls (capacity 2, max hold 45m): r1 and r2 hold busy slots, r3 and r4 wait."""
     declare(voice_calls={"capacity": 2, "max_hold": "45m"}, partner_api={"capacity": 5, "max_hold": "10m"})
     from limits.services import acquire

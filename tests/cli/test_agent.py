@@ -39,7 +39,7 @@ def box(live_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[st
     return slots
 
 
-def test_list_through_an_agent(box) -> None:  # type: ignore[no-untyped-def]
+def test_list_through_an_agent(box) -> None:
     result = run_cli("list", "--agent", "box")
     assert result.code == 0, result.err
     assert any(line.split()[:3] == ["voice-calls", "2/2", "2"] for line in result.out.splitlines())
@@ -47,7 +47,7 @@ def test_list_through_an_agent(box) -> None:  # type: ignore[no-untyped-def]
     assert json.loads(run_cli("list", "--agent", "reader", "--json").out) == json.loads(local.out)
 
 
-def test_slots_through_an_agent_match_the_local_output(box) -> None:  # type: ignore[no-untyped-def]
+def test_slots_through_an_agent_match_the_local_output(box) -> None:
     remote = json.loads(run_cli("slots", "voice-calls", "--agent", "box", "--json").out)
     local = json.loads(run_cli("slots", "voice-calls", "--json").out)
     assert remote == local
@@ -57,7 +57,7 @@ def test_slots_through_an_agent_match_the_local_output(box) -> None:  # type: ig
     assert text.splitlines()[0] == "voice-calls: 2/2 busy, 2 waiting, max hold 45m"
 
 
-def test_slots_through_an_agent_follow_pages_and_cut(box, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_slots_through_an_agent_follow_pages_and_cut(box, monkeypatch) -> None:
     monkeypatch.setattr(remote, "API_PAGE_SIZE", 1)
     for n in range(5, 9):
         acquire("voice-calls", run_id=f"r{n}", timeout="1h")
@@ -69,12 +69,12 @@ def test_slots_through_an_agent_follow_pages_and_cut(box, monkeypatch) -> None: 
     assert [line.split()[1] for line in cut.out.splitlines() if line[:1].isdigit()] == ["r3", "r4"]
 
 
-def test_slots_of_an_unknown_limit_through_an_agent_exits_1(box) -> None:  # type: ignore[no-untyped-def]
+def test_slots_of_an_unknown_limit_through_an_agent_exits_1(box) -> None:
     result = run_cli("slots", "nope", "--agent", "box")
     assert (result.code, result.err) == (1, "error: unknown limit 'nope'\n")
 
 
-def test_release_through_an_agent_records_the_token_owner(box) -> None:  # type: ignore[no-untyped-def]
+def test_release_through_an_agent_records_the_token_owner(box) -> None:
     result = run_cli("release", box[0], "--yes", "--agent", "box")
     assert result.code == 0, result.err
     assert result.out == f"released {box[0]} of voice-calls (was busy, run r1)\n"
@@ -85,17 +85,17 @@ def test_release_through_an_agent_records_the_token_owner(box) -> None:  # type:
     assert "already free" in again.err
 
 
-def test_release_of_an_unknown_slot_through_an_agent_exits_1(box) -> None:  # type: ignore[no-untyped-def]
+def test_release_of_an_unknown_slot_through_an_agent_exits_1(box) -> None:
     result = run_cli("release", "slot_nope", "--yes", "--agent", "box")
     assert (result.code, result.err) == (1, "error: unknown slot 'slot_nope'\n")
 
 
-def test_release_through_an_agent_without_yes_refuses_with_no_terminal(box) -> None:  # type: ignore[no-untyped-def]
+def test_release_through_an_agent_without_yes_refuses_with_no_terminal(box) -> None:
     assert run_cli("release", box[0], "--agent", "box").code == 2
     assert Slot.objects.get(id=box[0]).state == "busy"
 
 
-def test_capacity_and_max_hold_through_an_agent(box) -> None:  # type: ignore[no-untyped-def]
+def test_capacity_and_max_hold_through_an_agent(box) -> None:
     assert run_cli("capacity", "voice-calls", "3", "--agent", "box").out == "voice-calls capacity: 2 → 3\n"
     assert queue("voice-calls") == ["r4"]
     assert run_cli("capacity", "voice-calls", "reset", "--agent", "box").out == (
@@ -116,7 +116,7 @@ def test_capacity_and_max_hold_through_an_agent(box) -> None:  # type: ignore[no
         (("max-hold", "voice-calls", "31d"), None),
     ],
 )
-def test_bad_values_through_an_agent_exit_2(box, argv, message) -> None:  # type: ignore[no-untyped-def]
+def test_bad_values_through_an_agent_exit_2(box, argv, message) -> None:
     result = run_cli(*argv, "--agent", "box")
     assert result.code == 2
     if message:
@@ -126,12 +126,12 @@ def test_bad_values_through_an_agent_exit_2(box, argv, message) -> None:  # type
     assert (limit.capacity_override, limit.max_hold_override_ms) == (None, None)
 
 
-def test_unknown_limit_writes_through_an_agent_exit_1(box) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_limit_writes_through_an_agent_exit_1(box) -> None:
     assert run_cli("capacity", "nope", "3", "--agent", "box").code == 1
     assert run_cli("max-hold", "nope", "1h", "--agent", "box").code == 1
 
 
-def test_a_token_without_the_operate_permission_is_refused(box) -> None:  # type: ignore[no-untyped-def]
+def test_a_token_without_the_operate_permission_is_refused(box) -> None:
     result = run_cli("capacity", "voice-calls", "5", "--agent", "reader")
     assert result.code == 2
     assert result.err.startswith("error: agent 'reader'")
@@ -141,14 +141,14 @@ def test_a_token_without_the_operate_permission_is_refused(box) -> None:  # type
     assert Slot.objects.get(id=box[0]).state == "busy"
 
 
-def test_a_forged_token_is_refused(box) -> None:  # type: ignore[no-untyped-def]
+def test_a_forged_token_is_refused(box) -> None:
     result = run_cli("list", "--agent", "forged")
     assert result.code == 2
     assert "refused the token" in result.err
     assert result.err.count("\n") == 1
 
 
-def test_an_unreachable_agent_is_one_line_and_exit_1(box) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreachable_agent_is_one_line_and_exit_1(box) -> None:
     for argv in (("list",), ("slots", "voice-calls"), ("capacity", "voice-calls", "3"), ("release", "slot_x", "--yes")):
         result = run_cli(*argv, "--agent", "down")
         assert result.code == 1
@@ -156,7 +156,7 @@ def test_an_unreachable_agent_is_one_line_and_exit_1(box) -> None:  # type: igno
         assert result.err.count("\n") == 1
 
 
-def test_an_unknown_agent_id_exits_2(box) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_agent_id_exits_2(box) -> None:
     result = run_cli("list", "--agent", "elsewhere")
     assert result.code == 2
     assert result.err == (
@@ -173,7 +173,7 @@ def test_an_unknown_agent_id_exits_2(box) -> None:  # type: ignore[no-untyped-de
         ('[agents.box]\nurl = "http://x"\n', "no 'token'"),
     ],
 )
-def test_a_bad_agents_file_exits_2(tmp_path, monkeypatch, content, message) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_agents_file_exits_2(tmp_path, monkeypatch, content, message) -> None:
     path = tmp_path / "agents.toml"
     if content is not None:
         path.write_text(content)
@@ -184,7 +184,7 @@ def test_a_bad_agents_file_exits_2(tmp_path, monkeypatch, content, message) -> N
     assert result.err.count("\n") == 1
 
 
-def test_a_token_may_come_from_an_environment_variable(box, tmp_path, monkeypatch, live_server) -> None:  # type: ignore[no-untyped-def]
+def test_a_token_may_come_from_an_environment_variable(box, tmp_path, monkeypatch, live_server) -> None:
     monkeypatch.setenv("BOX_TOKEN", reader("env-reader")[1])
     path = tmp_path / "env-agents.toml"
     path.write_text(f'[agents.box]\nurl = "{live_server.url}"\ntoken_env = "BOX_TOKEN"\n')

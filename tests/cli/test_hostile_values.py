@@ -54,7 +54,7 @@ def test_printable_lines_keeps_newlines_and_tabs() -> None:
 
 
 @pytest.fixture
-def hostile(calls) -> list[str]:  # type: ignore[no-untyped-def]
+def hostile(calls) -> list[str]:
     """partner-api (capacity 5) with a busy slot per hostile label, and voice-calls' queue with
     one more waiting run labelled with each."""
     slots = [acquire("partner-api", run_id=f"h{n}", label=label).slot_id for n, label in enumerate(HOSTILE_LABELS)]
@@ -67,7 +67,7 @@ def _assert_inert(text: str) -> None:
     assert not ACTIVE.search(text), repr(text)
 
 
-def test_slots_shows_hostile_labels_escaped_and_forges_no_row(hostile) -> None:  # type: ignore[no-untyped-def]
+def test_slots_shows_hostile_labels_escaped_and_forges_no_row(hostile) -> None:
     for limit in ("partner-api", "voice-calls"):
         result = run_cli("slots", limit)
         assert result.code == 0, result.err
@@ -80,12 +80,12 @@ def test_slots_shows_hostile_labels_escaped_and_forges_no_row(hostile) -> None: 
     assert len(rows) == len(HOSTILE_LABELS)  # one row per slot, whatever its label holds
 
 
-def test_slots_json_keeps_the_values_exact(hostile) -> None:  # type: ignore[no-untyped-def]
+def test_slots_json_keeps_the_values_exact(hostile) -> None:
     payload = json.loads(run_cli("slots", "partner-api", "--json").out)
     assert sorted(slot["label"] for slot in payload["slots"]) == sorted(HOSTILE_LABELS)
 
 
-def test_the_release_prompt_shows_a_hostile_label_escaped(hostile) -> None:  # type: ignore[no-untyped-def]
+def test_the_release_prompt_shows_a_hostile_label_escaped(hostile) -> None:
     slot = hostile[HOSTILE_LABELS.index(FORGED_ROW)]
     result = run_cli("release", slot, stdin=Terminal("n\n"))
     assert result.code == 1
@@ -94,7 +94,7 @@ def test_the_release_prompt_shows_a_hostile_label_escaped(hostile) -> None:  # t
     _assert_inert(prompt + rest.rstrip("\n"))
 
 
-def test_release_messages_show_hostile_run_ids_escaped(calls) -> None:  # type: ignore[no-untyped-def]
+def test_release_messages_show_hostile_run_ids_escaped(calls) -> None:
     slot = acquire("partner-api", run_id="run\u202e\x1b]0;owned\x07", label="\x1b[5m").slot_id
     result = run_cli("release", str(slot), "--yes")
     assert result.code == 0, result.err
@@ -121,7 +121,7 @@ def test_values_from_another_installation_are_shown_escaped() -> None:
     assert "evil\\x1b[2J\\u202e" in out.getvalue()
 
 
-def test_an_error_naming_a_hostile_value_is_one_escaped_line(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_an_error_naming_a_hostile_value_is_one_escaped_line(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(cli.AGENTS_FILE_ENV, str(tmp_path / "none.toml"))
     result = run_cli("list", "--agent", "evil\x1b]0;owned\x07\nerror: forged")
     assert result.code == 2
@@ -134,7 +134,7 @@ def test_an_error_naming_a_hostile_value_is_one_escaped_line(tmp_path: Path, mon
 
 
 @pytest.mark.parametrize("agent", ["", " ", "\t"])
-def test_an_empty_agent_is_an_error_not_this_installation(calls, agent: str) -> None:  # type: ignore[no-untyped-def]
+def test_an_empty_agent_is_an_error_not_this_installation(calls, agent: str) -> None:
     """`--agent "$TARGET"` with TARGET unset must not change the local box."""
     events = AuditEvent.objects.count()
     result = run_cli("capacity", "voice-calls", "4", "--agent", agent)
@@ -143,7 +143,7 @@ def test_an_empty_agent_is_an_error_not_this_installation(calls, agent: str) -> 
     assert (Limit.objects.get(name="voice-calls").capacity, AuditEvent.objects.count()) == (2, events)
 
 
-def test_an_empty_agent_through_manage_py_is_an_error(calls) -> None:  # type: ignore[no-untyped-def]
+def test_an_empty_agent_through_manage_py_is_an_error(calls) -> None:
     with pytest.raises(CommandError) as caught:
         call_command("limits", "list", "--agent", "", stdout=io.StringIO(), stderr=io.StringIO())
     assert caught.value.returncode == 2
@@ -154,7 +154,7 @@ def test_an_empty_agent_through_manage_py_is_an_error(calls) -> None:  # type: i
 
 
 @pytest.mark.parametrize("name", ["x" * 101, "é" * 5_000, "a\x00b"])
-def test_a_token_name_the_column_cannot_hold_is_refused_and_nothing_is_written(db, name: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_token_name_the_column_cannot_hold_is_refused_and_nothing_is_written(db, name: str) -> None:
     User.objects.create_user("ops")
     out = io.StringIO()
     with pytest.raises(CommandError) as caught:
@@ -164,7 +164,7 @@ def test_a_token_name_the_column_cannot_hold_is_refused_and_nothing_is_written(d
     assert (out.getvalue(), ApiToken.objects.count()) == ("", 0)
 
 
-def test_a_token_name_of_100_characters_is_fine(db) -> None:  # type: ignore[no-untyped-def]
+def test_a_token_name_of_100_characters_is_fine(db) -> None:
     User.objects.create_user("ops")
     call_command("limits", "token", "create", "ops", "--name", "x" * 100, stdout=io.StringIO())
     assert ApiToken.objects.get().name == "x" * 100

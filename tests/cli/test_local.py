@@ -35,7 +35,7 @@ LIST_KEYS = {
 # --- list ---------------------------------------------------------------------------------------
 
 
-def test_list_prints_a_row_per_limit_in_aligned_columns(calls) -> None:  # type: ignore[no-untyped-def]
+def test_list_prints_a_row_per_limit_in_aligned_columns(calls) -> None:
     result = run_cli("list")
     assert result.code == 0, result.err
     lines = result.out.splitlines()
@@ -47,7 +47,7 @@ def test_list_prints_a_row_per_limit_in_aligned_columns(calls) -> None:  # type:
     assert all(line[column - 2 : column] == "  " for line in lines[1:])
 
 
-def test_list_marks_overridden_values_and_undeclared_limits(calls) -> None:  # type: ignore[no-untyped-def]
+def test_list_marks_overridden_values_and_undeclared_limits(calls) -> None:
     set_capacity("voice-calls", 3, actor="test")
     Limit.objects.filter(name="partner-api").update(declared=False, max_hold_override_ms=60_000)
     result = run_cli("list")
@@ -58,7 +58,7 @@ def test_list_marks_overridden_values_and_undeclared_limits(calls) -> None:  # t
     assert result.out.splitlines()[-1].startswith("* overridden")
 
 
-def test_list_json_has_the_fixed_keys(calls) -> None:  # type: ignore[no-untyped-def]
+def test_list_json_has_the_fixed_keys(calls) -> None:
     result = run_cli("list", "--json")
     assert result.code == 0
     limits = {limit["name"]: limit for limit in json.loads(result.out)}
@@ -72,7 +72,7 @@ def test_list_json_has_the_fixed_keys(calls) -> None:  # type: ignore[no-untyped
     }
 
 
-def test_busy_counts_reserved_slots_and_reserved_is_the_unconfirmed_part(calls) -> None:  # type: ignore[no-untyped-def]
+def test_busy_counts_reserved_slots_and_reserved_is_the_unconfirmed_part(calls) -> None:
     run_cli("release", calls[0], "--yes")  # r3 gets a reservation
     voice = next(limit for limit in json.loads(run_cli("list", "--json").out) if limit["name"] == "voice-calls")
     assert (voice["busy"], voice["reserved"], voice["waiting"]) == (2, 1, 1)
@@ -81,7 +81,7 @@ def test_busy_counts_reserved_slots_and_reserved_is_the_unconfirmed_part(calls) 
 # --- slots --------------------------------------------------------------------------------------
 
 
-def test_slots_shows_busy_slots_then_the_queue_with_times(clock, calls) -> None:  # type: ignore[no-untyped-def]
+def test_slots_shows_busy_slots_then_the_queue_with_times(clock, calls) -> None:
     clock.advance(seconds=50)
     result = run_cli("slots", "voice-calls")
     assert result.code == 0, result.err
@@ -96,7 +96,7 @@ def test_slots_shows_busy_slots_then_the_queue_with_times(clock, calls) -> None:
     assert queue_lines[0].endswith("50s ago        59m 10s")
 
 
-def test_slots_json_lists_slots_busy_first_then_the_queue_in_order(calls) -> None:  # type: ignore[no-untyped-def]
+def test_slots_json_lists_slots_busy_first_then_the_queue_in_order(calls) -> None:
     run_cli("release", calls[0], "--yes")  # r3 reserved, r4 waits
     result = run_cli("slots", "voice-calls", "--json")
     payload = json.loads(result.out)
@@ -115,7 +115,7 @@ def test_slots_json_lists_slots_busy_first_then_the_queue_in_order(calls) -> Non
     assert payload["queue"][0]["deadline"].endswith("+00:00")
 
 
-def test_slots_limit_cuts_long_lists_and_says_how_many_more(calls) -> None:  # type: ignore[no-untyped-def]
+def test_slots_limit_cuts_long_lists_and_says_how_many_more(calls) -> None:
     result = run_cli("slots", "voice-calls", "--limit", "1")
     assert result.code == 0
     assert len([line for line in result.out.splitlines() if line.startswith("slot_")]) == 1
@@ -125,19 +125,19 @@ def test_slots_limit_cuts_long_lists_and_says_how_many_more(calls) -> None:  # t
     assert (len(payload["slots"]), len(payload["queue"]), payload["more_slots"], payload["more_queue"]) == (1, 1, 1, 1)
 
 
-def test_slots_of_an_empty_limit_says_so(calls) -> None:  # type: ignore[no-untyped-def]
+def test_slots_of_an_empty_limit_says_so(calls) -> None:
     result = run_cli("slots", "partner-api")
     assert "no slots in use" in result.out
     assert "no runs waiting" in result.out
 
 
-def test_slots_of_an_unknown_limit_exits_1(calls) -> None:  # type: ignore[no-untyped-def]
+def test_slots_of_an_unknown_limit_exits_1(calls) -> None:
     result = run_cli("slots", "nope")
     assert (result.code, result.out, result.err) == (1, "", "error: unknown limit 'nope'\n")
 
 
 @pytest.mark.parametrize("cut", ["0", "-1", "x"])
-def test_slots_with_a_bad_cut_exits_2(calls, cut, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_slots_with_a_bad_cut_exits_2(calls, cut, capsys) -> None:
     assert run_cli("slots", "voice-calls", "--limit", cut).code == 2
     assert "--limit must be a whole number of at least 1" in capsys.readouterr().err
 
@@ -145,7 +145,7 @@ def test_slots_with_a_bad_cut_exits_2(calls, cut, capsys) -> None:  # type: igno
 # --- release ------------------------------------------------------------------------------------
 
 
-def test_release_with_yes_releases_and_records_the_os_user(calls) -> None:  # type: ignore[no-untyped-def]
+def test_release_with_yes_releases_and_records_the_os_user(calls) -> None:
     result = run_cli("release", calls[0], "--yes")
     assert result.code == 0, result.err
     assert result.out == f"released {calls[0]} of voice-calls (was busy, run r1)\n"
@@ -155,7 +155,7 @@ def test_release_with_yes_releases_and_records_the_os_user(calls) -> None:  # ty
     assert_counters_match_rows("voice-calls")
 
 
-def test_release_of_a_free_slot_exits_1_and_changes_nothing(calls) -> None:  # type: ignore[no-untyped-def]
+def test_release_of_a_free_slot_exits_1_and_changes_nothing(calls) -> None:
     run_cli("release", calls[0], "--yes")
     before = list(Slot.objects.order_by("id").values())
     result = run_cli("release", calls[0], "--yes")
@@ -164,7 +164,7 @@ def test_release_of_a_free_slot_exits_1_and_changes_nothing(calls) -> None:  # t
     assert list(Slot.objects.order_by("id").values()) == before
 
 
-def test_release_json_says_whether_it_released(calls) -> None:  # type: ignore[no-untyped-def]
+def test_release_json_says_whether_it_released(calls) -> None:
     first = run_cli("release", calls[0], "--yes", "--json")
     again = run_cli("release", calls[0], "--yes", "--json")
     unknown = run_cli("release", "slot_nope", "--yes", "--json")
@@ -173,19 +173,19 @@ def test_release_json_says_whether_it_released(calls) -> None:  # type: ignore[n
     assert (unknown.code, json.loads(unknown.out)) == (1, {"released": False})
 
 
-def test_release_of_an_unknown_slot_exits_1(calls) -> None:  # type: ignore[no-untyped-def]
+def test_release_of_an_unknown_slot_exits_1(calls) -> None:
     result = run_cli("release", "slot_nope", "--yes")
     assert (result.code, result.err) == (1, "error: unknown slot 'slot_nope'\n")
 
 
-def test_release_without_yes_and_no_terminal_refuses_with_exit_2(calls) -> None:  # type: ignore[no-untyped-def]
+def test_release_without_yes_and_no_terminal_refuses_with_exit_2(calls) -> None:
     result = run_cli("release", calls[0])
     assert result.code == 2
     assert "without --yes" in result.err and "no terminal" in result.err
     assert holders("voice-calls") == [("r1", "busy"), ("r2", "busy")]
 
 
-def test_release_without_yes_asks_on_a_terminal(calls) -> None:  # type: ignore[no-untyped-def]
+def test_release_without_yes_asks_on_a_terminal(calls) -> None:
     result = run_cli("release", calls[0], stdin=Terminal("y\n"))
     assert result.code == 0, result.err
     assert result.err.startswith(f"Release {calls[0]} of voice-calls (busy, run r1, label call-1)? [y/N] ")
@@ -193,7 +193,7 @@ def test_release_without_yes_asks_on_a_terminal(calls) -> None:  # type: ignore[
 
 
 @pytest.mark.parametrize("answer", ["\n", "n\n", "no\n", ""])
-def test_release_not_confirmed_on_the_terminal_changes_nothing(calls, answer) -> None:  # type: ignore[no-untyped-def]
+def test_release_not_confirmed_on_the_terminal_changes_nothing(calls, answer) -> None:
     result = run_cli("release", calls[0], stdin=Terminal(answer))
     assert result.code == 1
     assert result.err.endswith("error: release: not confirmed; nothing released\n")
@@ -203,7 +203,7 @@ def test_release_not_confirmed_on_the_terminal_changes_nothing(calls, answer) ->
 # --- capacity -----------------------------------------------------------------------------------
 
 
-def test_capacity_prints_old_and_new_and_grants_waiting_runs(calls) -> None:  # type: ignore[no-untyped-def]
+def test_capacity_prints_old_and_new_and_grants_waiting_runs(calls) -> None:
     result = run_cli("capacity", "voice-calls", "3")
     assert (result.code, result.out) == (0, "voice-calls capacity: 2 → 3\n")
     assert holders("voice-calls")[-1] == ("r3", "reserved")
@@ -212,21 +212,21 @@ def test_capacity_prints_old_and_new_and_grants_waiting_runs(calls) -> None:  # 
     assert (event.actor, event.old_value, event.new_value) == (ACTOR, "2", "3")
 
 
-def test_capacity_reset_prints_the_declared_value(calls) -> None:  # type: ignore[no-untyped-def]
+def test_capacity_reset_prints_the_declared_value(calls) -> None:
     run_cli("capacity", "voice-calls", "7")
     result = run_cli("capacity", "voice-calls", "reset")
     assert (result.code, result.out) == (0, "voice-calls capacity: 7 → 2 (declared)\n")
     assert Limit.objects.get(name="voice-calls").capacity_override is None
 
 
-def test_capacity_json_prints_the_limit_as_in_list(calls) -> None:  # type: ignore[no-untyped-def]
+def test_capacity_json_prints_the_limit_as_in_list(calls) -> None:
     payload = json.loads(run_cli("capacity", "voice-calls", "9", "--json").out)
     assert set(payload) >= LIST_KEYS
     assert (payload["capacity"], payload["declared_capacity"], payload["capacity_overridden"]) == (9, 2, True)
 
 
 @pytest.mark.parametrize("value", ["0", "100001", "-3", "abc", "2.5", ""])
-def test_capacity_with_a_bad_value_exits_2_naming_the_range(calls, value) -> None:  # type: ignore[no-untyped-def]
+def test_capacity_with_a_bad_value_exits_2_naming_the_range(calls, value) -> None:
     result = run_cli("capacity", "voice-calls", value)
     assert result.code == 2
     assert result.err.startswith("error: capacity must be a whole number from 1 to 100000")
@@ -235,7 +235,7 @@ def test_capacity_with_a_bad_value_exits_2_naming_the_range(calls, value) -> Non
     assert not AuditEvent.objects.filter(action="capacity").exists()
 
 
-def test_capacity_of_an_unknown_limit_exits_1(calls) -> None:  # type: ignore[no-untyped-def]
+def test_capacity_of_an_unknown_limit_exits_1(calls) -> None:
     result = run_cli("capacity", "nope", "3")
     assert (result.code, result.err) == (1, "error: unknown limit 'nope'\n")
 
@@ -243,28 +243,28 @@ def test_capacity_of_an_unknown_limit_exits_1(calls) -> None:  # type: ignore[no
 # --- max-hold -----------------------------------------------------------------------------------
 
 
-def test_max_hold_prints_old_and_new_durations(calls) -> None:  # type: ignore[no-untyped-def]
+def test_max_hold_prints_old_and_new_durations(calls) -> None:
     result = run_cli("max-hold", "voice-calls", "2h")
     assert (result.code, result.out) == (0, "voice-calls max hold: 45m → 2h\n")
     event = AuditEvent.objects.get(action="max_hold")
     assert (event.actor, event.old_value, event.new_value) == (ACTOR, str(45 * 60_000), str(2 * 3_600_000))
 
 
-def test_max_hold_takes_milliseconds_and_resets_to_the_declared_value(calls) -> None:  # type: ignore[no-untyped-def]
+def test_max_hold_takes_milliseconds_and_resets_to_the_declared_value(calls) -> None:
     assert run_cli("max-hold", "voice-calls", "2650000").out == "voice-calls max hold: 45m → 44m 10s\n"
     result = run_cli("max-hold", "voice-calls", "reset")
     assert (result.code, result.out) == (0, "voice-calls max hold: 44m 10s → 45m (declared)\n")
     assert Limit.objects.get(name="voice-calls").max_hold_override_ms is None
 
 
-def test_max_hold_json_prints_the_limit_as_in_list(calls) -> None:  # type: ignore[no-untyped-def]
+def test_max_hold_json_prints_the_limit_as_in_list(calls) -> None:
     payload = json.loads(run_cli("max-hold", "voice-calls", "90s", "--json").out)
     assert set(payload) >= LIST_KEYS
     assert (payload["max_hold_ms"], payload["max_hold_overridden"]) == (90_000, True)
 
 
 @pytest.mark.parametrize("value", ["31d", "0", "0s", "abc", "-5", "45 minutes"])
-def test_max_hold_with_a_bad_value_exits_2_naming_the_range(calls, value) -> None:  # type: ignore[no-untyped-def]
+def test_max_hold_with_a_bad_value_exits_2_naming_the_range(calls, value) -> None:
     result = run_cli("max-hold", "voice-calls", value)
     assert result.code == 2
     assert result.err.startswith("error: max hold ")
@@ -272,7 +272,7 @@ def test_max_hold_with_a_bad_value_exits_2_naming_the_range(calls, value) -> Non
     assert Limit.objects.get(name="voice-calls").max_hold_override_ms is None
 
 
-def test_max_hold_of_an_unknown_limit_exits_1(calls) -> None:  # type: ignore[no-untyped-def]
+def test_max_hold_of_an_unknown_limit_exits_1(calls) -> None:
     assert run_cli("max-hold", "nope", "1h").code == 1
 
 
@@ -282,12 +282,12 @@ def test_max_hold_of_an_unknown_limit_exits_1(calls) -> None:  # type: ignore[no
 @pytest.mark.parametrize(
     "argv", [[], ["bogus"], ["slots"], ["release"], ["capacity", "voice-calls"], ["list", "--wat"]]
 )
-def test_bad_usage_exits_2(calls, argv) -> None:  # type: ignore[no-untyped-def]
+def test_bad_usage_exits_2(calls, argv) -> None:
     assert run_cli(*argv).code == 2
 
 
 @pytest.mark.parametrize("verb", ["capacity", "max-hold"])
-def test_an_empty_value_after_a_double_dash_is_a_bad_value_not_a_traceback(calls, verb) -> None:  # type: ignore[no-untyped-def]
+def test_an_empty_value_after_a_double_dash_is_a_bad_value_not_a_traceback(calls, verb) -> None:
     """Found by the fuzz test: Python 3.13.0's argparse passes `[]` for `'' -- --`."""
     result = run_cli(verb, "calls", "--", "--")
     assert result.code in (1, 2)

@@ -22,18 +22,18 @@ def command(*args: str) -> str:
     return out.getvalue()
 
 
-def test_list_through_manage_py_prints_the_same_table(calls) -> None:  # type: ignore[no-untyped-def]
+def test_list_through_manage_py_prints_the_same_table(calls) -> None:
     lines = command("list").splitlines()
     assert lines[0].startswith("NAME")
     assert any(line.startswith("voice-calls") and " 2/2 " in line for line in lines)
 
 
-def test_json_through_manage_py(calls) -> None:  # type: ignore[no-untyped-def]
+def test_json_through_manage_py(calls) -> None:
     payload = json.loads(command("slots", "voice-calls", "--json"))
     assert [slot["run"] for slot in payload["slots"]] == ["r1", "r2"]
 
 
-def test_capacity_through_manage_py(calls) -> None:  # type: ignore[no-untyped-def]
+def test_capacity_through_manage_py(calls) -> None:
     assert command("capacity", "voice-calls", "4") == "voice-calls capacity: 2 → 4\n"
     assert Limit.objects.get(name="voice-calls").capacity == 4
 
@@ -47,19 +47,19 @@ def test_capacity_through_manage_py(calls) -> None:  # type: ignore[no-untyped-d
         (("release", "slot_nope", "--yes"), 1, "unknown slot 'slot_nope'"),
     ],
 )
-def test_failures_through_manage_py_keep_their_exit_codes(calls, args, returncode, message) -> None:  # type: ignore[no-untyped-def]
+def test_failures_through_manage_py_keep_their_exit_codes(calls, args, returncode, message) -> None:
     with pytest.raises(CommandError) as caught:
         command(*args)
     assert caught.value.returncode == returncode
     assert message in str(caught.value)
 
 
-def test_sync_and_sweep_still_work(calls) -> None:  # type: ignore[no-untyped-def]
+def test_sync_and_sweep_still_work(calls) -> None:
     assert command("sync").startswith("synced:")
     assert command("sweep").startswith("sweep:")
 
 
-def test_token_create_prints_a_token_shown_once(calls) -> None:  # type: ignore[no-untyped-def]
+def test_token_create_prints_a_token_shown_once(calls) -> None:
     User.objects.create_user("ops")
     raw = command("token", "create", "ops", "--name", "laptop").strip()
     token = ApiToken.objects.get()
@@ -67,6 +67,6 @@ def test_token_create_prints_a_token_shown_once(calls) -> None:  # type: ignore[
     assert raw not in {token.prefix, token.digest}
 
 
-def test_token_create_for_an_unknown_user_fails(calls) -> None:  # type: ignore[no-untyped-def]
+def test_token_create_for_an_unknown_user_fails(calls) -> None:
     with pytest.raises(CommandError, match="unknown user 'ghost'"):
         command("token", "create", "ghost")

@@ -58,7 +58,7 @@ def test_the_console_script_is_installed() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_script_acts_on_the_local_database(calls) -> None:  # type: ignore[no-untyped-def]
+def test_the_script_acts_on_the_local_database(calls) -> None:
     env = {"DATABASE_URL": database_url_of_the_tests()}
     listed = stackbone("limits", "list", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
@@ -76,7 +76,7 @@ def test_the_script_acts_on_the_local_database(calls) -> None:  # type: ignore[n
 
 
 @pytest.mark.django_db(transaction=True)
-def test_release_without_yes_refuses_when_stdin_is_not_a_terminal(calls) -> None:  # type: ignore[no-untyped-def]
+def test_release_without_yes_refuses_when_stdin_is_not_a_terminal(calls) -> None:
     result = stackbone("limits", "release", calls[0], env={"DATABASE_URL": database_url_of_the_tests()})
     assert result.returncode == 2
     assert_one_clean_line(result)
@@ -115,7 +115,7 @@ def test_bad_usage_exits_2() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_release_without_yes_asks_on_a_real_terminal(calls) -> None:  # type: ignore[no-untyped-def]
+def test_release_without_yes_asks_on_a_real_terminal(calls) -> None:
     import pty
 
     controller, terminal = pty.openpty()

@@ -21,7 +21,7 @@ def sweep_command(*args: str) -> str:
     return out.getvalue()
 
 
-def test_it_takes_back_an_expired_slot_and_hands_it_on(clock) -> None:  # type: ignore[no-untyped-def]
+def test_it_takes_back_an_expired_slot_and_hands_it_on(clock) -> None:
     declare(one={"capacity": 1, "max_hold": "10m"})
     slot_id = acquire("one", run_id="r1").slot_id
     acquire("one", run_id="r2")
@@ -31,7 +31,7 @@ def test_it_takes_back_an_expired_slot_and_hands_it_on(clock) -> None:  # type: 
     assert holders("one") == [("r2", "reserved")]
 
 
-def test_it_prints_the_same_line_as_limits_sweep(clock) -> None:  # type: ignore[no-untyped-def]
+def test_it_prints_the_same_line_as_limits_sweep(clock) -> None:
     declare(one={"capacity": 1, "max_hold": "10m"})
     out = io.StringIO()
     call_command("limits", "sweep", stdout=out, stderr=io.StringIO())

@@ -65,7 +65,7 @@ class Client:
         self.request_number = 0
         self.run_id = self._new_run()
         self.outcomes: list[dict[str, Any]] = []
-        self.stats = {
+        self.stats: dict[str, float] = {
             "released_true": 0,
             "released_false": 0,
             "foreign_releases": 0,
@@ -228,7 +228,8 @@ def monitor(params: dict[str, Any]) -> dict[str, Any]:
     hold two live slots."""
     from django.db import connection
 
-    samples, violations, peak = 0, [], {}
+    samples, violations = 0, []
+    peak: dict[str, int] = {}
     stop = Path(params["stop_file"])
     while not stop.exists():
         with connection.cursor() as cursor:

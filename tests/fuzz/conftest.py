@@ -4,6 +4,7 @@ every row an operator action could write, to prove a refused input wrote nothing
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -110,7 +111,7 @@ json_values = st.recursive(
 )
 
 
-def snapshot() -> tuple[list[dict[str, Any]], ...]:
+def snapshot() -> tuple[list[Mapping[str, Any]], ...]:
     """Every row of the four tables an operator action writes, in a fixed order."""
     return (
         list(Limit.objects.order_by("id").values()),

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def api(calls) -> Api:  # type: ignore[no-untyped-def]
+def api(calls) -> Api:
     return Api(operator()[1])
 
 
@@ -46,7 +46,7 @@ def fits(value: object, field: str) -> bool:
     return len(json.dumps({field: value}).encode()) <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 
 
-def assert_refused(response, before, *statuses: int) -> dict:  # type: ignore[no-untyped-def,type-arg]
+def assert_refused(response, before, *statuses: int) -> dict:
     assert response.status_code in (statuses or (400, 404)), (response.status_code, response.content[:300])
     assert response["Content-Type"] == "application/json"
     body = response.json()
@@ -67,7 +67,7 @@ def assert_refused(response, before, *statuses: int) -> dict:  # type: ignore[no
 @example(value=[5])
 @example(value={"capacity": 5})
 @example(value="<script>alert(1)</script>")
-def test_a_bad_capacity_is_a_400_naming_the_field(api, value) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_capacity_is_a_400_naming_the_field(api, value) -> None:
     assume(not is_valid_capacity(value) and fits(value, "capacity"))
     before = snapshot()
     body = assert_refused(api.post("voice-calls/capacity/", {"capacity": value}), before, 400)
@@ -75,7 +75,7 @@ def test_a_bad_capacity_is_a_400_naming_the_field(api, value) -> None:  # type: 
 
 
 @pytest.mark.parametrize("path", ["voice-calls/capacity/", "voice-calls/max-hold/"])
-def test_a_body_over_the_size_limit_is_a_json_413(api, path: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_body_over_the_size_limit_is_a_json_413(api, path: str) -> None:
     """Found by CI's fuzzing: a 3 MB body was Django's HTML 400 page, not a JSON error."""
     before = snapshot()
     huge = {"capacity": "é" * 500_000, "max_hold": ["🙂" * 100_000] * 2}  # ~3 MB as JSON
@@ -93,7 +93,7 @@ def test_a_body_over_the_size_limit_is_a_json_413(api, path: str) -> None:  # ty
 @example(value="٣m")
 @example(value=1.5)
 @example(value="45 m")
-def test_a_bad_max_hold_is_a_400_naming_the_field(api, value) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_max_hold_is_a_400_naming_the_field(api, value) -> None:
     assume(not is_valid_max_hold(value) and fits(value, "max_hold"))
     before = snapshot()
     body = assert_refused(api.post("voice-calls/max-hold/", {"max_hold": value}), before, 400)
@@ -112,7 +112,7 @@ def test_a_bad_max_hold_is_a_400_naming_the_field(api, value) -> None:  # type: 
 @example(raw="[]")
 @example(raw='"capacity"')
 @example(raw="capacity=5")
-def test_a_body_that_is_not_a_json_object_with_a_good_value_is_refused(api, raw) -> None:  # type: ignore[no-untyped-def]
+def test_a_body_that_is_not_a_json_object_with_a_good_value_is_refused(api, raw) -> None:
     try:
         parsed = json.loads(raw)
     except (ValueError, RecursionError):
@@ -141,7 +141,7 @@ def test_a_body_that_is_not_a_json_object_with_a_good_value_is_refused(api, raw)
         ("", '{"capacity": 5}'),
     ],
 )
-def test_a_body_that_is_not_labelled_json_is_a_415(api, content_type: str, data: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_body_that_is_not_labelled_json_is_a_415(api, content_type: str, data: str) -> None:
     before = snapshot()
     response = api.client.post(
         "/api/limits/voice-calls/capacity/", data, content_type=content_type, headers=api.headers
@@ -150,7 +150,7 @@ def test_a_body_that_is_not_labelled_json_is_a_415(api, content_type: str, data:
     assert body["error"] == BAD_CONTENT_TYPE
 
 
-def test_an_empty_body_is_a_missing_field_not_a_content_type_problem(api) -> None:  # type: ignore[no-untyped-def]
+def test_an_empty_body_is_a_missing_field_not_a_content_type_problem(api) -> None:
     before = snapshot()
     response = api.client.post("/api/limits/voice-calls/capacity/", b"", content_type="", headers=api.headers)
     assert assert_refused(response, before, 400)["field"] == "capacity"
@@ -166,7 +166,7 @@ names = st.one_of(st.sampled_from(NASTY_TEXT), st.text(min_size=1, max_size=200)
 @example(name="VOICE-CALLS")
 @example(name="a\x00b")
 @example(name="'; DROP TABLE limits_limit; --")
-def test_an_unknown_limit_name_anywhere_is_a_404_and_writes_nothing(api, name: str) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_limit_name_anywhere_is_a_404_and_writes_nothing(api, name: str) -> None:
     assume(name != "voice-calls" and name != "partner-api")
     path = quote(name, safe="")
     assume(path not in ("", ".", "..", "slots", "%2E", "%2E%2E"))
@@ -187,7 +187,7 @@ def test_an_unknown_limit_name_anywhere_is_a_404_and_writes_nothing(api, name: s
 @given(slot_id=st.one_of(st.sampled_from(NASTY_TEXT), st.text(min_size=1, max_size=60)))
 @example(slot_id="slot_" + "A" * 35)
 @example(slot_id="slot_<script>")
-def test_an_unknown_slot_id_is_a_404_and_releases_nothing(api, slot_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_slot_id_is_a_404_and_releases_nothing(api, slot_id: str) -> None:
     before = snapshot()
     path = quote(slot_id, safe="")
     for response in (api.get(f"slots/{path}/"), api.post(f"slots/{path}/release/")):
@@ -208,7 +208,7 @@ def test_an_unknown_slot_id_is_a_404_and_releases_nothing(api, slot_id: str) -> 
 @example(page="²", size="1")
 @example(page="1 ", size="1")
 @example(page="9" * 5000, size="1")  # found by this test: int() of 4,300+ digits raised, a 500
-def test_page_and_size_are_checked_and_never_a_500(api, page: str, size: str) -> None:  # type: ignore[no-untyped-def]
+def test_page_and_size_are_checked_and_never_a_500(api, page: str, size: str) -> None:
     for what in ("slots", "queue"):
         response = api.get(f"voice-calls/{what}/", page=page, size=size)
         assert response.status_code in (200, 400), (response.status_code, page, size)
@@ -224,7 +224,7 @@ def test_page_and_size_are_checked_and_never_a_500(api, page: str, size: str) ->
         text.map(lambda t: "Bearer " + t), text, st.sampled_from(["Bearer", "Bearer ", "Basic YTpi", "bearer sbk_x"])
     )
 )
-def test_a_bad_token_is_a_401_and_writes_nothing(calls, header: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_token_is_a_401_and_writes_nothing(calls, header: str) -> None:
     assume(all(ord(c) < 256 for c in header))  # HTTP headers are latin-1
     api = Api(None)
     api.headers = {"Authorization": header}
@@ -234,7 +234,7 @@ def test_a_bad_token_is_a_401_and_writes_nothing(calls, header: str) -> None:  #
     assert snapshot() == before
 
 
-def test_a_reader_cannot_write_whatever_the_body(calls) -> None:  # type: ignore[no-untyped-def]
+def test_a_reader_cannot_write_whatever_the_body(calls) -> None:
     api = Api(reader()[1])
     before = snapshot()
     for body in ({"capacity": 3}, {"capacity": "<script>"}, None):
@@ -243,7 +243,7 @@ def test_a_reader_cannot_write_whatever_the_body(calls) -> None:  # type: ignore
 
 
 @pytest.mark.parametrize("method", ["put", "patch", "delete"])
-def test_other_methods_are_refused(api, method: str) -> None:  # type: ignore[no-untyped-def]
+def test_other_methods_are_refused(api, method: str) -> None:
     before = snapshot()
     response = getattr(api.client, method)("/api/limits/voice-calls/capacity/", '{"capacity": 3}', headers=api.headers)
     assert response.status_code == 405

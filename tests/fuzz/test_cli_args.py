@@ -56,7 +56,7 @@ def assert_clean_failure(code: int, err: str) -> None:
 @example(verb="slots", args=["voice-calls"], flags=["--limit"])
 def test_no_argument_is_a_traceback_and_a_refusal_writes_nothing(
     calls, verb: str, args: list[str], flags: list[str]
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     before = snapshot()
     code, _out, err = run([verb, *args, *flags])
     if code == 0:
@@ -71,7 +71,7 @@ def test_no_argument_is_a_traceback_and_a_refusal_writes_nothing(
 
 @pytest.mark.parametrize("value", [v for v in NASTY_ARGV if v.strip().lower() != "reset"])
 @pytest.mark.parametrize("verb", ["capacity", "max-hold"])
-def test_a_nasty_value_is_exit_2_naming_the_field(calls, verb: str, value: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_nasty_value_is_exit_2_naming_the_field(calls, verb: str, value: str) -> None:
     if verb == "max-hold" and value in ("0", "+5", "45m ", "2592000001"[:-1]):
         pytest.skip("a valid max hold")
     if verb == "capacity" and value in ("+5",):
@@ -87,7 +87,7 @@ def test_a_nasty_value_is_exit_2_naming_the_field(calls, verb: str, value: str) 
 
 @pytest.mark.parametrize("name", NASTY_ARGV)
 @pytest.mark.parametrize("verb", ["slots", "capacity", "max-hold"])
-def test_an_unknown_limit_is_exit_1(calls, verb: str, name: str) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_limit_is_exit_1(calls, verb: str, name: str) -> None:
     if name.startswith("-") or not name:
         pytest.skip("argparse reads it as an option, or it is empty")
     before = snapshot()
@@ -99,7 +99,7 @@ def test_an_unknown_limit_is_exit_1(calls, verb: str, name: str) -> None:  # typ
 
 
 @pytest.mark.parametrize("slot_id", [s for s in NASTY_ARGV if s and not s.startswith("-")])
-def test_releasing_a_nasty_slot_id_is_exit_1_and_releases_nothing(calls, slot_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_releasing_a_nasty_slot_id_is_exit_1_and_releases_nothing(calls, slot_id: str) -> None:
     before = snapshot()
     code, _out, err = run(["release", slot_id, "--yes"])
     assert code == 1 and err.startswith("error: unknown slot"), err
@@ -107,7 +107,7 @@ def test_releasing_a_nasty_slot_id_is_exit_1_and_releases_nothing(calls, slot_id
 
 
 @pytest.mark.parametrize("argv", [["slots", "a\x00b"], ["release", "slot_\x00", "--yes"], ["capacity", "a\x00", "3"]])
-def test_a_nul_in_an_argument_is_not_found_not_a_database_error(calls, argv: list[str]) -> None:  # type: ignore[no-untyped-def]
+def test_a_nul_in_an_argument_is_not_found_not_a_database_error(calls, argv: list[str]) -> None:
     """Found by fuzzing on PostgreSQL: a NUL reached the database ("cannot use the database")."""
     code, _out, err = run(argv)
     assert code == 1 and "unknown" in err and "database" not in err
@@ -147,7 +147,7 @@ def stackbone(*argv: str | bytes) -> subprocess.CompletedProcess[bytes]:
         (["limits", "list", "--agent", "nowhere"], 2),
     ],
 )
-def test_the_real_script_never_shows_a_traceback(calls, argv: list[str | bytes], code: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_real_script_never_shows_a_traceback(calls, argv: list[str | bytes], code: int, tmp_path) -> None:
     os.environ.setdefault("STACKBONE_AGENTS_FILE", str(tmp_path / "none.toml"))
     before = snapshot()
     result = stackbone(*argv)

@@ -86,7 +86,7 @@ fields = st.one_of(
 
 @fuzz
 @given(st.dictionaries(names, fields, max_size=4))
-def test_define_workspace_accepts_a_valid_config_or_names_the_bad_limit_and_field(limits: dict) -> None:  # type: ignore[type-arg]
+def test_define_workspace_accepts_a_valid_config_or_names_the_bad_limit_and_field(limits: dict) -> None:
     try:
         workspace = define_workspace(limits=limits)
     except ConfigError as error:
@@ -127,7 +127,7 @@ def test_define_workspace_accepts_a_valid_config_or_names_the_bad_limit_and_fiel
         ({None: {}}, "limit name None is invalid"),
     ],
 )
-def test_nasty_configs_get_a_message_naming_the_limit_and_field(config: dict, message: str) -> None:  # type: ignore[type-arg]
+def test_nasty_configs_get_a_message_naming_the_limit_and_field(config: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         define_workspace(limits=config)
 
@@ -135,4 +135,4 @@ def test_nasty_configs_get_a_message_naming_the_limit_and_field(config: dict, me
 @pytest.mark.parametrize("limits", [None, [], "voice-calls", 5, [("a", {})]])
 def test_a_config_that_is_not_a_mapping_is_refused(limits: object) -> None:
     with pytest.raises(ConfigError, match="limits must be a mapping"):
-        define_workspace(limits=limits)  # type: ignore[arg-type]
+        define_workspace(limits=limits)  # type: ignore[arg-type]  # deliberately not a mapping

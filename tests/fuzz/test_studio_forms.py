@@ -16,7 +16,8 @@ from limits import services
 from limits.config import MAX_CAPACITY
 from limits.durations import DurationError, parse_duration
 from limits.models import Limit
-from tests.fuzz.conftest import NASTY_TEXT, fuzz, make_user, snapshot, text
+from tests.fuzz.conftest import NASTY_TEXT, fuzz, snapshot, text
+from tests.views.conftest import make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -25,14 +26,14 @@ form_text = text.filter(lambda value: "\x00" not in value)  # NUL: refused befor
 
 
 @pytest.fixture
-def ops(busy_limit) -> Client:  # type: ignore[no-untyped-def]
+def ops(busy_limit) -> Client:
     client = Client()
     client.force_login(make_user("ada", "limits.operate_limit", "studio.change_run", staff=True))
     return client
 
 
 @pytest.fixture
-def root(busy_limit) -> Client:  # type: ignore[no-untyped-def]
+def root(busy_limit) -> Client:
     client = Client()
     client.force_login(User.objects.create_superuser("root", password="a-long-password"))
     return client
@@ -62,7 +63,7 @@ def valid_max_hold_text(raw: str) -> bool:
 @example(value="1" * 21, htmx=True)
 @example(value="<script>alert(1)</script>", htmx=True)
 @example(value="", htmx=True)
-def test_a_bad_capacity_comes_back_next_to_the_field(ops, value: str, htmx: bool) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_capacity_comes_back_next_to_the_field(ops, value: str, htmx: bool) -> None:
     assume(not valid_capacity_text(value))
     before = snapshot()
     headers = {"HX-Request": "true"} if htmx else {}
@@ -82,7 +83,7 @@ def test_a_bad_capacity_comes_back_next_to_the_field(ops, value: str, htmx: bool
 @example(value="٣m", htmx=True)
 @example(value="45 m", htmx=True)
 @example(value="x" * 33, htmx=True)
-def test_a_bad_max_hold_comes_back_next_to_the_field(ops, value: str, htmx: bool) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_max_hold_comes_back_next_to_the_field(ops, value: str, htmx: bool) -> None:
     assume(not valid_max_hold_text(value.strip()))
     before = snapshot()
     headers = {"HX-Request": "true"} if htmx else {}
@@ -94,7 +95,7 @@ def test_a_bad_max_hold_comes_back_next_to_the_field(ops, value: str, htmx: bool
 
 @fuzz
 @given(field=form_text)
-def test_a_reset_of_anything_but_the_two_fields_is_a_400(ops, field: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_reset_of_anything_but_the_two_fields_is_a_400(ops, field: str) -> None:
     assume(field not in ("capacity", "max_hold"))
     before = snapshot()
     assert ops.post(f"{PAGE}reset/", {"field": field}).status_code == 400
@@ -106,7 +107,7 @@ def test_a_reset_of_anything_but_the_two_fields_is_a_400(ops, field: str) -> Non
 @example(slot="slot_" + "A" * 35, htmx=True)
 @example(slot="slot_<b>", htmx=True)
 @example(slot="'; DROP TABLE limits_slot; --", htmx=False)
-def test_releasing_a_weird_slot_id_changes_nothing(ops, slot: str, htmx: bool) -> None:  # type: ignore[no-untyped-def]
+def test_releasing_a_weird_slot_id_changes_nothing(ops, slot: str, htmx: bool) -> None:
     before = snapshot()
     headers = {"HX-Request": "true"} if htmx else {}
     response = ops.post(f"{PAGE}release/", {"slot": slot, "slots": slot, "queue": slot}, headers=headers)
@@ -120,7 +121,7 @@ def test_releasing_a_weird_slot_id_changes_nothing(ops, slot: str, htmx: bool) -
 @given(slots=text, queue=text, extra=text)
 @example(slots="999999999", queue="-1", extra="")
 @example(slots="9" * 5000, queue="1e3", extra="")
-def test_any_page_parameters_show_a_page(ops, slots: str, queue: str, extra: str) -> None:  # type: ignore[no-untyped-def]
+def test_any_page_parameters_show_a_page(ops, slots: str, queue: str, extra: str) -> None:
     for params in ({"slots": slots, "queue": queue}, {"page": extra, "q": extra}):
         response = ops.get(PAGE, params)
         if any("\x00" in value for value in params.values()):
@@ -133,14 +134,14 @@ def test_any_page_parameters_show_a_page(ops, slots: str, queue: str, extra: str
 @pytest.mark.parametrize(
     "path", ["/studio/limits/%00/", "/studio/runs/run%00/", "/studio/limits/voice-calls/?slots=%00"]
 )
-def test_a_nul_anywhere_in_the_address_is_a_400_not_a_database_error(ops, path: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_nul_anywhere_in_the_address_is_a_400_not_a_database_error(ops, path: str) -> None:
     assert ops.get(path).status_code == 400
 
 
 @pytest.mark.parametrize(
     "name", [n for n in NASTY_TEXT if n and "\x00" not in n and "/" not in n and n not in (".", "..")]
 )
-def test_an_unknown_limit_page_or_action_is_a_404(ops, name: str) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_limit_page_or_action_is_a_404(ops, name: str) -> None:
     before = snapshot()
     from urllib.parse import quote
 
@@ -159,7 +160,7 @@ def test_an_unknown_limit_page_or_action_is_a_404(ops, name: str) -> None:  # ty
 @example(capacity="0", max_hold="1m")
 @example(capacity="5", max_hold="0ms")
 @example(capacity="１０", max_hold="1m")
-def test_the_admin_override_form_refuses_bad_values_and_writes_nothing(root, capacity: str, max_hold: str) -> None:  # type: ignore[no-untyped-def]
+def test_the_admin_override_form_refuses_bad_values_and_writes_nothing(root, capacity: str, max_hold: str) -> None:
     capacity_ok = not capacity.strip() or valid_capacity_text(capacity.strip())
     max_hold_ok = not max_hold.strip() or valid_max_hold_text(max_hold.strip())
     assume(not (capacity_ok and max_hold_ok))
@@ -182,7 +183,7 @@ def test_the_admin_override_form_refuses_bad_values_and_writes_nothing(root, cap
 @example(params={"at__year": "99999999999"})  # found by this test: OverflowError in the date hierarchy, a 500
 @example(params={"limit__id__exact": "abc"})
 @example(params={"q": "x" * 100_000})  # found in CI: SQLite refused the LIKE pattern, a 500
-def test_admin_lists_take_any_query(root, params: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
+def test_admin_lists_take_any_query(root, params: dict[str, str]) -> None:
     for model in ("limit", "slot", "queueentry", "auditevent"):
         response = root.get(f"/admin/limits/{model}/", params)
         assert response.status_code in (200, 302, 400), (model, params, response.status_code)
@@ -190,7 +191,7 @@ def test_admin_lists_take_any_query(root, params: dict[str, str]) -> None:  # ty
 
 @fuzz
 @given(ids=st.lists(form_text, max_size=3))
-def test_the_admin_release_action_with_weird_ids_changes_nothing(root, ids: list[str]) -> None:  # type: ignore[no-untyped-def]
+def test_the_admin_release_action_with_weird_ids_changes_nothing(root, ids: list[str]) -> None:
     before = snapshot()
     response = root.post("/admin/limits/slot/", {"action": "release_selected", "_selected_action": ids})
     assert response.status_code in (200, 302)
@@ -202,7 +203,7 @@ def test_the_admin_release_action_with_weird_ids_changes_nothing(root, ids: list
 
 @fuzz
 @given(username=form_text, password=form_text)
-def test_the_sign_in_form_takes_any_input(db, username: str, password: str) -> None:  # type: ignore[no-untyped-def]
+def test_the_sign_in_form_takes_any_input(db, username: str, password: str) -> None:
     response = Client().post("/accounts/login/", {"username": username, "password": password})
     assert response.status_code == 200  # the form again, with a message
     assert "_auth_user_id" not in Client().session
@@ -221,7 +222,7 @@ def test_the_sign_in_form_takes_any_input(db, username: str, password: str) -> N
         "</td></tr></table><h1>x</h1>",
     ],
 )
-def test_labels_are_shown_escaped_wherever_they_appear(ops, label: str) -> None:  # type: ignore[no-untyped-def]
+def test_labels_are_shown_escaped_wherever_they_appear(ops, label: str) -> None:
     """The label goes into a table cell, and into the release button's hx-confirm attribute."""
     from django.utils.html import escape
 
@@ -236,7 +237,7 @@ def test_labels_are_shown_escaped_wherever_they_appear(ops, label: str) -> None:
     assert "<script>alert(1)</script>" not in page and "<img src=x" not in page and "<h1>x</h1>" not in page
 
 
-def test_a_script_label_is_escaped_on_the_limit_page(ops) -> None:  # type: ignore[no-untyped-def]
+def test_a_script_label_is_escaped_on_the_limit_page(ops) -> None:
     services.set_capacity("voice-calls", 10, actor="test")
     services.acquire("voice-calls", run_id="run-evil", label="<script>alert(1)</script>")
     body = ops.get(PAGE).content.decode()
@@ -244,7 +245,7 @@ def test_a_script_label_is_escaped_on_the_limit_page(ops) -> None:  # type: igno
     assert "<script>alert(1)</script>" not in body
 
 
-def test_a_user_named_with_html_is_escaped_in_the_activity(busy_limit) -> None:  # type: ignore[no-untyped-def]
+def test_a_user_named_with_html_is_escaped_in_the_activity(busy_limit) -> None:
     user = make_user("<b>mallory</b>", "limits.operate_limit")
     client = Client()
     client.force_login(user)
@@ -254,7 +255,7 @@ def test_a_user_named_with_html_is_escaped_in_the_activity(busy_limit) -> None: 
     assert User.objects.filter(username="<b>mallory</b>").exists()
 
 
-def test_the_admin_release_action_with_a_nul_id_is_a_400(root) -> None:  # type: ignore[no-untyped-def]
+def test_the_admin_release_action_with_a_nul_id_is_a_400(root) -> None:
     """Found by fuzzing on PostgreSQL: the admin looked the id up before any code of ours ran (a 500)."""
     before = snapshot()
     response = root.post("/admin/limits/slot/", {"action": "release_selected", "_selected_action": ["slot_\x00"]})

@@ -1,4 +1,4 @@
-"""A reference model of the limits engine: shared/SPEC.md and README "How the engine behaves",
+"""A reference model of the limits engine: the spec and docs/engine.md,
 in plain Python lists, with no database and no locks.
 
 It is written from the rules, one function per operation, and keeps the same rows the engine
@@ -158,7 +158,7 @@ class Model:
 
     def release(self, slot: MSlot | None, *, actor: str | None, now: datetime) -> bool:
         """2.4, 5.1: frees a busy or reserved slot; anything else is False and changes nothing. A
-        released reservation sends its run to the end of the queue with its deadline (README)."""
+        released reservation sends its run to the end of the queue with its deadline (docs/engine.md)."""
         if slot is None or not slot.live:
             return False
         limit, old = self.limits[slot.limit], slot.state
@@ -281,7 +281,7 @@ class Model:
         return None
 
     def _confirm(self, limit: MLimit, slot: MSlot, now: datetime) -> bool:
-        """3.5, 3.6 and README: a confirm after the 2 minutes is refused even before the sweep."""
+        """3.5, 3.6 and docs/engine.md: a confirm after the 2 minutes is refused even before the sweep."""
         assert slot.reserved_until is not None
         if now <= slot.reserved_until:
             slot.state, slot.confirmed_at = "busy", now

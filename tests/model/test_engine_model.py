@@ -397,7 +397,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
     def with_limit_ties_its_slot(self, data: st.DataObject, own_run: bool) -> None:
         """with_limit ties the busy slot it took to its run (2.5); another run's id changes nothing."""
         slot_id = data.draw(st.sampled_from(self.live_slot_ids("busy")))
-        run_id = self.slot_by_id(slot_id).run_id if own_run else "r-other"  # type: ignore[union-attr]
+        run_id = self.slot_by_id(slot_id).run_id if own_run else "r-other"
         self.step(
             lambda: services.tie_to_run(slot_id, run_id),
             lambda: self.model.tie_to_run(self.slot_by_id(slot_id), run_id),
@@ -413,7 +413,8 @@ class EngineAgainstModel(RuleBasedStateMachine):
             if any(slot.run_id == run_id and slot.live for slot in self.model.slots)
             or any(entry.run_id == run_id and entry.state == "waiting" for entry in self.model.entries)
         ]
-        run = data.draw(st.sampled_from(involved) if involved and data.draw(st.booleans()) else st.integers(0, 3))
+        runs = st.sampled_from(involved) if bool(involved) and data.draw(st.booleans()) else st.integers(0, 3)
+        run = data.draw(runs)
         run_id = self.runs[run]
         self.step(lambda: services.end_run(run_id), lambda: self.model.end_run(run_id, self.now()))
         self.runs[run] = f"r{self.next_run}"

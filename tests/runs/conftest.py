@@ -81,7 +81,7 @@ def real_broker() -> Iterator[None]:
 
 
 @pytest.fixture
-def workers(real_broker) -> Iterator[list[Worker]]:  # type: ignore[no-untyped-def]
+def workers(real_broker) -> Iterator[list[Worker]]:
     started: list[Worker] = []
     yield started
     for worker in started:

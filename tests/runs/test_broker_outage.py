@@ -25,11 +25,11 @@ UNREACHABLE = "redis://127.0.0.1:9/0"  # nothing listens on the discard port
 
 
 @pytest.fixture
-def one_call(clock):  # type: ignore[no-untyped-def]
+def one_call(clock):
     declare(voice_calls={"capacity": 1, "max_hold": "1h"})
 
 
-def test_a_release_whose_wake_cannot_be_published_still_completes(one_call, no_worker, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_release_whose_wake_cannot_be_published_still_completes(one_call, no_worker, clock) -> None:
     holder = start_run(place_call, {"call_id": "c1"})
     assert advance(holder.id) == "completed"
     waiter = start_run(place_call, {"call_id": "c2"})
@@ -52,7 +52,7 @@ def test_a_release_whose_wake_cannot_be_published_still_completes(one_call, no_w
     assert holders("voice-calls") == [(waiter.id, "busy")]
 
 
-def test_starting_a_run_while_the_broker_is_down_keeps_the_run_for_recovery(one_call, no_worker, clock) -> None:  # type: ignore[no-untyped-def]
+def test_starting_a_run_while_the_broker_is_down_keeps_the_run_for_recovery(one_call, no_worker, clock) -> None:
     use_broker(UNREACHABLE, eager=False)
     run = start_run(place_call, {"call_id": "c1"})
     assert Run.objects.get(id=run.id).status == "pending"

@@ -56,7 +56,7 @@ def started(log: Path) -> list[str]:
     return marks.read_text().split() if marks.exists() else []
 
 
-def test_a_cut_connection_during_a_with_limit_step_never_runs_the_step_outside_its_slot(workers, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_cut_connection_during_a_with_limit_step_never_runs_the_step_outside_its_slot(workers, tmp_path) -> None:
     declare(partner_api={"capacity": 1, "max_hold": "1h"})
     log = tmp_path / "executions.jsonl"
     workers.extend([Worker(env=WORKFLOWS), Worker(env=WORKFLOWS)])  # one is busy in the step
@@ -69,7 +69,11 @@ def test_a_cut_connection_during_a_with_limit_step_never_runs_the_step_outside_i
     assert kill_other_backends() >= 1
 
     for run in (first, second):
-        wait_for(lambda run=run: status(run) in ("completed", "failed"), what="both runs", worker=worker, timeout=90)
+
+        def ended(run: Run = run) -> bool:
+            return status(run) in ("completed", "failed")
+
+        wait_for(ended, what="both runs", worker=worker, timeout=90)
     assert (status(first), status(second)) == ("completed", "completed")
 
     ran = executions(log)

@@ -44,7 +44,7 @@ def crash_once_workflow(input: dict) -> dict:
     return {"result": crash_once(input["tag"])}
 
 
-def test_a_run_whose_worker_died_mid_advance_moves_again_after_the_lease(no_worker, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_whose_worker_died_mid_advance_moves_again_after_the_lease(no_worker, clock) -> None:
     run = start_run(crash_once_workflow, {"tag": "r1"})
     with pytest.raises(WorkerKilled):
         advance(run.id)  # the worker dies holding the lease
@@ -60,7 +60,7 @@ def test_a_run_whose_worker_died_mid_advance_moves_again_after_the_lease(no_work
     assert dt.timedelta(seconds=30) >= runtime.LEASE  # not minutes of stall after a crash
 
 
-def test_the_heartbeat_renews_the_lease_of_a_live_worker_and_not_a_lost_one(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_heartbeat_renews_the_lease_of_a_live_worker_and_not_a_lost_one(monkeypatch) -> None:
     monkeypatch.setattr(runtime, "HEARTBEAT_SECONDS", 0.05)
     before = timezone.now()
     now = timezone.now()

@@ -19,7 +19,7 @@ HOOK = "Esperando hueco · voice-calls"
 
 
 @pytest.fixture
-def one_line(clock):  # type: ignore[no-untyped-def]
+def one_line(clock):
     declare(
         voice_calls={"capacity": 1, "max_hold": "1h"},
         report_exports={"capacity": 1, "max_hold": "1h"},
@@ -85,7 +85,7 @@ def acquire_and_fail(input: dict) -> dict:
     raise RuntimeError("the work failed after taking a slot")
 
 
-def test_a_free_slot_is_taken_at_once_and_the_run_completes(one_line) -> None:  # type: ignore[no-untyped-def]
+def test_a_free_slot_is_taken_at_once_and_the_run_completes(one_line) -> None:
     run = start_run(place_call, {"call_id": "c1"})
     assert run.status == "completed"
     assert run.output["slot_id"].startswith("slot_")
@@ -93,11 +93,11 @@ def test_a_free_slot_is_taken_at_once_and_the_run_completes(one_line) -> None:  
     assert Slot.objects.get(id=run.output["slot_id"]).label == "c1"
 
 
-def test_runs_start_by_registered_name_too(one_line) -> None:  # type: ignore[no-untyped-def]
+def test_runs_start_by_registered_name_too(one_line) -> None:
     assert start_run("place_call", {"call_id": "c1"}).status == "completed"
 
 
-def test_a_full_limit_suspends_the_run_with_the_hook_step_until_another_workflow_releases(one_line) -> None:  # type: ignore[no-untyped-def]
+def test_a_full_limit_suspends_the_run_with_the_hook_step_until_another_workflow_releases(one_line) -> None:
     first = start_run(place_call, {"call_id": "c1"})
     second = start_run(place_call, {"call_id": "c2"})
     assert (second.status, second.suspended) == ("running", True)
@@ -112,30 +112,30 @@ def test_a_full_limit_suspends_the_run_with_the_hook_step_until_another_workflow
     assert_counters_match_rows("voice-calls")
 
 
-def test_release_slot_is_idempotent_through_runs(one_line) -> None:  # type: ignore[no-untyped-def]
+def test_release_slot_is_idempotent_through_runs(one_line) -> None:
     first = start_run(place_call, {"call_id": "c1"})
     assert start_run(call_ended, {"slot_id": first.output["slot_id"]}).output == {"released": True}
     assert start_run(call_ended, {"slot_id": first.output["slot_id"]}).output == {"released": False}
     assert start_run(call_ended, {"slot_id": "slot_nope"}).output == {"released": False}
 
 
-def test_release_slot_works_inside_a_step(one_line) -> None:  # type: ignore[no-untyped-def]
+def test_release_slot_works_inside_a_step(one_line) -> None:
     first = start_run(place_call, {"call_id": "c1"})
     assert start_run(release_in_step, {"slot_id": first.output["slot_id"]}).output == {"released": True}
 
 
-def test_acquire_slot_inside_a_step_is_a_clear_error(one_line) -> None:  # type: ignore[no-untyped-def]
+def test_acquire_slot_inside_a_step_is_a_clear_error(one_line) -> None:
     run = start_run(acquire_in_step)
     assert "cannot be called inside a step" in run.output["error"]
     assert Slot.objects.count() == 0
 
 
-def test_acquire_slot_outside_a_run_is_a_clear_error(one_line) -> None:  # type: ignore[no-untyped-def]
+def test_acquire_slot_outside_a_run_is_a_clear_error(one_line) -> None:
     with pytest.raises(WorkflowError, match="must be called in a workflow body"):
         acquire_slot("voice-calls")
 
 
-def test_a_wait_that_times_out_raises_slot_timeout_error_with_limiter_and_timeout(one_line, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_wait_that_times_out_raises_slot_timeout_error_with_limiter_and_timeout(one_line, clock) -> None:
     start_run("sync_partner", {"label": "holder", "timeout": "30s"})  # completes and frees its slot
     holder = start_run(place_call, {"call_id": "c1"})
     late = start_run(place_call, {"call_id": "c2", "timeout": "30s"})
@@ -161,7 +161,7 @@ def test_slot_timeout_error_carries_its_fields_and_is_recognised() -> None:
     assert SlotTimeoutError.is_(CopyOfIt())
 
 
-def test_the_timeout_example_reports_limiter_and_timeout(one_line, clock) -> None:  # type: ignore[no-untyped-def]
+def test_the_timeout_example_reports_limiter_and_timeout(one_line, clock) -> None:
     holder = start_run(place_call, {"call_id": "c1"})
     declare(
         voice_calls={"capacity": 1, "max_hold": "1h"},
@@ -176,26 +176,26 @@ def test_the_timeout_example_reports_limiter_and_timeout(one_line, clock) -> Non
     assert holder and slot
 
 
-def test_with_limit_releases_when_fn_returns(one_line) -> None:  # type: ignore[no-untyped-def]
+def test_with_limit_releases_when_fn_returns(one_line) -> None:
     run = start_run("export_report", {"report_id": "r1"})
     assert run.output == {"report_id": "r1", "rows": 1000}
     assert holders("report-exports") == []
     assert [s.name for s in run.steps] == ["Esperando hueco · report-exports", "build_report", "release_slot"]
 
 
-def test_with_limit_releases_and_reraises_when_fn_raises(one_line) -> None:  # type: ignore[no-untyped-def]
+def test_with_limit_releases_and_reraises_when_fn_raises(one_line) -> None:
     run = start_run(with_limit_raises)
     assert run.output == {"reraised": "the export broke"}
     assert holders("report-exports") == []
 
 
-def test_hold_slot_is_with_limit_as_a_context_manager(one_line) -> None:  # type: ignore[no-untyped-def]
+def test_hold_slot_is_with_limit_as_a_context_manager(one_line) -> None:
     run = start_run(hold_and_return)
     assert run.output["limiter"] == "report-exports"  # 2.1: the handle has id and limiter
     assert Slot.objects.get(id=run.output["slot_id"]).state == "released"
 
 
-def test_with_limit_waits_in_the_queue_and_keeps_its_slot_across_the_suspension(one_line) -> None:  # type: ignore[no-untyped-def]
+def test_with_limit_waits_in_the_queue_and_keeps_its_slot_across_the_suspension(one_line) -> None:
     blocker = services.acquire("report-exports", run_id="blocker").slot_id
     run = start_run("export_report", {"report_id": "r2"})
     assert fresh(run).suspended
@@ -205,7 +205,7 @@ def test_with_limit_waits_in_the_queue_and_keeps_its_slot_across_the_suspension(
     assert holders("report-exports") == []
 
 
-def test_a_run_that_ends_keeps_its_busy_slot(one_line) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_that_ends_keeps_its_busy_slot(one_line) -> None:
     """2.7: completing or failing does not release a held slot."""
     run = start_run(acquire_and_fail, {"label": "x"})
     assert run.status == "failed"
@@ -213,7 +213,7 @@ def test_a_run_that_ends_keeps_its_busy_slot(one_line) -> None:  # type: ignore[
     assert holders("voice-calls") == [(run.id, "busy")]
 
 
-def test_cancelling_a_waiting_run_takes_it_out_of_the_queue(one_line) -> None:  # type: ignore[no-untyped-def]
+def test_cancelling_a_waiting_run_takes_it_out_of_the_queue(one_line) -> None:
     start_run(place_call, {"call_id": "c1"})
     waiting = start_run(place_call, {"call_id": "c2"})
     after = start_run(place_call, {"call_id": "c3"})
@@ -225,7 +225,7 @@ def test_cancelling_a_waiting_run_takes_it_out_of_the_queue(one_line) -> None:  
     assert_counters_match_rows("voice-calls")
 
 
-def test_a_failing_waiting_run_leaves_the_queue(one_line, no_worker) -> None:  # type: ignore[no-untyped-def]
+def test_a_failing_waiting_run_leaves_the_queue(one_line, no_worker) -> None:
     """3.4: a waiting run that fails leaves the queue (here its workflow was unregistered)."""
     services.acquire("voice-calls", run_id="holder")
     run = start_run(place_call, {"call_id": "c1"})
@@ -236,7 +236,7 @@ def test_a_failing_waiting_run_leaves_the_queue(one_line, no_worker) -> None:  #
     assert QueueEntry.objects.get(run_id=run.id).state == "cancelled"
 
 
-def test_a_picked_run_cancelled_before_confirming_frees_the_slot_for_the_next(one_line, no_worker) -> None:  # type: ignore[no-untyped-def]
+def test_a_picked_run_cancelled_before_confirming_frees_the_slot_for_the_next(one_line, no_worker) -> None:
     """3.7 end to end: the box reserved a slot for a run that no worker advanced yet."""
     holder = services.acquire("voice-calls", run_id="holder").slot_id
     picked = start_run(place_call, {"call_id": "c1"})
@@ -253,7 +253,7 @@ def test_a_picked_run_cancelled_before_confirming_frees_the_slot_for_the_next(on
 
 def test_a_reservation_nobody_confirms_lapses_and_the_late_run_requeues_within_its_timeout(
     one_line, no_worker, clock
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """3.6 end to end: every worker is down while a run is reserved; past 2 minutes the sweep
     gives the slot to the next run, and the late run waits at the end with its deadline."""
     holder = services.acquire("voice-calls", run_id="holder").slot_id
@@ -275,14 +275,14 @@ def test_a_reservation_nobody_confirms_lapses_and_the_late_run_requeues_within_i
     assert fresh(late).output["slot_id"]
 
 
-def test_a_duplicate_wake_never_runs_a_step_twice(one_line, no_worker) -> None:  # type: ignore[no-untyped-def]
+def test_a_duplicate_wake_never_runs_a_step_twice(one_line, no_worker) -> None:
     run = start_run(place_call, {"call_id": "c1"})
     assert advance(run.id) == "completed"
     assert advance(run.id) == "skipped"
     assert [s.name for s in fresh(run).steps] == [HOOK, "dial_out"]
 
 
-def test_a_run_leased_by_another_worker_is_skipped(one_line, no_worker, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_leased_by_another_worker_is_skipped(one_line, no_worker, clock) -> None:
     run = start_run(place_call, {"call_id": "c1"})
     Run.objects.filter(id=run.id).update(
         lease_owner="other", lease_until=clock.now() + __import__("datetime").timedelta(minutes=1)
@@ -290,7 +290,7 @@ def test_a_run_leased_by_another_worker_is_skipped(one_line, no_worker, clock) -
     assert advance(run.id) == "skipped"
 
 
-def test_recovery_dispatches_runs_that_lost_their_task(one_line, no_worker, clock) -> None:  # type: ignore[no-untyped-def]
+def test_recovery_dispatches_runs_that_lost_their_task(one_line, no_worker, clock) -> None:
     run = start_run(place_call, {"call_id": "c1"})  # its task went to a broker nobody reads
     assert recover() == 0  # dispatched just now: give the task time
     clock.advance(seconds=31)
@@ -301,7 +301,7 @@ def test_recovery_dispatches_runs_that_lost_their_task(one_line, no_worker, cloc
     assert fresh(run).status == "completed"
 
 
-def test_recovery_wakes_a_reserved_run_whose_wake_was_lost(one_line, no_worker, clock) -> None:  # type: ignore[no-untyped-def]
+def test_recovery_wakes_a_reserved_run_whose_wake_was_lost(one_line, no_worker, clock) -> None:
     holder = services.acquire("voice-calls", run_id="holder").slot_id
     run = start_run(place_call, {"call_id": "c1"})
     advance(run.id)
@@ -323,14 +323,14 @@ def test_recovery_wakes_a_reserved_run_whose_wake_was_lost(one_line, no_worker, 
     assert fresh(run).status == "completed"
 
 
-def test_a_cancel_during_a_step_stops_the_run(one_line, no_worker) -> None:  # type: ignore[no-untyped-def]
+def test_a_cancel_during_a_step_stops_the_run(one_line, no_worker) -> None:
     run = start_run(place_call, {"call_id": "c1"})
     cancel_run(run.id)
     assert advance(run.id) == "skipped"
     assert fresh(run).status == "cancelled"
 
 
-def test_a_mass_wake_resumes_every_run_through_chunked_tasks(one_line, no_worker) -> None:  # type: ignore[no-untyped-def]
+def test_a_mass_wake_resumes_every_run_through_chunked_tasks(one_line, no_worker) -> None:
     """A capacity raise that grants more runs than one dispatch chunk still resumes every one."""
     from studio.runs import runtime
     from tests.conftest import use_broker
@@ -345,7 +345,7 @@ def test_a_mass_wake_resumes_every_run_through_chunked_tasks(one_line, no_worker
     assert holder
 
 
-def test_a_mass_wake_goes_out_in_few_messages_that_cover_every_run(no_worker) -> None:  # type: ignore[no-untyped-def]
+def test_a_mass_wake_goes_out_in_few_messages_that_cover_every_run(no_worker) -> None:
     """100,000 granted runs are 200 messages, not 2,000: publishing must not dominate a sweep's
     wake. Read back from the broker: every run once, in order, in at most DISPATCH_TASKS tasks."""
     from studio.celery import app
@@ -385,7 +385,7 @@ def meets_a_database_outage(input: dict) -> dict:
     return {"done": True}
 
 
-def test_a_database_outage_during_an_advance_does_not_fail_the_run(one_line, no_worker) -> None:  # type: ignore[no-untyped-def]
+def test_a_database_outage_during_an_advance_does_not_fail_the_run(one_line, no_worker) -> None:
     """Found by the chaos run: a PostgreSQL restart under a running body failed the run. The
     advance must leave the run as it was (lease given back) for the retry or recovery."""
     from django.db import OperationalError

@@ -26,7 +26,7 @@ CUT = {"left": 0}
 
 
 @pytest.fixture
-def two_limits(clock):  # type: ignore[no-untyped-def]
+def two_limits(clock):
     declare(
         report_exports={"capacity": 1, "max_hold": "1h"},
         partner_api={"capacity": 1, "max_hold": "1h"},
@@ -53,12 +53,12 @@ def with_limit_around_a_wait(input: dict) -> dict:
         return {"outer": slot.id, "inner": inner.id}
 
 
-def cut_the_recording_of(name: str):  # type: ignore[no-untyped-def]
+def cut_the_recording_of(name: str):
     """The recording of step `name` meets a dead connection once: what a killed connection does
     under a running step (the real thing: tests/runs/test_connection_cut.py)."""
     real = runtime.record_step
 
-    def record_step(ctx, seq, step_name, **values):  # type: ignore[no-untyped-def]
+    def record_step(ctx, seq, step_name, **values):
         if step_name == name and CUT["left"]:
             CUT["left"] -= 1
             raise OperationalError("terminating connection due to administrator command")
@@ -69,7 +69,7 @@ def cut_the_recording_of(name: str):  # type: ignore[no-untyped-def]
 
 def test_an_interruption_inside_with_limit_keeps_the_slot_and_the_replay_runs_the_work_inside_it(
     two_limits, no_worker, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     run = start_run(export_then_cut)
     waiting = start_run("export_report", {"report_id": "next"})
     CUT["left"] = 1
@@ -91,7 +91,7 @@ def test_an_interruption_inside_with_limit_keeps_the_slot_and_the_replay_runs_th
 
 def test_an_interruption_while_releasing_keeps_the_slot_until_the_replay_releases_it(
     two_limits, no_worker, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The release is an atomic step: a cut connection rolls it back with its record; it is not
     recorded as a failed step (that would fail the run), and the replay releases."""
     run = start_run(export_then_cut)
@@ -105,7 +105,7 @@ def test_an_interruption_while_releasing_keeps_the_slot_until_the_replay_release
     assert holders("report-exports") == []
 
 
-def test_cancelling_a_run_suspended_inside_with_limit_frees_its_slot_for_the_next_run(two_limits) -> None:  # type: ignore[no-untyped-def]
+def test_cancelling_a_run_suspended_inside_with_limit_frees_its_slot_for_the_next_run(two_limits) -> None:
     blocker = services.acquire("partner-api", run_id="blocker").slot_id
     run = start_run(with_limit_around_a_wait)
     assert Run.objects.get(id=run.id).suspended
@@ -123,7 +123,7 @@ def test_cancelling_a_run_suspended_inside_with_limit_frees_its_slot_for_the_nex
     assert_counters_match_rows("report-exports")
 
 
-def test_a_run_failing_inside_with_limit_frees_its_slot_and_an_acquire_slot_slot_stays(two_limits, no_worker) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_failing_inside_with_limit_frees_its_slot_and_an_acquire_slot_slot_stays(two_limits, no_worker) -> None:
     """2.5 against 2.7: a run that ends frees the with_limit slot, not a slot from acquire_slot."""
     services.acquire("partner-api", run_id="blocker")
     run = start_run(with_limit_around_a_wait)
@@ -134,7 +134,7 @@ def test_a_run_failing_inside_with_limit_frees_its_slot_and_an_acquire_slot_slot
     assert holders("partner-api") == [("blocker", "busy")]
 
 
-def test_verify_reports_a_with_limit_slot_left_busy_after_its_run_ended(two_limits) -> None:  # type: ignore[no-untyped-def]
+def test_verify_reports_a_with_limit_slot_left_busy_after_its_run_ended(two_limits) -> None:
     run = start_run(with_limit_around_a_wait)  # holds report-exports, then takes partner-api
     assert Run.objects.get(id=run.id).status == "completed"
     assert verify().ok

@@ -18,7 +18,7 @@ from tests.runs.conftest import Worker, status, wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_waiting_run_resumes_when_another_run_releases(workers) -> None:  # type: ignore[no-untyped-def]
+def test_a_waiting_run_resumes_when_another_run_releases(workers) -> None:
     declare(voice_calls={"capacity": 1, "max_hold": "1h"})
     worker = Worker()
     workers.append(worker)
@@ -35,7 +35,7 @@ def test_a_waiting_run_resumes_when_another_run_releases(workers) -> None:  # ty
     assert_counters_match_rows("voice-calls")
 
 
-def test_a_worker_killed_while_a_run_is_reserved_loses_nothing(workers) -> None:  # type: ignore[no-untyped-def]
+def test_a_worker_killed_while_a_run_is_reserved_loses_nothing(workers) -> None:
     """Invariant: whatever dies, no run is stranded and no slot is granted twice. B is reserved
     while no worker lives; past 2 minutes the sweep gives the slot to C and re-queues B (inside
     its timeout); a new worker resumes both, and B completes once C's call ends."""

@@ -21,7 +21,7 @@ HTMX = {"HX-Request": "true"}
 
 
 @pytest.fixture
-def busy_slot(calls) -> str:  # type: ignore[no-untyped-def]
+def busy_slot(calls) -> str:
     return calls[0]
 
 
@@ -29,7 +29,7 @@ def new_events(before: int) -> list[AuditEvent]:
     return list(AuditEvent.objects.order_by("id")[before:])
 
 
-def audited(action, expected_action: str, actor: str, **fields: str) -> AuditEvent:  # type: ignore[no-untyped-def]
+def audited(action, expected_action: str, actor: str, **fields: str) -> AuditEvent:
     before = AuditEvent.objects.count()
     action()
     events = new_events(before)
@@ -45,7 +45,7 @@ def audited(action, expected_action: str, actor: str, **fields: str) -> AuditEve
 # --- Studio --------------------------------------------------------------------------------------
 
 
-def test_studio_actions_each_leave_one_row_naming_the_user(busy_slot, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_studio_actions_each_leave_one_row_naming_the_user(busy_slot, operator_client) -> None:
     c = operator_client
     audited(
         lambda: c.post(f"{PAGE}release/", {"slot": busy_slot}, headers=HTMX),
@@ -78,7 +78,7 @@ def test_studio_actions_each_leave_one_row_naming_the_user(busy_slot, operator_c
     )
 
 
-def test_studio_refusals_and_no_ops_leave_no_row(busy_slot, operator_client, viewer_client) -> None:  # type: ignore[no-untyped-def]
+def test_studio_refusals_and_no_ops_leave_no_row(busy_slot, operator_client, viewer_client) -> None:
     before = AuditEvent.objects.count()
     operator_client.post(f"{PAGE}release/", {"slot": busy_slot}, headers=HTMX)
     assert AuditEvent.objects.count() == before + 1
@@ -99,7 +99,7 @@ def root() -> Client:
     return client
 
 
-def test_an_admin_override_leaves_one_row_per_changed_value_naming_the_user(calls, root) -> None:  # type: ignore[no-untyped-def]
+def test_an_admin_override_leaves_one_row_per_changed_value_naming_the_user(calls, root) -> None:
     limit = Limit.objects.get(name="voice-calls")
     url = f"/admin/limits/limit/{limit.pk}/change/"
     audited(lambda: root.post(url, {"capacity": "9", "max_hold": ""}), "capacity", "user:root", new_value="9")
@@ -113,7 +113,7 @@ def test_an_admin_override_leaves_one_row_per_changed_value_naming_the_user(call
     assert AuditEvent.objects.count() == before
 
 
-def test_the_admin_release_action_leaves_one_row_per_released_slot(busy_slot, root) -> None:  # type: ignore[no-untyped-def]
+def test_the_admin_release_action_leaves_one_row_per_released_slot(busy_slot, root) -> None:
     post = {"action": "release_selected", "_selected_action": [busy_slot]}
     audited(lambda: root.post("/admin/limits/slot/", post), "release", "user:root", slot_id=busy_slot)
     before = AuditEvent.objects.count()
@@ -125,7 +125,7 @@ def test_the_admin_release_action_leaves_one_row_per_released_slot(busy_slot, ro
 # --- CLI -----------------------------------------------------------------------------------------
 
 
-def test_cli_verbs_each_leave_one_row_naming_the_os_user(busy_slot) -> None:  # type: ignore[no-untyped-def]
+def test_cli_verbs_each_leave_one_row_naming_the_os_user(busy_slot) -> None:
     me = f"cli:{getpass.getuser()}"
     audited(lambda: run_cli("release", busy_slot, "--yes"), "release", me, slot_id=busy_slot)
     audited(lambda: run_cli("capacity", "voice-calls", "4"), "capacity", me, new_value="4")
@@ -140,7 +140,7 @@ def test_cli_verbs_each_leave_one_row_naming_the_os_user(busy_slot) -> None:  # 
 # --- API -----------------------------------------------------------------------------------------
 
 
-def test_api_writes_each_leave_one_row_naming_the_tokens_user(busy_slot) -> None:  # type: ignore[no-untyped-def]
+def test_api_writes_each_leave_one_row_naming_the_tokens_user(busy_slot) -> None:
     api = Api(api_operator("ops")[1])
     audited(lambda: api.post(f"slots/{busy_slot}/release/"), "release", "api:ops", slot_id=busy_slot)
     audited(lambda: api.post("voice-calls/capacity/", {"capacity": 6}), "capacity", "api:ops", new_value="6")

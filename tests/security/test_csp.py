@@ -18,14 +18,14 @@ TEMPLATES = Path(settings.BASE_DIR) / "templates"
 STATIC_JS = Path(settings.BASE_DIR) / "static" / "studio"
 
 
-def directives(response) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
+def directives(response) -> dict[str, list[str]]:
     policy = response["Content-Security-Policy"]
     parts = [part.split() for part in policy.split(";") if part.strip()]
     return {part[0]: part[1:] for part in parts}
 
 
 @pytest.fixture
-def signed_in(busy_limit) -> Client:  # type: ignore[no-untyped-def]
+def signed_in(busy_limit) -> Client:
     client = Client()
     client.force_login(make_user("ada", "limits.operate_limit", "studio.change_run", staff=True))
     return client
@@ -35,7 +35,7 @@ def signed_in(busy_limit) -> Client:  # type: ignore[no-untyped-def]
     "path",
     ["/accounts/login/", "/studio/limits/", "/studio/limits/voice-calls/", "/studio/runs/run-0/", "/admin/"],
 )
-def test_every_page_carries_the_strict_policy(signed_in, path: str) -> None:  # type: ignore[no-untyped-def]
+def test_every_page_carries_the_strict_policy(signed_in, path: str) -> None:
     response = signed_in.get(path)
     assert response.status_code in (200, 404)
     policy = directives(response)
@@ -47,7 +47,7 @@ def test_every_page_carries_the_strict_policy(signed_in, path: str) -> None:  # 
     assert "'unsafe-eval'" not in response["Content-Security-Policy"]
 
 
-def test_errors_and_fragments_carry_it_too(signed_in, htmx) -> None:  # type: ignore[no-untyped-def]
+def test_errors_and_fragments_carry_it_too(signed_in, htmx) -> None:
     assert "Content-Security-Policy" in signed_in.get("/studio/limits/nope/")
     assert "Content-Security-Policy" in signed_in.get("/studio/limits/voice-calls/", headers=htmx)
     assert "Content-Security-Policy" in Client().get("/studio/runs/run%00x/")
@@ -70,7 +70,7 @@ def test_no_template_needs_what_the_policy_forbids(template: str) -> None:
     assert not JS_VALUES.search(text), "js: values are evaluated, the policy forbids eval"
 
 
-def test_htmx_is_told_not_to_inject_styles_or_evaluate(signed_in) -> None:  # type: ignore[no-untyped-def]
+def test_htmx_is_told_not_to_inject_styles_or_evaluate(signed_in) -> None:
     page = signed_in.get("/studio/limits/").content.decode()
     config = re.search(r'<meta name="htmx-config" content=\'([^\']*)\'', page)
     assert config is not None
@@ -79,7 +79,7 @@ def test_htmx_is_told_not_to_inject_styles_or_evaluate(signed_in) -> None:  # ty
     assert ".htmx-request .htmx-indicator" in css  # what htmx would have injected
 
 
-def test_the_usage_bar_is_drawn_without_a_style_attribute(signed_in) -> None:  # type: ignore[no-untyped-def]
+def test_the_usage_bar_is_drawn_without_a_style_attribute(signed_in) -> None:
     page = signed_in.get("/studio/limits/voice-calls/").content.decode()
     bar = re.search(r'<div class="bar[^"]*"[^>]*>(.*?)</div>', page, re.S)
     assert bar is not None and "style=" not in bar[1]

@@ -33,7 +33,7 @@ document.addEventListener("securitypolicyviolation", (e) => {
 
 
 @pytest.fixture
-def watched(browser) -> Iterator[tuple[Page, list[str]]]:  # type: ignore[no-untyped-def]
+def watched(browser) -> Iterator[tuple[Page, list[str]]]:
     """A page, and every console message and page error that mentions the policy."""
     context = browser.new_context(viewport={"width": 1360, "height": 900})
     context.add_init_script(RECORD_VIOLATIONS)
@@ -48,7 +48,7 @@ def watched(browser) -> Iterator[tuple[Page, list[str]]]:  # type: ignore[no-unt
 
 
 @pytest.fixture
-def setup(transactional_db) -> None:  # type: ignore[no-untyped-def]
+def setup(transactional_db) -> None:
     user = User.objects.create_user("ada", password=PASSWORD, is_staff=True)
     user.user_permissions.add(*Permission.objects.filter(codename__in=["operate_limit", "view_limit", "view_slot"]))
     declare(voice_calls={"capacity": 2, "max_hold": "45m"})
@@ -67,7 +67,7 @@ def violations(page: Page, problems: list[str]) -> list[str]:
     return [*page.evaluate("window.__cspViolations"), *problems]
 
 
-def test_studio_and_the_admin_work_under_the_policy_with_no_violation(live_server, watched, setup) -> None:  # type: ignore[no-untyped-def]
+def test_studio_and_the_admin_work_under_the_policy_with_no_violation(live_server, watched, setup) -> None:
     page, problems = watched
     base = live_server.url
     page.goto(base + "/studio/limits/")

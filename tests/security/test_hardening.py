@@ -89,16 +89,16 @@ def production() -> dict[str, object]:
     return probe()
 
 
-def test_healthz_answers_over_plain_http_with_debug_off(production) -> None:  # type: ignore[no-untyped-def]
+def test_healthz_answers_over_plain_http_with_debug_off(production) -> None:
     """A health probe speaks plain HTTP and needs 200 or 503, not a redirect to HTTPS."""
     assert production["healthz"] in (200, 503)
 
 
-def test_other_pages_still_redirect_to_https_with_debug_off(production) -> None:  # type: ignore[no-untyped-def]
+def test_other_pages_still_redirect_to_https_with_debug_off(production) -> None:
     assert production["page"] == 301
 
 
-def test_hsts_is_sent_without_preload_by_default(production) -> None:  # type: ignore[no-untyped-def]
+def test_hsts_is_sent_without_preload_by_default(production) -> None:
     assert production["hsts"] == "max-age=31536000; includeSubDomains"
 
 
@@ -112,7 +112,7 @@ def test_hsts_preload_is_an_opt_in_and_so_is_password_reset() -> None:
 
 
 @pytest.fixture
-def run_id(busy_limit) -> str:  # type: ignore[no-untyped-def]
+def run_id(busy_limit) -> str:
     from django.utils import timezone
 
     from studio.models import Run
@@ -126,7 +126,7 @@ def run_id(busy_limit) -> str:  # type: ignore[no-untyped-def]
     ["/studio/limits/", "/studio/limits/voice-calls/", "/studio/runs/{run}/"],
 )
 @pytest.mark.parametrize("htmx_request", [False, True], ids=["page", "htmx"])
-def test_signed_in_studio_pages_are_never_stored(operator_client, run_id, url, htmx_request) -> None:  # type: ignore[no-untyped-def]
+def test_signed_in_studio_pages_are_never_stored(operator_client, run_id, url, htmx_request) -> None:
     headers = {"HX-Request": "true"} if htmx_request else {}
     response = operator_client.get(url.format(run=run_id), headers=headers)
     assert response.status_code == 200
@@ -134,7 +134,7 @@ def test_signed_in_studio_pages_are_never_stored(operator_client, run_id, url, h
     assert {"no-store", "private"} <= directives
 
 
-def test_an_operator_action_answer_is_never_stored(operator_client, busy_limit) -> None:  # type: ignore[no-untyped-def]
+def test_an_operator_action_answer_is_never_stored(operator_client, busy_limit) -> None:
     response = operator_client.post(
         "/studio/limits/voice-calls/capacity/", {"capacity": "3"}, headers={"HX-Request": "true"}
     )

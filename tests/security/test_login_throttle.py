@@ -24,7 +24,7 @@ REFUSED = THROTTLED.format(minutes=15)
 
 
 @pytest.fixture
-def ada(db) -> User:  # type: ignore[no-untyped-def]
+def ada(db) -> User:
     return User.objects.create_user("ada", password=PASSWORD, is_staff=True, is_superuser=True)
 
 
@@ -53,7 +53,7 @@ def fail(username: str, times: int, *, address: str = "10.0.0.1", path: str = "/
         assert not signed_in(client) and REFUSED not in page
 
 
-def test_five_failures_lock_the_username_even_against_the_right_password(clock, ada) -> None:  # type: ignore[no-untyped-def]
+def test_five_failures_lock_the_username_even_against_the_right_password(clock, ada) -> None:
     fail("ada", 5)
     client, page = sign_in("ada", PASSWORD)
     assert not signed_in(client)
@@ -63,7 +63,7 @@ def test_five_failures_lock_the_username_even_against_the_right_password(clock, 
     assert not signed_in(client) and REFUSED in page
 
 
-def test_four_failures_do_not_lock_and_a_success_clears_them(clock, ada) -> None:  # type: ignore[no-untyped-def]
+def test_four_failures_do_not_lock_and_a_success_clears_them(clock, ada) -> None:
     fail("ada", 4)
     client, _ = sign_in("ada", PASSWORD)
     assert signed_in(client)
@@ -71,7 +71,7 @@ def test_four_failures_do_not_lock_and_a_success_clears_them(clock, ada) -> None
     assert signed_in(sign_in("ada", PASSWORD)[0])
 
 
-def test_the_lock_lifts_when_the_failures_age_out_of_the_window(clock, ada) -> None:  # type: ignore[no-untyped-def]
+def test_the_lock_lifts_when_the_failures_age_out_of_the_window(clock, ada) -> None:
     fail("ada", 5)
     clock.advance(minutes=14)
     assert not signed_in(sign_in("ada", PASSWORD)[0])
@@ -79,7 +79,7 @@ def test_the_lock_lifts_when_the_failures_age_out_of_the_window(clock, ada) -> N
     assert signed_in(sign_in("ada", PASSWORD)[0])
 
 
-def test_the_refusal_does_not_reveal_whether_the_user_exists(clock, ada) -> None:  # type: ignore[no-untyped-def]
+def test_the_refusal_does_not_reveal_whether_the_user_exists(clock, ada) -> None:
     _, first_ada = sign_in("ada", "wrong-password", address="10.0.0.2")
     _, first_ghost = sign_in("ghost", "wrong-password", address="10.0.0.3")
     assert notice(first_ada) == notice(first_ghost)
@@ -91,7 +91,7 @@ def test_the_refusal_does_not_reveal_whether_the_user_exists(clock, ada) -> None
     assert notice(locked_ada) == notice(locked_ghost) == REFUSED
 
 
-def test_one_address_is_locked_after_twenty_failures_across_usernames(clock, ada) -> None:  # type: ignore[no-untyped-def]
+def test_one_address_is_locked_after_twenty_failures_across_usernames(clock, ada) -> None:
     for n in range(5):
         fail(f"user{n}", 4, address="10.6.6.6")
     client, page = sign_in("ada", PASSWORD, address="10.6.6.6")
@@ -99,13 +99,13 @@ def test_one_address_is_locked_after_twenty_failures_across_usernames(clock, ada
     assert signed_in(sign_in("ada", PASSWORD, address="10.0.0.7")[0])  # other addresses are not
 
 
-def test_the_admin_sign_in_is_throttled_too(clock, ada) -> None:  # type: ignore[no-untyped-def]
+def test_the_admin_sign_in_is_throttled_too(clock, ada) -> None:
     fail("ada", 5, path="/admin/login/")
     client, page = sign_in("ada", PASSWORD, path="/admin/login/")
     assert not signed_in(client) and REFUSED in page
 
 
-def test_failures_are_stored_as_digests_and_pruned(clock, ada) -> None:  # type: ignore[no-untyped-def]
+def test_failures_are_stored_as_digests_and_pruned(clock, ada) -> None:
     fail("my-secret-typed-in-the-wrong-box", 2)
     keys = list(SignInFailure.objects.values_list("key", flat=True))
     assert len(keys) == 4 and all(len(key) == 64 and "secret" not in key for key in keys)
@@ -116,7 +116,7 @@ def test_failures_are_stored_as_digests_and_pruned(clock, ada) -> None:  # type:
 
 @requires_postgres
 @pytest.mark.django_db(transaction=True)
-def test_attempts_racing_from_many_workers_get_no_more_password_checks_than_allowed(settings) -> None:  # type: ignore[no-untyped-def]
+def test_attempts_racing_from_many_workers_get_no_more_password_checks_than_allowed(settings) -> None:
     """Invariant: within the window, at most STACKBONE_LOGIN_MAX_FAILURES (5) attempts for one
     username reach the password check, however many arrive at once. 16 threads, each with its
     own database connection (like 16 web workers), post a wrong password at the same instant;

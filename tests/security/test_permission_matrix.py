@@ -1,5 +1,5 @@
 """The permission matrix: every Studio, admin and API URL × anonymous / signed-in viewer / operator /
-superuser × GET / POST answers exactly what README ("Studio", "The JSON API", "Security") documents.
+superuser × GET / POST answers exactly what docs/operations.md, docs/api.md and docs/security.md document.
 
 What must never happen: someone without the right permission (or without a CSRF token, or
 without a valid bearer token) changes a Limit, Slot, QueueEntry, AuditEvent or Run row. Every cell
@@ -20,6 +20,7 @@ no token, and session writes without a CSRF token, have their own tests below th
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import unquote
@@ -241,7 +242,7 @@ class World:
 
 
 @pytest.fixture
-def world(clock) -> World:  # type: ignore[no-untyped-def]
+def world(clock) -> World:
     """voice-calls (capacity 2, max hold 45m): two busy slots, and a run waiting third in the
     queue (so cancelling it writes); the four people, each with a bearer token."""
     declare(voice_calls={"capacity": 2, "max_hold": "45m"})
@@ -280,13 +281,13 @@ def world(clock) -> World:  # type: ignore[no-untyped-def]
         # The admin's URLs carry primary keys through admin_urlquote: "run_40…" is not "run@…".
         "admin_run": admin_urlquote(run.id),
         "entry": str(QueueEntry.objects.get(run_id=run.id).pk),
-        "event": str(AuditEvent.objects.order_by("id").first().pk),  # type: ignore[union-attr]
-        "token_pk": str(ApiToken.objects.order_by("id").first().pk),  # type: ignore[union-attr]
+        "event": str(AuditEvent.objects.order_by("id").first().pk),
+        "token_pk": str(ApiToken.objects.order_by("id").first().pk),
     }
     return World(ids=ids, users=users, tokens=tokens)
 
 
-def snapshot() -> dict[str, list[dict[str, Any]]]:
+def snapshot() -> dict[str, list[Mapping[str, Any]]]:
     """Every row an operator action could write."""
     return {
         model.__name__: list(model.objects.order_by("pk").values())

@@ -15,11 +15,11 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def calls(clock):  # type: ignore[no-untyped-def]
+def calls(clock):
     return declare(calls={"capacity": 2, "max_hold": "1h"})["calls"]
 
 
-def test_a_free_slot_with_no_queue_is_granted_busy_at_once(calls) -> None:  # type: ignore[no-untyped-def]
+def test_a_free_slot_with_no_queue_is_granted_busy_at_once(calls) -> None:
     got = acquire("calls", run_id="r1", label="call-1")
     assert got.state == "busy"
     assert got.slot_id and got.slot_id.startswith("slot_")
@@ -28,14 +28,14 @@ def test_a_free_slot_with_no_queue_is_granted_busy_at_once(calls) -> None:  # ty
     assert_counters_match_rows("calls")
 
 
-def test_slot_ids_are_opaque_and_unguessable(calls) -> None:  # type: ignore[no-untyped-def]
+def test_slot_ids_are_opaque_and_unguessable(calls) -> None:
     a = acquire("calls", run_id="r1").slot_id
     b = acquire("calls", run_id="r2").slot_id
     assert a != b
-    assert len(a) >= 24 and "r1" not in a  # type: ignore[arg-type,operator]
+    assert len(a) >= 24 and "r1" not in a
 
 
-def test_a_full_limit_queues_the_caller(calls) -> None:  # type: ignore[no-untyped-def]
+def test_a_full_limit_queues_the_caller(calls) -> None:
     acquire("calls", run_id="r1")
     acquire("calls", run_id="r2")
     got = acquire("calls", run_id="r3", timeout="30m")
@@ -45,7 +45,7 @@ def test_a_full_limit_queues_the_caller(calls) -> None:  # type: ignore[no-untyp
     assert_counters_match_rows("calls")
 
 
-def test_nobody_jumps_a_waiting_run_even_when_a_slot_is_free(calls, clock) -> None:  # type: ignore[no-untyped-def]
+def test_nobody_jumps_a_waiting_run_even_when_a_slot_is_free(calls, clock) -> None:
     """2.2: a slot is handed out at once only when no run waits. Here r3 waits and holds a
     reservation while r4 arrives: r4 must queue behind, not take the free capacity."""
     acquire("calls", run_id="r1")
@@ -59,7 +59,7 @@ def test_nobody_jumps_a_waiting_run_even_when_a_slot_is_free(calls, clock) -> No
     assert acquire("calls", run_id="r5").state == "waiting"
 
 
-def test_the_queue_is_first_come_first_served(calls) -> None:  # type: ignore[no-untyped-def]
+def test_the_queue_is_first_come_first_served(calls) -> None:
     first = [acquire("calls", run_id=f"h{i}").slot_id for i in range(2)]
     for i in range(5):
         acquire("calls", run_id=f"w{i}")
@@ -69,14 +69,14 @@ def test_the_queue_is_first_come_first_served(calls) -> None:  # type: ignore[no
     assert queue("calls") == ["w2", "w3", "w4"]
 
 
-def test_the_default_timeout_is_24_hours(calls, clock) -> None:  # type: ignore[no-untyped-def]
+def test_the_default_timeout_is_24_hours(calls, clock) -> None:
     acquire("calls", run_id="r1")
     acquire("calls", run_id="r2")
     got = acquire("calls", run_id="r3")
     assert got.deadline == clock.now() + dt.timedelta(hours=24)
 
 
-def test_acquire_again_with_the_same_request_returns_the_same_outcome(calls) -> None:  # type: ignore[no-untyped-def]
+def test_acquire_again_with_the_same_request_returns_the_same_outcome(calls) -> None:
     first = acquire("calls", run_id="r1", request="r1:0")
     again = acquire("calls", run_id="r1", request="r1:0")
     assert again == first
@@ -88,12 +88,12 @@ def test_acquire_again_with_the_same_request_returns_the_same_outcome(calls) -> 
     assert_counters_match_rows("calls")
 
 
-def test_acquire_of_an_unknown_limit_is_a_clear_error(calls) -> None:  # type: ignore[no-untyped-def]
+def test_acquire_of_an_unknown_limit_is_a_clear_error(calls) -> None:
     with pytest.raises(LimitsError, match="unknown limit 'nope'"):
         acquire("nope", run_id="r1")
 
 
-def test_an_undeclared_limit_cannot_be_acquired(calls) -> None:  # type: ignore[no-untyped-def]
+def test_an_undeclared_limit_cannot_be_acquired(calls) -> None:
     """1.5: a limit that left the config refuses new acquisitions."""
     declare(other={"capacity": 1, "max_hold": "1m"})
     with pytest.raises(LimitsError, match="no longer declared"):
@@ -101,19 +101,19 @@ def test_an_undeclared_limit_cannot_be_acquired(calls) -> None:  # type: ignore[
 
 
 @pytest.mark.parametrize("label", ["x" * 201, 12])
-def test_labels_are_bounded(calls, label) -> None:  # type: ignore[no-untyped-def]
+def test_labels_are_bounded(calls, label) -> None:
     with pytest.raises(LimitsError, match="label must be"):
         acquire("calls", run_id="r1", label=label)
     assert Slot.objects.count() == 0
 
 
-def test_a_label_is_never_required_and_can_be_200_characters(calls) -> None:  # type: ignore[no-untyped-def]
+def test_a_label_is_never_required_and_can_be_200_characters(calls) -> None:
     assert acquire("calls", run_id="r1").state == "busy"
     assert acquire("calls", run_id="r2", label="é" * 200).state == "busy"
 
 
 @pytest.mark.parametrize("timeout", ["45x", 0, "31d", True])
-def test_a_bad_timeout_is_refused_and_changes_nothing(calls, timeout) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_timeout_is_refused_and_changes_nothing(calls, timeout) -> None:
     with pytest.raises(LimitsError, match="timeout"):
         acquire("calls", run_id="r1", timeout=timeout)
     assert Slot.objects.count() == 0

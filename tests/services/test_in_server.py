@@ -1,4 +1,4 @@
-"""The engine's database functions (PostgreSQL, limits/migrations/0006): one round trip per hot
+"""The engine's database functions (PostgreSQL, limits/sql/engine.sql): one round trip per hot
 operation, and one limit's timestamps in lock order whichever path wrote them.
 
 Every other rule is tested through the services on both databases (tests/services, tests/model),
@@ -18,7 +18,7 @@ from tests.conftest import START, requires_postgres
 from tests.factories import assert_counters_match_rows, declare
 
 
-def _engine_statements(operation):  # type: ignore[no-untyped-def]
+def _engine_statements(operation):
     """The operation's result and the SQL it sent, without the run layer's wake (a receiver of
     runs_woken, after commit)."""
     with CaptureQueriesContext(connection) as captured:
@@ -72,7 +72,7 @@ def test_a_case_the_function_leaves_to_python_changes_nothing_before_python_deci
 
 
 @pytest.mark.django_db
-def test_a_limits_timestamps_never_go_back_whatever_the_clock_says(clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_limits_timestamps_never_go_back_whatever_the_clock_says(clock) -> None:
     """The invariant limits.verify relies on: the time written for a change is never earlier than
     the limit's previous change (the database functions read the caller's clock before they
     take the lock). Here the clock itself steps back, the extreme case of that race."""

@@ -17,11 +17,11 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def calls(clock):  # type: ignore[no-untyped-def]
+def calls(clock):
     return declare(calls={"capacity": 2, "max_hold": "1h"})["calls"]
 
 
-def test_an_override_wins_and_a_reset_returns_to_the_declared_value(calls) -> None:  # type: ignore[no-untyped-def]
+def test_an_override_wins_and_a_reset_returns_to_the_declared_value(calls) -> None:
     limit = set_capacity("calls", 7, actor="user:ana")
     assert (limit.capacity, limit.capacity_overridden) == (7, True)
     limit = set_capacity("calls", None, actor="user:ana")
@@ -32,7 +32,7 @@ def test_an_override_wins_and_a_reset_returns_to_the_declared_value(calls) -> No
     assert (limit.max_hold_ms, limit.max_hold_overridden) == (3_600_000, False)
 
 
-def test_a_sync_does_not_clear_an_override(calls) -> None:  # type: ignore[no-untyped-def]
+def test_a_sync_does_not_clear_an_override(calls) -> None:
     set_capacity("calls", 9)
     set_max_hold("calls", "2m")
     declare(calls={"capacity": 3, "max_hold": "2h"})
@@ -42,7 +42,7 @@ def test_a_sync_does_not_clear_an_override(calls) -> None:  # type: ignore[no-un
 
 
 @pytest.mark.parametrize("value", [0, 100_001, -1, True, 2.5, "3", "abc"])
-def test_a_bad_capacity_is_refused_and_changes_nothing(calls, value) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_capacity_is_refused_and_changes_nothing(calls, value) -> None:
     with pytest.raises(LimitsError) as error:
         set_capacity("calls", value)
     assert error.value.field == "capacity"
@@ -52,27 +52,27 @@ def test_a_bad_capacity_is_refused_and_changes_nothing(calls, value) -> None:  #
 
 
 @pytest.mark.parametrize("value", [0, "0s", "31d", "45x", "abc", "", 2_592_000_001, True])
-def test_a_bad_max_hold_is_refused_and_changes_nothing(calls, value) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_max_hold_is_refused_and_changes_nothing(calls, value) -> None:
     with pytest.raises(LimitsError) as error:
         set_max_hold("calls", value)
     assert error.value.field == "max_hold"
     assert Limit.objects.get(name="calls").max_hold_override_ms is None
 
 
-def test_the_capacity_bounds_are_allowed(calls) -> None:  # type: ignore[no-untyped-def]
+def test_the_capacity_bounds_are_allowed(calls) -> None:
     assert set_capacity("calls", 1).capacity == 1
     assert set_capacity("calls", 100_000).capacity == 100_000
     assert set_max_hold("calls", "30d").max_hold_ms == 30 * 86_400_000
 
 
-def test_operator_actions_on_an_unknown_limit_are_clear_errors(calls) -> None:  # type: ignore[no-untyped-def]
+def test_operator_actions_on_an_unknown_limit_are_clear_errors(calls) -> None:
     with pytest.raises(LimitsError, match="unknown limit 'nope'"):
         set_capacity("nope", 3)
     with pytest.raises(LimitsError, match="unknown limit 'nope'"):
         set_max_hold("nope", "1m")
 
 
-def test_raising_capacity_grants_waiting_runs_at_once(calls) -> None:  # type: ignore[no-untyped-def]
+def test_raising_capacity_grants_waiting_runs_at_once(calls) -> None:
     for run in ("a", "b", "c", "d", "e"):
         acquire("calls", run_id=run)
     set_capacity("calls", 4)
@@ -81,7 +81,7 @@ def test_raising_capacity_grants_waiting_runs_at_once(calls) -> None:  # type: i
     assert_counters_match_rows("calls")
 
 
-def test_lowering_capacity_takes_no_slot_back(calls) -> None:  # type: ignore[no-untyped-def]
+def test_lowering_capacity_takes_no_slot_back(calls) -> None:
     first = acquire("calls", run_id="a").slot_id
     acquire("calls", run_id="b")
     acquire("calls", run_id="c")
@@ -93,12 +93,12 @@ def test_lowering_capacity_takes_no_slot_back(calls) -> None:  # type: ignore[no
     assert acquire("calls", run_id="d").state == "waiting"
 
 
-def test_capacity_is_read_every_time_a_slot_is_handed_out(calls) -> None:  # type: ignore[no-untyped-def]
+def test_capacity_is_read_every_time_a_slot_is_handed_out(calls) -> None:
     set_capacity("calls", 3)
     assert [acquire("calls", run_id=r).state for r in "abcd"] == ["busy", "busy", "busy", "waiting"]
 
 
-def test_a_slot_expiry_is_fixed_at_grant_and_a_new_max_hold_applies_only_to_new_slots(calls, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_slot_expiry_is_fixed_at_grant_and_a_new_max_hold_applies_only_to_new_slots(calls, clock) -> None:
     """4.3 and 5.4"""
     old = acquire("calls", run_id="a").slot_id
     assert Slot.objects.get(id=old).expires_at == clock.now() + dt.timedelta(hours=1)
@@ -112,7 +112,7 @@ def test_a_slot_expiry_is_fixed_at_grant_and_a_new_max_hold_applies_only_to_new_
     assert Slot.objects.get(id=old).state == "busy"
 
 
-def test_every_operator_action_is_recorded_with_who_what_old_new_and_when(calls, clock) -> None:  # type: ignore[no-untyped-def]
+def test_every_operator_action_is_recorded_with_who_what_old_new_and_when(calls, clock) -> None:
     slot_id = acquire("calls", run_id="a").slot_id
     set_capacity("calls", 5, actor="user:ana")
     clock.advance(seconds=1)
@@ -132,7 +132,7 @@ def test_every_operator_action_is_recorded_with_who_what_old_new_and_when(calls,
     assert AuditEvent.objects.filter(action="capacity").first().at == clock.now()
 
 
-def test_sync_creates_updates_and_marks_removed_limits_undeclared(clock) -> None:  # type: ignore[no-untyped-def]
+def test_sync_creates_updates_and_marks_removed_limits_undeclared(clock) -> None:
     report = sync_workspace(
         define_workspace(limits={"a": {"capacity": 1, "max_hold": "1m"}, "b": {"capacity": 1, "max_hold": "1m"}})
     )
@@ -150,14 +150,14 @@ def test_sync_creates_updates_and_marks_removed_limits_undeclared(clock) -> None
     assert Limit.objects.get(name="b").declared is True
 
 
-def test_a_sync_that_raises_declared_capacity_grants_waiting_runs(calls) -> None:  # type: ignore[no-untyped-def]
+def test_a_sync_that_raises_declared_capacity_grants_waiting_runs(calls) -> None:
     for run in "abc":
         acquire("calls", run_id=run)
     declare(calls={"capacity": 3, "max_hold": "1h"})
     assert holders("calls")[-1] == ("c", "reserved")
 
 
-def test_migrate_and_limits_sync_bring_the_workspace_to_the_database(settings, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_migrate_and_limits_sync_bring_the_workspace_to_the_database(settings, tmp_path, monkeypatch) -> None:
     """1.4: declared values reach the box at deploy."""
     (tmp_path / "ws_for_sync.py").write_text(
         "from limits.config import define_workspace\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -15,22 +16,22 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def one(clock):  # type: ignore[no-untyped-def]
+def one(clock):
     return declare(one={"capacity": 1, "max_hold": "1h"})["one"]
 
 
-def hand_one_over(holder: str = "r1", waiters: tuple[str, ...] = ("r2",), **kwargs: object) -> str:
+def hand_one_over(holder: str = "r1", waiters: tuple[str, ...] = ("r2",), **kwargs: Any) -> str:
     """r1 holds the only slot, the waiters queue, r1 releases: the first waiter is reserved."""
     slot_id = acquire("one", run_id=holder).slot_id
     for run in waiters:
-        acquire("one", run_id=run, request=f"{run}:0", **kwargs)  # type: ignore[arg-type]
+        acquire("one", run_id=run, request=f"{run}:0", **kwargs)
     release(slot_id)
     return Slot.objects.get(state="reserved").id
 
 
 def test_a_wait_past_its_timeout_leaves_the_queue_at_the_next_sweep(
     one, clock, woken, django_capture_on_commit_callbacks
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     acquire("one", run_id="r1")
     acquire("one", run_id="r2", request="r2:0", timeout="30s")
     clock.advance(seconds=29)
@@ -46,13 +47,13 @@ def test_a_wait_past_its_timeout_leaves_the_queue_at_the_next_sweep(
     assert_counters_match_rows("one")
 
 
-def test_a_waiting_run_holds_no_slot(one) -> None:  # type: ignore[no-untyped-def]
+def test_a_waiting_run_holds_no_slot(one) -> None:
     acquire("one", run_id="r1")
     acquire("one", run_id="r2")
     assert Slot.objects.filter(run_id="r2").count() == 0
 
 
-def test_a_waiting_run_that_ends_leaves_the_queue(one) -> None:  # type: ignore[no-untyped-def]
+def test_a_waiting_run_that_ends_leaves_the_queue(one) -> None:
     acquire("one", run_id="r1")
     acquire("one", run_id="r2")
     acquire("one", run_id="r3")
@@ -62,7 +63,7 @@ def test_a_waiting_run_that_ends_leaves_the_queue(one) -> None:  # type: ignore[
     assert_counters_match_rows("one")
 
 
-def test_a_handed_slot_is_reserved_for_two_minutes_and_counts_against_capacity(one, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_handed_slot_is_reserved_for_two_minutes_and_counts_against_capacity(one, clock) -> None:
     slot_id = hand_one_over(waiters=("r2", "r3"))
     slot = Slot.objects.get(id=slot_id)
     assert slot.reserved_until == clock.now() + dt.timedelta(minutes=2)
@@ -70,7 +71,7 @@ def test_a_handed_slot_is_reserved_for_two_minutes_and_counts_against_capacity(o
     assert_counters_match_rows("one")
 
 
-def test_confirming_in_time_makes_the_slot_busy(one, clock) -> None:  # type: ignore[no-untyped-def]
+def test_confirming_in_time_makes_the_slot_busy(one, clock) -> None:
     slot_id = hand_one_over()
     clock.advance(seconds=119)
     assert confirm(slot_id) is True
@@ -78,14 +79,14 @@ def test_confirming_in_time_makes_the_slot_busy(one, clock) -> None:  # type: ig
     assert_counters_match_rows("one")
 
 
-def test_the_run_confirms_by_acquiring_again_when_it_resumes(one) -> None:  # type: ignore[no-untyped-def]
+def test_the_run_confirms_by_acquiring_again_when_it_resumes(one) -> None:
     slot_id = hand_one_over()
     got = acquire("one", run_id="r2", request="r2:0")
     assert (got.state, got.slot_id) == ("busy", slot_id)
     assert holders("one") == [("r2", "busy")]
 
 
-def test_an_unconfirmed_reservation_goes_to_the_next_run_and_the_late_run_to_the_end(one, clock) -> None:  # type: ignore[no-untyped-def]
+def test_an_unconfirmed_reservation_goes_to_the_next_run_and_the_late_run_to_the_end(one, clock) -> None:
     """3.6: after 2 minutes the sweep takes the reservation back, the next run gets it, and the
     late run waits at the end of the queue with its original deadline."""
     slot_id = hand_one_over(waiters=("r2", "r3", "r4"), timeout="1h")
@@ -100,7 +101,7 @@ def test_an_unconfirmed_reservation_goes_to_the_next_run_and_the_late_run_to_the
     assert_counters_match_rows("one")
 
 
-def test_a_late_confirm_is_refused_and_requeues_the_run(one, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_late_confirm_is_refused_and_requeues_the_run(one, clock) -> None:
     slot_id = hand_one_over(waiters=("r2", "r3"))
     clock.advance(minutes=3)
     assert confirm(slot_id) is False
@@ -110,7 +111,7 @@ def test_a_late_confirm_is_refused_and_requeues_the_run(one, clock) -> None:  # 
     assert_counters_match_rows("one")
 
 
-def test_a_late_run_past_its_deadline_times_out_instead_of_waiting_again(one, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_late_run_past_its_deadline_times_out_instead_of_waiting_again(one, clock) -> None:
     hand_one_over(waiters=("r2", "r3"), timeout="1m")
     clock.advance(minutes=3)
     sweep()
@@ -120,7 +121,7 @@ def test_a_late_run_past_its_deadline_times_out_instead_of_waiting_again(one, cl
     assert_counters_match_rows("one")
 
 
-def test_a_picked_run_that_ends_frees_its_reservation_for_the_next(one) -> None:  # type: ignore[no-untyped-def]
+def test_a_picked_run_that_ends_frees_its_reservation_for_the_next(one) -> None:
     """3.7"""
     slot_id = hand_one_over(waiters=("r2", "r3"))
     assert end_run("r2") == 1
@@ -129,7 +130,7 @@ def test_a_picked_run_that_ends_frees_its_reservation_for_the_next(one) -> None:
     assert_counters_match_rows("one")
 
 
-def test_a_run_that_ends_keeps_the_busy_slot_it_holds(one) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_that_ends_keeps_the_busy_slot_it_holds(one) -> None:
     """2.7: the slot belongs to the work; only a release or the max hold frees it."""
     slot_id = acquire("one", run_id="r1").slot_id
     acquire("one", run_id="r2")
@@ -138,7 +139,7 @@ def test_a_run_that_ends_keeps_the_busy_slot_it_holds(one) -> None:  # type: ign
     assert holders("one") == [("r1", "busy")]
 
 
-def test_a_freed_slot_skips_waits_past_their_deadline(one, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_freed_slot_skips_waits_past_their_deadline(one, clock) -> None:
     slot_id = acquire("one", run_id="r1").slot_id
     acquire("one", run_id="r2", timeout="10s")
     acquire("one", run_id="r3", timeout="1h")
@@ -149,7 +150,7 @@ def test_a_freed_slot_skips_waits_past_their_deadline(one, clock) -> None:  # ty
     assert_counters_match_rows("one")
 
 
-def test_the_queue_survives_a_new_connection(one) -> None:  # type: ignore[no-untyped-def]
+def test_the_queue_survives_a_new_connection(one) -> None:
     """3.1 in one process: the queue is rows, read back in order by a fresh connection.
     (tests/concurrency covers other OS processes on PostgreSQL.)"""
     from django.db import connection

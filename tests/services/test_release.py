@@ -13,11 +13,11 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def one(clock):  # type: ignore[no-untyped-def]
+def one(clock):
     return declare(one={"capacity": 1, "max_hold": "1h"})["one"]
 
 
-def test_release_frees_a_busy_slot(one) -> None:  # type: ignore[no-untyped-def]
+def test_release_frees_a_busy_slot(one) -> None:
     slot_id = acquire("one", run_id="r1").slot_id
     assert release(slot_id) is True
     assert Slot.objects.get(id=slot_id).state == "released"
@@ -25,7 +25,7 @@ def test_release_frees_a_busy_slot(one) -> None:  # type: ignore[no-untyped-def]
     assert_counters_match_rows("one")
 
 
-def test_release_of_a_free_slot_changes_nothing(one) -> None:  # type: ignore[no-untyped-def]
+def test_release_of_a_free_slot_changes_nothing(one) -> None:
     slot_id = acquire("one", run_id="r1").slot_id
     release(slot_id)
     acquire("one", run_id="r2")
@@ -36,14 +36,14 @@ def test_release_of_a_free_slot_changes_nothing(one) -> None:  # type: ignore[no
 
 
 @pytest.mark.parametrize("slot_id", ["slot_unknown", "", "x" * 500, None, 42])
-def test_release_of_an_unknown_slot_is_false(one, slot_id) -> None:  # type: ignore[no-untyped-def]
+def test_release_of_an_unknown_slot_is_false(one, slot_id) -> None:
     assert release(slot_id) is False
 
 
 def test_a_release_grants_the_head_of_the_queue_in_the_same_transaction(
     one,
     woken,
-    django_capture_on_commit_callbacks,  # type: ignore[no-untyped-def]
+    django_capture_on_commit_callbacks,
 ) -> None:
     slot_id = acquire("one", run_id="r1").slot_id
     acquire("one", run_id="r2")
@@ -56,13 +56,13 @@ def test_a_release_grants_the_head_of_the_queue_in_the_same_transaction(
     assert_counters_match_rows("one")
 
 
-def test_release_works_from_any_run(one) -> None:  # type: ignore[no-untyped-def]
+def test_release_works_from_any_run(one) -> None:
     """2.4: the slot id is all a caller needs; nothing ties the release to the acquiring run."""
     slot_id = acquire("one", run_id="placer").slot_id
     assert release(slot_id) is True
 
 
-def test_an_operator_release_is_audited_with_the_actor(one, clock) -> None:  # type: ignore[no-untyped-def]
+def test_an_operator_release_is_audited_with_the_actor(one, clock) -> None:
     slot_id = acquire("one", run_id="r1").slot_id
     assert release(slot_id, actor="user:ana") is True
     event = AuditEvent.objects.get(action="release")
@@ -79,7 +79,7 @@ def test_an_operator_release_is_audited_with_the_actor(one, clock) -> None:  # t
     assert AuditEvent.objects.filter(action="release").count() == 1
 
 
-def test_releasing_a_reservation_sends_its_run_to_the_end_of_the_queue(one) -> None:  # type: ignore[no-untyped-def]
+def test_releasing_a_reservation_sends_its_run_to_the_end_of_the_queue(one) -> None:
     """An operator who frees a reserved slot must not lose the run that was picked: it waits
     again, behind the others, with its deadline, and the slot goes to the next run."""
     slot_id = acquire("one", run_id="r1").slot_id

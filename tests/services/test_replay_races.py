@@ -97,7 +97,7 @@ def test_a_regrant_after_a_lapse_between_the_replay_reads_is_confirmed_not_cance
     assert_counters_match_rows("one")
 
 
-def test_an_acquire_that_waited_for_the_lock_is_dated_after_the_release_before_it(clock) -> None:  # type: ignore[no-untyped-def]
+def test_an_acquire_that_waited_for_the_lock_is_dated_after_the_release_before_it(clock) -> None:
     """r2 asks for the only slot while r1 takes and gives it back, one second later, first."""
     declare(one={"capacity": 1, "max_hold": "1h"})
 
@@ -114,7 +114,7 @@ def test_an_acquire_that_waited_for_the_lock_is_dated_after_the_release_before_i
     assert Slot.objects.get(run_id="r2").granted_at == clock.now()
 
 
-def test_a_reservation_freed_by_its_run_ending_is_freed_after_it_was_granted(clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_reservation_freed_by_its_run_ending_is_freed_after_it_was_granted(clock) -> None:
     declare(one={"capacity": 1, "max_hold": "1h"})
     holder = services.acquire("one", run_id="r1").slot_id
     services.acquire("one", run_id="r2")
@@ -132,7 +132,7 @@ def test_a_reservation_freed_by_its_run_ending_is_freed_after_it_was_granted(clo
     assert capacity_overruns(limit_named("one")) == []
 
 
-def test_a_sweep_that_waited_for_the_lock_grants_after_the_release_before_it(clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_sweep_that_waited_for_the_lock_grants_after_the_release_before_it(clock) -> None:
     """r1's slot is past its max hold. While the sweep waits for the lock, r3 releases and r2
     (first in the queue) is reserved; the sweep then takes r1's slot back and reserves for r4.
     r4's grant must not be dated before r2's."""

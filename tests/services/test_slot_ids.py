@@ -14,7 +14,7 @@ from tests.factories import declare
 pytestmark = pytest.mark.django_db
 
 
-def test_every_path_that_grants_a_slot_mints_the_same_format(clock) -> None:  # type: ignore[no-untyped-def]
+def test_every_path_that_grants_a_slot_mints_the_same_format(clock) -> None:
     declare(one={"capacity": 1, "max_hold": "1h"})
     at_once = services.acquire("one", run_id="a").slot_id
     services.acquire("one", run_id="b")

@@ -104,7 +104,7 @@ def test_the_fingerprint_ignores_comments_and_blank_lines_but_not_code() -> None
 
 @requires_postgres
 @pytest.mark.django_db
-def test_the_sql_homes_of_the_shared_rules_answer_as_their_python_homes(clock) -> None:  # type: ignore[no-untyped-def]
+def test_the_sql_homes_of_the_shared_rules_answer_as_their_python_homes(clock) -> None:
     """limits_capacity, limits_max_hold, limits_clock and limits_new_slot_id against
     Limit.capacity, Limit.max_hold_ms, rules.clock and new_slot_id."""
     import datetime as dt

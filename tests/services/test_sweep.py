@@ -15,11 +15,11 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def one(clock):  # type: ignore[no-untyped-def]
+def one(clock):
     return declare(one={"capacity": 1, "max_hold": "10m"})["one"]
 
 
-def test_a_busy_slot_past_its_max_hold_is_taken_back_and_handed_on(one, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_busy_slot_past_its_max_hold_is_taken_back_and_handed_on(one, clock) -> None:
     slot_id = acquire("one", run_id="r1").slot_id
     acquire("one", run_id="r2")
     clock.advance(minutes=9, seconds=59)
@@ -34,7 +34,7 @@ def test_a_busy_slot_past_its_max_hold_is_taken_back_and_handed_on(one, clock) -
     assert services.release(slot_id) is False  # 2.4: already taken back by max hold
 
 
-def test_a_slot_freed_by_expiry_reaches_the_queue_only_at_the_sweep(one, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_slot_freed_by_expiry_reaches_the_queue_only_at_the_sweep(one, clock) -> None:
     """4.2: expiries are the sweep's; until it runs the slot still counts."""
     acquire("one", run_id="r1")
     clock.advance(minutes=11)
@@ -43,7 +43,7 @@ def test_a_slot_freed_by_expiry_reaches_the_queue_only_at_the_sweep(one, clock) 
     assert holders("one") == [("r2", "reserved")]
 
 
-def test_the_sweep_is_idempotent(one, clock) -> None:  # type: ignore[no-untyped-def]
+def test_the_sweep_is_idempotent(one, clock) -> None:
     acquire("one", run_id="r1")
     acquire("one", run_id="r2", timeout="1m")
     acquire("one", run_id="r3")
@@ -57,7 +57,7 @@ def test_the_sweep_is_idempotent(one, clock) -> None:  # type: ignore[no-untyped
     assert_counters_match_rows("one")
 
 
-def test_the_sweep_grants_capacity_nobody_handed_on(one, clock) -> None:  # type: ignore[no-untyped-def]
+def test_the_sweep_grants_capacity_nobody_handed_on(one, clock) -> None:
     """If free capacity and waiting runs ever meet (e.g. a crash between commits in an older
     version), the sweep hands the capacity on."""
     acquire("one", run_id="r1")
@@ -69,7 +69,7 @@ def test_the_sweep_grants_capacity_nobody_handed_on(one, clock) -> None:  # type
     assert holders("one")[-1] == ("r2", "reserved")
 
 
-def test_an_idle_sweep_is_a_constant_number_of_queries(clock) -> None:  # type: ignore[no-untyped-def]
+def test_an_idle_sweep_is_a_constant_number_of_queries(clock) -> None:
     declare(**{f"l{i}": {"capacity": 2, "max_hold": "1h"} for i in range(30)})
     for i in range(30):
         acquire(f"l{i}", run_id=f"r{i}")
@@ -83,7 +83,7 @@ def test_an_idle_sweep_is_a_constant_number_of_queries(clock) -> None:  # type: 
     assert SweepState.objects.get().last_run_at is not None
 
 
-def test_the_sweep_deletes_history_past_the_retention_in_bounded_batches(one, clock, settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_sweep_deletes_history_past_the_retention_in_bounded_batches(one, clock, settings, monkeypatch) -> None:
     from limits.engine import sweeper
     from limits.models import QueueEntry
 
@@ -105,7 +105,7 @@ def test_the_sweep_deletes_history_past_the_retention_in_bounded_batches(one, cl
     assert_counters_match_rows("one")
 
 
-def test_history_younger_than_the_retention_is_kept(one, clock) -> None:  # type: ignore[no-untyped-def]
+def test_history_younger_than_the_retention_is_kept(one, clock) -> None:
     services.release(acquire("one", run_id="a").slot_id)
     clock.advance(days=6, hours=23)
     assert sweep().purged == 0
@@ -113,7 +113,7 @@ def test_history_younger_than_the_retention_is_kept(one, clock) -> None:  # type
     assert sweep().purged == 1
 
 
-def test_a_granted_entry_is_kept_while_its_slot_remains(one, clock, settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_granted_entry_is_kept_while_its_slot_remains(one, clock, settings) -> None:
     from limits.models import QueueEntry
 
     settings.STACKBONE_HISTORY_RETENTION = "1h"

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def two(clock):  # type: ignore[no-untyped-def]
+def two(clock):
     return declare(two={"capacity": 2, "max_hold": "10m"})["two"]
 
 
@@ -66,7 +66,7 @@ def raw_entry(limit: Limit, request: str, enqueued_at: dt.datetime, **fields: ob
     return entry
 
 
-def test_a_busy_history_through_the_services_holds_every_rule(two, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_busy_history_through_the_services_holds_every_rule(two, clock) -> None:
     """Queueing, hand-offs, a lapse, a timeout, an expiry, capacity lowered and raised."""
     first = acquire("two", run_id="r1").slot_id
     second = acquire("two", run_id="r2").slot_id
@@ -89,7 +89,7 @@ def test_a_busy_history_through_the_services_holds_every_rule(two, clock) -> Non
     assert result.summary().startswith("ok: 1 limit(s), ")
 
 
-def test_a_grant_over_the_capacity_is_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_grant_over_the_capacity_is_a_violation(two, clock) -> None:
     now = timezone.now()
     for request in ("a", "b", "c"):
         raw_slot(two, request, now)
@@ -97,7 +97,7 @@ def test_a_grant_over_the_capacity_is_a_violation(two, clock) -> None:  # type: 
     assert len(found) == 1 and "brought reserved+busy to 3 over capacity 2" in found[0]
 
 
-def test_lowering_capacity_takes_no_slot_back_but_a_later_grant_above_it_is_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+def test_lowering_capacity_takes_no_slot_back_but_a_later_grant_above_it_is_a_violation(two, clock) -> None:
     acquire("two", run_id="r1")
     acquire("two", run_id="r2")
     clock.advance(seconds=1)
@@ -109,7 +109,7 @@ def test_lowering_capacity_takes_no_slot_back_but_a_later_grant_above_it_is_a_vi
     assert len(found) == 1 and "over capacity 1" in found[0]
 
 
-def test_the_capacity_in_force_comes_from_the_audit_rows_even_old_ones_without_capacity_after(two, clock) -> None:  # type: ignore[no-untyped-def]
+def test_the_capacity_in_force_comes_from_the_audit_rows_even_old_ones_without_capacity_after(two, clock) -> None:
     set_capacity("two", 3)
     AuditEvent.objects.update(capacity_after=None)  # as written before the column existed
     for request in ("a", "b", "c"):
@@ -121,7 +121,7 @@ def test_the_capacity_in_force_comes_from_the_audit_rows_even_old_ones_without_c
     assert "over capacity 3" in violations()[0]
 
 
-def test_a_grant_that_passes_over_an_earlier_waiting_run_is_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_grant_that_passes_over_an_earlier_waiting_run_is_a_violation(two, clock) -> None:
     start = timezone.now()
     raw_entry(two, "first", start)
     later = raw_entry(
@@ -139,7 +139,7 @@ def test_a_grant_that_passes_over_an_earlier_waiting_run_is_a_violation(two, clo
     assert len(found) == 1 and "#2 (run-second) granted" in found[0] and "while #1 (run-first) waited" in found[0]
 
 
-def test_passing_over_a_run_whose_deadline_had_passed_is_not_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+def test_passing_over_a_run_whose_deadline_had_passed_is_not_a_violation(two, clock) -> None:
     start = timezone.now()
     raw_entry(two, "first", start, deadline=start + dt.timedelta(seconds=1))
     later = raw_entry(two, "second", start, state="granted", finished_at=start + dt.timedelta(seconds=2))
@@ -154,7 +154,7 @@ def test_passing_over_a_run_whose_deadline_had_passed_is_not_a_violation(two, cl
     assert violations() == []
 
 
-def test_a_slot_granted_at_once_while_a_run_waits_is_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_slot_granted_at_once_while_a_run_waits_is_a_violation(two, clock) -> None:
     start = timezone.now()
     raw_entry(two, "first", start)
     raw_slot(two, "barger", start + dt.timedelta(seconds=1))
@@ -162,7 +162,7 @@ def test_a_slot_granted_at_once_while_a_run_waits_is_a_violation(two, clock) -> 
     assert len(found) == 1 and "granted at once" in found[0] and "1 run(s) waited" in found[0]
 
 
-def test_one_request_granted_twice_is_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+def test_one_request_granted_twice_is_a_violation(two, clock) -> None:
     start = timezone.now()
     raw_slot(two, "twice", start, state="released", confirmed_at=start, freed_at=start + dt.timedelta(seconds=5))
     raw_slot(two, "twice", start + dt.timedelta(seconds=1))
@@ -171,19 +171,19 @@ def test_one_request_granted_twice_is_a_violation(two, clock) -> None:  # type: 
     assert any("was confirmed twice" in v for v in found), found
 
 
-def test_counters_that_differ_from_the_rows_are_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+def test_counters_that_differ_from_the_rows_are_a_violation(two, clock) -> None:
     acquire("two", run_id="r1")
     Limit.objects.filter(name="two").update(busy_count=2, waiting_count=1)
     assert violations() == ["two: counters busy/reserved/waiting (2, 0, 1) but the rows say (1, 0, 0)"]
 
 
-def test_a_slot_freed_before_its_grant_is_a_violation(two, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_slot_freed_before_its_grant_is_a_violation(two, clock) -> None:
     start = timezone.now()
     raw_slot(two, "odd", start, state="released", freed_at=start - dt.timedelta(seconds=1))
     assert "before its grant" in violations()[0]
 
 
-def test_history_trimmed_by_retention_is_not_a_violation(two, clock, settings) -> None:  # type: ignore[no-untyped-def]
+def test_history_trimmed_by_retention_is_not_a_violation(two, clock, settings) -> None:
     """The sweep deletes slots before their entries: a granted entry whose slot is gone, past
     the retention, is history being trimmed, not a grant without a slot."""
     settings.STACKBONE_HISTORY_RETENTION = "1h"
@@ -200,11 +200,11 @@ def test_history_trimmed_by_retention_is_not_a_violation(two, clock, settings) -
     assert "granted without a slot" in violations()[0]
 
 
-def test_an_unknown_limit_is_reported(two) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_limit_is_reported(two) -> None:
     assert verify(["nope"]).violations == ["unknown limit 'nope'"]
 
 
-def test_manage_py_limits_verify_says_ok_or_lists_the_violations_and_exits_1(two, clock) -> None:  # type: ignore[no-untyped-def]
+def test_manage_py_limits_verify_says_ok_or_lists_the_violations_and_exits_1(two, clock) -> None:
     acquire("two", run_id="r1")
     out = io.StringIO()
     call_command("limits", "verify", "two", stdout=out, stderr=io.StringIO())
@@ -219,7 +219,7 @@ def test_manage_py_limits_verify_says_ok_or_lists_the_violations_and_exits_1(two
     assert lines[0].startswith("two: counters") and lines[1].startswith("1 violation(s) in 1 limit(s)")
 
 
-def test_stackbone_limits_verify_with_json_and_refused_for_an_agent(two, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_stackbone_limits_verify_with_json_and_refused_for_an_agent(two, tmp_path, monkeypatch) -> None:
     out, err = io.StringIO(), io.StringIO()
     assert cli.main(["verify", "--json"], streams=cli.Streams(stdout=out, stderr=err)) == 0
     assert '"ok": true' in out.getvalue()
@@ -231,7 +231,7 @@ def test_stackbone_limits_verify_with_json_and_refused_for_an_agent(two, tmp_pat
     assert "run it there" in err.getvalue()
 
 
-def test_verify_reads_one_snapshot_and_writes_nothing(two, clock) -> None:  # type: ignore[no-untyped-def]
+def test_verify_reads_one_snapshot_and_writes_nothing(two, clock) -> None:
     acquire("two", run_id="r1")
     before = (Slot.objects.count(), QueueEntry.objects.count(), AuditEvent.objects.count())
     verify()

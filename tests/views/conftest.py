@@ -48,7 +48,7 @@ def htmx() -> dict[str, str]:
 
 
 @pytest.fixture
-def busy_limit(clock) -> Limit:  # type: ignore[no-untyped-def]
+def busy_limit(clock) -> Limit:
     """voice-calls with capacity 2: two busy slots (call-0, call-1) and three runs waiting
     (run-2, run-3, run-4), each a second after the one before."""
     declare(voice_calls={"capacity": 2, "max_hold": "45m"})
@@ -59,5 +59,5 @@ def busy_limit(clock) -> Limit:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(autouse=True)
-def fast_password_hashing(settings) -> None:  # type: ignore[no-untyped-def]
+def fast_password_hashing(settings) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

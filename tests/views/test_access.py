@@ -40,13 +40,13 @@ def _state(limit: Limit) -> tuple[object, ...]:
 
 
 @pytest.mark.parametrize("url", PAGES)
-def test_anonymous_users_are_sent_to_sign_in(busy_limit, url: str) -> None:  # type: ignore[no-untyped-def]
+def test_anonymous_users_are_sent_to_sign_in(busy_limit, url: str) -> None:
     response = Client().get(url)
     assert response.status_code == 302
     assert response["Location"] == f"/accounts/login/?next={url}"
 
 
-def test_an_htmx_poll_after_the_session_ended_redirects_the_whole_page(busy_limit, htmx) -> None:  # type: ignore[no-untyped-def]
+def test_an_htmx_poll_after_the_session_ended_redirects_the_whole_page(busy_limit, htmx) -> None:
     response = Client().get(
         "/studio/limits/", headers=htmx | {"HX-Current-URL": "http://testserver/studio/limits/?x=1"}
     )
@@ -55,7 +55,7 @@ def test_an_htmx_poll_after_the_session_ended_redirects_the_whole_page(busy_limi
 
 
 @pytest.mark.parametrize(("url", "data"), ACTIONS)
-def test_anonymous_posts_change_nothing(busy_limit, url: str, data: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
+def test_anonymous_posts_change_nothing(busy_limit, url: str, data: dict[str, str]) -> None:
     before = _state(busy_limit)
     response = Client().post(url, _with_slot(data, busy_limit))
     assert response.status_code == 302
@@ -64,7 +64,7 @@ def test_anonymous_posts_change_nothing(busy_limit, url: str, data: dict[str, st
 
 
 @pytest.mark.parametrize(("url", "data"), ACTIONS)
-def test_users_without_the_permission_get_a_403_that_says_why(  # type: ignore[no-untyped-def]
+def test_users_without_the_permission_get_a_403_that_says_why(
     busy_limit, viewer_client, htmx, url: str, data: dict[str, str]
 ) -> None:
     before = _state(busy_limit)
@@ -75,7 +75,7 @@ def test_users_without_the_permission_get_a_403_that_says_why(  # type: ignore[n
     assert _state(busy_limit) == before
 
 
-def test_a_user_without_the_permission_sees_no_release_button_or_edit_form(busy_limit, viewer_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_user_without_the_permission_sees_no_release_button_or_edit_form(busy_limit, viewer_client) -> None:
     page = viewer_client.get("/studio/limits/voice-calls/").content.decode()
     assert "run-0" in page
     assert ">Release</button>" not in page
@@ -84,16 +84,16 @@ def test_a_user_without_the_permission_sees_no_release_button_or_edit_form(busy_
 
 
 @pytest.mark.parametrize(("url", "data"), ACTIONS)
-def test_it_rejects_get_on_actions(busy_limit, operator_client, url: str, data: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
+def test_it_rejects_get_on_actions(busy_limit, operator_client, url: str, data: dict[str, str]) -> None:
     assert operator_client.get(url).status_code == 405
 
 
 @pytest.mark.parametrize("url", PAGES[:2])
-def test_it_rejects_post_on_pages(busy_limit, operator_client, url: str) -> None:  # type: ignore[no-untyped-def]
+def test_it_rejects_post_on_pages(busy_limit, operator_client, url: str) -> None:
     assert operator_client.post(url).status_code == 405
 
 
-def test_a_post_without_the_csrf_header_is_refused(busy_limit, operator) -> None:  # type: ignore[no-untyped-def]
+def test_a_post_without_the_csrf_header_is_refused(busy_limit, operator) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(operator)
     client.get("/studio/limits/voice-calls/")
@@ -103,7 +103,7 @@ def test_a_post_without_the_csrf_header_is_refused(busy_limit, operator) -> None
     assert _state(busy_limit) == before
 
 
-def test_the_csrf_header_htmx_sends_from_body_is_accepted(busy_limit, operator) -> None:  # type: ignore[no-untyped-def]
+def test_the_csrf_header_htmx_sends_from_body_is_accepted(busy_limit, operator) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(operator)
     page = client.get("/studio/limits/voice-calls/").content.decode()
@@ -120,7 +120,7 @@ def test_the_csrf_header_htmx_sends_from_body_is_accepted(busy_limit, operator) 
     assert busy_limit.capacity == 7
 
 
-def test_sign_in_leads_to_the_limits_screen(busy_limit, operator) -> None:  # type: ignore[no-untyped-def]
+def test_sign_in_leads_to_the_limits_screen(busy_limit, operator) -> None:
     client = Client()
     page = client.get("/accounts/login/?next=/studio/limits/")
     assert page.status_code == 200
@@ -133,13 +133,13 @@ def test_sign_in_leads_to_the_limits_screen(busy_limit, operator) -> None:  # ty
     assert client.get("/studio/limits/").status_code == 200
 
 
-def test_a_wrong_password_says_so(busy_limit, operator) -> None:  # type: ignore[no-untyped-def]
+def test_a_wrong_password_says_so(busy_limit, operator) -> None:
     response = Client().post("/accounts/login/", {"username": "ada", "password": "nope"})
     assert response.status_code == 200
     assert "enter a correct username and password" in response.content.decode()
 
 
-def test_the_front_door_leads_to_limits(db) -> None:  # type: ignore[no-untyped-def]
+def test_the_front_door_leads_to_limits(db) -> None:
     response = Client().get("/")
     assert response.status_code == 302
     assert response["Location"] == "/studio/limits/"

@@ -3,6 +3,8 @@ and the audit log read-only; a release action that goes through the service."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -17,14 +19,14 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def admin_client(db) -> Client:  # type: ignore[no-untyped-def]
+def admin_client(db) -> Client:
     client = Client()
     client.force_login(User.objects.create_superuser("root", "root@example.com", "a-long-password"))
     return client
 
 
 @pytest.fixture
-def staff_viewer_client(db) -> Client:  # type: ignore[no-untyped-def]
+def staff_viewer_client(db) -> Client:
     """Staff who may look at everything in the admin but not operate limits."""
     user = make_user(
         "eve", "limits.view_limit", "limits.change_limit", "limits.view_slot", "limits.view_queueentry", staff=True
@@ -34,17 +36,17 @@ def staff_viewer_client(db) -> Client:  # type: ignore[no-untyped-def]
     return client
 
 
-def _change(client: Client, limit: Limit, **data: str) -> object:
+def _change(client: Client, limit: Limit, **data: str) -> Any:
     return client.post(f"/admin/limits/limit/{limit.id}/change/", {"capacity": "", "max_hold": ""} | data)
 
 
-def test_the_limit_list_shows_figures_and_overrides(busy_limit, admin_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_limit_list_shows_figures_and_overrides(busy_limit, admin_client) -> None:
     services.set_capacity("voice-calls", 3, actor="user:root")
     page = admin_client.get("/admin/limits/limit/").content.decode()
     assert "3 / 3" in page and "capacity (declared 2)" in page and "45m" in page
 
 
-def test_the_limit_list_filters_overridden_and_undeclared_and_searches(busy_limit, admin_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_limit_list_filters_overridden_and_undeclared_and_searches(busy_limit, admin_client) -> None:
     services.sync_workspace(
         define_workspace(
             limits={
@@ -66,7 +68,7 @@ def test_the_limit_list_filters_overridden_and_undeclared_and_searches(busy_limi
     assert names("q=voice") == {"voice-calls"}
 
 
-def test_raising_capacity_in_the_admin_goes_through_the_service(busy_limit, admin_client) -> None:  # type: ignore[no-untyped-def]
+def test_raising_capacity_in_the_admin_goes_through_the_service(busy_limit, admin_client) -> None:
     response = _change(admin_client, busy_limit, capacity="3")
     assert response.status_code == 302
     busy_limit.refresh_from_db()
@@ -77,7 +79,7 @@ def test_raising_capacity_in_the_admin_goes_through_the_service(busy_limit, admi
     assert_counters_match_rows("voice-calls")
 
 
-def test_the_admin_edits_max_hold_and_resets_both_by_emptying_the_fields(busy_limit, admin_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_admin_edits_max_hold_and_resets_both_by_emptying_the_fields(busy_limit, admin_client) -> None:
     _change(admin_client, busy_limit, capacity="4", max_hold="2h")
     busy_limit.refresh_from_db()
     assert (busy_limit.capacity_override, busy_limit.max_hold_override_ms) == (4, 7_200_000)
@@ -95,7 +97,7 @@ def test_the_admin_edits_max_hold_and_resets_both_by_emptying_the_fields(busy_li
 )
 def test_a_bad_override_in_the_admin_is_rejected_and_changes_nothing(
     busy_limit, admin_client, field: str, value: str
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     response = _change(admin_client, busy_limit, **{field: value})
     assert response.status_code == 200
     assert field in response.context["adminform"].form.errors
@@ -104,7 +106,7 @@ def test_a_bad_override_in_the_admin_is_rejected_and_changes_nothing(
     assert not AuditEvent.objects.filter(action__in=["capacity", "max_hold"]).exists()
 
 
-def test_counters_cannot_be_edited_in_the_admin(busy_limit, admin_client) -> None:  # type: ignore[no-untyped-def]
+def test_counters_cannot_be_edited_in_the_admin(busy_limit, admin_client) -> None:
     _change(admin_client, busy_limit, busy_count="0", waiting_count="0", capacity_override="1")
     busy_limit.refresh_from_db()
     assert (busy_limit.busy_count, busy_limit.waiting_count, busy_limit.capacity_override) == (2, 3, None)
@@ -112,7 +114,7 @@ def test_counters_cannot_be_edited_in_the_admin(busy_limit, admin_client) -> Non
     assert admin_client.post(f"/admin/limits/limit/{busy_limit.id}/delete/").status_code == 403
 
 
-def test_slots_queue_and_audit_are_read_only(busy_limit, admin_client) -> None:  # type: ignore[no-untyped-def]
+def test_slots_queue_and_audit_are_read_only(busy_limit, admin_client) -> None:
     slot = Slot.objects.filter(state="busy").first()
     for url in ["/admin/limits/slot/", "/admin/limits/queueentry/", "/admin/limits/auditevent/", "/admin/studio/run/"]:
         assert admin_client.get(url).status_code == 200
@@ -125,7 +127,7 @@ def test_slots_queue_and_audit_are_read_only(busy_limit, admin_client) -> None: 
     assert admin_client.post(f"/admin/limits/slot/{slot.pk}/delete/").status_code == 403
 
 
-def test_the_release_action_goes_through_the_service(busy_limit, admin_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_release_action_goes_through_the_service(busy_limit, admin_client) -> None:
     slots = list(Slot.objects.filter(state="busy").values_list("id", flat=True))
     response = admin_client.post(
         "/admin/limits/slot/", {"action": "release_selected", "_selected_action": [*slots, "slot_gone"]}, follow=True
@@ -141,7 +143,7 @@ def test_the_release_action_goes_through_the_service(busy_limit, admin_client) -
     assert "2 slot(s) were already free" in again.content.decode()
 
 
-def test_staff_without_the_operate_permission_can_neither_release_nor_edit(busy_limit, staff_viewer_client) -> None:  # type: ignore[no-untyped-def]
+def test_staff_without_the_operate_permission_can_neither_release_nor_edit(busy_limit, staff_viewer_client) -> None:
     page = staff_viewer_client.get("/admin/limits/slot/")
     assert page.status_code == 200
     assert "release_selected" not in page.content.decode()

@@ -63,7 +63,7 @@ def rows(db: None) -> None:
     ids=["year", "month", "day", "negative-year", "month-13"],
 )
 @pytest.mark.parametrize(("url", "field"), DATE_LISTS)
-def test_an_impossible_date_is_a_bad_lookup_not_a_500(rows, admin_client, url: str, field: str, query) -> None:  # type: ignore[no-untyped-def]
+def test_an_impossible_date_is_a_bad_lookup_not_a_500(rows, admin_client, url: str, field: str, query) -> None:
     params = {f"{field}__{part}": value for part, value in query.items()}
     response = admin_client.get(url, params)
     assert response.status_code == 302
@@ -72,13 +72,13 @@ def test_an_impossible_date_is_a_bad_lookup_not_a_500(rows, admin_client, url: s
 
 @pytest.mark.parametrize(("url", "field"), DATE_LISTS)
 @pytest.mark.parametrize("part", ["month", "day"])
-def test_a_huge_month_or_day_without_a_year_is_not_a_500(rows, admin_client, url: str, field: str, part: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_huge_month_or_day_without_a_year_is_not_a_500(rows, admin_client, url: str, field: str, part: str) -> None:
     response = admin_client.get(url, {f"{field}__{part}": HUGE})
     assert response.status_code in (200, 302)
 
 
 @pytest.mark.parametrize(("url", "field"), DATE_LISTS)
-def test_a_real_date_still_filters(rows, admin_client, url: str, field: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_real_date_still_filters(rows, admin_client, url: str, field: str) -> None:
     today = timezone.now()
     response = admin_client.get(url, {f"{field}__year": today.year, f"{field}__month": today.month})
     assert response.status_code == 200

@@ -18,7 +18,7 @@ RLO_LABEL = "order\u202e77-lave"
 BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
-def test_a_right_to_left_override_label_is_shown_escaped_on_the_limit_page(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_right_to_left_override_label_is_shown_escaped_on_the_limit_page(busy_limit, operator_client) -> None:
     services.set_capacity("voice-calls", 3, actor="test")  # run-2 gets a slot: one more room
     services.set_capacity("voice-calls", 10, actor="test")
     services.acquire("voice-calls", run_id="run-x", label=RLO_LABEL)
@@ -31,7 +31,7 @@ def test_a_right_to_left_override_label_is_shown_escaped_on_the_limit_page(busy_
     assert "bell\\x07\\x1b[0m" in page
 
 
-def test_a_right_to_left_override_in_the_queue_is_shown_escaped(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_right_to_left_override_in_the_queue_is_shown_escaped(busy_limit, operator_client) -> None:
     services.acquire("voice-calls", run_id="run-q", label=RLO_LABEL)
     page = operator_client.get("/studio/limits/voice-calls/").content.decode()
     assert not BIDI.search(page)
@@ -39,7 +39,7 @@ def test_a_right_to_left_override_in_the_queue_is_shown_escaped(busy_limit, oper
 
 
 @pytest.fixture
-def hostile_run(busy_limit) -> Run:  # type: ignore[no-untyped-def]
+def hostile_run(busy_limit) -> Run:
     """A failed run whose input, output, step and error hold controls and overrides, holding a
     slot with a 10,000-character label."""
     now = timezone.now()
@@ -62,7 +62,7 @@ def hostile_run(busy_limit) -> Run:  # type: ignore[no-untyped-def]
     return run
 
 
-def test_the_run_page_shows_input_output_and_errors_escaped(hostile_run, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_run_page_shows_input_output_and_errors_escaped(hostile_run, operator_client) -> None:
     page = operator_client.get(f"/studio/runs/{hostile_run.id}/").content.decode()
     assert not BIDI.search(page)
     assert "\x1b" not in page
@@ -72,7 +72,7 @@ def test_the_run_page_shows_input_output_and_errors_escaped(hostile_run, operato
     assert "\\u202estep\nfailed" in page
 
 
-def test_a_long_label_on_the_run_page_is_cut_and_shown_whole_in_its_title(hostile_run, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_long_label_on_the_run_page_is_cut_and_shown_whole_in_its_title(hostile_run, operator_client) -> None:
     page = operator_client.get(f"/studio/runs/{hostile_run.id}/").content.decode()
     label = "L" * 200
     assert f'<span class="long-value" title="{label}">{label}</span>' in page

@@ -32,7 +32,7 @@ def _snapshot(limit: Limit) -> tuple[object, ...]:
 # --- release ------------------------------------------------------------------------------------
 
 
-def test_releasing_a_slot_hands_it_to_the_head_of_the_queue_and_updates_the_page(  # type: ignore[no-untyped-def]
+def test_releasing_a_slot_hands_it_to_the_head_of_the_queue_and_updates_the_page(
     busy_limit, operator_client, htmx
 ) -> None:
     slot = _oldest_busy(busy_limit)
@@ -52,7 +52,7 @@ def test_releasing_a_slot_hands_it_to_the_head_of_the_queue_and_updates_the_page
     assert_counters_match_rows("voice-calls")
 
 
-def test_releasing_a_slot_someone_else_released_says_already_free_and_changes_nothing(  # type: ignore[no-untyped-def]
+def test_releasing_a_slot_someone_else_released_says_already_free_and_changes_nothing(
     busy_limit, operator_client, htmx
 ) -> None:
     slot = _oldest_busy(busy_limit)
@@ -64,7 +64,7 @@ def test_releasing_a_slot_someone_else_released_says_already_free_and_changes_no
     assert _snapshot(busy_limit) == before
 
 
-def test_releasing_an_unknown_slot_says_already_free(busy_limit, operator_client, htmx) -> None:  # type: ignore[no-untyped-def]
+def test_releasing_an_unknown_slot_says_already_free(busy_limit, operator_client, htmx) -> None:
     before = _snapshot(busy_limit)
     response = operator_client.post("/studio/limits/voice-calls/release/", {"slot": "slot_nope"}, headers=htmx)
     assert "slot_nope is already free" in response.content.decode()
@@ -72,13 +72,13 @@ def test_releasing_an_unknown_slot_says_already_free(busy_limit, operator_client
 
 
 @pytest.mark.parametrize("data", [{}, {"slot": ""}, {"slot": "slot_\x00"}, {"slot": "x" * 41}])
-def test_a_release_without_a_proper_slot_is_a_bad_request(busy_limit, operator_client, htmx, data) -> None:  # type: ignore[no-untyped-def]
+def test_a_release_without_a_proper_slot_is_a_bad_request(busy_limit, operator_client, htmx, data) -> None:
     before = _snapshot(busy_limit)
     assert operator_client.post("/studio/limits/voice-calls/release/", data, headers=htmx).status_code == 400
     assert _snapshot(busy_limit) == before
 
 
-def test_releasing_a_reservation_sends_its_run_to_the_end_of_the_queue(busy_limit, operator_client, htmx) -> None:  # type: ignore[no-untyped-def]
+def test_releasing_a_reservation_sends_its_run_to_the_end_of_the_queue(busy_limit, operator_client, htmx) -> None:
     services.release(_oldest_busy(busy_limit).id)  # run-2 reserved
     reserved = Slot.objects.get(state="reserved")
     operator_client.post("/studio/limits/voice-calls/release/", {"slot": reserved.id}, headers=htmx)
@@ -86,7 +86,7 @@ def test_releasing_a_reservation_sends_its_run_to_the_end_of_the_queue(busy_limi
     assert queue("voice-calls") == ["run-4", "run-2"]
 
 
-def test_the_release_button_asks_for_confirmation_and_keeps_the_page_numbers(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_release_button_asks_for_confirmation_and_keeps_the_page_numbers(busy_limit, operator_client) -> None:
     page = operator_client.get("/studio/limits/voice-calls/?slots=1&queue=1").content.decode()
     form = re.search(r'<form hx-post="/studio/limits/voice-calls/release/".*?</form>', page, re.S)[0]
     assert 'hx-confirm="Release slot_' in form and "held by run-0 (call-0)?" in form
@@ -94,7 +94,7 @@ def test_the_release_button_asks_for_confirmation_and_keeps_the_page_numbers(bus
     assert '<input type="hidden" name="slots" value="1">' in form
 
 
-def test_a_release_without_htmx_redirects_back_with_a_message(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_release_without_htmx_redirects_back_with_a_message(busy_limit, operator_client) -> None:
     slot = _oldest_busy(busy_limit)
     response = operator_client.post("/studio/limits/voice-calls/release/", {"slot": slot.id, "slots": "1"}, follow=True)
     assert response.redirect_chain == [("/studio/limits/voice-calls/?slots=1&queue=1", 302)]
@@ -117,7 +117,7 @@ def test_a_release_without_htmx_redirects_back_with_a_message(busy_limit, operat
         ("   ", "Enter a capacity"),
     ],
 )
-def test_a_bad_capacity_is_rejected_next_to_the_field_and_changes_nothing(  # type: ignore[no-untyped-def]
+def test_a_bad_capacity_is_rejected_next_to_the_field_and_changes_nothing(
     busy_limit, operator_client, htmx, value: str, message: str
 ) -> None:
     before = _snapshot(busy_limit)
@@ -132,7 +132,7 @@ def test_a_bad_capacity_is_rejected_next_to_the_field_and_changes_nothing(  # ty
     assert _snapshot(busy_limit) == before
 
 
-def test_raising_capacity_grants_waiting_runs_and_tells_the_page(busy_limit, operator_client, htmx) -> None:  # type: ignore[no-untyped-def]
+def test_raising_capacity_grants_waiting_runs_and_tells_the_page(busy_limit, operator_client, htmx) -> None:
     response = operator_client.post("/studio/limits/voice-calls/capacity/", {"capacity": " 4 "}, headers=htmx)
     assert response.status_code == 200
     assert json.loads(response["HX-Trigger"]) == {"limit-changed": {}}
@@ -151,14 +151,14 @@ def test_raising_capacity_grants_waiting_runs_and_tells_the_page(busy_limit, ope
     assert_counters_match_rows("voice-calls")
 
 
-def test_lowering_capacity_takes_no_slot_back(busy_limit, operator_client, htmx) -> None:  # type: ignore[no-untyped-def]
+def test_lowering_capacity_takes_no_slot_back(busy_limit, operator_client, htmx) -> None:
     operator_client.post("/studio/limits/voice-calls/capacity/", {"capacity": "1"}, headers=htmx)
     assert holders("voice-calls") == [("run-0", "busy"), ("run-1", "busy")]
     page = operator_client.get("/studio/limits/voice-calls/").content.decode()
     assert '<b>2</b> / <span id="figure-capacity">1</span>' in page
 
 
-def test_resetting_capacity_goes_back_to_the_declared_value(busy_limit, operator_client, htmx) -> None:  # type: ignore[no-untyped-def]
+def test_resetting_capacity_goes_back_to_the_declared_value(busy_limit, operator_client, htmx) -> None:
     services.set_capacity("voice-calls", 1, actor="user:ada")
     response = operator_client.post("/studio/limits/voice-calls/reset/", {"field": "capacity"}, headers=htmx)
     assert response.status_code == 200 and json.loads(response["HX-Trigger"]) == {"limit-changed": {}}
@@ -184,7 +184,7 @@ def test_resetting_capacity_goes_back_to_the_declared_value(busy_limit, operator
         ("", "Enter a max hold"),
     ],
 )
-def test_a_bad_max_hold_is_rejected_next_to_the_field_and_changes_nothing(  # type: ignore[no-untyped-def]
+def test_a_bad_max_hold_is_rejected_next_to_the_field_and_changes_nothing(
     busy_limit, operator_client, htmx, value: str, message: str
 ) -> None:
     before = _snapshot(busy_limit)
@@ -197,7 +197,7 @@ def test_a_bad_max_hold_is_rejected_next_to_the_field_and_changes_nothing(  # ty
 
 
 @pytest.mark.parametrize(("value", "ms"), [("10m", 600_000), ("30d", 2_592_000_000), ("90000", 90_000), ("500ms", 500)])
-def test_a_good_max_hold_is_saved_and_audited(busy_limit, operator_client, htmx, value: str, ms: int) -> None:  # type: ignore[no-untyped-def]
+def test_a_good_max_hold_is_saved_and_audited(busy_limit, operator_client, htmx, value: str, ms: int) -> None:
     response = operator_client.post("/studio/limits/voice-calls/max-hold/", {"max_hold": value}, headers=htmx)
     assert response.status_code == 200 and json.loads(response["HX-Trigger"]) == {"limit-changed": {}}
     busy_limit.refresh_from_db()
@@ -206,7 +206,7 @@ def test_a_good_max_hold_is_saved_and_audited(busy_limit, operator_client, htmx,
     assert (event.actor, event.old_value, event.new_value) == ("user:ada", "2700000", str(ms))
 
 
-def test_resetting_max_hold_goes_back_to_the_declared_value(busy_limit, operator_client, htmx) -> None:  # type: ignore[no-untyped-def]
+def test_resetting_max_hold_goes_back_to_the_declared_value(busy_limit, operator_client, htmx) -> None:
     services.set_max_hold("voice-calls", "2h", actor="user:ada")
     response = operator_client.post("/studio/limits/voice-calls/reset/", {"field": "max_hold"}, headers=htmx)
     assert "Max hold reset to the declared 45m" in response.content.decode()
@@ -214,19 +214,19 @@ def test_resetting_max_hold_goes_back_to_the_declared_value(busy_limit, operator
     assert busy_limit.max_hold_override_ms is None
 
 
-def test_a_reset_of_an_unknown_field_is_a_bad_request(busy_limit, operator_client, htmx) -> None:  # type: ignore[no-untyped-def]
+def test_a_reset_of_an_unknown_field_is_a_bad_request(busy_limit, operator_client, htmx) -> None:
     before = _snapshot(busy_limit)
     response = operator_client.post("/studio/limits/voice-calls/reset/", {"field": "busy_count"}, headers=htmx)
     assert response.status_code == 400
     assert _snapshot(busy_limit) == before
 
 
-def test_an_edit_without_htmx_shows_the_whole_page_with_the_error(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_an_edit_without_htmx_shows_the_whole_page_with_the_error(busy_limit, operator_client) -> None:
     response = operator_client.post("/studio/limits/voice-calls/capacity/", {"capacity": "0"})
     assert response.status_code == 422
     body = response.content.decode()
     assert "<html" in body and "not 0" in body and 'id="live"' in body
 
 
-def test_an_edit_of_an_unknown_limit_is_a_404(db, operator_client, htmx) -> None:  # type: ignore[no-untyped-def]
+def test_an_edit_of_an_unknown_limit_is_a_404(db, operator_client, htmx) -> None:
     assert operator_client.post("/studio/limits/nope/capacity/", {"capacity": "3"}, headers=htmx).status_code == 404

@@ -29,7 +29,7 @@ def _rows(page: str, table_class: str) -> list[str]:
 # --- the list -----------------------------------------------------------------------------------
 
 
-def test_the_list_shows_every_limit_with_its_figures(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_list_shows_every_limit_with_its_figures(busy_limit, operator_client) -> None:
     declare(voice_calls={"capacity": 2, "max_hold": "45m"}, partner_api={"capacity": 5, "max_hold": "10m"})
     page = operator_client.get("/studio/limits/").content.decode()
     row = re.search(r'<tr id="limit-voice-calls">.*?</tr>', page, re.S)[0]
@@ -43,7 +43,7 @@ def test_the_list_shows_every_limit_with_its_figures(busy_limit, operator_client
     assert "override" not in partner
 
 
-def test_the_list_counts_reserved_slots_as_in_use_and_shows_them(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_list_counts_reserved_slots_as_in_use_and_shows_them(busy_limit, operator_client) -> None:
     services.release(Slot.objects.filter(state="busy").order_by("granted_at").first().id)
     row = re.search(
         r'<tr id="limit-voice-calls">.*?</tr>', operator_client.get("/studio/limits/").content.decode(), re.S
@@ -52,7 +52,7 @@ def test_the_list_counts_reserved_slots_as_in_use_and_shows_them(busy_limit, ope
     assert re.search(r'<td class="num">1</td>', row), "one reserved"
 
 
-def test_the_list_marks_overrides_with_the_declared_value(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_list_marks_overrides_with_the_declared_value(busy_limit, operator_client) -> None:
     services.set_capacity("voice-calls", 9, actor="user:ada")
     services.set_max_hold("voice-calls", "2h", actor="user:ada")
     row = re.search(
@@ -63,7 +63,7 @@ def test_the_list_marks_overrides_with_the_declared_value(busy_limit, operator_c
     assert "2h" in row and "override · declared 45m" in row
 
 
-def test_undeclared_limits_are_shown_apart(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_undeclared_limits_are_shown_apart(busy_limit, operator_client) -> None:
     services.sync_workspace(define_workspace(limits={"partner-api": {"capacity": 5, "max_hold": "10m"}}))
     page = operator_client.get("/studio/limits/").content.decode()
     declared, undeclared = page.split("No longer declared")
@@ -71,13 +71,13 @@ def test_undeclared_limits_are_shown_apart(busy_limit, operator_client) -> None:
     assert "limit-voice-calls" in undeclared
 
 
-def test_the_list_polls_only_while_the_tab_is_visible(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_list_polls_only_while_the_tab_is_visible(busy_limit, operator_client) -> None:
     page = operator_client.get("/studio/limits/").content.decode()
     assert 'hx-get="/studio/limits/"' in page
     assert POLLING in page
 
 
-def test_an_htmx_poll_of_the_list_gets_only_the_table(busy_limit, operator_client, htmx) -> None:  # type: ignore[no-untyped-def]
+def test_an_htmx_poll_of_the_list_gets_only_the_table(busy_limit, operator_client, htmx) -> None:
     response = operator_client.get("/studio/limits/", headers=htmx)
     body = response.content.decode()
     assert body.lstrip().startswith('<div id="limits-table"')
@@ -89,7 +89,7 @@ def _names(page: str) -> list[str]:
     return re.findall(r'<tr id="limit-([^"]+)">', page)
 
 
-def test_the_list_shows_100_limits_a_page_in_name_order_with_a_pager(db, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_list_shows_100_limits_a_page_in_name_order_with_a_pager(db, operator_client) -> None:
     Limit.objects.all().delete()  # the test workspace's own
     names = [f"api-{n:03}" for n in range(250)]
     services.sync_workspace(define_workspace(limits={name: {"capacity": 1, "max_hold": "1h"} for name in names}))
@@ -105,7 +105,7 @@ def test_the_list_shows_100_limits_a_page_in_name_order_with_a_pager(db, operato
     assert _names(operator_client.get("/studio/limits/?page=x").content.decode()) == names[:100]
 
 
-def test_an_htmx_poll_keeps_its_page(db, operator_client, htmx) -> None:  # type: ignore[no-untyped-def]
+def test_an_htmx_poll_keeps_its_page(db, operator_client, htmx) -> None:
     Limit.objects.all().delete()  # the test workspace's own
     names = [f"api-{n:03}" for n in range(150)]
     services.sync_workspace(define_workspace(limits={name: {"capacity": 1, "max_hold": "1h"} for name in names}))
@@ -114,7 +114,7 @@ def test_an_htmx_poll_keeps_its_page(db, operator_client, htmx) -> None:  # type
     assert _names(body) == names[100:]
 
 
-def test_the_list_costs_the_same_queries_for_5_limits_and_for_500(db, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_list_costs_the_same_queries_for_5_limits_and_for_500(db, operator_client) -> None:
     def queries() -> int:
         with CaptureQueriesContext(connection) as captured:
             assert operator_client.get("/studio/limits/?page=2").status_code == 200
@@ -126,7 +126,7 @@ def test_the_list_costs_the_same_queries_for_5_limits_and_for_500(db, operator_c
     assert queries() == few
 
 
-def test_the_list_finds_limits_by_a_part_of_their_name(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_list_finds_limits_by_a_part_of_their_name(busy_limit, operator_client) -> None:
     declare(
         voice_calls={"capacity": 2, "max_hold": "45m"},
         partner_api={"capacity": 5, "max_hold": "10m"},
@@ -141,19 +141,19 @@ def test_the_list_finds_limits_by_a_part_of_their_name(busy_limit, operator_clie
     assert "No limits declared yet" not in nothing
 
 
-def test_a_search_lists_undeclared_limits_too(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_search_lists_undeclared_limits_too(busy_limit, operator_client) -> None:
     services.sync_workspace(define_workspace(limits={"partner-api": {"capacity": 5, "max_hold": "10m"}}))
     page = operator_client.get("/studio/limits/?q=voice").content.decode()
     assert "No longer declared" in page and _names(page) == ["voice-calls"]
     assert "No limit’s name contains" not in page
 
 
-def test_an_empty_box_says_how_to_declare_limits(db, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_an_empty_box_says_how_to_declare_limits(db, operator_client) -> None:
     Limit.objects.all().delete()
     assert "No limits declared yet" in operator_client.get("/studio/limits/").content.decode()
 
 
-def test_htmx_comes_from_this_box_not_a_cdn(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_htmx_comes_from_this_box_not_a_cdn(busy_limit, operator_client) -> None:
     page = operator_client.get("/studio/limits/").content.decode()
     scripts = re.findall(r'<script[^>]*src="([^"]+)"', page)
     assert any("django_htmx/htmx-2" in src for src in scripts)
@@ -164,7 +164,7 @@ def test_htmx_comes_from_this_box_not_a_cdn(busy_limit, operator_client) -> None
 # --- a limit's page -----------------------------------------------------------------------------
 
 
-def test_the_limit_page_shows_busy_slots_then_reserved_then_the_queue(busy_limit, operator_client, clock) -> None:  # type: ignore[no-untyped-def]
+def test_the_limit_page_shows_busy_slots_then_reserved_then_the_queue(busy_limit, operator_client, clock) -> None:
     first = Slot.objects.get(run_id="run-0")
     services.release(first.id)  # run-2 gets a reserved slot
     clock.advance(seconds=30)
@@ -183,12 +183,12 @@ def test_the_limit_page_shows_busy_slots_then_reserved_then_the_queue(busy_limit
     assert 'id="figure-waiting">2<' in page and 'id="figure-free">0<' in page
 
 
-def test_a_slot_past_its_max_hold_says_so_until_the_sweep_takes_it(busy_limit, operator_client, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_slot_past_its_max_hold_says_so_until_the_sweep_takes_it(busy_limit, operator_client, clock) -> None:
     clock.advance(minutes=46)
     assert "past max hold" in operator_client.get("/studio/limits/voice-calls/").content.decode()
 
 
-def test_the_activity_lists_audit_events_newest_first(busy_limit, operator_client, clock) -> None:  # type: ignore[no-untyped-def]
+def test_the_activity_lists_audit_events_newest_first(busy_limit, operator_client, clock) -> None:
     services.set_capacity("voice-calls", 3, actor="user:ada")
     clock.advance(seconds=5)
     services.set_max_hold("voice-calls", "10m", actor="user:ada")
@@ -204,14 +204,14 @@ def test_the_activity_lists_audit_events_newest_first(busy_limit, operator_clien
     assert lines[2].endswith("ada changed capacity from 2 to 3")
 
 
-def test_the_limit_page_polls_its_live_region_and_listens_for_changes(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_limit_page_polls_its_live_region_and_listens_for_changes(busy_limit, operator_client) -> None:
     page = operator_client.get("/studio/limits/voice-calls/").content.decode()
     live = re.search(r'<div id="live"[^>]*>', page, re.S)[0]
     assert POLLING in live and "limit-changed from:body" in live
     assert 'hx-get="/studio/limits/voice-calls/?slots=1&amp;queue=1"' in live
 
 
-def test_an_htmx_request_gets_only_the_live_region(busy_limit, operator_client, htmx) -> None:  # type: ignore[no-untyped-def]
+def test_an_htmx_request_gets_only_the_live_region(busy_limit, operator_client, htmx) -> None:
     response = operator_client.get("/studio/limits/voice-calls/", headers=htmx)
     body = response.content.decode()
     assert body.lstrip().startswith('<div id="live"')
@@ -219,11 +219,11 @@ def test_an_htmx_request_gets_only_the_live_region(busy_limit, operator_client, 
     assert "HX-Request" in response["Vary"]
 
 
-def test_an_unknown_limit_is_a_404(db, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_limit_is_a_404(db, operator_client) -> None:
     assert operator_client.get("/studio/limits/nope/").status_code == 404
 
 
-def test_the_edit_panel_shows_declared_values_and_reset_controls(busy_limit, operator_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_edit_panel_shows_declared_values_and_reset_controls(busy_limit, operator_client) -> None:
     page = operator_client.get("/studio/limits/voice-calls/").content.decode()
     panel = re.search(r'<section id="edit-panel".*?</section>', page, re.S)[0]
     assert 'name="capacity" value="2"' in panel and 'name="max_hold" value="45m"' in panel
@@ -243,7 +243,7 @@ def test_the_edit_panel_shows_declared_values_and_reset_controls(busy_limit, ope
 # --- pages of a big limit -----------------------------------------------------------------------
 
 
-def _fill(limit: Limit, *, busy: int, reserved: int, waiting: int, now) -> None:  # type: ignore[no-untyped-def]
+def _fill(limit: Limit, *, busy: int, reserved: int, waiting: int, now) -> None:
     """Rows straight into the tables (the services would take minutes for 100,000), with the
     counters set to match, as the services keep them."""
     import datetime as dt
@@ -308,7 +308,7 @@ def _fill(limit: Limit, *, busy: int, reserved: int, waiting: int, now) -> None:
     )
 
 
-def test_pages_of_slots_run_busy_then_reserved_across_the_page_boundary(db, operator_client, clock) -> None:  # type: ignore[no-untyped-def]
+def test_pages_of_slots_run_busy_then_reserved_across_the_page_boundary(db, operator_client, clock) -> None:
     limit = declare(big={"capacity": 1, "max_hold": "1h"})["big"]
     _fill(limit, busy=60, reserved=45, waiting=120, now=clock.now())
     page2 = operator_client.get("/studio/limits/big/?slots=2&queue=3").content.decode()
@@ -328,7 +328,7 @@ def test_pages_of_slots_run_busy_then_reserved_across_the_page_boundary(db, oper
 
 
 @pytest.mark.parametrize("number", ["0", "-1", "999", "abc", "99999999999999"])
-def test_an_out_of_range_page_shows_the_nearest_one(db, operator_client, clock, number: str) -> None:  # type: ignore[no-untyped-def]
+def test_an_out_of_range_page_shows_the_nearest_one(db, operator_client, clock, number: str) -> None:
     limit = declare(big={"capacity": 1, "max_hold": "1h"})["big"]
     _fill(limit, busy=70, reserved=0, waiting=0, now=clock.now())
     response = operator_client.get(f"/studio/limits/big/?slots={number}")
@@ -336,7 +336,7 @@ def test_an_out_of_range_page_shows_the_nearest_one(db, operator_client, clock, 
     assert "of 70 · page" in response.content.decode()
 
 
-def _fill_at_scale(limit: Limit, *, busy: int, waiting: int, now) -> None:  # type: ignore[no-untyped-def]
+def _fill_at_scale(limit: Limit, *, busy: int, waiting: int, now) -> None:
     """Like _fill, in two INSERT ... SELECT statements (the same SQL on SQLite and PostgreSQL)."""
     import datetime as dt
 
@@ -361,7 +361,7 @@ def _fill_at_scale(limit: Limit, *, busy: int, waiting: int, now) -> None:  # ty
     )
 
 
-def test_the_limit_page_takes_the_same_few_queries_at_any_size(  # type: ignore[no-untyped-def]
+def test_the_limit_page_takes_the_same_few_queries_at_any_size(
     db, operator_client, clock, django_assert_max_num_queries
 ) -> None:
     """A limit with 100,000 busy slots and a queue of 1,000,000 must not cost more queries than a

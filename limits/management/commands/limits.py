@@ -4,7 +4,7 @@ import argparse
 import sys
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from limits import cli, services
 from limits.config import ConfigError, load_workspace
@@ -16,7 +16,7 @@ from limits.tokens import TokenError, issue_token
 class Command(BaseCommand):
     help = "Operate concurrency limits: list, slots, release, capacity, max-hold, verify, sync, sweep, token."
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         verbs = cli.add_verbs(parser)
         verbs.add_parser("sync", help="Bring declared limits from the workspace config to the database.")
         verbs.add_parser("sweep", help="Run one pass of the sweep (beat runs it every 15 seconds).")
