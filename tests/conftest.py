@@ -73,9 +73,11 @@ def use_broker(url: str, *, eager: bool) -> None:
     # settings have read it already (settings.CELERY_BROKER_URL), so let the configuration rule.
     os.environ.pop("CELERY_BROKER_URL", None)
 
-    app.conf.task_always_eager = eager
-    app.conf.broker_url = url  # type: ignore[misc]  # settable at run time; a read-only property in the stubs
-    app.conf.broker_transport = getattr(settings, "CELERY_BROKER_TRANSPORT", None) if url == "filesystem://" else None
+    transport = getattr(settings, "CELERY_BROKER_TRANSPORT", None) if url == "filesystem://" else None
+    for key, value in (("task_always_eager", eager), ("broker_url", url), ("broker_transport", transport)):
+        # Celery 5.6 reads the Django-namespaced key (CELERY_...) before the plain one: set both.
+        app.conf[key] = value
+        app.conf[f"CELERY_{key.upper()}"] = value
     pools.reset()
     app._pool = None  # type: ignore[attr-defined]  # celery's private pool caches, not in the stubs
     app.amqp._producer_pool = None  # type: ignore[attr-defined]  # the same
