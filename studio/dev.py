@@ -120,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
             return 1
         say("dev", reset.stdout.strip())
     sign_in = ensure_dev_user(env)
+    # From here on Ctrl-C stops the box in order: a signal that lands while the children are
+    # still starting must not leave the ones already started behind (they have their own groups).
+    stopping = stop_on_signals()
     banner(args, env, sign_in)
 
     level = "INFO" if args.verbose else "WARNING"
@@ -138,15 +141,34 @@ def run(args: argparse.Namespace) -> int:
     if args.demo:
         children.append(Child("demo", [python, "-m", "studio.demo"], env))
     url = f"http://{args.host}:{args.port}"
-    threading.Thread(target=announce_ready, args=(url, sign_in, children), daemon=True).start()
-    return supervise(children)
+    announcer = threading.Thread(target=announce_ready, args=(url, sign_in, children, stopping), daemon=True)
+    announcer.start()
+    exit_code = supervise(children, stopping)
+    # Joined, not left to die with the interpreter: a daemon thread still inside urllib while
+    # Python finalizes crashed the command (SIGSEGV) after a quick Ctrl-C.
+    announcer.join(timeout=5)
+    return exit_code
 
 
-def announce_ready(url: str, sign_in: str, children: list[Child], timeout: float = 120) -> None:
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGINT or SIGTERM, installed before any child starts."""
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    return stopping
+
+
+def announce_ready(
+    url: str, sign_in: str, children: list[Child], stopping: threading.Event, timeout: float = 120
+) -> None:
     """Once the web server answers, repeat where to go and how to sign in (the banner has
     scrolled away by then under the first log lines)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not stopping.is_set():
         if any(child.process.poll() is not None for child in children):
             return
         try:
@@ -155,20 +177,13 @@ def announce_ready(url: str, sign_in: str, children: list[Child], timeout: float
         except urllib.error.HTTPError:
             pass  # it answers (503: the broker or the sweep is not there yet, which is fine)
         except (OSError, ValueError):
-            time.sleep(0.5)
+            stopping.wait(0.5)
             continue
         say("dev", f"ready: {url}/studio/limits/  sign in: {sign_in}")
         return
 
 
-def supervise(children: list[Child]) -> int:
-    stopping = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+def supervise(children: list[Child], stopping: threading.Event) -> int:
     exit_code = 0
     while not stopping.is_set():
         for child in children:

@@ -147,6 +147,53 @@ def test_the_real_dev_script_starts_the_box_on_the_port_given_and_stops_on_ctrl_
     assert "Traceback" not in output and "live demo" not in output
 
 
+def test_ctrl_c_as_the_banner_appears_stops_the_box_and_leaves_no_process_behind(tmp_path: Path) -> None:
+    """The signal lands while the children are still starting (CI saw exit 130 here): the box
+    still stops in order, exits 0, and none of its children (each in its own group) survives."""
+    root = real_copy(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "VIRTUAL_ENV"}}
+    env.update(STACKBONE_VAR_DIR=str(tmp_path / "var"), STACKBONE_DEV_PASSWORD="scripts-test-password")
+    log = tmp_path / "dev.log"
+    box = subprocess.Popen(
+        [str(root / "scripts" / "dev"), "--port", "18735"], cwd=tmp_path, env=env,
+        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while "Stackbone box" not in log.read_text():
+            assert box.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.01)
+    finally:
+        box.send_signal(signal.SIGINT)
+        try:
+            box.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(box.pid, signal.SIGKILL)
+            raise
+    output = log.read_text()
+    assert box.returncode == 0, output[-3000:]
+    assert "Traceback" not in output
+    time.sleep(1)
+    assert processes_mentioning(str(tmp_path / "var")) == [], output[-3000:]
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes whose environment or arguments mention `text`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if text.encode() in (proc / "environ").read_bytes() + (proc / "cmdline").read_bytes():
+                state = (proc / "stat").read_text().split(") ", 1)[1][0]
+                if state != "Z":
+                    found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return found
+
+
 def test_the_real_test_script_passes_pytest_arguments(tmp_path: Path) -> None:
     root = real_copy(tmp_path)
     result = subprocess.run(
