@@ -11,14 +11,22 @@ the actor `api:<username>`.
 
     GET  /api/limits/                               {"limits": [limit, ...]}
     GET  /api/limits/<name>/                        limit
-    GET  /api/limits/<name>/slots/?page=1&size=100  {"limit", "slots", "page", "size", "total", "has_next", "now"}
-    GET  /api/limits/<name>/queue/?page=1&size=100  {"limit", "queue", "page", ...}; positions count from 1
+    GET  /api/limits/<name>/slots/?page=1&size=100  {"limit", "key", "slots", "page", "size", "total", "has_next",
+         "now"}
+    GET  /api/limits/<name>/queue/?page=1&size=100  {"limit", "key", "queue", "page", ...}; positions count from 1
+         (both take &key=K: only that key's rows; queue positions then count within the key's queue)
+    GET  /api/limits/<name>/keys/?page=1&size=100   {"limit", "per_key", "key", "search", "keys", "no_key",
+         "page", ...}; busiest first; &key=K: only that key; &search=S: keys containing S (any case)
     GET  /api/limits/slots/<slot_id>/               slot, with its "limit"
     POST /api/limits/slots/<slot_id>/release/       {"released": bool, "slot": slot as it was}
     POST /api/limits/<name>/capacity/  {"capacity": 30 | null}    {"old": 20, "limit": limit}
     POST /api/limits/<name>/max-hold/  {"max_hold": "1h" | 3600000 | null}  {"old": ms, "limit": limit}
+    POST /api/limits/<name>/per-key/   {"value": 3 | null, "key": "tenant-1" (optional)}
+         {"old": 3 | null, "limit": limit, "key": key | null}; without "key" the limit's per_key,
+         with it that key's pool size; a bad value is a 400 with field "value"
 
-A `limit` is serializers.limit_summary (the keys of `stackbone limits list --json`).
+A `limit` is serializers.limit_summary (the keys of `stackbone limits list --json`), a `key`
+serializers.key_summary. No key is null in JSON.
 """
 
 from __future__ import annotations
@@ -37,7 +45,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from limits import selectors, serializers, services
-from limits.models import Limit
+from limits.config import KEY_MAX_LENGTH, check_key
+from limits.models import Limit, QueueEntry, Slot, is_storable_text
 from limits.tokens import user_for_token
 
 DEFAULT_PAGE_SIZE = 100
@@ -52,6 +61,8 @@ BODY_TOO_LARGE = "the body is too large: at most {limit:,} bytes"
 MISSING_FIELD = "{field} is required: {help}, or null to reset it to the declared value"
 BAD_PAGE = "{field} must be a whole number from 1 to {maximum}"
 UNKNOWN_SLOT = "unknown slot {slot_id!r}"
+BAD_SEARCH = f"search must be text of at most {KEY_MAX_LENGTH} characters (no NUL characters)"
+PER_KEY_HELP = "a whole number from 1 to the limit's capacity"
 UNKNOWN_PATH = "no such API path: {path} (see the README, section 'The JSON API')"
 
 
@@ -128,7 +139,21 @@ def _page_params(request: HttpRequest) -> tuple[int, int]:
     return values[0], values[1]
 
 
-def _body(request: HttpRequest, field: str, help_text: str) -> object:
+def _key_param(request: HttpRequest) -> str | None:
+    """The `key` filter of a read, or None when there is none."""
+    if "key" not in request.GET:
+        return None
+    return _checked_key(request.GET["key"])
+
+
+def _checked_key(value: object) -> str:
+    try:
+        return check_key(value)
+    except ValueError as error:
+        raise ApiError(400, str(error), field="key") from None
+
+
+def _json_body(request: HttpRequest) -> dict[str, object]:
     try:
         raw = request.body
     except RequestDataTooBig:
@@ -141,17 +166,29 @@ def _body(request: HttpRequest, field: str, help_text: str) -> object:
         body = None
     if not isinstance(body, dict):
         raise ApiError(400, BAD_BODY, field="body")
+    return body
+
+
+def _body(request: HttpRequest, field: str, help_text: str) -> object:
+    body = _json_body(request)
     if field not in body:
         raise ApiError(400, MISSING_FIELD.format(field=field, help=help_text), field=field)
     return body[field]
 
 
 def _page_answer(
-    limit: Limit, key: str, rows: list[dict[str, object]], page: int, size: int, total: int
+    limit: Limit,
+    key: str,
+    rows: list[dict[str, object]],
+    page: int,
+    size: int,
+    total: int,
+    extra: dict[str, object] | None = None,
 ) -> JsonResponse:
     return JsonResponse(
         {
             "limit": limit.name,
+            **(extra or {}),
             key: rows,
             "page": page,
             "size": size,
@@ -180,32 +217,68 @@ def limit_detail(request: ApiRequest, name: str) -> JsonResponse:
 @require_GET
 @token_auth()
 def limit_slots(request: ApiRequest, name: str) -> JsonResponse:
-    """Busy slots first, then reserved ones, each in grant order; a page past the end is empty."""
+    """Busy slots first, then reserved ones, each in grant order (with ?key=, only that key's);
+    a page past the end is empty."""
     page, size = _page_params(request)
+    key = _key_param(request)
     limit = _limit(name)
-    slots = []
-    if (page - 1) * size < limit.in_use:
-        slots = [
-            serializers.slot_summary(slot) for slot in selectors.live_slots_page(limit, number=page, size=size).items
-        ]
-    return _page_answer(limit, "slots", slots, page, size, limit.in_use)
+    rows: list[Slot] = []
+    if key is not None:
+        keyed = serializers.key_slots_rows(limit, key, offset=(page - 1) * size, size=size)
+        rows, total = keyed.items, keyed.total
+    else:
+        total = limit.in_use
+        if (page - 1) * size < total:
+            rows = selectors.live_slots_page(limit, number=page, size=size).items
+    groups = serializers.slot_groups(rows)
+    slots = [serializers.slot_summary(slot, groups) for slot in rows]
+    return _page_answer(limit, "slots", slots, page, size, total, {"key": key})
 
 
 @csrf_exempt
 @require_GET
 @token_auth()
 def limit_queue(request: ApiRequest, name: str) -> JsonResponse:
-    """The queue in order; positions count from 1 at the head, across pages."""
+    """The queue in order; positions count from 1 at the head, across pages. With ?key=, only
+    that key's waiting runs, and positions count within the key's queue."""
     page, size = _page_params(request)
+    key = _key_param(request)
     limit = _limit(name)
-    queue = []
-    if (page - 1) * size < limit.waiting_count:
-        entries = selectors.queue_page(limit, number=page, size=size)
-        queue = [
-            serializers.queue_entry_summary(entry, entries.first_index + index)
-            for index, entry in enumerate(entries.items)
-        ]
-    return _page_answer(limit, "queue", queue, page, size, limit.waiting_count)
+    offset = (page - 1) * size
+    rows: list[QueueEntry] = []
+    if key is not None:
+        keyed = serializers.key_queue_rows(limit, key, offset=offset, size=size)
+        rows, total = keyed.items, keyed.total
+    else:
+        total = limit.waiting_count
+        if offset < total:
+            rows = selectors.queue_page(limit, number=page, size=size).items
+    groups = serializers.entry_groups(rows)
+    queue = [serializers.queue_entry_summary(entry, offset + index + 1, groups) for index, entry in enumerate(rows)]
+    return _page_answer(limit, "queue", queue, page, size, total, {"key": key})
+
+
+@csrf_exempt
+@require_GET
+@token_auth()
+def limit_keys(request: ApiRequest, name: str) -> JsonResponse:
+    """A limit's keys, busiest first (with ?key=, only that one; with ?search=, those that contain
+    it, any case), and the pool of runs without a key (`no_key`); a page past the end is empty."""
+    page, size = _page_params(request)
+    key = _key_param(request)
+    search = request.GET.get("search", "")
+    if len(search) > KEY_MAX_LENGTH or not is_storable_text(search):
+        raise ApiError(400, BAD_SEARCH, field="search")
+    limit = _limit(name)
+    found = serializers.keys_rows(limit, key=key, search=search, offset=(page - 1) * size, size=size)
+    rows = [serializers.key_summary(limit, row) for row in found.items]
+    extra: dict[str, object] = {
+        "per_key": limit.per_key,
+        "key": key,
+        "search": search,
+        "no_key": serializers.no_key_summary(limit),
+    }
+    return _page_answer(limit, "keys", rows, page, size, found.total, extra)
 
 
 @csrf_exempt
@@ -215,7 +288,7 @@ def slot_detail(request: ApiRequest, slot_id: str) -> JsonResponse:
     slot = selectors.get_slot(slot_id)
     if slot is None:
         raise ApiError(404, UNKNOWN_SLOT.format(slot_id=slot_id), field="slot_id")
-    return JsonResponse({**serializers.slot_summary(slot), "limit": slot.limit.name})
+    return JsonResponse({**serializers.slot_summary(slot, serializers.slot_groups([slot])), "limit": slot.limit.name})
 
 
 @csrf_exempt
@@ -227,7 +300,8 @@ def release_slot(request: ApiRequest, slot_id: str) -> JsonResponse:
     if slot is None:
         raise ApiError(404, UNKNOWN_SLOT.format(slot_id=slot_id), field="slot_id")
     released = services.release(slot_id, actor=actor(request))
-    return JsonResponse({"released": released, "slot": {**serializers.slot_summary(slot), "limit": slot.limit.name}})
+    summary = serializers.slot_summary(slot, serializers.slot_groups([slot]))
+    return JsonResponse({"released": released, "slot": {**summary, "limit": slot.limit.name}})
 
 
 @csrf_exempt
@@ -248,3 +322,37 @@ def set_max_hold(request: ApiRequest, name: str) -> JsonResponse:
     old = _limit(name).max_hold_ms
     limit = services.set_max_hold(name, value, actor=actor(request))
     return JsonResponse({"old": old, "limit": serializers.limit_summary(limit)})
+
+
+@csrf_exempt
+@require_POST
+@token_auth(operate=True)
+def set_per_key(request: ApiRequest, name: str) -> JsonResponse:
+    """Without "key", the limit's per_key override; with it, that key's pool size. null resets
+    (to the declared per_key, or for a key to the limit's per_key). The service names a bad value
+    `per_key`; here it is the body's `value`, so the field says which part of the body to fix."""
+    body = _json_body(request)
+    if "value" not in body:
+        raise ApiError(400, MISSING_FIELD.format(field="value", help=PER_KEY_HELP), field="value")
+    key = None if body.get("key") is None else _checked_key(body["key"])
+    limit = _limit(name)
+    if key is None:
+        old = limit.per_key
+    else:
+        before = serializers.get_key(limit, key)
+        old = serializers.pool_size(limit, before.pool_override if before is not None else None)
+    try:
+        changed = services.set_per_key(name, body["value"], key=key, actor=actor(request))
+    except services.LimitsError as error:
+        if error.field == "per_key":
+            raise ApiError(400, error.message, field="value") from None
+        raise
+    key_row = None
+    if key is not None:
+        after = serializers.get_key(changed, key)
+        key_row = (
+            serializers.key_summary(changed, after)
+            if after is not None
+            else serializers.unused_key_summary(changed, key)
+        )
+    return JsonResponse({"old": old, "limit": serializers.limit_summary(changed), "key": key_row})

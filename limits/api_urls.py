@@ -16,8 +16,10 @@ urlpatterns = [
     path("<str:name>/", api.limit_detail, name="limit"),
     path("<str:name>/slots/", api.limit_slots, name="slots"),
     path("<str:name>/queue/", api.limit_queue, name="queue"),
+    path("<str:name>/keys/", api.limit_keys, name="keys"),
     path("<str:name>/capacity/", api.set_capacity, name="capacity"),
     path("<str:name>/max-hold/", api.set_max_hold, name="max-hold"),
+    path("<str:name>/per-key/", api.set_per_key, name="per-key"),
     # Last: any other path under /api/limits/ answers a JSON 404, not Django's HTML page. It only
     # takes paths that end in '/', so a path without its slash is still redirected to the right one.
     re_path(r"^.*/$", api.unknown_path, name="unknown"),

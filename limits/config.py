@@ -21,7 +21,8 @@ from limits.durations import DurationError, parse_duration
 NAME_RE = re.compile(r"[a-z0-9._-]{1,64}")
 MIN_CAPACITY = 1
 MAX_CAPACITY = 100_000
-LIMIT_FIELDS = frozenset({"capacity", "max_hold"})
+LIMIT_FIELDS = frozenset({"capacity", "max_hold", "per_key"})
+KEY_MAX_LENGTH = 128
 NAME_HELP = "1 to 64 characters from lowercase letters, digits, '.', '_' and '-'"
 CAPACITY_HELP = f"a whole number from {MIN_CAPACITY} to {MAX_CAPACITY}"
 
@@ -35,6 +36,7 @@ class LimitSpec:
     name: str
     capacity: int
     max_hold_ms: int
+    per_key: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,27 @@ def check_capacity(value: object) -> int:
     return value
 
 
+def check_per_key(value: object, capacity: int) -> int:
+    """A key pool's size (SPEC 9.1): a whole number from 1 to the limit's capacity."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"must be a whole number from {MIN_CAPACITY} to capacity ({capacity}), not {value!r}")
+    if value < MIN_CAPACITY:
+        raise ValueError(f"must be at least {MIN_CAPACITY}, not {value}")
+    if value > capacity:
+        raise ValueError(f"must be at most capacity ({capacity})")
+    return value
+
+
+def check_key(key: object) -> str:
+    """A concurrency key (SPEC 9.2): 1 to 128 characters, none of them a control character.
+    Case-sensitive; shown beside the slot like a label."""
+    if not isinstance(key, str) or not 1 <= len(key) <= KEY_MAX_LENGTH:
+        raise ValueError(f"key must be a string of 1 to {KEY_MAX_LENGTH} characters")
+    if any(ord(ch) < 32 or 127 <= ord(ch) < 160 or 0xD800 <= ord(ch) <= 0xDFFF for ch in key):
+        raise ValueError("key must not contain control characters")
+    return key
+
+
 def define_workspace(*, limits: Mapping[str, Mapping[str, object]]) -> Workspace:
     """Validate a workspace's limits; raise ConfigError naming the first bad limit and field."""
     if not isinstance(limits, Mapping):
@@ -70,7 +93,7 @@ def define_workspace(*, limits: Mapping[str, Mapping[str, object]]) -> Workspace
             raise ConfigError(f"limit {name!r}: must be a mapping with capacity and max_hold")
         unknown = sorted(set(fields) - LIMIT_FIELDS, key=str)
         if unknown:
-            raise ConfigError(f"limit {name!r}: unknown field {unknown[0]!r} (allowed: capacity, max_hold)")
+            raise ConfigError(f"limit {name!r}: unknown field {unknown[0]!r} (allowed: capacity, max_hold, per_key)")
         for field in ("capacity", "max_hold"):
             if field not in fields:
                 raise ConfigError(f"limit {name!r}: {field} is required")
@@ -82,7 +105,13 @@ def define_workspace(*, limits: Mapping[str, Mapping[str, object]]) -> Workspace
             max_hold_ms = parse_duration(fields["max_hold"])
         except DurationError as error:
             raise ConfigError(f"limit {name!r}: max_hold {error}") from None
-        specs[name] = LimitSpec(name=name, capacity=capacity, max_hold_ms=max_hold_ms)
+        per_key = None
+        if fields.get("per_key") is not None:
+            try:
+                per_key = check_per_key(fields["per_key"], capacity)
+            except ValueError as error:
+                raise ConfigError(f"limit {name!r}: per_key {error}") from None
+        specs[name] = LimitSpec(name=name, capacity=capacity, max_hold_ms=max_hold_ms, per_key=per_key)
     return Workspace(limits=specs)
 
 

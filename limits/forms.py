@@ -7,7 +7,7 @@ import re
 
 from django import forms
 
-from limits.config import CAPACITY_HELP
+from limits.config import CAPACITY_HELP, KEY_MAX_LENGTH
 from limits.durations import DURATION_HELP
 
 _WHOLE_NUMBER = re.compile(r"[0-9]{1,12}")
@@ -15,6 +15,11 @@ _WHOLE_NUMBER = re.compile(r"[0-9]{1,12}")
 CAPACITY_REQUIRED = f"Enter a capacity: {CAPACITY_HELP}."
 CAPACITY_NOT_A_NUMBER = "{value!r} is not a whole number; capacity must be " + CAPACITY_HELP + "."
 MAX_HOLD_REQUIRED = f"Enter a max hold: {DURATION_HELP}."
+POOL_HELP = "a whole number from 1 to the limit's capacity"
+PER_KEY_REQUIRED = f"Enter a pool size per key: {POOL_HELP}."
+PER_KEY_NOT_A_NUMBER = "{value!r} is not a whole number; a pool size per key must be " + POOL_HELP + "."
+POOL_REQUIRED = f"Enter a pool size for this key: {POOL_HELP}."
+POOL_NOT_A_NUMBER = "{value!r} is not a whole number; a key's pool size must be " + POOL_HELP + "."
 
 
 class CapacityForm(forms.Form):
@@ -44,8 +49,42 @@ class MaxHoldForm(forms.Form):
         return int(raw) if _WHOLE_NUMBER.fullmatch(raw) else raw
 
 
+class PerKeyForm(forms.Form):
+    per_key = forms.CharField(
+        max_length=20,
+        error_messages={"required": PER_KEY_REQUIRED},
+        widget=forms.TextInput(attrs={"inputmode": "numeric", "autocomplete": "off"}),
+    )
+
+    def clean_per_key(self) -> int:
+        raw: str = self.cleaned_data["per_key"]
+        if _WHOLE_NUMBER.fullmatch(raw) is None:
+            raise forms.ValidationError(PER_KEY_NOT_A_NUMBER.format(value=raw))
+        return int(raw)
+
+
+class KeyForm(forms.Form):
+    """The key a pool form acts on, as sent back by its row (the service checks it)."""
+
+    key = forms.CharField(max_length=KEY_MAX_LENGTH, strip=False)
+
+
+class KeyPoolForm(KeyForm):
+    pool = forms.CharField(
+        max_length=20,
+        error_messages={"required": POOL_REQUIRED},
+        widget=forms.TextInput(attrs={"inputmode": "numeric", "autocomplete": "off", "size": "4"}),
+    )
+
+    def clean_pool(self) -> int:
+        raw: str = self.cleaned_data["pool"]
+        if _WHOLE_NUMBER.fullmatch(raw) is None:
+            raise forms.ValidationError(POOL_NOT_A_NUMBER.format(value=raw))
+        return int(raw)
+
+
 class ResetForm(forms.Form):
-    field = forms.ChoiceField(choices=[("capacity", "capacity"), ("max_hold", "max hold")])
+    field = forms.ChoiceField(choices=[("capacity", "capacity"), ("max_hold", "max hold"), ("per_key", "per key")])
 
 
 class ReleaseForm(forms.Form):

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from limits.config import MAX_CAPACITY, MIN_CAPACITY
+from limits.config import KEY_MAX_LENGTH, MAX_CAPACITY, MIN_CAPACITY
 from limits.durations import MAX_DURATION_MS
 
 LABEL_MAX_LENGTH = 200
@@ -51,6 +51,19 @@ class Limit(models.Model):
     busy_count = models.PositiveIntegerField(default=0, help_text="Confirmed slots.")
     reserved_count = models.PositiveIntegerField(default=0, help_text="Slots handed to a waiting run, unconfirmed.")
     waiting_count = models.PositiveIntegerField(default=0)
+    declared_per_key = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Each key's pool size from the config (SPEC 9.1); empty: no per-key pools."
+    )
+    per_key_override = models.PositiveIntegerField(null=True, blank=True)
+    # The keyed part of the counters above (the no-key pool is the rest), and the waiting group
+    # entries: on a limit with none of these and no per_key, the plain rules (and the PostgreSQL
+    # fast path) apply; otherwise limits.engine.keys does.
+    keyed_busy_count = models.PositiveIntegerField(db_default=0, default=0)
+    keyed_reserved_count = models.PositiveIntegerField(db_default=0, default=0)
+    keyed_waiting_count = models.PositiveIntegerField(db_default=0, default=0)
+    group_waiting_count = models.PositiveIntegerField(
+        db_default=0, default=0, help_text="Waiting entries of acquisitions of several limits."
+    )
     next_position = models.BigIntegerField(default=1, help_text="Queue ticket counter.")
     last_event_at = models.DateTimeField(
         null=True,
@@ -87,6 +100,14 @@ class Limit(models.Model):
                 condition=Q(busy_count__gte=0, reserved_count__gte=0, waiting_count__gte=0),
                 name="limit_counters_not_negative",
             ),
+            models.CheckConstraint(
+                condition=Q(declared_per_key__isnull=True) | Q(declared_per_key__gte=MIN_CAPACITY),
+                name="limit_declared_per_key_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(per_key_override__isnull=True) | Q(per_key_override__gte=MIN_CAPACITY),
+                name="limit_per_key_override_range",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -99,6 +120,21 @@ class Limit(models.Model):
     @property
     def max_hold_ms(self) -> int:
         return self.max_hold_override_ms if self.max_hold_override_ms is not None else self.declared_max_hold_ms
+
+    @property
+    def per_key(self) -> int | None:
+        """Each key's pool size in force (SPEC 9.1, 9.4), or None: the total alone applies."""
+        return self.per_key_override if self.per_key_override is not None else self.declared_per_key
+
+    @property
+    def per_key_overridden(self) -> bool:
+        return self.per_key_override is not None
+
+    @property
+    def is_plain(self) -> bool:
+        """No per-key pools in force and no keyed or group entry waiting: the one-queue rules
+        (and the PostgreSQL fast path) hand out its capacity."""
+        return self.per_key is None and self.keyed_waiting_count == 0 and self.group_waiting_count == 0
 
     @property
     def in_use(self) -> int:
@@ -118,6 +154,42 @@ class Limit(models.Model):
         return self.max_hold_override_ms is not None
 
 
+class LimitKey(models.Model):
+    """One key's pool under a limit (SPEC 9): its counters, kept in step with the slot and queue
+    rows under the limit's lock, and an operator's pool size for this key. Created the first
+    time the key is used or overridden; runs without a key share the limit's no-key pool, whose
+    figures are the limit's counters minus its keyed_* counters."""
+
+    limit = models.ForeignKey(Limit, on_delete=models.PROTECT, related_name="keys", db_index=False)
+    key = models.CharField(max_length=KEY_MAX_LENGTH)
+    busy_count = models.PositiveIntegerField(default=0)
+    reserved_count = models.PositiveIntegerField(default=0)
+    waiting_count = models.PositiveIntegerField(default=0)
+    pool_override = models.PositiveIntegerField(null=True, blank=True, help_text="This key's pool size (SPEC 9.4).")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["limit", "key"], name="limitkey_one_per_key"),
+            models.CheckConstraint(
+                condition=Q(busy_count__gte=0, reserved_count__gte=0, waiting_count__gte=0),
+                name="limitkey_counters_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(pool_override__isnull=True) | Q(pool_override__gte=MIN_CAPACITY),
+                name="limitkey_pool_override_range",
+            ),
+        ]
+        indexes = [models.Index(fields=["limit", "-busy_count", "key"], name="limitkey_busiest")]
+
+    def __str__(self) -> str:
+        return f"{self.limit_id}:{self.key}"
+
+    @property
+    def in_use(self) -> int:
+        return self.busy_count + self.reserved_count
+
+
 class QueueEntry(models.Model):
     """A run waiting for a slot of a limit. Finished entries stay as history."""
 
@@ -133,6 +205,13 @@ class QueueEntry(models.Model):
     request = models.CharField(max_length=REQUEST_MAX_LENGTH, help_text="The acquire call this entry serves.")
     label = models.CharField(max_length=LABEL_MAX_LENGTH, blank=True, default="")
     position = models.BigIntegerField(help_text="Queue ticket: the queue is ordered by it.")
+    key = models.CharField(max_length=KEY_MAX_LENGTH, blank=True, default="", db_default="")
+    group_size = models.PositiveSmallIntegerField(
+        default=1, db_default=1, help_text="How many limits the acquisition takes (SPEC 10); its entries share `request`."
+    )
+    passed_over_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a younger run was first granted a slot this run could have used (10.4)."
+    )
     state = models.CharField(max_length=16, choices=State.choices, default=State.WAITING)
     enqueued_at = models.DateTimeField()
     deadline = models.DateTimeField()
@@ -144,13 +223,26 @@ class QueueEntry(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["limit", "position"], name="queue_position_unique"),
             models.UniqueConstraint(
-                fields=["request"], condition=Q(state="waiting"), name="queue_one_waiting_entry_per_request"
+                fields=["request", "limit"], condition=Q(state="waiting"), name="queue_one_waiting_entry_per_request"
             ),
         ]
         indexes = [
             models.Index(fields=["limit", "position"], condition=Q(state="waiting"), name="queue_waiting_order"),
             models.Index(fields=["deadline"], condition=Q(state="waiting"), name="queue_waiting_deadline"),
             models.Index(fields=["run_id"], condition=Q(state="waiting"), name="queue_waiting_run"),
+            models.Index(
+                fields=["limit", "key", "position"],
+                condition=Q(state="waiting") & ~Q(key=""),
+                name="queue_waiting_by_key",
+            ),
+            models.Index(
+                fields=["limit", "position"],
+                condition=Q(state="waiting", passed_over_at__isnull=False),
+                name="queue_waiting_passed_over",
+            ),
+            models.Index(
+                fields=["limit", "position"], condition=Q(state="waiting", group_size__gt=1), name="queue_waiting_groups"
+            ),
             models.Index(fields=["request"], name="queue_request"),
             models.Index(fields=["finished_at"], condition=~Q(state="waiting"), name="queue_history_age"),
         ]
@@ -178,6 +270,10 @@ class Slot(models.Model):
     run_id = models.CharField(max_length=RUN_ID_MAX_LENGTH)
     request = models.CharField(max_length=REQUEST_MAX_LENGTH)
     label = models.CharField(max_length=LABEL_MAX_LENGTH, blank=True, default="")
+    key = models.CharField(max_length=KEY_MAX_LENGTH, blank=True, default="", db_default="")
+    group_size = models.PositiveSmallIntegerField(
+        default=1, db_default=1, help_text="How many limits its acquisition took; its slots share `request`."
+    )
     state = models.CharField(max_length=16, choices=State.choices)
     queue_entry = models.OneToOneField(QueueEntry, null=True, blank=True, on_delete=models.PROTECT, related_name="slot")
     granted_at = models.DateTimeField()
@@ -194,7 +290,7 @@ class Slot(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["request"], condition=Q(state__in=LIVE_SLOT_STATES), name="slot_one_live_per_request"
+                fields=["request", "limit"], condition=Q(state__in=LIVE_SLOT_STATES), name="slot_one_live_per_request"
             ),
             models.CheckConstraint(
                 condition=~Q(state="reserved") | Q(reserved_until__isnull=False), name="slot_reserved_has_deadline"
@@ -209,6 +305,11 @@ class Slot(models.Model):
             models.Index(fields=["expires_at"], condition=Q(state="busy"), name="slot_busy_expiry"),
             models.Index(fields=["reserved_until"], condition=Q(state="reserved"), name="slot_reservation_expiry"),
             models.Index(fields=["run_id"], condition=Q(state__in=LIVE_SLOT_STATES), name="slot_live_by_run"),
+            models.Index(
+                fields=["limit", "key", "granted_at"],
+                condition=Q(state__in=LIVE_SLOT_STATES) & ~Q(key=""),
+                name="slot_live_by_key",
+            ),
             models.Index(fields=["request"], name="slot_request"),
             models.Index(fields=["freed_at"], condition=Q(freed_at__isnull=False), name="slot_history_age"),
         ]
@@ -231,12 +332,16 @@ class AuditEvent(models.Model):
         MAX_HOLD = "max_hold", "changed max hold"
         SYNC = "sync", "synced declared values"
         EXPIRE = "expire", "took back slots past max hold"
+        PER_KEY = "per_key", "changed per-key pool size"
 
     at = models.DateTimeField()
     actor = models.CharField(max_length=150)
     action = models.CharField(max_length=16, choices=Action.choices)
     limit = models.ForeignKey(Limit, on_delete=models.PROTECT, related_name="audit_events")
     slot_id = models.CharField(max_length=40, blank=True, default="")
+    key = models.CharField(
+        max_length=KEY_MAX_LENGTH, blank=True, default="", help_text="Per-key changes: the key, if one."
+    )
     old_value = models.CharField(max_length=200, blank=True, default="")
     new_value = models.CharField(max_length=200, blank=True, default="")
     capacity_after = models.PositiveIntegerField(

@@ -5,11 +5,15 @@ The JSON shapes of these rows (for the API and the CLI) are limits.serializers.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db.models import Case, IntegerField, QuerySet, Value, When
+from django.utils import timezone
 
-from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, QueueEntry, Slot, is_storable_text
+from limits.engine import keys as engine_keys
+from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot, is_storable_text
 
 
 def limits(search: str = "") -> QuerySet[Limit]:
@@ -125,6 +129,117 @@ def queue_page(limit: Limit, *, number: int, size: int) -> Page[QueueEntry]:
 
 def recent_activity(limit: Limit, *, size: int) -> list[AuditEvent]:
     return list(activity(limit)[:size])
+
+
+# --- keys and groups (SPEC 9, 10) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPool:
+    """One key's pool on a limit, from its LimitKey counters ("" is the no-key pool, whose
+    figures are the limit's counters minus the keyed ones)."""
+
+    key: str
+    busy: int
+    reserved: int
+    waiting: int
+    size: int | None  # the pool size in force; None: only the limit's total applies
+    override: int | None  # this key's own pool size, set by an operator
+
+    @property
+    def in_use(self) -> int:
+        return self.busy + self.reserved
+
+    @property
+    def overridden(self) -> bool:
+        return self.override is not None
+
+    @property
+    def full(self) -> bool:
+        return self.size is not None and self.in_use >= self.size
+
+    @property
+    def dom_id(self) -> str:
+        """A stable HTML id for the key's row and field, whatever characters the key holds (htmx
+        puts the focus back on the field with the same id after a refresh)."""
+        return "key-" + hashlib.blake2s(self.key.encode(), digest_size=8).hexdigest()
+
+
+def key_pools(limit: Limit, search: str = "") -> QuerySet[LimitKey]:
+    """The keys of a limit, busiest first (then by key), those whose key contains `search` (any
+    case). Ordered along the limitkey_busiest index: a page never sorts every key."""
+    rows = LimitKey.objects.filter(limit=limit).order_by("-busy_count", "key")
+    return rows.filter(key__icontains=search) if search else rows
+
+
+def key_pools_page(limit: Limit, *, search: str, number: int, size: int) -> Page[KeyPool]:
+    """A page of key_pools(limit, search) in one or two queries: the first page of a limit with
+    fewer keys than a page is its one read; otherwise the keys are counted first, from their own
+    rows (one per key, along the index), never from slots or queue entries."""
+    rows = key_pools(limit, search)
+    if number <= 1:
+        first = list(rows[:size])
+        total = len(first) if len(first) < size else rows.count()
+        return Page([_key_pool(limit, row) for row in first], 1, size, total)
+    total = rows.count()
+    number = clamp_page(number, total=total, size=size)
+    offset = (number - 1) * size
+    return Page([_key_pool(limit, row) for row in rows[offset : offset + size]], number, size, total)
+
+
+def no_key_pool(limit: Limit) -> KeyPool | None:
+    """The pool shared by runs that acquire without a key, while the limit has per_key in force
+    (SPEC 9.1); None otherwise (the no-key runs then count only against the total)."""
+    if limit.per_key is None:
+        return None
+    return KeyPool(
+        key="",
+        busy=limit.busy_count - limit.keyed_busy_count,
+        reserved=limit.reserved_count - limit.keyed_reserved_count,
+        waiting=limit.waiting_count - limit.keyed_waiting_count,
+        size=limit.per_key,
+        override=None,
+    )
+
+
+def _key_pool(limit: Limit, row: LimitKey) -> KeyPool:
+    return KeyPool(
+        key=row.key,
+        busy=row.busy_count,
+        reserved=row.reserved_count,
+        waiting=row.waiting_count,
+        size=row.pool_override if row.pool_override is not None else limit.per_key,
+        override=row.pool_override,
+    )
+
+
+def held_capacity(limit: Limit) -> int:
+    """Free capacity the limit holds for an owed run (SPEC 10.4): no query unless runs of
+    several limits wait on it, then one."""
+    if limit.group_waiting_count == 0:
+        return 0
+    return engine_keys.held(limit, timezone.now())
+
+
+def with_group_partners[Row: (Slot, QueueEntry)](limit: Limit, rows: Sequence[Row]) -> Sequence[Row]:
+    """Give each row of an acquisition of several limits (group_size > 1) the names of the other
+    limits of its group, `row.partners`, from the live slots (or waiting entries) that share its
+    request: one query for the whole page, none when no row on it belongs to a group."""
+    for row in rows:
+        row.partners = []  # type: ignore[union-attr]  # for the template, not a field
+    grouped = {row.request: row for row in rows if row.group_size > 1}
+    if not grouped:
+        return rows
+    if isinstance(rows[0], Slot):
+        others = Slot.objects.filter(state__in=LIVE_SLOT_STATES).values_list("request", "limit__name")
+    else:
+        others = QueueEntry.objects.filter(state=QueueEntry.State.WAITING).values_list("request", "limit__name")
+    names: dict[str, set[str]] = {}
+    for request, name in others.filter(request__in=list(grouped)).exclude(limit=limit):
+        names.setdefault(request, set()).add(name)
+    for request, row in grouped.items():
+        row.partners = sorted(names.get(request, ()))  # type: ignore[union-attr]
+    return rows
 
 
 # --- a run's hold on limits (Studio run page) ----------------------------------------------------

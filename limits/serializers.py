@@ -1,14 +1,26 @@
 """Rows as the JSON the API answers and the CLI prints: one shape for both, so
 `stackbone limits ... --json` reads the same locally and through `--agent`.
 
-No queries here: each function turns rows the selectors already loaded into plain dicts.
+The summaries run no queries: each turns rows already loaded into plain dicts. The few reads at
+the end (a limit's keys, one key's slots and queue, the limits of a group acquisition) are the
+ones the CLI and the API share and limits.selectors does not offer; each is a constant number of
+queries whatever the size of the limit.
+
+No key is `null` in JSON (the rows store it as ""): `key` is null on a slot or queue entry taken
+without a key, and on the `no_key` pool of `keys`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 
-from limits.models import Limit, QueueEntry, Slot
+from django.db.models import QuerySet
+
+from limits.models import Limit, LimitKey, QueueEntry, Slot
+
+Groups = Mapping[str, list[str]]
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -17,7 +29,8 @@ def _iso(moment: datetime | None) -> str | None:
 
 def limit_summary(limit: Limit) -> dict[str, object]:
     """A limit as the CLI and the API print it. `busy` counts busy and reserved slots together;
-    `reserved` is the unconfirmed part of it."""
+    `reserved` is the unconfirmed part of it. `per_key` is each key's pool size in force, null
+    when only the total applies."""
     return {
         "name": limit.name,
         "capacity": limit.capacity,
@@ -30,29 +43,174 @@ def limit_summary(limit: Limit) -> dict[str, object]:
         "capacity_overridden": limit.capacity_overridden,
         "max_hold_overridden": limit.max_hold_overridden,
         "declared": limit.declared,
+        "per_key": limit.per_key,
+        "declared_per_key": limit.declared_per_key,
+        "per_key_overridden": limit.per_key_overridden,
     }
 
 
-def slot_summary(slot: Slot) -> dict[str, object]:
+def _group(request: str, group_size: int, groups: Groups | None) -> list[str] | None:
+    if group_size <= 1:
+        return None
+    return list((groups or {}).get(request, []))
+
+
+def slot_summary(slot: Slot, groups: Groups | None = None) -> dict[str, object]:
     """A slot as the CLI and the API print it (times in ISO 8601). `reserved_until` is set while
-    the slot waits for its run to confirm."""
+    the slot waits for its run to confirm. `group` names the limits of its acquisition when it
+    took several (`group_size` > 1), from `groups` (slot_groups)."""
     return {
         "id": slot.id,
         "state": slot.state,
         "run": slot.run_id,
         "label": slot.label,
+        "key": slot.key or None,
+        "group_size": slot.group_size,
+        "group": _group(slot.request, slot.group_size, groups),
         "granted_at": _iso(slot.granted_at),
         "expires_at": _iso(slot.expires_at),
         "reserved_until": _iso(slot.reserved_until) if slot.state == Slot.State.RESERVED else None,
     }
 
 
-def queue_entry_summary(entry: QueueEntry, position: int) -> dict[str, object]:
-    """A waiting run as the CLI and the API print it; `position` is 1 for the head of the queue."""
+def queue_entry_summary(entry: QueueEntry, position: int, groups: Groups | None = None) -> dict[str, object]:
+    """A waiting run as the CLI and the API print it; `position` is 1 for the head of the queue
+    (of the key's queue, when the list is filtered by key). `group` names the limits the run
+    waits for together (from entry_groups) when it waits for several."""
     return {
         "position": position,
         "run": entry.run_id,
         "label": entry.label,
+        "key": entry.key or None,
+        "group_size": entry.group_size,
+        "group": _group(entry.request, entry.group_size, groups),
         "waiting_since": _iso(entry.enqueued_at),
         "deadline": _iso(entry.deadline),
     }
+
+
+def pool_size(limit: Limit, pool_override: int | None) -> int | None:
+    """A key's pool size: its own override, else the limit's per_key, else None (only the total
+    applies)."""
+    return pool_override if pool_override is not None else limit.per_key
+
+
+def key_summary(limit: Limit, key: LimitKey) -> dict[str, object]:
+    """One key's pool under a limit. `busy` counts busy and reserved slots, like a limit's."""
+    return {
+        "key": key.key,
+        "busy": key.in_use,
+        "reserved": key.reserved_count,
+        "waiting": key.waiting_count,
+        "pool": pool_size(limit, key.pool_override),
+        "pool_override": key.pool_override,
+        "pool_overridden": key.pool_override is not None,
+    }
+
+
+def unused_key_summary(limit: Limit, key: str) -> dict[str, object]:
+    """A key no run has used and no operator has sized yet: an empty pool of the limit's per_key."""
+    return key_summary(limit, LimitKey(limit=limit, key=key))
+
+
+def no_key_summary(limit: Limit) -> dict[str, object]:
+    """The pool of runs that acquire without a key: the limit's counters minus the keyed part."""
+    reserved = max(limit.reserved_count - limit.keyed_reserved_count, 0)
+    busy = max(limit.busy_count - limit.keyed_busy_count, 0)
+    return {
+        "key": None,
+        "busy": busy + reserved,
+        "reserved": reserved,
+        "waiting": max(limit.waiting_count - limit.keyed_waiting_count, 0),
+        "pool": limit.per_key,
+        "pool_override": None,
+        "pool_overridden": False,
+    }
+
+
+# --- shared reads (CLI and API) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rows[T]:
+    """Rows from an offset, and how many there are in all (from counters where there are)."""
+
+    items: list[T]
+    total: int
+
+
+def keys(limit: Limit, *, key: str | None = None, search: str = "") -> QuerySet[LimitKey]:
+    """A limit's keys, busiest first (by busy slots, then by key, along the limitkey_busiest
+    index): the one named `key` (exact), or those whose key contains `search` (any case, as
+    Studio's filter)."""
+    rows = LimitKey.objects.filter(limit=limit).order_by("-busy_count", "key")
+    if key is not None:
+        rows = rows.filter(key=key)
+    return rows.filter(key__icontains=search) if search else rows
+
+
+def keys_rows(limit: Limit, *, key: str | None, search: str = "", offset: int, size: int) -> Rows[LimitKey]:
+    """A page of keys(limit, key, search): two queries (a count of the limit's keys, then the
+    rows), none more whatever the number of slots."""
+    rows = keys(limit, key=key, search=search)
+    total = rows.count()
+    return Rows(list(rows[offset : offset + size]) if offset < total else [], total)
+
+
+def get_key(limit: Limit, key: str) -> LimitKey | None:
+    return LimitKey.objects.filter(limit=limit, key=key).first()
+
+
+def key_slots_rows(limit: Limit, key: str, *, offset: int, size: int) -> Rows[Slot]:
+    """One key's busy slots, then its reserved ones, each in grant order: split by the key's
+    counters like selectors.live_slots_page, so each part follows the slot_live_by_key index."""
+    counters = get_key(limit, key)
+    if counters is None:
+        return Rows([], 0)
+    live = Slot.objects.filter(limit=limit, key=key).order_by("granted_at", "id")
+    rows: list[Slot] = []
+    if offset < counters.busy_count:
+        rows = list(live.filter(state=Slot.State.BUSY)[offset : offset + size])
+    if len(rows) < size and counters.reserved_count:
+        start = max(offset - counters.busy_count, 0)
+        reserved = live.filter(state=Slot.State.RESERVED).order_by("granted_at", "queue_entry_id", "id")
+        rows += list(reserved[start : start + size - len(rows)])
+    return Rows(rows, counters.in_use)
+
+
+def key_queue_rows(limit: Limit, key: str, *, offset: int, size: int) -> Rows[QueueEntry]:
+    """One key's waiting runs in queue order (a row's position in the key's queue is its offset
+    + 1, + 2, ...)."""
+    counters = get_key(limit, key)
+    if counters is None:
+        return Rows([], 0)
+    waiting = QueueEntry.objects.filter(limit=limit, key=key, state=QueueEntry.State.WAITING).order_by("position")
+    return Rows(list(waiting[offset : offset + size]), counters.waiting_count)
+
+
+def slot_groups(slots: Iterable[Slot]) -> dict[str, list[str]]:
+    """The limits of each group acquisition among `slots` (request → limit names, sorted): one
+    query, and none when no slot belongs to a group."""
+    requests = {slot.request for slot in slots if slot.group_size > 1}
+    if not requests:
+        return {}
+    return _names_by_request(Slot.objects.filter(request__in=requests).values_list("request", "limit__name"))
+
+
+def entry_groups(entries: Iterable[QueueEntry]) -> dict[str, list[str]]:
+    """The limits each group among `entries` waits for together (request → limit names, sorted):
+    one query, and none when no entry belongs to a group."""
+    requests = {entry.request for entry in entries if entry.group_size > 1}
+    if not requests:
+        return {}
+    pairs = QueueEntry.objects.filter(request__in=requests, state=QueueEntry.State.WAITING).values_list(
+        "request", "limit__name"
+    )
+    return _names_by_request(pairs)
+
+
+def _names_by_request(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    names: dict[str, set[str]] = {}
+    for request, name in pairs:
+        names.setdefault(request, set()).add(name)
+    return {request: sorted(found) for request, found in names.items()}

@@ -12,5 +12,8 @@ urlpatterns = [
     path("<str:name>/release/", views.release_slot, name="release"),
     path("<str:name>/capacity/", views.set_capacity, name="capacity"),
     path("<str:name>/max-hold/", views.set_max_hold, name="max-hold"),
+    path("<str:name>/per-key/", views.set_per_key, name="per-key"),
     path("<str:name>/reset/", views.reset_limit, name="reset"),
+    path("<str:name>/key-pool/", views.set_key_pool, name="key-pool"),
+    path("<str:name>/key-pool/reset/", views.reset_key_pool, name="key-pool-reset"),
 ]

@@ -4,7 +4,7 @@ renders one template or one of its partials (`limits/limit_detail.html#live` for
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -18,8 +18,18 @@ from django_htmx.http import trigger_client_event
 
 from limits import selectors, services
 from limits.durations import format_duration
-from limits.forms import CapacityForm, MaxHoldForm, ReleaseForm, ResetForm, duration_input
+from limits.forms import (
+    CapacityForm,
+    KeyForm,
+    KeyPoolForm,
+    MaxHoldForm,
+    PerKeyForm,
+    ReleaseForm,
+    ResetForm,
+    duration_input,
+)
 from limits.models import Limit
+from limits.printable import printable
 from studio.plumbing.access import (
     NEEDS_OPERATE_LIMIT,
     OPERATE_LIMIT,
@@ -33,6 +43,8 @@ LIMITS_PER_PAGE = 100
 SEARCH_MAX_LENGTH = 64
 SLOTS_PER_PAGE = 50
 QUEUE_PER_PAGE = 50
+KEYS_PER_PAGE = 25
+KEY_FILTER_MAX_LENGTH = 128
 ACTIVITY_SIZE = 20
 LIMIT_CHANGED_EVENT = "limit-changed"
 
@@ -42,6 +54,13 @@ CAPACITY_SET = "Capacity is now {value} (declared {declared})."
 MAX_HOLD_SET = "Max hold is now {value} for slots granted from now on (declared {declared})."
 CAPACITY_RESET = "Capacity reset to the declared {value}."
 MAX_HOLD_RESET = "Max hold reset to the declared {value} for slots granted from now on."
+PER_KEY_SET = "Each key's pool is now {value} ({declared})."
+PER_KEY_RESET = "Pool size per key reset to the declared {value}."
+PER_KEY_RESET_TO_NONE = "Pool size per key reset: none is declared, so only the total ({capacity}) applies."
+KEY_POOL_SET = "The pool of key “{key}” is now {value}."
+KEY_POOL_RESET = "The pool of key “{key}” is back to the pool size per key ({value})."
+KEY_POOL_RESET_TO_NONE = "The pool of key “{key}” is reset: only the total ({capacity}) applies."
+BAD_KEY = "key is required: a string of 1 to 128 characters"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +93,15 @@ class Pager:
     @property
     def last(self) -> str:
         return self.url(self.page.pages)
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedPool:
+    """A key's pool size that was refused: shown again in its row, with the messages."""
+
+    key: str
+    value: str
+    errors: list[str]
 
 
 operator_required = permission_required(OPERATE_LIMIT, NEEDS_OPERATE_LIMIT)
@@ -176,14 +204,78 @@ def reset_limit(request: HtmxHttpRequest, name: str) -> HttpResponse:
     limit = _limit_or_404(name)
     form = ResetForm(request.POST)
     if not form.is_valid():
-        return HttpResponseBadRequest("field must be 'capacity' or 'max_hold'")
-    if form.cleaned_data["field"] == "capacity":
-        limit = services.set_capacity(limit.name, None, actor=actor(request))
-        text = CAPACITY_RESET.format(value=limit.capacity)
-    else:
-        limit = services.set_max_hold(limit.name, None, actor=actor(request))
-        text = MAX_HOLD_RESET.format(value=format_duration(limit.max_hold_ms))
+        return HttpResponseBadRequest("field must be 'capacity', 'max_hold' or 'per_key'")
+    match form.cleaned_data["field"]:
+        case "capacity":
+            limit = services.set_capacity(limit.name, None, actor=actor(request))
+            text = CAPACITY_RESET.format(value=limit.capacity)
+        case "max_hold":
+            limit = services.set_max_hold(limit.name, None, actor=actor(request))
+            text = MAX_HOLD_RESET.format(value=format_duration(limit.max_hold_ms))
+        case _:
+            limit = services.set_per_key(limit.name, None, actor=actor(request))
+            if limit.per_key is None:
+                text = PER_KEY_RESET_TO_NONE.format(capacity=limit.capacity)
+            else:
+                text = PER_KEY_RESET.format(value=limit.per_key)
     return _edited(request, limit, Notice("success", text))
+
+
+@require_POST
+@operator_required
+def set_per_key(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    limit = _limit_or_404(name)
+    form = PerKeyForm(request.POST)
+    if form.is_valid():
+        try:
+            limit = services.set_per_key(limit.name, form.cleaned_data["per_key"], actor=actor(request))
+        except services.LimitsError as error:
+            form.add_error("per_key" if error.field == "per_key" else None, _pool_message(error))
+        else:
+            return _edited(request, limit, Notice("success", PER_KEY_SET.format(value=limit.per_key, declared=_declared(limit))))
+    return _edit_rejected(request, limit, per_key_form=form)
+
+
+@require_POST
+@operator_required
+def set_key_pool(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    """A key's own pool size, from the form on its row in the Keys table. A refused value comes
+    back next to that row's field, in the live region (it holds the table)."""
+    limit = _limit_or_404(name)
+    form = KeyPoolForm(request.POST)
+    if "key" in form.errors:
+        return HttpResponseBadRequest(BAD_KEY)
+    if form.is_valid():
+        key = form.cleaned_data["key"]
+        try:
+            limit = services.set_per_key(limit.name, form.cleaned_data["pool"], key=key, actor=actor(request))
+        except services.LimitsError as error:
+            if error.field == "key":
+                return HttpResponseBadRequest(error.message)
+            form.add_error("pool" if error.field == "per_key" else None, _pool_message(error))
+        else:
+            text = KEY_POOL_SET.format(key=printable(key), value=form.cleaned_data["pool"])
+            return _live_changed(request, limit, Notice("success", text))
+    return _pool_rejected(request, limit, form)
+
+
+@require_POST
+@operator_required
+def reset_key_pool(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    limit = _limit_or_404(name)
+    form = KeyForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest(BAD_KEY)
+    key = form.cleaned_data["key"]
+    try:
+        limit = services.set_per_key(limit.name, None, key=key, actor=actor(request))
+    except services.LimitsError as error:
+        return HttpResponseBadRequest(error.message)
+    if limit.per_key is None:
+        text = KEY_POOL_RESET_TO_NONE.format(key=printable(key), capacity=limit.capacity)
+    else:
+        text = KEY_POOL_RESET.format(key=printable(key), value=limit.per_key)
+    return _live_changed(request, limit, Notice("success", text))
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -212,23 +304,77 @@ def _page_number(params: QueryDict, key: str) -> int:
     return int(value) if value.isascii() and value.isdigit() and len(value) < 10 else 1
 
 
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where the operator is on a limit's page: the page of each list and the key filter. Every
+    link, poll and form of the page carries it, so a refresh or an action keeps it."""
+
+    slots: int = 1
+    queue: int = 1
+    keys: int = 1
+    key_filter: str = ""
+
+    @classmethod
+    def of(cls, params: QueryDict) -> Place:
+        return cls(
+            slots=_page_number(params, "slots"),
+            queue=_page_number(params, "queue"),
+            keys=_page_number(params, "keys"),
+            key_filter=_key_filter(params),
+        )
+
+    def link(self, limit: Limit) -> str:
+        """The page's address; keys and key_filter only when they are not the default, so the
+        address of a limit without keys reads as before."""
+        query: dict[str, int | str] = {"slots": self.slots, "queue": self.queue}
+        if self.keys != 1:
+            query["keys"] = self.keys
+        if self.key_filter:
+            query["key_filter"] = self.key_filter
+        return f"{reverse('limits:detail', args=[limit.name])}?{urlencode(query)}"
+
+
+def _key_filter(params: QueryDict) -> str:
+    """?key_filter= as a part of a key (keys are 1 to 128 characters, without control ones)."""
+    value = params.get("key_filter", "").strip()[:KEY_FILTER_MAX_LENGTH]
+    return value if value.isprintable() else ""
+
+
 def _live_context(
-    request: HtmxHttpRequest, limit: Limit, params: QueryDict, notice: Notice | None = None
+    request: HtmxHttpRequest,
+    limit: Limit,
+    params: QueryDict,
+    notice: Notice | None = None,
+    refused_pool: RefusedPool | None = None,
 ) -> dict[str, Any]:
-    """The figures, slots, queue and activity of a limit: a constant number of queries, whatever
-    the number of slots and queued runs (totals come from the limit's counters)."""
-    slots = selectors.live_slots_page(limit, number=_page_number(params, "slots"), size=SLOTS_PER_PAGE)
-    queue = selectors.queue_page(limit, number=_page_number(params, "queue"), size=QUEUE_PER_PAGE)
+    """The figures, keys, slots, queue and activity of a limit: a constant number of queries,
+    whatever the number of keys, slots and queued runs (totals come from the counters)."""
+    here = Place.of(params)
+    slots = selectors.live_slots_page(limit, number=here.slots, size=SLOTS_PER_PAGE)
+    queue = selectors.queue_page(limit, number=here.queue, size=QUEUE_PER_PAGE)
+    keys = selectors.key_pools_page(limit, search=here.key_filter, number=here.keys, size=KEYS_PER_PAGE)
+    here = replace(here, slots=slots.number, queue=queue.number, keys=keys.number)
+    selectors.with_group_partners(limit, slots.items)
+    selectors.with_group_partners(limit, queue.items)
+    no_key = selectors.no_key_pool(limit) if keys.number == 1 and not here.key_filter else None
+
     return {
         "limit": limit,
+        "here": here,
         "slots": slots,
         "queue": queue,
-        "slots_pager": Pager(slots, "Slot pages", "#live", lambda number: _detail_link(limit, number, queue.number)),
-        "queue_pager": Pager(queue, "Queue pages", "#live", lambda number: _detail_link(limit, slots.number, number)),
+        "keys": keys,
+        "no_key": no_key,
+        "show_keys": bool(keys.total or no_key or here.key_filter or limit.per_key is not None),
+        "held": selectors.held_capacity(limit),
+        "slots_pager": Pager(slots, "Slot pages", "#live", lambda number: replace(here, slots=number).link(limit)),
+        "queue_pager": Pager(queue, "Queue pages", "#live", lambda number: replace(here, queue=number).link(limit)),
+        "keys_pager": Pager(keys, "Key pages", "#live", lambda number: replace(here, keys=number).link(limit)),
+        "refused_pool": refused_pool,
         "activity": selectors.recent_activity(limit, size=ACTIVITY_SIZE),
         "can_operate": request.user.has_perm(OPERATE_LIMIT),
         "notice": notice,
-        "live_url": _detail_link(limit, slots.number, queue.number),
+        "live_url": here.link(limit),
     }
 
 
@@ -238,12 +384,14 @@ def _edit_context(
     can_operate: bool = True,
     capacity_form: CapacityForm | None = None,
     max_hold_form: MaxHoldForm | None = None,
+    per_key_form: PerKeyForm | None = None,
     edit_notice: Notice | None = None,
 ) -> dict[str, Any]:
     return {
         "limit": limit,
         "capacity_form": capacity_form or CapacityForm(initial={"capacity": limit.capacity}),
         "max_hold_form": max_hold_form or MaxHoldForm(initial={"max_hold": duration_input(limit.max_hold_ms)}),
+        "per_key_form": per_key_form or PerKeyForm(initial={"per_key": "" if limit.per_key is None else limit.per_key}),
         "edit_notice": edit_notice,
         "can_operate": can_operate,
     }
@@ -251,7 +399,7 @@ def _edit_context(
 
 def _edited(request: HtmxHttpRequest, limit: Limit, notice: Notice) -> HttpResponse:
     """A change went through: show the fresh edit panel, and tell the page to refresh its figures,
-    slots and queue (raising capacity may just have granted waiting runs)."""
+    keys, slots and queue (raising capacity may just have granted waiting runs)."""
     if not request.htmx:
         messages.success(request, notice.text)
         return redirect(_detail_url(limit, request.POST))
@@ -262,15 +410,37 @@ def _edited(request: HtmxHttpRequest, limit: Limit, notice: Notice) -> HttpRespo
 def _edit_rejected(
     request: HtmxHttpRequest,
     limit: Limit,
-    *,
-    capacity_form: CapacityForm | None = None,
-    max_hold_form: MaxHoldForm | None = None,
+    **forms: Any,
 ) -> HttpResponse:
     """A bad value: nothing changed; the form comes back with the message next to the field."""
-    context = _edit_context(limit, capacity_form=capacity_form, max_hold_form=max_hold_form)
+    context = _edit_context(limit, **forms)
     if request.htmx:
         return render(request, "limits/limit_detail.html#edit-panel", context, status=422)
     context |= _live_context(request, limit, request.POST)
+    return render(request, "limits/limit_detail.html", context, status=422)
+
+
+def _live_changed(request: HtmxHttpRequest, limit: Limit, notice: Notice) -> HttpResponse:
+    """A change made from the live region (a key's pool): the fresh region, with the notice."""
+    if not request.htmx:
+        messages.success(request, notice.text)
+        return redirect(_detail_url(limit, request.POST))
+    limit.refresh_from_db()
+    return render(request, "limits/limit_detail.html#live", _live_context(request, limit, request.POST, notice))
+
+
+def _pool_rejected(request: HtmxHttpRequest, limit: Limit, form: KeyPoolForm) -> HttpResponse:
+    """A refused pool size: nothing changed; the region comes back with the message on the key's
+    row (its field has autofocus, which also holds the poll back while it is corrected), or in
+    the notice if the key is no longer on this page."""
+    errors = [*form.errors.get("pool", []), *form.non_field_errors()]
+    refused = RefusedPool(form.cleaned_data["key"], form.data.get("pool", ""), errors)
+    context = _live_context(request, limit, request.POST, refused_pool=refused)
+    if not any(pool.key == refused.key for pool in context["keys"].items):
+        context["notice"] = Notice("error", f"Key “{printable(refused.key)}”: {' '.join(errors)}")
+    if request.htmx:
+        return render(request, "limits/limit_detail.html#live", context, status=422)
+    context |= _edit_context(limit, can_operate=context["can_operate"])
     return render(request, "limits/limit_detail.html", context, status=422)
 
 
@@ -278,9 +448,14 @@ def _sentence(message: str) -> str:
     return message[:1].upper() + message[1:]
 
 
+def _pool_message(error: services.LimitsError) -> str:
+    """The engine names the setting `per_key` (as the config does); the form calls it a pool size."""
+    return _sentence(error.message.replace("per_key ", "pool size ", 1))
+
+
+def _declared(limit: Limit) -> str:
+    return "none declared" if limit.declared_per_key is None else f"declared {limit.declared_per_key}"
+
+
 def _detail_url(limit: Limit, params: QueryDict) -> str:
-    return _detail_link(limit, _page_number(params, "slots"), _page_number(params, "queue"))
-
-
-def _detail_link(limit: Limit, slots: int, queue: int) -> str:
-    return f"{reverse('limits:detail', args=[limit.name])}?slots={slots}&queue={queue}"
+    return Place.of(params).link(limit)

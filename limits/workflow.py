@@ -1,10 +1,12 @@
 """Taking and giving back slots from workflows (SPEC sections 2 and 3)::
 
-from limits.workflow import acquire_slot, release_slot, with_limit, SlotTimeoutError
+from limits.workflow import acquire_slot, acquire_slots, release_slot, with_limit, with_limits
 
-slot = acquire_slot("voice-calls", label=call_id, timeout="30m")
+slot = acquire_slot("voice-calls", label=call_id, timeout="30m", key=account_id)
 ...
 release_slot(slot.id)   # from this run or any other, in a body or in a step
+
+api, line = acquire_slots(["partner-api", "voice-calls"], key=account_id)   # all or nothing
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ from studio.runs.runtime import (
     suspend,
 )
 
-HOOK_NAME = "Esperando hueco · {limit}"
+HOOK_NAME = "Esperando hueco · {limit}"  # several limits: their names joined by " + " (SPEC 10.5)
 
 
 @dataclass(frozen=True, slots=True)
 class SlotHandle:
     id: str
     limiter: str
+    key: str | None = None
 
 
 class SlotTimeoutError(Exception):
@@ -58,44 +61,76 @@ class SlotTimeoutError(Exception):
         return any(getattr(cls, "stackbone_error", None) == "SlotTimeoutError" for cls in type(error).__mro__)
 
 
-def acquire_slot(limit: str, timeout: int | str | None = None, label: str | None = None) -> SlotHandle:
-    return _acquire_slot(limit, timeout=timeout, label=label, ends_with_run=False)
+def acquire_slot(
+    limit: str, timeout: int | str | None = None, label: str | None = None, key: str | None = None
+) -> SlotHandle:
+    """Take a slot of `limit` (of `key`'s pool, SPEC 9), waiting in its queue if need be."""
+    return _acquire([limit], timeout=timeout, label=label, key=key, ends_with_run=False, many=False)[0]
 
 
-def _acquire_slot(limit: str, *, timeout: int | str | None, label: str | None, ends_with_run: bool) -> SlotHandle:
-    """Take a slot of `limit` in a workflow body, waiting in its queue if every slot is busy.
+def acquire_slots(
+    limits: list[str], timeout: int | str | None = None, label: str | None = None, key: str | None = None
+) -> list[SlotHandle]:
+    """Take one slot of each of 1 to 3 distinct limits, all or nothing (SPEC 10.1); the handles
+    come in the order given, and each is released on its own with release_slot. While the run
+    waits it holds none of them."""
+    if isinstance(limits, str) or not isinstance(limits, list | tuple):
+        raise services.LimitsError(services.BAD_LIMITS, field="limits")
+    return _acquire(list(limits), timeout=timeout, label=label, key=key, ends_with_run=False, many=True)
+
+
+def _acquire(
+    limits: list[str],
+    *,
+    timeout: int | str | None,
+    label: str | None,
+    key: str | None,
+    ends_with_run: bool,
+    many: bool,
+) -> list[SlotHandle]:
+    """Take a slot of each limit in a workflow body, waiting in their queues if need be.
 
     1. A recorded outcome of this call (replay) is returned or raised again.
     2. Otherwise ask the engine, with a request key stable across replays (run id + call number);
-       the engine confirms a slot reserved for this call.
-    3. Busy: record the hook step completed with the slot id and return the handle.
-       Waiting: record the hook step open ('Esperando hueco · <limit>') and suspend the run; the
-       box wakes it when a slot is reserved for it or the wait times out.
-       Timed out: record the hook step failed and raise SlotTimeoutError.
-    Steps 2 and 3 are one transaction, under the run's lease. With ends_with_run (with_limit),
-    the busy slot is tied to the run in that same transaction (services.tie_to_run): if the run
-    ends before the work gives it back, ending the run frees it.
+       the engine confirms the slots reserved for this call (together, for several limits).
+    3. Busy: record the hook step completed with the slot ids and return the handles.
+       Waiting: record the hook step open ('Esperando hueco · <limit>', or '<a> + <b>' for
+       several) and suspend the run; the box wakes it when its slots are reserved or the wait
+       times out. Timed out: record the hook step failed and raise SlotTimeoutError.
+    Steps 2 and 3 are one transaction, under the run's lease. With ends_with_run (with_limit,
+    with_limits), the busy slots are tied to the run in that same transaction
+    (services.tie_to_run): if the run ends before the work gives them back, ending it frees them.
     """
-    ctx = body_context("acquire_slot")
+    ctx = body_context("acquire_slots" if many else "acquire_slot")
     seq = ctx.next_seq()
-    name = HOOK_NAME.format(limit=limit)
+    shown = " + ".join(str(limit) for limit in limits)
+    name = HOOK_NAME.format(limit=shown)
     step = recorded_step(ctx, seq, name)
     if step is not None and step.status == Step.Status.COMPLETED:
-        return SlotHandle(id=step.result["slot_id"], limiter=limit)  # type: ignore[index]  # completed: a dict
+        result: dict[str, Any] = step.result  # type: ignore[assignment]  # completed: a dict
+        ids = result.get("slot_ids") or [result["slot_id"]]
+        return [SlotHandle(id=i, limiter=limit, key=result.get("key")) for i, limit in zip(ids, limits, strict=True)]
     if step is not None and step.status == Step.Status.FAILED:
-        raise SlotTimeoutError(limit, step.result["timeout_ms"])  # type: ignore[index]  # failed: a dict
+        raise SlotTimeoutError(shown, step.result["timeout_ms"])  # type: ignore[index]  # failed: a dict
+    request = f"{ctx.run_id}:{seq}"
     with transaction.atomic():
         lock_own_run(ctx)
-        outcome = services.acquire(
-            limit, run_id=ctx.run_id, request=f"{ctx.run_id}:{seq}", label=label, timeout=timeout
-        )
-        if outcome.state == "busy":
-            if ends_with_run:
-                services.tie_to_run(outcome.slot_id, ctx.run_id)  # type: ignore[arg-type]  # busy: has a slot_id
-            record_step(
-                ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.COMPLETED, result={"slot_id": outcome.slot_id}
+        if many or key is not None:
+            outcome = services.acquire_group(
+                limits, run_id=ctx.run_id, request=request, label=label, timeout=timeout, key=key
             )
-            return SlotHandle(id=outcome.slot_id, limiter=limit)  # type: ignore[arg-type]  # busy: has a slot_id
+        else:
+            outcome = services.acquire(limits[0], run_id=ctx.run_id, request=request, label=label, timeout=timeout)
+        if outcome.state == "busy":
+            ids = [slot_id for _, slot_id in outcome.slots] or [outcome.slot_id]
+            for slot_id in ids:
+                if ends_with_run:
+                    services.tie_to_run(slot_id, ctx.run_id)  # type: ignore[arg-type]  # busy: has slot ids
+            result = {"slot_id": ids[0]}
+            if many or key is not None:
+                result.update(slot_ids=ids, key=key)
+            record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.COMPLETED, result=result)
+            return [SlotHandle(id=i, limiter=limit, key=key) for i, limit in zip(ids, limits, strict=True)]  # type: ignore[arg-type]
         if outcome.state == "waiting":
             deadline = outcome.deadline.isoformat()  # type: ignore[union-attr]  # waiting: has a deadline
             record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.WAITING, result={"deadline": deadline})
@@ -108,8 +143,8 @@ def _acquire_slot(limit: str, *, timeout: int | str | None, label: str | None, e
     if outcome.state == "waiting":
         raise Suspend(name)
     if outcome.state == "timed_out":
-        raise SlotTimeoutError(limit, outcome.timeout_ms)  # type: ignore[arg-type]  # timed out: has timeout_ms
-    raise WorkflowError(f"the wait for {limit!r} was cancelled")
+        raise SlotTimeoutError(shown, outcome.timeout_ms)  # type: ignore[arg-type]  # timed out: has timeout_ms
+    raise WorkflowError(f"the wait for {shown!r} was cancelled")
 
 
 def release_slot(slot_id: str) -> dict[str, bool]:
@@ -120,16 +155,33 @@ def release_slot(slot_id: str) -> dict[str, bool]:
     return answer
 
 
-def with_limit[T](limit: str, fn: Callable[[], T], timeout: int | str | None = None, label: str | None = None) -> T:
+def with_limit[T](
+    limit: str, fn: Callable[[], T], timeout: int | str | None = None, label: str | None = None, key: str | None = None
+) -> T:
     """Acquire a slot, run fn, release the slot when fn returns or raises; return what fn
     returns, re-raise what it raises. In a workflow body only, like acquire_slot. See hold_slot
     for when exactly the slot is given back."""
-    with hold_slot(limit, timeout=timeout, label=label):
+    with hold_slot(limit, timeout=timeout, label=label, key=key):
+        return fn()
+
+
+def with_limits[T](
+    limits: list[str],
+    fn: Callable[[], T],
+    timeout: int | str | None = None,
+    label: str | None = None,
+    key: str | None = None,
+) -> T:
+    """with_limit over several limits (SPEC 10.1): all their slots are taken before fn runs and
+    given back together by the rule of hold_slot."""
+    with hold_slots(limits, timeout=timeout, label=label, key=key):
         return fn()
 
 
 @contextmanager
-def hold_slot(limit: str, timeout: int | str | None = None, label: str | None = None) -> Iterator[SlotHandle]:
+def hold_slot(
+    limit: str, timeout: int | str | None = None, label: str | None = None, key: str | None = None
+) -> Iterator[SlotHandle]:
     """`with hold_slot("partner-api") as slot:` — with_limit as a context manager.
 
     The slot guards the work inside the block, in this run (SPEC 2.5). It is given back only
@@ -152,11 +204,33 @@ def hold_slot(limit: str, timeout: int | str | None = None, label: str | None = 
     Must never happen: an execution of the guarded work outside the granted interval of its
     slot (tests/runs/test_connection_cut.py; the chaos run measures it).
     """
-    slot = _acquire_slot(limit, timeout=timeout, label=label, ends_with_run=True)
+    with _holding([limit], timeout=timeout, label=label, key=key, many=False) as slots:
+        yield slots[0]
+
+
+@contextmanager
+def hold_slots(
+    limits: list[str], timeout: int | str | None = None, label: str | None = None, key: str | None = None
+) -> Iterator[list[SlotHandle]]:
+    """`with hold_slots(["partner-api", "voice-calls"]) as slots:` — with_limits as a context
+    manager; the slots are given back by the rule of hold_slot, each as its own recorded step."""
+    if isinstance(limits, str) or not isinstance(limits, list | tuple):
+        raise services.LimitsError(services.BAD_LIMITS, field="limits")
+    with _holding(list(limits), timeout=timeout, label=label, key=key, many=True) as slots:
+        yield slots
+
+
+@contextmanager
+def _holding(
+    limits: list[str], *, timeout: int | str | None, label: str | None, key: str | None, many: bool
+) -> Iterator[list[SlotHandle]]:
+    slots = _acquire(limits, timeout=timeout, label=label, key=key, ends_with_run=True, many=many)
     try:
-        yield slot
+        yield slots
     except Exception as error:
         if not is_interruption(error):
-            release_slot(slot.id)
+            for slot in slots:
+                release_slot(slot.id)
         raise
-    release_slot(slot.id)
+    for slot in slots:
+        release_slot(slot.id)

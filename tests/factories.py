@@ -45,3 +45,22 @@ def assert_counters_match_rows(name: str) -> None:
     reserved = Slot.objects.filter(limit=limit, state="reserved").count()
     waiting = QueueEntry.objects.filter(limit=limit, state="waiting").count()
     assert (limit.busy_count, limit.reserved_count, limit.waiting_count) == (busy, reserved, waiting)
+    keyed = (
+        Slot.objects.filter(limit=limit, state="busy").exclude(key="").count(),
+        Slot.objects.filter(limit=limit, state="reserved").exclude(key="").count(),
+        QueueEntry.objects.filter(limit=limit, state="waiting").exclude(key="").count(),
+        QueueEntry.objects.filter(limit=limit, state="waiting", group_size__gt=1).count(),
+    )
+    assert (
+        limit.keyed_busy_count,
+        limit.keyed_reserved_count,
+        limit.keyed_waiting_count,
+        limit.group_waiting_count,
+    ) == keyed
+    for pool in limit.keys.all():
+        rows = (
+            Slot.objects.filter(limit=limit, key=pool.key, state="busy").count(),
+            Slot.objects.filter(limit=limit, key=pool.key, state="reserved").count(),
+            QueueEntry.objects.filter(limit=limit, key=pool.key, state="waiting").count(),
+        )
+        assert (pool.busy_count, pool.reserved_count, pool.waiting_count) == rows, pool.key

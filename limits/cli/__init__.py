@@ -20,7 +20,8 @@ Actors recorded in the audit log: `cli:<os user>` locally, `api:<username>` thro
 The modules, lowest first:
 
     errors.py    exit codes, CliError and its messages
-    backend.py   the Backend interface and the shapes it returns (SlotsView, Change)
+    backend.py   the Backend interface and the shapes it returns (SlotsView, KeysView, Change,
+                 PoolChange)
     local.py     this installation (selectors, services, serializers; Django imported lazily)
     remote.py    another installation: the agents file and an HTTP client for its API
     parser.py    the arguments of the verbs (argparse)
@@ -33,7 +34,7 @@ copy here (which is why it is not re-exported).
 
 from __future__ import annotations
 
-from limits.cli.backend import Backend, Change, SlotsView
+from limits.cli.backend import Backend, Change, KeysView, PoolChange, SlotsView
 from limits.cli.errors import (
     ALREADY_FREE,
     BAD_CUT,
@@ -49,9 +50,17 @@ from limits.cli.errors import (
     CliError,
 )
 from limits.cli.local import LocalBackend, database_error_message, local_actor
-from limits.cli.parser import VERBS, add_verbs, build_parser, capacity_value, max_hold_value
+from limits.cli.parser import (
+    VERBS,
+    add_verbs,
+    build_parser,
+    capacity_value,
+    key_option,
+    max_hold_value,
+    per_key_value,
+)
 from limits.cli.remote import AGENT_TIMEOUT_SECONDS, AGENTS_FILE_ENV, Agent, AgentBackend, agents_file, load_agent
-from limits.cli.render import Streams, render_limits, render_slots, table
+from limits.cli.render import Streams, render_keys, render_limits, render_slots, table
 from limits.cli.verbs import HANDLERS, LIVE_STATES, execute, main, run
 
 __all__ = [
@@ -75,8 +84,10 @@ __all__ = [
     "AgentBackend",
     "Backend",
     "Change",
+    "KeysView",
     "CliError",
     "LocalBackend",
+    "PoolChange",
     "SlotsView",
     "Streams",
     "add_verbs",
@@ -84,11 +95,14 @@ __all__ = [
     "build_parser",
     "capacity_value",
     "database_error_message",
+    "key_option",
     "execute",
     "load_agent",
     "local_actor",
     "main",
     "max_hold_value",
+    "per_key_value",
+    "render_keys",
     "render_limits",
     "render_slots",
     "run",

@@ -18,14 +18,42 @@ class SlotsView:
     more_slots: int
     more_queue: int
     now: datetime
+    key: dict[str, Any] | None = None
+    """With `--key`: that key's pool (serializers.key_summary); the rows are then only its own."""
 
     def as_json(self) -> dict[str, Any]:
         return {
             "limit": self.limit["name"],
+            "key": self.key["key"] if self.key is not None else None,
             "slots": self.slots,
             "queue": self.queue,
             "more_slots": self.more_slots,
             "more_queue": self.more_queue,
+        }
+
+
+@dataclass(slots=True)
+class KeysView:
+    """A limit's keys, busiest first, as far as the cut goes; and the pool of runs without a key."""
+
+    limit: dict[str, Any]
+    keys: list[dict[str, Any]]
+    more_keys: int
+    no_key: dict[str, Any]
+    key: str | None = None
+    """The `--key` filter, if one."""
+    search: str = ""
+    """The `--search` filter, if one."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "limit": self.limit["name"],
+            "per_key": self.limit.get("per_key"),
+            "key": self.key,
+            "search": self.search,
+            "keys": self.keys,
+            "more_keys": self.more_keys,
+            "no_key": self.no_key,
         }
 
 
@@ -37,10 +65,22 @@ class Change:
     limit: dict[str, Any]
 
 
+@dataclass(slots=True)
+class PoolChange:
+    """A per-key change: the pool size before (None: only the total applied), the limit after,
+    and, when one key's pool was changed, that key after (serializers.key_summary)."""
+
+    old: int | None
+    limit: dict[str, Any]
+    key: dict[str, Any] | None = None
+
+
 class Backend(Protocol):
     def limits(self) -> list[dict[str, Any]]: ...
 
-    def slots(self, name: str, cut: int | None) -> SlotsView: ...
+    def slots(self, name: str, cut: int | None, key: str | None = None) -> SlotsView: ...
+
+    def keys(self, name: str, cut: int | None, key: str | None = None, search: str = "") -> KeysView: ...
 
     def slot(self, slot_id: str) -> dict[str, Any]: ...
 
@@ -49,6 +89,8 @@ class Backend(Protocol):
     def set_capacity(self, name: str, value: int | str | None) -> Change: ...
 
     def set_max_hold(self, name: str, value: int | str | None) -> Change: ...
+
+    def set_per_key(self, name: str, value: int | str | None, key: str | None = None) -> PoolChange: ...
 
 
 def more_past_cut(fetched: int, total: int, cut: int | None) -> int:

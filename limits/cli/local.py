@@ -10,7 +10,7 @@ from __future__ import annotations
 import getpass
 from typing import Any
 
-from limits.cli.backend import Change, SlotsView, more_past_cut
+from limits.cli.backend import Change, KeysView, PoolChange, SlotsView, more_past_cut
 from limits.cli.errors import EXIT_NOT_FOUND, UNKNOWN_LIMIT, UNKNOWN_SLOT, CliError, one_line
 
 
@@ -34,7 +34,9 @@ class LocalBackend:
 
         return [serializers.limit_summary(limit) for limit in selectors.limits()]
 
-    def slots(self, name: str, cut: int | None) -> SlotsView:
+    def slots(self, name: str, cut: int | None, key: str | None = None) -> SlotsView:
+        """The limit's slots and queue, or with `key` only that key's (queue positions then
+        count within the key's queue)."""
         from django.utils import timezone
 
         from limits import selectors, serializers
@@ -42,17 +44,50 @@ class LocalBackend:
         limit = self._limit(name)
         slot_rows = selectors.live_slots(limit)
         queue_rows = selectors.waiting_entries(limit)
+        total_slots, total_queue, key_row = limit.in_use, limit.waiting_count, None
+        if key is not None:
+            slot_rows, queue_rows = slot_rows.filter(key=key), queue_rows.filter(key=key)
+            counters = serializers.get_key(limit, key)
+            if counters is None:
+                key_row = serializers.unused_key_summary(limit, key)
+                total_slots = total_queue = 0
+            else:
+                key_row = serializers.key_summary(limit, counters)
+                total_slots, total_queue = counters.in_use, counters.waiting_count
         if cut is not None:
             slot_rows, queue_rows = slot_rows[: cut + 1], queue_rows[: cut + 1]  # one more tells if there are more
-        slots = [serializers.slot_summary(slot) for slot in slot_rows]
-        queue = [serializers.queue_entry_summary(entry, index + 1) for index, entry in enumerate(queue_rows)]
+        slot_list, entry_list = list(slot_rows), list(queue_rows)
+        slot_groups, entry_groups = serializers.slot_groups(slot_list), serializers.entry_groups(entry_list)
+        slots = [serializers.slot_summary(slot, slot_groups) for slot in slot_list]
+        queue = [
+            serializers.queue_entry_summary(entry, index + 1, entry_groups) for index, entry in enumerate(entry_list)
+        ]
         return SlotsView(
             limit=serializers.limit_summary(limit),
             slots=slots[:cut],
             queue=queue[:cut],
-            more_slots=more_past_cut(len(slots), limit.in_use, cut),
-            more_queue=more_past_cut(len(queue), limit.waiting_count, cut),
+            more_slots=more_past_cut(len(slots), total_slots, cut),
+            more_queue=more_past_cut(len(queue), total_queue, cut),
             now=timezone.now(),
+            key=key_row,
+        )
+
+    def keys(self, name: str, cut: int | None, key: str | None = None, search: str = "") -> KeysView:
+        from limits import serializers
+
+        limit = self._limit(name)
+        rows = serializers.keys(limit, key=key, search=search)
+        found = list(rows if cut is None else rows[: cut + 1])  # one more tells if there are more
+        more = 0
+        if cut is not None and len(found) > cut:
+            more = more_past_cut(len(found), rows.count(), cut)
+        return KeysView(
+            limit=serializers.limit_summary(limit),
+            keys=[serializers.key_summary(limit, row) for row in found[:cut]],
+            more_keys=more,
+            no_key=serializers.no_key_summary(limit),
+            key=key,
+            search=search,
         )
 
     def slot(self, slot_id: str) -> dict[str, Any]:
@@ -82,6 +117,27 @@ class LocalBackend:
 
         old = self._limit(name).max_hold_ms
         return Change(old, serializers.limit_summary(services.set_max_hold(name, value, actor=self.actor)))
+
+    def set_per_key(self, name: str, value: int | str | None, key: str | None = None) -> PoolChange:
+        """The limit's per_key override, or with `key` that key's pool size; None resets it."""
+        from limits import serializers, services
+
+        limit = self._limit(name)
+        if key is None:
+            old = limit.per_key
+        else:
+            before = serializers.get_key(limit, key)
+            old = serializers.pool_size(limit, before.pool_override if before is not None else None)
+        changed = services.set_per_key(name, value, key=key, actor=self.actor)
+        key_row = None
+        if key is not None:
+            after = serializers.get_key(changed, key)
+            key_row = (
+                serializers.key_summary(changed, after)
+                if after is not None
+                else serializers.unused_key_summary(changed, key)
+            )
+        return PoolChange(old, serializers.limit_summary(changed), key_row)
 
     def verify(self, names: list[str] | None) -> Any:
         from limits.verify import verify

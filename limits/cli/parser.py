@@ -6,11 +6,13 @@ import argparse
 import re
 from typing import Any
 
-from limits.cli.errors import BAD_CUT
+from limits.cli.errors import BAD_CUT, BAD_SEARCH, EXIT_USAGE, CliError
 from limits.cli.remote import AGENTS_FILE_ENV
+from limits.config import KEY_MAX_LENGTH, check_key
 from limits.durations import DURATION_HELP
 
-VERBS = ("list", "slots", "release", "capacity", "max-hold", "verify")
+VERBS = ("list", "slots", "keys", "release", "capacity", "max-hold", "per-key", "verify")
+KEY_HELP = "a key: 1 to 128 characters, no control characters, case-sensitive"
 
 
 def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any]:
@@ -26,10 +28,16 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     )
     verbs = parser.add_subparsers(dest="verb", metavar="<verb>", required=True)
     kwargs: dict[str, Any] = {"parents": [common]}
-    verbs.add_parser("list", help="every limit: busy/capacity, waiting, max hold", **kwargs)
+    verbs.add_parser("list", help="every limit: busy/capacity, waiting, max hold, per key", **kwargs)
     slots = verbs.add_parser("slots", help="a limit's slots (busy first), then its queue", **kwargs)
     slots.add_argument("limit", help="the limit's name")
     slots.add_argument("--limit", dest="cut", metavar="N", type=_cut, help="show at most N slots and N waiting runs")
+    slots.add_argument("--key", metavar="K", help=f"only the slots and waiting runs of this key ({KEY_HELP})")
+    keys = verbs.add_parser("keys", help="a limit's keys: busy/pool and waiting per key, busiest first", **kwargs)
+    keys.add_argument("limit", help="the limit's name")
+    keys.add_argument("--limit", dest="cut", metavar="N", type=_cut, help="show at most N keys")
+    keys.add_argument("--key", metavar="K", help="only this key (exact)")
+    keys.add_argument("--search", metavar="TEXT", default="", help="only keys that contain TEXT (any case)")
     release = verbs.add_parser("release", help="release a busy or reserved slot", **kwargs)
     release.add_argument("slot_id", help="the slot's id (slot_...)")
     release.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
@@ -39,6 +47,16 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     max_hold = verbs.add_parser("max-hold", help="override a limit's max hold, or reset it", **kwargs)
     max_hold.add_argument("limit", help="the limit's name")
     max_hold.add_argument("value", help=f"{DURATION_HELP}; or 'reset' for the declared value")
+    per_key = verbs.add_parser(
+        "per-key", help="override a limit's per-key pool size (or one key's pool), or reset it", **kwargs
+    )
+    per_key.add_argument("limit", help="the limit's name")
+    per_key.add_argument(
+        "value",
+        help="a whole number from 1 to the limit's capacity, or 'reset' (the declared per_key; with --key, "
+        "the limit's per_key)",
+    )
+    per_key.add_argument("--key", metavar="K", help=f"change this key's pool instead of the limit's ({KEY_HELP})")
     verify = verbs.add_parser(
         "verify",
         help="prove from the history rows that no limit broke its rules (exit 1 with the violations)",
@@ -67,6 +85,34 @@ def capacity_value(text: str) -> int | str | None:
     if text.strip().lower() == "reset":
         return None
     return int(text) if re.fullmatch(r"[+-]?[0-9]{1,12}", text.strip()) else text
+
+
+def per_key_value(text: str) -> int | str | None:
+    """'reset' → None; a whole number → int; anything else is passed on for the service to reject."""
+    return capacity_value(text)
+
+
+def key_option(value: str | None) -> str | None:
+    """The `--key` of a verb, checked here so a bad one is the same one-line error (exit 2) on
+    this installation and through `--agent`."""
+    if value is None:
+        return None
+    try:
+        return check_key(value)
+    except ValueError as error:
+        raise CliError(str(error), EXIT_USAGE) from None
+
+
+def search_option(value: str | None) -> str:
+    """The `--search` of `keys`: any text a key could contain (so at most a key's length)."""
+    value = value or ""
+    try:
+        value.encode("utf-8")  # a non-UTF-8 argument arrives with lone surrogates: no database stores them
+    except UnicodeEncodeError:
+        raise CliError(BAD_SEARCH, EXIT_USAGE) from None
+    if len(value) > KEY_MAX_LENGTH or "\x00" in value:
+        raise CliError(BAD_SEARCH, EXIT_USAGE)
+    return value
 
 
 def max_hold_value(text: str) -> int | str | None:

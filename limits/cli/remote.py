@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from limits.cli.backend import Change, SlotsView, more_past_cut
+from limits.cli.backend import Change, KeysView, PoolChange, SlotsView, more_past_cut
 from limits.cli.errors import EXIT_NOT_FOUND, EXIT_USAGE, UNKNOWN_LIMIT, UNKNOWN_SLOT, CliError, one_line
 
 AGENTS_FILE_ENV = "STACKBONE_AGENTS_FILE"
@@ -83,12 +83,26 @@ class AgentBackend:
         limits: list[dict[str, Any]] = self._call("GET", "")["limits"]
         return limits
 
-    def slots(self, name: str, cut: int | None) -> SlotsView:
+    def slots(self, name: str, cut: int | None, key: str | None = None) -> SlotsView:
         quoted = _quote(name)
         summary = self._call("GET", f"{quoted}/", not_found=UNKNOWN_LIMIT.format(name=name))
-        slots, more_slots, now = self._pages(f"{quoted}/slots/", "slots", cut, name)
-        queue, more_queue, _ = self._pages(f"{quoted}/queue/", "queue", cut, name)
-        return SlotsView(summary, slots, queue, more_slots, more_queue, now)
+        query, key_row = "", None
+        if key is not None:
+            query = "&key=" + _quote(key)
+            found = self._call("GET", f"{quoted}/keys/?size=1{query}", not_found=UNKNOWN_LIMIT.format(name=name))
+            key_row = (found["keys"] or [_unused_key(summary, key)])[0]
+        slots, more_slots, now = self._pages(f"{quoted}/slots/", "slots", cut, name, query)
+        queue, more_queue, _ = self._pages(f"{quoted}/queue/", "queue", cut, name, query)
+        return SlotsView(summary, slots, queue, more_slots, more_queue, now, key_row)
+
+    def keys(self, name: str, cut: int | None, key: str | None = None, search: str = "") -> KeysView:
+        quoted = _quote(name)
+        query = "" if key is None else "&key=" + _quote(key)
+        if search:
+            query += "&search=" + _quote(search)
+        summary = self._call("GET", f"{quoted}/", not_found=UNKNOWN_LIMIT.format(name=name))
+        rows, more, _, first = self._walk(f"{quoted}/keys/", "keys", cut, name, query)
+        return KeysView(summary, rows, more, first["no_key"], key, search)
 
     def slot(self, slot_id: str) -> dict[str, Any]:
         slot: dict[str, Any] = self._call(
@@ -114,17 +128,38 @@ class AgentBackend:
         )
         return Change(answer["old"], answer["limit"])
 
-    def _pages(self, path: str, key: str, cut: int | None, name: str) -> tuple[list[dict[str, Any]], int, datetime]:
+    def set_per_key(self, name: str, value: int | str | None, key: str | None = None) -> PoolChange:
+        body: dict[str, object] = {"value": value}
+        if key is not None:
+            body["key"] = key
+        answer = self._call("POST", f"{_quote(name)}/per-key/", body, not_found=UNKNOWN_LIMIT.format(name=name))
+        return PoolChange(answer["old"], answer["limit"], answer.get("key"))
+
+    def _pages(
+        self, path: str, key: str, cut: int | None, name: str, query: str = ""
+    ) -> tuple[list[dict[str, Any]], int, datetime]:
         """Follow the pages of a list until one row past the cut (or the end): the rows, how
         many more there are, and the server's clock (times are shown relative to it)."""
+        rows, more, now, _ = self._walk(path, key, cut, name, query)
+        return rows, more, now
+
+    def _walk(
+        self, path: str, key: str, cut: int | None, name: str, query: str = ""
+    ) -> tuple[list[dict[str, Any]], int, datetime, dict[str, Any]]:
+        """_pages, and the first page's answer as well (for what a list carries beside its rows)."""
         rows: list[dict[str, Any]] = []
+        first: dict[str, Any] | None = None
         size = API_PAGE_SIZE if cut is None else min(API_PAGE_SIZE, cut + 1)
         page = 1
         while True:
-            answer = self._call("GET", f"{path}?page={page}&size={size}", not_found=UNKNOWN_LIMIT.format(name=name))
+            answer = self._call(
+                "GET", f"{path}?page={page}&size={size}{query}", not_found=UNKNOWN_LIMIT.format(name=name)
+            )
+            first = first or answer
             rows.extend(answer[key])
             if not answer["has_next"] or (cut is not None and len(rows) > cut):
-                return rows[:cut], more_past_cut(len(rows), answer["total"], cut), datetime.fromisoformat(answer["now"])
+                more = more_past_cut(len(rows), answer["total"], cut)
+                return rows[:cut], more, datetime.fromisoformat(answer["now"]), first
             page += 1
 
     def _call(self, method: str, path: str, body: object = None, *, not_found: str = "not found") -> Any:
@@ -170,6 +205,20 @@ class AgentBackend:
         if error.code == 400:
             return CliError(message or "bad request", EXIT_USAGE)
         return CliError(f"{where} answered {error.code} {error.reason}", EXIT_NOT_FOUND)
+
+
+def _unused_key(limit: dict[str, Any], key: str) -> dict[str, Any]:
+    """A key the other installation has no row for: an empty pool of the limit's per_key (as
+    serializers.unused_key_summary)."""
+    return {
+        "key": key,
+        "busy": 0,
+        "reserved": 0,
+        "waiting": 0,
+        "pool": limit.get("per_key"),
+        "pool_override": None,
+        "pool_overridden": False,
+    }
 
 
 def _quote(part: str) -> str:

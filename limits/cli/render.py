@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
 
-from limits.cli.backend import SlotsView
+from limits.cli.backend import KeysView, SlotsView
 from limits.durations import format_duration
 from limits.printable import printable
 
@@ -89,6 +89,8 @@ def render_limits(io: Streams, limits: list[dict[str, Any]]) -> None:
             notes.append(f"{limit['reserved']} reserved")
         if not limit["declared"]:
             notes.append("undeclared")
+        if limit.get("per_key") is not None:
+            notes.append(f"per key {limit['per_key']}" + ("*" if limit.get("per_key_overridden") else ""))
         rows.append(
             [
                 limit["name"],
@@ -100,8 +102,35 @@ def render_limits(io: Streams, limits: list[dict[str, Any]]) -> None:
         )
     for line in table(["NAME", "BUSY/CAPACITY", "WAITING", "MAX HOLD", "NOTES"], rows):
         io.out(line)
-    if any(limit["capacity_overridden"] or limit["max_hold_overridden"] for limit in limits):
+    if any(
+        limit["capacity_overridden"] or limit["max_hold_overridden"] or limit.get("per_key_overridden")
+        for limit in limits
+    ):
         io.out("* overridden by an operator; `reset` restores the declared value")
+
+
+def _pool_figures(pool: dict[str, Any]) -> str:
+    """'2/3 busy (1 reserved), 4 waiting' for a key's pool; without a pool size, '2 busy, ...'."""
+    text = f"{pool['busy']}/{pool['pool']} busy" if pool["pool"] is not None else f"{pool['busy']} busy"
+    if pool["reserved"]:
+        text += f" ({pool['reserved']} reserved)"
+    return text + f", {pool['waiting']} waiting"
+
+
+def _extra_columns(rows: list[dict[str, Any]], *, keys: bool) -> tuple[list[str], list[list[str]]]:
+    """KEY (unless the rows are one key's) and LIMITS (the limits of a group acquisition), each
+    only when a row has one, so a limit without keys or groups prints as it always did."""
+    headers: list[str] = []
+    cells: list[list[str]] = [[] for _ in rows]
+    if keys and any(row.get("key") for row in rows):
+        headers.append("KEY")
+        for cell, row in zip(cells, rows, strict=True):
+            cell.append(row.get("key") or "-")
+    if any(row.get("group") for row in rows):
+        headers.append("LIMITS")
+        for cell, row in zip(cells, rows, strict=True):
+            cell.append(" + ".join(row.get("group") or []) or "-")
+    return headers, cells
 
 
 def render_slots(io: Streams, view: SlotsView) -> None:
@@ -110,23 +139,29 @@ def render_slots(io: Streams, view: SlotsView) -> None:
     if limit["reserved"]:
         header += f" ({limit['reserved']} reserved)"
     header += f", {limit['waiting']} waiting, max hold {format_duration(limit['max_hold_ms'])}"
+    if limit.get("per_key") is not None:
+        header += f", per key {limit['per_key']}"
     if not limit["declared"]:
         header += " (undeclared)"
     io.out(printable(header))
+    if view.key is not None:
+        io.out(printable(f"key {view.key['key']}: {_pool_figures(view.key)}"))
     io.out()
     if view.slots:
+        extra, cells = _extra_columns(view.slots, keys=view.key is None)
         rows = [
             [
                 slot["id"],
                 slot["state"],
                 slot["run"],
                 slot["label"] or "-",
+                *more,
                 _ago(slot["granted_at"], now),
                 _until(slot["expires_at"], now, passed="past max hold"),
             ]
-            for slot in view.slots
+            for slot, more in zip(view.slots, cells, strict=True)
         ]
-        for line in table(["SLOT", "STATE", "RUN", "LABEL", "GRANTED", "EXPIRES IN"], rows):
+        for line in table(["SLOT", "STATE", "RUN", "LABEL", *extra, "GRANTED", "EXPIRES IN"], rows):
             io.out(line)
     else:
         io.out("no slots in use")
@@ -134,19 +169,60 @@ def render_slots(io: Streams, view: SlotsView) -> None:
         io.out(f"… and {view.more_slots} more slot{'s' if view.more_slots != 1 else ''}")
     io.out()
     if view.queue:
+        extra, cells = _extra_columns(view.queue, keys=view.key is None)
         rows = [
             [
                 str(entry["position"]),
                 entry["run"],
                 entry["label"] or "-",
+                *more,
                 _ago(entry["waiting_since"], now),
                 _until(entry["deadline"], now, passed="passed"),
             ]
-            for entry in view.queue
+            for entry, more in zip(view.queue, cells, strict=True)
         ]
-        for line in table(["POSITION", "RUN", "LABEL", "WAITING SINCE", "DEADLINE IN"], rows):
+        for line in table(["POSITION", "RUN", "LABEL", *extra, "WAITING SINCE", "DEADLINE IN"], rows):
             io.out(line)
     else:
         io.out("no runs waiting")
     if view.more_queue:
         io.out(f"… and {view.more_queue} more waiting")
+
+
+def render_keys(io: Streams, view: KeysView) -> None:
+    """The limit's figures, its keys busiest first (BUSY counts busy and reserved slots; POOL is
+    the key's pool size, '-' when only the total applies; OVERRIDE an operator's size for that
+    key), and the pool of runs without a key."""
+    limit = view.limit
+    header = f"{limit['name']}: {limit['busy']}/{limit['capacity']} busy, {limit['waiting']} waiting, "
+    if limit.get("per_key") is None:
+        header += "no per-key pools (only the total applies)"
+    else:
+        header += f"per key {limit['per_key']}" + (" (overridden)" if limit.get("per_key_overridden") else "")
+    io.out(printable(header))
+    io.out()
+    if view.keys:
+        rows = [
+            [
+                key["key"],
+                str(key["busy"]),
+                "-" if key["pool"] is None else str(key["pool"]),
+                str(key["waiting"]),
+                "-" if key["pool_override"] is None else str(key["pool_override"]),
+                f"{key['reserved']} reserved" if key["reserved"] else "",
+            ]
+            for key in view.keys
+        ]
+        for line in table(["KEY", "BUSY", "POOL", "WAITING", "OVERRIDE", "NOTES"], rows):
+            io.out(line)
+    elif view.key is not None:
+        io.out(printable(f"no key {view.key} on {limit['name']}: no run has used it and no operator has sized it"))
+    elif view.search:
+        io.out(printable(f"no key of {limit['name']} contains {view.search}"))
+    else:
+        io.out("no keys yet: no run has acquired this limit with a key")
+    if view.more_keys:
+        io.out(f"… and {view.more_keys} more key{'s' if view.more_keys != 1 else ''}")
+    if view.key is None and not view.search:
+        io.out()
+        io.out(f"without a key: {_pool_figures(view.no_key)}")

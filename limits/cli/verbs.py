@@ -19,9 +19,9 @@ from limits.cli.errors import (
     CliError,
 )
 from limits.cli.local import LocalBackend, database_error_message, local_actor
-from limits.cli.parser import build_parser, capacity_value, max_hold_value
+from limits.cli.parser import build_parser, capacity_value, key_option, max_hold_value, per_key_value, search_option
 from limits.cli.remote import AgentBackend, load_agent
-from limits.cli.render import Streams, is_terminal, render_limits, render_slots, write
+from limits.cli.render import Streams, is_terminal, render_keys, render_limits, render_slots, write
 from limits.durations import format_duration
 from limits.printable import printable
 
@@ -38,11 +38,21 @@ def list_limits(backend: Backend, options: argparse.Namespace, io: Streams) -> i
 
 
 def slots(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
-    view = backend.slots(options.limit, options.cut)
+    key = key_option(getattr(options, "key", None))
+    view = backend.slots(options.limit, options.cut, key)
     if options.json:
         io.json(view.as_json())
     else:
         render_slots(io, view)
+    return EXIT_OK
+
+
+def keys(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    view = backend.keys(options.limit, options.cut, key_option(options.key), search_option(options.search))
+    if options.json:
+        io.json(view.as_json())
+    else:
+        render_keys(io, view)
     return EXIT_OK
 
 
@@ -95,6 +105,32 @@ def max_hold(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
     return EXIT_OK
 
 
+def per_key(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    """Without --key: the limit's per_key (reset: the declared one). With --key: that key's pool
+    size (reset: the limit's per_key again). Prints old → new; 'none' is no pool size (only the
+    total applies)."""
+    value = per_key_value(options.value)
+    key = key_option(options.key)
+    change = backend.set_per_key(options.limit, value, key)
+    name = change.limit["name"]
+    if key is None or change.key is None:
+        if options.json:
+            io.json(change.limit)
+        else:
+            new = _size(change.limit["per_key"]) + (" (declared)" if value is None else "")
+            io.out(printable(f"{name} per key: {_size(change.old)} → {new}"))
+    elif options.json:
+        io.json({**change.key, "limit": name})
+    else:
+        new = _size(change.key["pool"]) + (" (the limit's per key)" if value is None else "")
+        io.out(printable(f"{name} key {key} pool: {_size(change.old)} → {new}"))
+    return EXIT_OK
+
+
+def _size(value: object) -> str:
+    return "none" if value is None else str(value)
+
+
 def verify(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
     """Exit 0 with a one-line summary, or list the violations (one a line) and exit 1."""
     if not isinstance(backend, LocalBackend):
@@ -114,9 +150,11 @@ def verify(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
 HANDLERS: dict[str, Callable[[Backend, argparse.Namespace, Streams], int]] = {
     "list": list_limits,
     "slots": slots,
+    "keys": keys,
     "release": release,
     "capacity": capacity,
     "max-hold": max_hold,
+    "per-key": per_key,
     "verify": verify,
 }
 

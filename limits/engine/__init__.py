@@ -1,6 +1,9 @@
 """The engine: every write to limits, slots and the queue (SPEC sections 2-5).
 
-- `slots`: the workflow-facing operations (acquire, confirm, release, end_run, tie_to_run);
+- `slots`: the workflow-facing operations (acquire, acquire_group, confirm, release, end_run,
+  tie_to_run);
+- `keys`: key pools and several limits per acquisition (SPEC 9, 10): the grant over a set of
+  locked limits, all or nothing, passed-over and owed runs;
 - `operator_actions`: operator actions and deploys (set_capacity, set_max_hold, sync_workspace);
 - `sweeper`: the 15-second sweep and the history purge;
 - `rules`: the rules that run under a limit's row lock, one home each (clock, counters, grant,
@@ -23,6 +26,8 @@ a lock is held.
 from limits.engine.errors import (
     BAD_CAPACITY,
     BAD_LABEL,
+    BAD_LIMITS,
+    BAD_PER_KEY,
     BAD_MAX_HOLD,
     BAD_REQUEST,
     BAD_RUN_ID,
@@ -31,7 +36,8 @@ from limits.engine.errors import (
     UNKNOWN_LIMIT,
     LimitsError,
 )
-from limits.engine.operator_actions import set_capacity, set_max_hold, sync_workspace
+from limits.engine.keys import OWED_AFTER_MS, held
+from limits.engine.operator_actions import set_capacity, set_max_hold, set_per_key, sync_workspace
 from limits.engine.results import Acquisition, SweepReport, SyncReport
 from limits.engine.rules import (
     DEFAULT_TIMEOUT_MS,
@@ -41,12 +47,15 @@ from limits.engine.rules import (
     SWEEP_ACTOR,
     SYSTEM_ACTOR,
 )
-from limits.engine.slots import acquire, confirm, end_run, release, tie_to_run
+from limits.engine.slots import acquire, acquire_group, confirm, end_run, release, tie_to_run
 from limits.engine.sweeper import HISTORY_BATCH, history_retention_ms, sweep
 
 __all__ = [
     "BAD_CAPACITY",
     "BAD_LABEL",
+    "BAD_LIMITS",
+    "BAD_PER_KEY",
+    "OWED_AFTER_MS",
     "BAD_MAX_HOLD",
     "BAD_REQUEST",
     "BAD_RUN_ID",
@@ -65,12 +74,15 @@ __all__ = [
     "SweepReport",
     "SyncReport",
     "acquire",
+    "acquire_group",
+    "held",
     "confirm",
     "end_run",
     "history_retention_ms",
     "release",
     "set_capacity",
     "set_max_hold",
+    "set_per_key",
     "sweep",
     "sync_workspace",
     "tie_to_run",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from limits.config import check_key as check_key_text
 from limits.durations import DurationError, parse_duration
 from limits.models import LABEL_MAX_LENGTH, REQUEST_MAX_LENGTH, RUN_ID_MAX_LENGTH, is_storable_text
 
@@ -13,6 +14,8 @@ BAD_REQUEST = f"request must be a non-empty string of at most {REQUEST_MAX_LENGT
 BAD_CAPACITY = "capacity {error}"
 BAD_MAX_HOLD = "max hold {error}"
 BAD_TIMEOUT = "timeout {error}"
+BAD_LIMITS = "limits must be a list of 1 to 3 distinct limit names"
+BAD_PER_KEY = "per_key {error}"
 
 
 class LimitsError(Exception):
@@ -47,3 +50,11 @@ def check_run_id(run_id: object) -> None:
 def check_request(request: object) -> None:
     if not is_storable_text(request) or not request or len(request) > REQUEST_MAX_LENGTH:
         raise LimitsError(BAD_REQUEST, field="request")
+
+
+def check_key(key: object) -> str:
+    """A concurrency key (SPEC 9.2); a bad one is a LimitsError naming the field."""
+    try:
+        return check_key_text(key)
+    except ValueError as error:
+        raise LimitsError(str(error), field="key") from None

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from limits.config import Workspace, check_capacity
-from limits.engine import rules
-from limits.engine.errors import BAD_CAPACITY, BAD_MAX_HOLD, LimitsError, duration_ms
+from limits.config import Workspace, check_capacity, check_per_key
+from limits.engine import keys, rules
+from limits.engine.errors import BAD_CAPACITY, BAD_MAX_HOLD, BAD_PER_KEY, LimitsError, check_key, duration_ms
 from limits.engine.results import SyncReport
 from limits.engine.rules import DEPLOY_ACTOR, Changes
 from limits.models import AuditEvent, Limit
@@ -25,13 +25,13 @@ def set_capacity(name: str, value: object, *, actor: str | None = None) -> Limit
         except ValueError as error:
             raise LimitsError(BAD_CAPACITY.format(error=error), field="capacity") from None
     with transaction.atomic(durable=True):
-        limit, changes = rules.locked_limit(name), Changes()
-        now = rules.clock(limit)
+        (limit, locked), changes = rules.locked_by_name(name), Changes()
+        now = rules.clock_all(locked)
         old = limit.capacity
         limit.capacity_override = capacity
         limit.save(update_fields=["capacity_override", "updated_at"])
-        rules.settle(limit, now, changes)
-        rules.save_counters(limit)
+        rules.settle_all(locked, now, changes)
+        rules.save_all(locked)
         new = f"{limit.capacity} (declared)" if capacity is None else str(limit.capacity)
         rules.audit(limit, actor, AuditEvent.Action.CAPACITY, now, old=str(old), new=new, capacity_after=limit.capacity)
         rules.wake_on_commit(changes.woken)
@@ -54,6 +54,48 @@ def set_max_hold(name: str, value: object, *, actor: str | None = None) -> Limit
         return limit
 
 
+def set_per_key(name: str, value: object, *, key: str | None = None, actor: str | None = None) -> Limit:
+    """Override the pool size of every key of a limit (its per_key, 1..capacity), or with `key`
+    the pool size of that one key (a large tenant gets 10, a noisy one 1); None resets it
+    (SPEC 9.4). Audited; a deploy keeps it; raising it grants waiting runs at once, lowering it
+    takes no slot back. `value` and `key` are checked here (they may come straight from a
+    request)."""
+    if key is not None:
+        key = check_key(key)
+    with transaction.atomic(durable=True):
+        (limit, locked), changes = rules.locked_by_name(name), Changes()
+        size = None
+        if value is not None:
+            try:
+                size = check_per_key(value, limit.capacity)
+            except ValueError as error:
+                raise LimitsError(BAD_PER_KEY.format(error=error), field="per_key") from None
+        now = rules.clock_all(locked)
+        if key is None:
+            old = "none" if limit.per_key is None else str(limit.per_key)
+            limit.per_key_override = size
+            limit.save(update_fields=["per_key_override", "updated_at"])
+            declared = "none" if limit.declared_per_key is None else str(limit.declared_per_key)
+            new = f"{declared} (declared)" if size is None else str(size)
+        else:
+            pools = keys.pools(limit)
+            row = pools.row(key, create=True)
+            assert row is not None
+            old = _pool_text(pools.size(key))
+            row.pool_override = size
+            row.save(update_fields=["pool_override"])
+            new = _pool_text(pools.size(key)) + (" (per_key)" if size is None else "")
+        rules.settle_all(locked, now, changes)
+        rules.save_all(locked)
+        rules.audit(limit, actor, AuditEvent.Action.PER_KEY, now, old=old, new=new, key=key or "")
+        rules.wake_on_commit(changes.woken)
+        return limit
+
+
+def _pool_text(size: int | None) -> str:
+    return "none" if size is None else str(size)
+
+
 def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncReport:
     """Bring the declared values of every limit in line with the workspace config.
 
@@ -64,21 +106,30 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
     report = SyncReport()
     with transaction.atomic(durable=True):
         existing = {limit.name: limit for limit in Limit.objects.select_for_update().order_by("id")}
+        existing_by_id = {limit.id: limit for limit in existing.values()}
         for name, spec in sorted(workspace.limits.items()):
             limit = existing.get(name)
             if limit is None:
-                Limit.objects.create(name=name, declared_capacity=spec.capacity, declared_max_hold_ms=spec.max_hold_ms)
+                Limit.objects.create(
+                    name=name,
+                    declared_capacity=spec.capacity,
+                    declared_max_hold_ms=spec.max_hold_ms,
+                    declared_per_key=spec.per_key,
+                )
                 report.created.append(name)
                 continue
-            before = (limit.declared, limit.declared_capacity, limit.declared_max_hold_ms)
-            after = (True, spec.capacity, spec.max_hold_ms)
+            before = (limit.declared, limit.declared_capacity, limit.declared_max_hold_ms, limit.declared_per_key)
+            after = (True, spec.capacity, spec.max_hold_ms, spec.per_key)
             if before == after:
                 continue
-            limit.declared, limit.declared_capacity, limit.declared_max_hold_ms = after
-            limit.save(update_fields=["declared", "declared_capacity", "declared_max_hold_ms", "updated_at"])
-            now, changes = rules.clock(limit), Changes()
-            rules.settle(limit, now, changes)
-            rules.save_counters(limit)
+            limit.declared, limit.declared_capacity, limit.declared_max_hold_ms, limit.declared_per_key = after
+            limit.save(
+                update_fields=["declared", "declared_capacity", "declared_max_hold_ms", "declared_per_key", "updated_at"]
+            )
+            touched = {i: existing_by_id[i] for i in {limit.id} | keys.partners([limit.id]) if i in existing_by_id}
+            now, changes = rules.clock_all(touched), Changes()
+            rules.settle_all(touched, now, changes)
+            rules.save_all(touched)
             rules.wake_on_commit(changes.woken)
             rules.audit(
                 limit,
@@ -108,5 +159,8 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
     return report
 
 
-def _declared_text(declared: bool, capacity: int, max_hold_ms: int) -> str:
-    return f"capacity {capacity}, max hold {max_hold_ms} ms" + ("" if declared else ", undeclared")
+def _declared_text(declared: bool, capacity: int, max_hold_ms: int, per_key: int | None) -> str:
+    text = f"capacity {capacity}, max hold {max_hold_ms} ms"
+    if per_key is not None:
+        text += f", per_key {per_key}"
+    return text + ("" if declared else ", undeclared")

@@ -11,7 +11,6 @@ announced after commit (`wake_on_commit`), never while a lock is held.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
@@ -19,13 +18,13 @@ from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from limits.engine import server
+from limits.engine import keys, server
 from limits.engine.errors import UNKNOWN_LIMIT, LimitsError
+from limits.engine.results import DEFAULT_TIMEOUT_MS, RESERVATION_MS, Changes
 from limits.models import AuditEvent, Limit, QueueEntry, Slot, is_storable_text
 from limits.signals import runs_woken
 
-RESERVATION_MS = 2 * 60 * 1000
-DEFAULT_TIMEOUT_MS = 24 * 60 * 60 * 1000
+__all__ = ["DEFAULT_TIMEOUT_MS", "RESERVATION_MS", "Changes"]  # their home is limits.engine.results
 GRANT_BATCH = 5_000
 SYSTEM_ACTOR = "system"
 SWEEP_ACTOR = "sweep"
@@ -35,16 +34,6 @@ DEPLOY_ACTOR = "deploy"
 # in engine.sql): an override wins over the declared value until it is reset (SPEC 5.2).
 EFFECTIVE_CAPACITY = Coalesce("capacity_override", "declared_capacity")
 HAS_FREE_CAPACITY = {"effective_capacity__gt": F("busy_count") + F("reserved_count")}
-
-
-@dataclass(slots=True)
-class Changes:
-    """What a locked section did to one limit: runs to wake after commit, and figures."""
-
-    woken: list[str] = field(default_factory=list)
-    granted: int = 0
-    lapsed: int = 0
-    timed_out: int = 0
 
 
 def clock(limit: Limit) -> datetime:
@@ -58,9 +47,53 @@ def clock(limit: Limit) -> datetime:
     return now
 
 
+COUNTER_FIELDS = ["busy_count", "reserved_count", "waiting_count", "next_position", "last_event_at"]
+KEYED_COUNTER_FIELDS = ["keyed_busy_count", "keyed_reserved_count", "keyed_waiting_count", "group_waiting_count"]
+
+
+def clock_all(locked: dict[int, Limit]) -> datetime:
+    """One time for a change to several locked limits: the latest of their clocks (`clock`)."""
+    now = max(clock(limit) for limit in locked.values())
+    for limit in locked.values():
+        limit.last_event_at = now
+    return now
+
+
+def settle_all(locked: dict[int, Limit], now: datetime, changes: Changes) -> None:
+    """`settle` each locked limit; with key pools or groups among them, one settle of the lot
+    (limits.engine.keys), so a group is granted on all its limits at once."""
+    if all(limit.is_plain for limit in locked.values()):
+        for limit in locked.values():
+            settle(limit, now, changes)
+    else:
+        keys.settle(locked, now, changes)
+
+
+def save_all(locked: dict[int, Limit]) -> None:
+    for limit in locked.values():
+        save_counters(limit)
+
+
+def locked_by_name(name: str) -> tuple[Limit, dict[int, Limit]]:
+    """Lock a limit by name with the other limits of its groups (limits.engine.keys.lock)."""
+    if not is_storable_text(name):
+        raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
+    limit_id = Limit.objects.filter(name=name).values_list("id", flat=True).first()
+    if limit_id is None:
+        raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
+    locked = keys.lock([limit_id])
+    return locked[limit_id], locked
+
+
 def save_counters(limit: Limit) -> None:
-    """Write the counters (and the clock) of a locked limit: once per locked section."""
-    limit.save(update_fields=["busy_count", "reserved_count", "waiting_count", "next_position", "last_event_at"])
+    """Write the counters (and the clock) of a locked limit, and of its key pools that changed:
+    once per locked section."""
+    pools: keys.Pools | None = limit.__dict__.get("_pools")
+    if pools is None:
+        limit.save(update_fields=COUNTER_FIELDS)
+        return
+    pools.save()
+    limit.save(update_fields=COUNTER_FIELDS + KEYED_COUNTER_FIELDS)
 
 
 def wake_on_commit(run_ids: list[str]) -> None:
@@ -125,14 +158,20 @@ def join_queue(
     limit.waiting_count += 1
 
 
-def settle(limit: Limit, now: datetime, changes: Changes) -> None:
+def settle(limit: Limit, now: datetime, changes: Changes, locked: dict[int, Limit] | None = None) -> None:
     """Hand free capacity to the queue (SPEC 3.3-3.5, 4.1):
 
     1. time out the waits past their deadline;
     2. reserve a slot for each run at the head, in queue order, while busy + reserved < capacity.
     Under the limit's lock; the caller saves the counters. On PostgreSQL limits_settle does both
-    in one call (it reads the counters from the row, so they are written first)."""
+    in one call (it reads the counters from the row, so they are written first).
+
+    A limit with key pools or waiting groups is not plain: limits.engine.keys settles it, with
+    the other limits the caller locked (`locked`; a group needing a limit not locked waits)."""
     if limit.waiting_count == 0 or limit.in_use >= limit.capacity:
+        return
+    if not limit.is_plain:
+        keys.settle(locked or {limit.id: limit}, now, changes)
         return
     if server.available():
         save_counters(limit)
@@ -198,6 +237,9 @@ def time_out(limit: Limit, now: datetime, changes: Changes) -> None:
     """Waits past their deadline leave the queue; their runs are woken to raise the timeout."""
     if limit.waiting_count == 0:
         return
+    if not limit.is_plain:
+        keys.time_out(limit, now, changes)
+        return
     if server.available():
         run_ids = server.time_out(limit.id, now)
     else:
@@ -218,6 +260,7 @@ def confirm_locked(limit: Limit, slot: Slot, now: datetime, changes: Changes) ->
         slot.state, slot.confirmed_at = Slot.State.BUSY, now
         limit.reserved_count -= 1
         limit.busy_count += 1
+        keys.pools(limit).add(slot.key, reserved=-1, busy=1)
         return True
     lapse(limit, [slot], now, changes)
     settle(limit, now, changes)
@@ -229,11 +272,15 @@ def lapse(limit: Limit, slots: list[Slot], now: datetime, changes: Changes) -> N
     queue with their original deadline (3.6)."""
     Slot.objects.filter(id__in=[slot.id for slot in slots]).update(state=Slot.State.LAPSED, freed_at=now)
     limit.reserved_count -= len(slots)
+    for slot in slots:
+        keys.pools(limit).add(slot.key, reserved=-1)
     requeue(limit, slots, now)
     changes.lapsed += len(slots)
 
 
 def requeue(limit: Limit, slots: Iterable[Slot], now: datetime) -> None:
+    """Send the runs of these freed reservations to the end of the queue, keeping their deadline,
+    key and group (3.6)."""
     entries = []
     for slot in slots:
         original = slot.queue_entry
@@ -244,6 +291,8 @@ def requeue(limit: Limit, slots: Iterable[Slot], now: datetime) -> None:
                 run_id=slot.run_id,
                 request=slot.request,
                 label=slot.label,
+                key=slot.key,
+                group_size=slot.group_size,
                 position=limit.next_position,
                 enqueued_at=now,
                 deadline=original.deadline,
@@ -252,7 +301,7 @@ def requeue(limit: Limit, slots: Iterable[Slot], now: datetime) -> None:
         )
         limit.next_position += 1
     QueueEntry.objects.bulk_create(entries)
-    limit.waiting_count += len(entries)
+    keys.count_entries(limit, entries, waiting=1)
 
 
 def audit(
@@ -265,6 +314,7 @@ def audit(
     new: str,
     slot_id: str = "",
     capacity_after: int | None = None,
+    key: str = "",
 ) -> None:
     """One audit row, in the transaction of the change (SPEC 5.5). `capacity_after`: for capacity
     changes and syncs, the capacity in force afterwards, so limits.verify can tell the capacity at
@@ -275,6 +325,7 @@ def audit(
         action=action,
         limit=limit,
         slot_id=slot_id,
+        key=key,
         old_value=old,
         new_value=new,
         capacity_after=capacity_after,

@@ -17,12 +17,14 @@ from typing import Literal
 from django.db import connection, transaction
 from django.db.models import Q
 
-from limits.engine import rules, server
+from limits.engine import keys, rules, server
 from limits.engine.errors import (
+    BAD_LIMITS,
     BAD_TIMEOUT,
     UNDECLARED_LIMIT,
     UNKNOWN_LIMIT,
     LimitsError,
+    check_key,
     check_label,
     check_request,
     check_run_id,
@@ -47,6 +49,7 @@ def acquire(
     request: str | None = None,
     label: str | None = None,
     timeout: int | str | None = None,
+    key: str | None = None,
 ) -> Acquisition:
     """Take a slot of `limit_name` for `run_id`, or join the queue.
 
@@ -59,7 +62,12 @@ def acquire(
     3. Otherwise join the end of the queue with deadline = now + timeout (default 24 h). If there
        is free capacity (the runs ahead are all past their deadline), settle the limit: those
        time out and the head is granted, which may be this very request: confirm it at once.
+
+    With a `key` (SPEC 9), or on a limit with key pools or waiting groups, the rules of
+    limits.engine.keys apply (`acquire_group` with one limit).
     """
+    if key is not None:
+        return acquire_group([limit_name], run_id=run_id, request=request, label=label, timeout=timeout, key=key)
     check_run_id(run_id)
     request = request or uuid.uuid4().hex
     check_request(request)
@@ -69,6 +77,8 @@ def acquire(
         fast = server.acquire(limit_name, run_id, request, label, timeout_ms)
         if fast is not server.NOT_HANDLED_HERE:
             return fast
+    if not _plain(limit_name):
+        return acquire_group([limit_name], run_id=run_id, request=request, label=label, timeout=timeout)
     with transaction.atomic(savepoint=False):
         outcome = _acquire_in_transaction(limit_name, run_id, request, label, timeout_ms)
     if isinstance(outcome, LimitsError):
@@ -76,22 +86,221 @@ def acquire(
     return outcome
 
 
+def acquire_group(
+    limit_names: list[str],
+    *,
+    run_id: str,
+    request: str | None = None,
+    label: str | None = None,
+    timeout: int | str | None = None,
+    key: str | None = None,
+) -> Acquisition:
+    """Take one slot of each of 1 to 3 distinct limits, all or nothing (SPEC 10), with a key's
+    pool on each (SPEC 9), or join every queue. The answer's `slots` are (limit, slot id) in the
+    order given. Like `acquire`, a second call with the same request answers what became of it
+    (confirming the reservations together).
+
+    1. Lock the limits and their waiting groups' other limits, in id order (limits.engine.keys).
+    2. If no run waits on any of them and each has room in its total and the key's pool, grant
+       busy slots at once.
+    3. Otherwise join every queue and settle: the run may be granted at once (then confirmed),
+       or wait holding none of its slots.
+    """
+    check_run_id(run_id)
+    names = _check_limits(limit_names)
+    request = request or uuid.uuid4().hex
+    check_request(request)
+    label = check_label(label)
+    key = "" if key is None else check_key(key)
+    timeout_ms = DEFAULT_TIMEOUT_MS if timeout is None else duration_ms(timeout, BAD_TIMEOUT, "timeout")
+    with transaction.atomic(savepoint=False):
+        outcome = _acquire_group_in_transaction(names, run_id, request, label, key, timeout_ms)
+    if isinstance(outcome, LimitsError):
+        raise outcome
+    return outcome
+
+
+def _check_limits(limit_names: object) -> list[str]:
+    if (
+        isinstance(limit_names, str)
+        or not isinstance(limit_names, list | tuple)
+        or not 1 <= len(limit_names) <= keys.MAX_GROUP
+        or not all(isinstance(name, str) for name in limit_names)
+        or len(set(limit_names)) != len(limit_names)
+    ):
+        raise LimitsError(BAD_LIMITS, field="limits")
+    return list(limit_names)
+
+
+def _plain(limit_name: str) -> bool:
+    """Whether the limit (read without a lock) takes the one-queue rules: no key pools in force
+    and no keyed or group entry waiting. Unknown names are left to the usual error."""
+    if not is_storable_text(limit_name):
+        return True
+    limit = Limit.objects.filter(name=limit_name).first()
+    return limit is None or limit.is_plain
+
+
+def _acquire_group_in_transaction(
+    names: list[str], run_id: str, request: str, label: str, key: str, timeout_ms: int
+) -> Acquisition | LimitsError:
+    previous = _previous_group_outcome(request)
+    if previous is not None:
+        return previous
+    found = {limit.name: limit.id for limit in Limit.objects.filter(name__in=names)}
+    for name in names:
+        if name not in found:
+            return LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
+    locked = keys.lock(found.values())
+    mine = [locked[found[name]] for name in names]
+    for limit in mine:
+        if not limit.declared:
+            return LimitsError(UNDECLARED_LIMIT.format(name=limit.name), field="limit")
+    now = max(rules.clock(limit) for limit in locked.values())
+    for limit in locked.values():
+        limit.last_event_at = now
+    size = len(mine)
+    if all(lim.waiting_count == 0 and lim.in_use < lim.capacity and keys.pools(lim).has_room(key) for lim in mine):
+        slots = [
+            keys.grant_busy(lim, run_id=run_id, request=request, label=label, key=key, group_size=size, now=now)
+            for lim in mine
+        ]
+        _save(locked)
+        return _busy(names, request, key, [slot.id for slot in slots])
+    deadline = now + timedelta(milliseconds=timeout_ms)
+    for limit in mine:
+        keys.join(
+            limit,
+            run_id=run_id,
+            request=request,
+            label=label,
+            key=key,
+            group_size=size,
+            now=now,
+            deadline=deadline,
+            timeout_ms=timeout_ms,
+        )
+    changes = Changes()
+    keys.settle(locked, now, changes)
+    granted = keys.group_slots(request, locked)
+    if granted:
+        changes.woken.remove(run_id)
+        keys.confirm_group(granted, now, changes)
+    _save(locked)
+    rules.wake_on_commit(changes.woken)
+    if granted:
+        by_limit = {slot.limit_id: slot.id for slot in granted}
+        return _busy(names, request, key, [by_limit[found[name]] for name in names])
+    return Acquisition(
+        "waiting", names[0], request, timeout_ms=timeout_ms, deadline=deadline, limits=tuple(names), key=key
+    )
+
+
+def _busy(names: list[str], request: str, key: str, slot_ids: list[str]) -> Acquisition:
+    return Acquisition(
+        "busy",
+        names[0],
+        request,
+        slot_id=slot_ids[0],
+        slots=tuple(zip(names, slot_ids, strict=True)),
+        limits=tuple(names),
+        key=key,
+    )
+
+
+def _save(locked: dict[int, Limit]) -> None:
+    for limit in locked.values():
+        rules.save_counters(limit)
+
+
+def _previous_group_outcome(request: str) -> Acquisition | None:
+    """What became of an earlier acquire_group call with this request (confirming its
+    reservations together), or None for a new request."""
+    if not _request_seen(request):
+        return None
+    slots = list(Slot.objects.filter(request=request).select_related("limit").order_by("limit_id"))
+    live = [slot for slot in slots if slot.is_live]
+    if live:
+        if any(slot.state == Slot.State.RESERVED for slot in live):
+            locked = keys.lock({slot.limit_id for slot in live})
+            now = max(rules.clock(limit) for limit in locked.values())
+            changes = Changes()
+            mine = keys.group_slots(request, locked)
+            confirmed = keys.confirm_group(mine, now, changes) if mine else False
+            if not confirmed:
+                for limit in locked.values():
+                    rules.settle(limit, now, changes, locked)
+            _save(locked)
+            rules.wake_on_commit(changes.woken)
+            return _previous_group_outcome(request)
+        names = [slot.limit.name for slot in live]
+        return _busy(names, request, live[0].key, [slot.id for slot in live])
+    entries = list(QueueEntry.objects.filter(request=request).select_related("limit").order_by("-id"))
+    if entries:
+        # The latest round: the entries joined together (at first, or when a lapse requeued them).
+        latest = entries[: entries[0].group_size]
+        names = [e.limit.name for e in sorted(latest, key=lambda e: e.limit_id)]
+        first, states = latest[0], {e.state for e in latest}
+        common = {"limits": tuple(names), "key": first.key}
+        if states == {QueueEntry.State.WAITING}:
+            return Acquisition(
+                "waiting", names[0], request, timeout_ms=first.timeout_ms, deadline=first.deadline, **common
+            )
+        if QueueEntry.State.TIMED_OUT in states:
+            return Acquisition(
+                "timed_out", names[0], request, timeout_ms=first.timeout_ms, deadline=first.deadline, **common
+            )
+        if QueueEntry.State.CANCELLED in states or QueueEntry.State.WAITING in states:
+            return Acquisition("cancelled", names[0], request, **common)
+        if not any(slot.queue_entry_id == first.id for slot in slots):
+            return _previous_group_outcome(request)  # granted after the slots were read: read again
+    confirmed = [slot for slot in slots if slot.confirmed_at is not None]
+    if confirmed:
+        newest = max(slot.granted_at for slot in confirmed)
+        held = [slot for slot in confirmed if slot.granted_at == newest]
+        return _busy([slot.limit.name for slot in held], request, held[0].key, [slot.id for slot in held])
+    if slots:
+        return Acquisition("cancelled", slots[0].limit.name, request)
+    return None
+
+
 def confirm(slot_id: str) -> bool:
     """Turn a reserved slot busy, if its 2 minutes have not passed. A late confirm lapses the
-    reservation as the sweep would (3.6) and returns False."""
+    reservation as the sweep would (3.6) and returns False. A slot of a group is confirmed with
+    the rest of its group (10.2)."""
     if server.available() and is_storable_text(slot_id):
         fast = server.confirm(slot_id)
         if fast is not server.NOT_HANDLED_HERE:
             return bool(fast)
     with transaction.atomic(savepoint=False):
-        slot = rules.locked_slot(slot_id)
-        if slot is None or slot.state != Slot.State.RESERVED:
+        found = _locked_slot(slot_id)
+        if found is None or found[0].state != Slot.State.RESERVED:
             return False
-        changes = Changes()
-        confirmed = rules.confirm_locked(slot.limit, slot, rules.clock(slot.limit), changes)
-        rules.save_counters(slot.limit)
+        slot, locked = found
+        now, changes = rules.clock_all(locked), Changes()
+        if slot.group_size > 1:
+            confirmed = keys.confirm_group(keys.group_slots(slot.request, locked), now, changes)
+            if not confirmed:
+                rules.settle_all(locked, now, changes)
+        else:
+            confirmed = rules.confirm_locked(slot.limit, slot, now, changes)
+        rules.save_all(locked)
         rules.wake_on_commit(changes.woken)
         return confirmed
+
+
+def _locked_slot(slot_id: str) -> tuple[Slot, dict[int, Limit]] | None:
+    """Lock the slot's limit (with the other limits of its groups, in id order), then read the
+    slot: every change of a slot happens under its limit's lock."""
+    if not is_storable_text(slot_id):
+        return None
+    limit_id = Slot.objects.filter(id=slot_id).values_list("limit_id", flat=True).first()
+    if limit_id is None:
+        return None
+    locked = keys.lock([limit_id])
+    slot = Slot.objects.select_related("queue_entry").get(id=slot_id)
+    slot.limit = locked[limit_id]
+    return slot, locked
 
 
 def release(slot_id: str, *, actor: str | None = None) -> bool:
@@ -99,7 +308,9 @@ def release(slot_id: str, *, actor: str | None = None) -> bool:
 
     Returns False and changes nothing for a slot already free, taken back, or unknown (safe to
     retry). With an `actor` (an operator) the release is recorded as an audit event. A released
-    reservation sends its run back to the end of the queue, keeping its deadline, as a lapse does.
+    reservation sends its run back to the end of the queue, keeping its deadline, as a lapse does;
+    a reservation of a group sends the whole group back (10.2). A busy slot of a group is
+    released on its own (10.1).
     """
     if not isinstance(slot_id, str):
         return False
@@ -110,19 +321,23 @@ def release(slot_id: str, *, actor: str | None = None) -> bool:
             rules.wake_on_commit(woken)
             return released
     with transaction.atomic(savepoint=False):
-        slot = rules.locked_slot(slot_id)
-        if slot is None or not slot.is_live:
+        found = _locked_slot(slot_id)
+        if found is None or not found[0].is_live:
             return False
+        slot, locked = found
         limit, changes = slot.limit, Changes()
-        now = rules.clock(limit)
-        Slot.objects.filter(id=slot.id).update(state=Slot.State.RELEASED, freed_at=now, freed_by=actor or "")
-        if slot.state == Slot.State.BUSY:
-            limit.busy_count -= 1
+        now = rules.clock_all(locked)
+        if slot.state == Slot.State.RESERVED and slot.group_size > 1:
+            reserved = [s for s in keys.group_slots(slot.request, locked) if s.state == Slot.State.RESERVED]
+            keys.lapse_group(reserved, now, changes, state=Slot.State.RELEASED)
+            changes.lapsed -= len(reserved)
         else:
-            limit.reserved_count -= 1
-            rules.requeue(limit, [slot], now)
-        rules.settle(limit, now, changes)
-        rules.save_counters(limit)
+            Slot.objects.filter(id=slot.id).update(state=Slot.State.RELEASED, freed_at=now, freed_by=actor or "")
+            keys.count_slots_freed(limit, [slot])
+            if slot.state == Slot.State.RESERVED:
+                rules.requeue(limit, [slot], now)
+        rules.settle_all(locked, now, changes)
+        rules.save_all(locked)
         if actor is not None:
             rules.audit(limit, actor, AuditEvent.Action.RELEASE, now, slot_id=slot.id, old=slot.state, new="released")
         rules.wake_on_commit(changes.woken)
@@ -149,26 +364,32 @@ def end_run(run_id: str) -> int:
     ended = 0
     with transaction.atomic(savepoint=False):
         changes = Changes()
+        waiting = QueueEntry.objects.filter(run_id=run_id, state=QueueEntry.State.WAITING)
         ending_slots = Slot.objects.filter(run_id=run_id).filter(
             Q(state=Slot.State.RESERVED) | Q(state=Slot.State.BUSY, ends_with_run=True)
         )
-        limit_ids = set(
-            QueueEntry.objects.filter(run_id=run_id, state=QueueEntry.State.WAITING).values_list("limit_id", flat=True)
-        ) | set(ending_slots.values_list("limit_id", flat=True))
-        for limit in Limit.objects.select_for_update().filter(id__in=limit_ids).order_by("id"):
-            now = rules.clock(limit)
-            cancelled = QueueEntry.objects.filter(limit=limit, run_id=run_id, state=QueueEntry.State.WAITING).update(
-                state=QueueEntry.State.CANCELLED, finished_at=now
-            )
-            freed = Counter(ending_slots.filter(limit=limit).values_list("state", flat=True))
+        limit_ids = set(waiting.values_list("limit_id", flat=True)) | set(
+            ending_slots.values_list("limit_id", flat=True)
+        )
+        if not limit_ids:
+            return 0
+        locked = keys.lock(limit_ids)
+        now = rules.clock_all(locked)
+        for limit_id in sorted(limit_ids):
+            limit = locked[limit_id]
+            cancelled = list(waiting.filter(limit=limit))
+            if cancelled:
+                QueueEntry.objects.filter(id__in=[e.id for e in cancelled]).update(
+                    state=QueueEntry.State.CANCELLED, finished_at=now
+                )
+                keys.count_entries(limit, cancelled, waiting=-1)
+            freed = list(ending_slots.filter(limit=limit))
             if freed:
-                ending_slots.filter(limit=limit).update(state=Slot.State.RUN_ENDED, freed_at=now)
-            limit.waiting_count -= cancelled
-            limit.reserved_count -= freed[Slot.State.RESERVED.value]
-            limit.busy_count -= freed[Slot.State.BUSY.value]
-            rules.settle(limit, now, changes)
-            rules.save_counters(limit)
-            ended += cancelled + freed.total()
+                Slot.objects.filter(id__in=[slot.id for slot in freed]).update(state=Slot.State.RUN_ENDED, freed_at=now)
+                keys.count_slots_freed(limit, freed)
+            ended += len(cancelled) + len(freed)
+        rules.settle_all(locked, now, changes)
+        rules.save_all(locked)
         rules.wake_on_commit(changes.woken)
     return ended
 
@@ -214,18 +435,8 @@ def _previous_outcome(request: str) -> Acquisition | None:
     slots = list(Slot.objects.filter(request=request).select_related("limit", "queue_entry"))
     live = next((slot for slot in slots if slot.is_live), None)
     if live is not None and live.state == Slot.State.RESERVED:
-        locked = rules.locked_slot(live.id)
-        if locked is None or locked.state != Slot.State.RESERVED:
-            return _previous_outcome(request)
-        changes = Changes()
-        confirmed = rules.confirm_locked(locked.limit, locked, rules.clock(locked.limit), changes)
-        rules.save_counters(locked.limit)
-        rules.wake_on_commit(changes.woken)
-        return (
-            Acquisition("busy", locked.limit.name, request, slot_id=locked.id)
-            if confirmed
-            else _previous_outcome(request)
-        )
+        confirmed = confirm(live.id)
+        return Acquisition("busy", live.limit.name, request, slot_id=live.id) if confirmed else _previous_outcome(request)
     if live is not None:
         return Acquisition("busy", live.limit.name, request, slot_id=live.id)
     entries = sorted(QueueEntry.objects.filter(request=request).select_related("limit"), key=lambda e: e.position)

@@ -7,10 +7,11 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from limits.durations import parse_duration
-from limits.engine import rules
+from limits.engine import keys, rules
 from limits.engine.results import SweepReport
 from limits.engine.rules import EFFECTIVE_CAPACITY, HAS_FREE_CAPACITY, SWEEP_ACTOR, Changes
 from limits.models import AuditEvent, Limit, QueueEntry, Slot, SweepState
@@ -58,9 +59,13 @@ def sweep() -> SweepReport:
     )
     for limit_id in sorted(limit_ids):
         with transaction.atomic(durable=True):
-            limit = Limit.objects.select_for_update().get(id=limit_id)
-            now, changes = rules.clock(limit), Changes()
-            expired = Slot.objects.filter(limit=limit, state=Slot.State.BUSY, expires_at__lte=now).update(
+            locked = keys.lock([limit_id])
+            limit, changes = locked[limit_id], Changes()
+            now = rules.clock_all(locked)
+            past_expiry = Q(state=Slot.State.BUSY, expires_at__lte=now)
+            if limit.keyed_busy_count:
+                keys.keyed_expired(limit, past_expiry)
+            expired = Slot.objects.filter(past_expiry, limit=limit).update(
                 state=Slot.State.EXPIRED, freed_at=now, freed_by=SWEEP_ACTOR
             )
             if expired:
@@ -71,11 +76,15 @@ def sweep() -> SweepReport:
                 .select_related("queue_entry")
                 .order_by("queue_entry__position")
             )
-            if lapsed:
-                rules.lapse(limit, lapsed, now, changes)
+            singles = [slot for slot in lapsed if slot.group_size == 1]
+            if singles:
+                rules.lapse(limit, singles, now, changes)
+            for request in dict.fromkeys(slot.request for slot in lapsed if slot.group_size > 1):
+                group = [slot for slot in keys.group_slots(request, locked) if slot.state == Slot.State.RESERVED]
+                keys.lapse_group(group, now, changes)  # the whole group goes back together (10.2)
             rules.time_out(limit, now, changes)
-            rules.settle(limit, now, changes)
-            rules.save_counters(limit)
+            rules.settle_all(locked, now, changes)
+            rules.save_all(locked)
             rules.wake_on_commit(changes.woken)
         report.limits += 1
         report.expired += expired

@@ -3,7 +3,8 @@
 -- docstring). Each takes the limit's row lock inside the server, so the lock is held for the
 -- statements and the commit only, never across a round trip to Python. A case a function does not
 -- handle (an unknown or undeclared limit, a late confirm, releasing a reservation, free capacity
--- beside waiting runs, an earlier outcome of the request other than a live slot) answers 'slow' (limits.engine.server: NOT_HANDLED_HERE)
+-- beside waiting runs, an earlier outcome of the request other than a live slot, a limit that is
+-- not plain or a slot with a key or a group: SPEC 9, 10) answers 'slow' (limits.engine.server: NOT_HANDLED_HERE)
 -- before it changes anything, and the service goes on in Python in the same transaction.
 --
 -- Times: the caller passes timezone.now() read before the call, so a function writes
@@ -32,6 +33,18 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(l.capacity_override, l.declared_cap
 CREATE OR REPLACE FUNCTION limits_max_hold(l limits_limit) RETURNS interval
 LANGUAGE sql IMMUTABLE AS $$
     SELECT coalesce(l.max_hold_override_ms, l.declared_max_hold_ms) * interval '1 millisecond'
+$$;
+
+-- Limit.is_plain: no per_key in force and no keyed or group entry waiting. Only a plain limit's
+-- capacity is handed out here; the rest is limits.engine.keys in Python (SPEC 9, 10).
+-- PL/pgSQL, not SQL: an SQL function's body is checked at creation, and these columns come with
+-- limits/0011, after the first migration that installs this file (limits/sql/__init__.py).
+CREATE OR REPLACE FUNCTION limits_is_plain(l limits_limit) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN l.declared_per_key IS NULL AND l.per_key_override IS NULL
+           AND l.keyed_waiting_count = 0 AND l.group_waiting_count = 0;
+END
 $$;
 
 -- limits.engine.rules.clock: a change to a locked limit is never stamped before its last one.
@@ -130,10 +143,15 @@ DECLARE
     v_now timestamptz;
     v_state text;
     v_reserved_until timestamptz;
+    v_key text;
+    v_group smallint;
 BEGIN
-    SELECT limit_id INTO v_limit FROM limits_slot WHERE id = p_slot;
+    SELECT limit_id, key, group_size INTO v_limit, v_key, v_group FROM limits_slot WHERE id = p_slot;
     IF NOT FOUND THEN
         RETURN 'gone';
+    END IF;
+    IF v_key <> '' OR v_group > 1 THEN
+        RETURN 'slow';  -- a key pool's counters, or a group confirmed together: the Python rules
     END IF;
     SELECT limits_clock(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = v_limit FOR UPDATE;
     SELECT state, reserved_until INTO v_state, v_reserved_until FROM limits_slot WHERE id = p_slot;
@@ -161,6 +179,8 @@ DECLARE
     v_limit bigint;
     v_now timestamptz;
     v_state text;
+    v_key text;
+    l limits_limit;
     settled record;
 BEGIN
     woken := '{}';
@@ -169,9 +189,10 @@ BEGIN
         outcome := 'gone';
         RETURN;
     END IF;
-    SELECT limits_clock(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = v_limit FOR UPDATE;
-    SELECT state INTO v_state FROM limits_slot WHERE id = p_slot;
-    IF v_state = 'reserved' THEN
+    SELECT * INTO l FROM limits_limit WHERE id = v_limit FOR UPDATE;
+    v_now := limits_clock(p_now, l.last_event_at);
+    SELECT state, key INTO v_state, v_key FROM limits_slot WHERE id = p_slot;
+    IF v_state = 'reserved' OR v_key <> '' OR NOT limits_is_plain(l) THEN
         outcome := 'slow';
         RETURN;
     END IF;
@@ -216,7 +237,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO l FROM limits_limit WHERE name = p_name FOR UPDATE;
-    IF NOT FOUND OR NOT l.declared
+    IF NOT FOUND OR NOT l.declared OR NOT limits_is_plain(l)
        OR (l.waiting_count > 0
            AND l.busy_count + l.reserved_count < limits_capacity(l)) THEN
         outcome := 'slow';

@@ -49,11 +49,26 @@
   // Live regions (data-poll-while-visible) poll every few seconds and on visibilitychange, but
   // only while the tab is visible. Decided here rather than in an hx-trigger filter, because
   // htmx evaluates filters with Function(), which the Content-Security-Policy forbids.
+  //
+  // Nor while the operator is editing inside the region (a key's pool size, the key filter): a
+  // refresh would replace the field under their fingers. Editing means a field holds what was
+  // typed but not yet sent, or the focus is in a form whose value was refused (its message must
+  // stay next to it). The next poll after that goes through. (A field with hx-preserve, the key
+  // filter, is never replaced, so it holds nothing back.)
+  function editing(region) {
+    const fields = region.querySelectorAll("input[type=text]:not([hx-preserve]), input[type=search]:not([hx-preserve]), textarea");
+    for (const field of fields) {
+      if (field.value !== field.defaultValue) return true;
+    }
+    const active = document.activeElement;
+    const form = active && region.contains(active) ? active.closest("form") : null;
+    return Boolean(form && form.querySelector('[aria-invalid="true"]'));
+  }
+
   document.addEventListener("htmx:beforeRequest", function (event) {
     const elt = event.detail.elt;
-    if (document.visibilityState !== "visible" && elt && elt.hasAttribute && elt.hasAttribute("data-poll-while-visible")) {
-      event.preventDefault();
-    }
+    if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-poll-while-visible")) return;
+    if (document.visibilityState !== "visible" || editing(elt)) event.preventDefault();
   });
 
   document.addEventListener("click", function (event) {

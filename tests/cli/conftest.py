@@ -60,3 +60,26 @@ def calls():
     for n in (3, 4):
         acquire("voice-calls", run_id=f"r{n}", label=f"call-{n}", timeout="1h")
     return slots
+
+
+def seed_tenants() -> None:
+    """voice-calls (capacity 4, per_key 2, max hold 45m) and partner-api (capacity 5, no per_key):
+    acme holds 2 (r1, r2) and r3 of acme waits for acme's full pool; globex holds 1 (r4); r5
+    holds one without a key; then the total is full and r6 of globex waits."""
+    declare(
+        voice_calls={"capacity": 4, "max_hold": "45m", "per_key": 2},
+        partner_api={"capacity": 5, "max_hold": "10m"},
+    )
+    from limits.services import acquire
+
+    acquire("voice-calls", run_id="r1", key="acme", label="call-1")
+    acquire("voice-calls", run_id="r2", key="acme", label="call-2")
+    acquire("voice-calls", run_id="r3", key="acme", label="call-3", timeout="1h")
+    acquire("voice-calls", run_id="r4", key="globex", label="call-4")
+    acquire("voice-calls", run_id="r5", label="call-5")
+    acquire("voice-calls", run_id="r6", key="globex", label="call-6", timeout="1h")
+
+
+@pytest.fixture
+def tenants() -> None:
+    seed_tenants()

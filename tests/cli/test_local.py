@@ -108,6 +108,9 @@ def test_slots_json_lists_slots_busy_first_then_the_queue_in_order(calls) -> Non
             "position": 1,
             "run": "r4",
             "label": "call-4",
+            "key": None,
+            "group_size": 1,
+            "group": None,
             "waiting_since": payload["queue"][0]["waiting_since"],
             "deadline": payload["queue"][0]["deadline"],
         }

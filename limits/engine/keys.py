@@ -1,0 +1,478 @@
+"""Keys and several limits per acquisition (SPEC 9, 10): the rules that hand out capacity when a
+limit has key pools or waiting groups. One home each: the key pool's room (`Pools.has_room`), the
+grant over a set of locked limits (`settle`), all-or-nothing (`_grant_group`), passed-over and
+owed runs (`_mark_passed_over`, `owed_barrier`), the group's confirm and lapse.
+
+A limit with no per_key in force and no keyed or group entry waiting is *plain*
+(`Limit.is_plain`): its capacity goes to the head of its one queue by the rules of
+limits.engine.rules (and, on PostgreSQL, by the fast path). Everything else comes here.
+
+Must never happen (limits.verify checks each from the rows):
+- a key pool holds more busy + reserved slots than its size, or a limit more than its capacity;
+- a run holds some slots of a group but not all (no partial group is ever granted or confirmed);
+- a waiting run that could have been granted (its key pool and every limit it needs had room,
+  and nothing was held for an owed run) is passed by a younger run of the same limit;
+- a younger run is granted a slot of a limit while an owed run of that limit waits.
+
+Locks: every function here runs under the row locks of the limits it is given, taken in id order
+by `lock` (with the limits of every group waiting in their queues), so two acquisitions of
+crossing limits (A+B and B+A) never deadlock. A group whose limits are not all locked is left
+waiting (the next release of one of its limits, or the sweep within 15 s, takes it up).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta
+
+from django.db.models import Count, F, Q, QuerySet
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from limits.engine.results import RESERVATION_MS, Changes
+from limits.models import Limit, LimitKey, QueueEntry, Slot
+
+OWED_AFTER_MS = 2 * 60 * 1000  # SPEC 10.4: passed over and waiting longer than this: owed
+SCAN_BATCH = 500
+MAX_GROUP = 3
+
+
+class Pools:
+    """The key pools of one locked limit: rows read when first needed, changed in memory with the
+    limit's counters, written by `save` (rules.save_counters). The no-key pool has no row: its
+    figures are the limit's counters minus the keyed ones."""
+
+    def __init__(self, limit: Limit) -> None:
+        self.limit = limit
+        self.rows: dict[str, LimitKey | None] = {}
+        self.dirty: set[str] = set()
+
+    def row(self, key: str, *, create: bool = False) -> LimitKey | None:
+        row = self.rows.get(key)
+        if row is None and (key not in self.rows or create):
+            row = LimitKey.objects.filter(limit=self.limit, key=key).first()
+            if row is None and create:
+                row = LimitKey.objects.create(limit=self.limit, key=key)
+            self.rows[key] = row
+        return row
+
+    def size(self, key: str) -> int | None:
+        """The pool's size in force: the key's own override, else the limit's per_key; None when
+        only the total applies (SPEC 9.1, 9.4)."""
+        if key:
+            row = self.row(key)
+            if row is not None and row.pool_override is not None:
+                return row.pool_override
+        return self.limit.per_key
+
+    def in_use(self, key: str) -> int:
+        if key:
+            row = self.row(key)
+            return 0 if row is None else row.in_use
+        limit = self.limit
+        return limit.in_use - limit.keyed_busy_count - limit.keyed_reserved_count
+
+    def has_room(self, key: str) -> bool:
+        size = self.size(key)
+        return size is None or self.in_use(key) < size
+
+    def add(self, key: str, *, busy: int = 0, reserved: int = 0, waiting: int = 0) -> None:
+        """Count a change of the key's slots or entries (the caller changes the limit's own
+        counters)."""
+        if not key:
+            return
+        row = self.row(key, create=True)
+        assert row is not None
+        row.busy_count += busy
+        row.reserved_count += reserved
+        row.waiting_count += waiting
+        self.limit.keyed_busy_count += busy
+        self.limit.keyed_reserved_count += reserved
+        self.limit.keyed_waiting_count += waiting
+        self.dirty.add(key)
+
+    def full_keys(self) -> set[str]:
+        """Keys whose pool has no room now ("" for the no-key pool): a query on the pool rows,
+        then the rows changed in memory."""
+        limit = self.limit
+        size = Coalesce("pool_override", limit.per_key) if limit.per_key is not None else F("pool_override")
+        full = set(
+            LimitKey.objects.filter(limit=limit)
+            .alias(size=size)
+            .filter(size__isnull=False, size__lte=F("busy_count") + F("reserved_count"))
+            .values_list("key", flat=True)
+        )
+        for key, row in self.rows.items():
+            if row is not None:
+                full.discard(key)
+                if not self.has_room(key):
+                    full.add(key)
+        if not self.has_room(""):
+            full.add("")
+        return full
+
+    def save(self) -> None:
+        for key in self.dirty:
+            row = self.rows[key]
+            assert row is not None
+            LimitKey.objects.filter(id=row.id).update(
+                busy_count=row.busy_count, reserved_count=row.reserved_count, waiting_count=row.waiting_count
+            )
+        self.dirty.clear()
+
+
+def pools(limit: Limit) -> Pools:
+    """The Pools of this locked limit object (one per object, so changes add up)."""
+    found: Pools | None = limit.__dict__.get("_pools")
+    if found is None:
+        found = limit.__dict__["_pools"] = Pools(limit)
+    return found
+
+
+# --- locks ---------------------------------------------------------------------------------------
+
+
+def partners(limit_ids: Iterable[int]) -> set[int]:
+    """The limits of every group waiting in, or reserved from, these limits (read without locks:
+    `lock` takes them all in id order)."""
+    ids = set(limit_ids)
+    if not ids:
+        return set()
+    waiting = QueueEntry.objects.filter(limit_id__in=ids, state=QueueEntry.State.WAITING, group_size__gt=1)
+    reserved = Slot.objects.filter(limit_id__in=ids, state=Slot.State.RESERVED, group_size__gt=1)
+    found = set(
+        QueueEntry.objects.filter(
+            request__in=waiting.values("request"), state=QueueEntry.State.WAITING
+        ).values_list("limit_id", flat=True)
+    )
+    found |= set(
+        Slot.objects.filter(request__in=reserved.values("request"), state=Slot.State.RESERVED).values_list(
+            "limit_id", flat=True
+        )
+    )
+    return found
+
+
+def lock(limit_ids: Iterable[int]) -> dict[int, Limit]:
+    """Lock these limits and their groups' other limits, in id order; {id: locked limit}."""
+    ids = set(limit_ids)
+    if Limit.objects.filter(id__in=ids, group_waiting_count__gt=0).exists() or Slot.objects.filter(
+        limit_id__in=ids, state=Slot.State.RESERVED, group_size__gt=1
+    ).exists():
+        ids |= partners(ids)
+    return {limit.id: limit for limit in Limit.objects.select_for_update().filter(id__in=ids).order_by("id")}
+
+
+# --- joining and leaving the queue ---------------------------------------------------------------
+
+
+def count_entries(limit: Limit, entries: Iterable[QueueEntry], *, waiting: int) -> None:
+    """Entries joined (waiting=+1) or left (-1) a locked limit's queue: its counters and pools."""
+    for entry in entries:
+        limit.waiting_count += waiting
+        pools(limit).add(entry.key, waiting=waiting)
+        if entry.group_size > 1:
+            limit.group_waiting_count += waiting
+
+
+def count_slots_freed(limit: Limit, slots: Iterable[Slot]) -> None:
+    """Busy or reserved slots of a locked limit were freed: its counters and pools."""
+    for slot in slots:
+        if slot.state == Slot.State.BUSY:
+            limit.busy_count -= 1
+            pools(limit).add(slot.key, busy=-1)
+        else:
+            limit.reserved_count -= 1
+            pools(limit).add(slot.key, reserved=-1)
+
+
+def time_out(limit: Limit, now: datetime, changes: Changes) -> None:
+    """Waits past their deadline leave the queue (3.3), entry by entry for their pools."""
+    stale = list(QueueEntry.objects.filter(limit=limit, state=QueueEntry.State.WAITING, deadline__lte=now))
+    if not stale:
+        return
+    QueueEntry.objects.filter(id__in=[entry.id for entry in stale]).update(
+        state=QueueEntry.State.TIMED_OUT, finished_at=now
+    )
+    count_entries(limit, stale, waiting=-1)
+    changes.timed_out += len(stale)
+    changes.woken.extend(entry.run_id for entry in stale)
+
+
+# --- the grant -----------------------------------------------------------------------------------
+
+
+def owed_barrier(limit: Limit, now: datetime) -> QueueEntry | None:
+    """The oldest owed run waiting for this limit (10.4): passed over, and waiting longer than
+    OWED_AFTER_MS. No younger run of the limit is granted while it waits."""
+    return (
+        QueueEntry.objects.filter(
+            limit=limit,
+            state=QueueEntry.State.WAITING,
+            passed_over_at__isnull=False,
+            enqueued_at__lte=now - timedelta(milliseconds=OWED_AFTER_MS),
+        )
+        .order_by("position")
+        .first()
+    )
+
+
+def held(limit: Limit, now: datetime | None = None) -> int:
+    """Free capacity held for an owed run (shown as held in Studio): all of it while one waits."""
+    if limit.group_waiting_count == 0 or owed_barrier(limit, now or timezone.now()) is None:
+        return 0
+    return max(limit.capacity - limit.in_use, 0)
+
+
+class _Grant:
+    """One settle over a set of locked limits."""
+
+    def __init__(self, locked: dict[int, Limit], now: datetime, changes: Changes) -> None:
+        self.locked, self.now, self.changes = locked, now, changes
+        self.barriers: dict[int, QueueEntry | None] = {}
+        # Per limit: waiting group entries seen with room in their key pool but not granted.
+        self.blocked: dict[int, list[QueueEntry]] = {}
+        self.decided: set[str] = set()  # group requests already granted or found blocked
+
+    def barrier(self, limit: Limit) -> QueueEntry | None:
+        if limit.id not in self.barriers:
+            self.barriers[limit.id] = owed_barrier(limit, self.now) if limit.group_waiting_count else None
+        return self.barriers[limit.id]
+
+    def open_to(self, limit: Limit, entry: QueueEntry) -> bool:
+        """Whether this limit can give `entry` a slot now: total, key pool, and no owed run
+        ahead of it (10.4)."""
+        if limit.in_use >= limit.capacity or not pools(limit).has_room(entry.key):
+            return False
+        barrier = self.barrier(limit)
+        return barrier is None or entry.position <= barrier.position
+
+    def run(self) -> None:
+        for entry in self._candidates():
+            limit = self.locked[entry.limit_id]
+            if not self.open_to(limit, entry):
+                continue
+            if entry.group_size == 1:
+                self._grant([entry])
+                continue
+            if entry.request in self.decided:
+                continue
+            group = self._group(entry)
+            if group is not None and all(self.open_to(self.locked[e.limit_id], e) for e in group):
+                self._grant(group)
+            else:
+                self.decided.add(entry.request)
+                self.blocked.setdefault(limit.id, []).append(entry)
+
+    def _candidates(self) -> Iterator[QueueEntry]:
+        """Waiting entries of the locked limits with room, oldest first over all of them (entry
+        ids follow arrival; within one limit they follow the position), skipping full pools."""
+        streams = [self._stream(limit) for limit in self.locked.values() if limit.waiting_count]
+        return heapq.merge(*streams, key=lambda entry: entry.id)
+
+    def _stream(self, limit: Limit) -> Iterator[QueueEntry]:
+        after = 0
+        while limit.in_use < limit.capacity:
+            rows = QueueEntry.objects.filter(limit=limit, state=QueueEntry.State.WAITING, position__gt=after)
+            full = pools(limit).full_keys()
+            if full:
+                rows = rows.exclude(key__in=full)
+            barrier = self.barrier(limit)
+            if barrier is not None:
+                rows = rows.filter(position__lte=barrier.position)
+            batch = list(rows.order_by("position")[:SCAN_BATCH])
+            if not batch:
+                return
+            for entry in batch:
+                yield entry
+            after = batch[-1].position
+
+    def _group(self, entry: QueueEntry) -> list[QueueEntry] | None:
+        """Every waiting entry of this entry's group, if all are here and their limits locked."""
+        group = list(QueueEntry.objects.filter(request=entry.request, state=QueueEntry.State.WAITING))
+        if len(group) != entry.group_size or any(e.limit_id not in self.locked for e in group):
+            return None
+        return group
+
+    def _grant(self, entries: list[QueueEntry]) -> None:
+        """Reserve one slot per entry, together (3.5, 10.2), and mark the runs this grant passes."""
+        now = self.now
+        QueueEntry.objects.filter(id__in=[e.id for e in entries]).update(
+            state=QueueEntry.State.GRANTED, finished_at=now
+        )
+        slots = []
+        for entry in entries:
+            limit = self.locked[entry.limit_id]
+            slots.append(
+                Slot(
+                    limit=limit,
+                    run_id=entry.run_id,
+                    request=entry.request,
+                    label=entry.label,
+                    key=entry.key,
+                    group_size=entry.group_size,
+                    state=Slot.State.RESERVED,
+                    queue_entry=entry,
+                    granted_at=now,
+                    reserved_until=now + timedelta(milliseconds=RESERVATION_MS),
+                    expires_at=now + timedelta(milliseconds=limit.max_hold_ms),
+                )
+            )
+            count_entries(limit, [entry], waiting=-1)
+            limit.reserved_count += 1
+            pools(limit).add(entry.key, reserved=1)
+            self._mark_passed_over(limit, entry)
+            barrier = self.barriers.get(limit.id)
+            if barrier is not None and barrier.id == entry.id:
+                del self.barriers[limit.id]  # the owed run got its slots: the next one, if any
+        Slot.objects.bulk_create(slots)
+        self.changes.granted += len(entries)
+        self.changes.woken.append(entries[0].run_id)
+
+    def _mark_passed_over(self, limit: Limit, granted: QueueEntry) -> None:
+        """Older group entries of this limit whose key pool had room were passed over (10.4)."""
+        passed = [
+            e.id
+            for e in self.blocked.get(limit.id, [])
+            if e.position < granted.position and e.passed_over_at is None and pools(limit).has_room(e.key)
+        ]
+        if passed:
+            QueueEntry.objects.filter(id__in=passed).update(passed_over_at=self.now)
+            for e in self.blocked[limit.id]:
+                if e.id in passed:
+                    e.passed_over_at = self.now
+
+
+def settle(locked: dict[int, Limit], now: datetime, changes: Changes) -> None:
+    """Hand the free capacity of the locked limits to their queues (9.3, 10.2-10.4): time out the
+    waits past their deadline, then, oldest first over all the locked limits, grant each waiting
+    run that can be granted now: its key pool and every limit it needs have room, and no owed run
+    of those limits is older. A single run is reserved its slot; a group all of its slots in this
+    transaction, or none. A run that cannot be granted does not stop younger runs behind it."""
+    for limit in locked.values():
+        if limit.waiting_count:
+            time_out(limit, now, changes)
+    _Grant(locked, now, changes).run()
+
+
+# --- a group's confirm and lapse -----------------------------------------------------------------
+
+
+def group_slots(request: str, locked: dict[int, Limit]) -> list[Slot]:
+    """The live slots of one acquisition, with their locked limits attached."""
+    slots = list(
+        Slot.objects.filter(request=request, state__in=(Slot.State.RESERVED, Slot.State.BUSY)).select_related(
+            "queue_entry"
+        )
+    )
+    for slot in slots:
+        slot.limit = locked[slot.limit_id]
+    return slots
+
+
+def confirm_group(slots: list[Slot], now: datetime, changes: Changes) -> bool:
+    """The run confirms its reserved slots together (3.5, 10.2): all turn busy if their 2 minutes
+    have not passed; otherwise they all lapse and the run goes to the end of each queue."""
+    reserved = [slot for slot in slots if slot.state == Slot.State.RESERVED]
+    if not reserved:
+        return bool(slots)
+    if all(slot.reserved_until is not None and now <= slot.reserved_until for slot in reserved):
+        Slot.objects.filter(id__in=[slot.id for slot in reserved]).update(state=Slot.State.BUSY, confirmed_at=now)
+        for slot in reserved:
+            slot.state, slot.confirmed_at = Slot.State.BUSY, now
+            slot.limit.reserved_count -= 1
+            slot.limit.busy_count += 1
+            pools(slot.limit).add(slot.key, reserved=-1, busy=1)
+        return True
+    lapse_group(reserved, now, changes)
+    return False
+
+
+def lapse_group(reserved: list[Slot], now: datetime, changes: Changes, *, state: str = Slot.State.LAPSED) -> None:
+    """Reserved slots of one acquisition nobody confirmed in time (or an operator released):
+    all are freed, and the run moves to the end of every queue it was in, keeping its deadline
+    (3.6, 10.2)."""
+    Slot.objects.filter(id__in=[slot.id for slot in reserved]).update(state=state, freed_at=now)
+    for slot in reserved:
+        limit = slot.limit
+        limit.reserved_count -= 1
+        pools(limit).add(slot.key, reserved=-1)
+        requeue(limit, slot, now)
+    changes.lapsed += len(reserved)
+
+
+def requeue(limit: Limit, slot: Slot, now: datetime) -> None:
+    original = slot.queue_entry
+    assert original is not None, "a reserved slot always comes from the queue"
+    entry = QueueEntry.objects.create(
+        limit=limit,
+        run_id=slot.run_id,
+        request=slot.request,
+        label=slot.label,
+        key=slot.key,
+        group_size=slot.group_size,
+        position=limit.next_position,
+        enqueued_at=now,
+        deadline=original.deadline,
+        timeout_ms=original.timeout_ms,
+    )
+    limit.next_position += 1
+    count_entries(limit, [entry], waiting=1)
+
+
+def join(
+    limit: Limit,
+    *,
+    run_id: str,
+    request: str,
+    label: str,
+    key: str,
+    group_size: int,
+    now: datetime,
+    deadline: datetime,
+    timeout_ms: int,
+) -> QueueEntry:
+    entry = QueueEntry.objects.create(
+        limit=limit,
+        run_id=run_id,
+        request=request,
+        label=label,
+        key=key,
+        group_size=group_size,
+        position=limit.next_position,
+        enqueued_at=now,
+        deadline=deadline,
+        timeout_ms=timeout_ms,
+    )
+    limit.next_position += 1
+    count_entries(limit, [entry], waiting=1)
+    return entry
+
+
+def grant_busy(limit: Limit, *, run_id: str, request: str, label: str, key: str, group_size: int, now: datetime) -> Slot:
+    slot = Slot.objects.create(
+        limit=limit,
+        run_id=run_id,
+        request=request,
+        label=label,
+        key=key,
+        group_size=group_size,
+        state=Slot.State.BUSY,
+        granted_at=now,
+        confirmed_at=now,
+        expires_at=now + timedelta(milliseconds=limit.max_hold_ms),
+    )
+    limit.busy_count += 1
+    pools(limit).add(key, busy=1)
+    return slot
+
+
+def keyed_expired(limit: Limit, expired: Q) -> None:
+    """Busy keyed slots the sweep is taking back (set-based): their pools' counters."""
+    for key, count in _counts_by_key(Slot.objects.filter(expired, limit=limit).exclude(key="")):
+        pools(limit).add(key, busy=-count)
+
+
+def _counts_by_key(rows: QuerySet[Slot]) -> list[tuple[str, int]]:
+    return list(rows.values_list("key").annotate(n=Count("id")).order_by())
