@@ -1,6 +1,7 @@
-"""The Django admin for limits. Overrides go through limits.services (so capacity raises grant
-waiting runs and every change is audited); counters, slots and the queue are read-only, so the
-admin can never put a counter out of step with its rows."""
+"""The Django admin for limits. Overrides (capacity, max hold, pool size per key, a key's own
+pool) go through limits.services (so raises grant waiting runs and every change is audited);
+counters, keys' counters, slots and the queue are read-only, so the admin can never put a
+counter out of step with its rows."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import csrf_protect
 
 from limits import services
-from limits.config import CAPACITY_HELP, check_capacity
+from limits.config import CAPACITY_HELP, check_capacity, check_per_key
 from limits.durations import DURATION_HELP, DurationError, format_duration, parse_duration
-from limits.forms import duration_input
-from limits.models import AuditEvent, Limit, QueueEntry, Slot
+from limits.forms import POOL_HELP, duration_input
+from limits.models import AuditEvent, Limit, LimitKey, QueueEntry, Slot
 from studio.plumbing.access import OPERATE_LIMIT, actor
 
 SEARCH_MAX_LENGTH = 200  # the longest text any admin searches (a label)
@@ -28,10 +29,12 @@ if TYPE_CHECKING:  # the stubs' generic classes, which are not subscriptable at 
     AnyModelAdmin = admin.ModelAdmin[Any]
     _DateBoundsBase = admin.ModelAdmin[Any]  # what the mixin is mixed into
     LimitModelForm = forms.ModelForm[Limit]
+    LimitKeyModelForm = forms.ModelForm[LimitKey]
 else:
     AnyModelAdmin = admin.ModelAdmin
     _DateBoundsBase = object
     LimitModelForm = forms.ModelForm
+    LimitKeyModelForm = forms.ModelForm
 
 
 class DateBoundsMixin(_DateBoundsBase):
@@ -58,6 +61,25 @@ class BoundedSearchAdmin(DateBoundsMixin, AnyModelAdmin):
         return super().get_search_results(request, queryset, search_term)
 
 
+class SavedThroughServicesAdmin(BoundedSearchAdmin):
+    """A change form whose save calls limits.services instead of obj.save()."""
+
+    @method_decorator(csrf_protect)
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        # ModelAdmin wraps this view in transaction.atomic(); the services run their own durable
+        # transaction (the audit row commits with the change), which cannot nest inside it.
+        response: HttpResponse = self._changeform_view(  # type: ignore[attr-defined]  # Django's, not in the stubs
+            request, object_id, form_url, extra_context
+        )
+        return response
+
+
 class ReadOnlyAdmin(BoundedSearchAdmin):
     """Rows written only by the services: visible, never added, changed or deleted here. An
     operator (limits.operate_limit) may view them, so the Slots list and its release action need
@@ -82,23 +104,27 @@ class OverriddenFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
         return [
-            ("any", "Capacity or max hold"),
+            ("any", "Capacity, max hold or per key"),
             ("capacity", "Capacity"),
             ("max_hold", "Max hold"),
-            ("none", "Neither (declared values)"),
+            ("per_key", "Per key"),
+            ("none", "None (declared values)"),
         ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Limit]) -> QuerySet[Limit]:
         capacity, max_hold = Q(capacity_override__isnull=False), Q(max_hold_override_ms__isnull=False)
+        per_key = Q(per_key_override__isnull=False)
         match self.value():
             case "any":
-                return queryset.filter(capacity | max_hold)
+                return queryset.filter(capacity | max_hold | per_key)
             case "capacity":
                 return queryset.filter(capacity)
             case "max_hold":
                 return queryset.filter(max_hold)
+            case "per_key":
+                return queryset.filter(per_key)
             case "none":
-                return queryset.exclude(capacity | max_hold)
+                return queryset.exclude(capacity | max_hold | per_key)
         return queryset
 
 
@@ -115,15 +141,25 @@ class DeclaredFilter(admin.SimpleListFilter):
         return queryset
 
 
+def _whole_number(raw: str) -> int | str:
+    return int(raw) if raw.isascii() and raw.isdigit() else raw
+
+
 class LimitOverridesForm(LimitModelForm):
-    """Only the two overrides, as an operator types them; empty means 'the declared value'.
-    Checked with the same functions the services use; saved through the services."""
+    """Only the overrides, as an operator types them; empty means 'the declared value'. Checked
+    with the same functions the services use; saved through the services."""
 
     capacity = forms.CharField(
         required=False, max_length=20, help_text=f"Empty: use the declared value. Otherwise {CAPACITY_HELP}."
     )
     max_hold = forms.CharField(
         required=False, max_length=32, help_text=f"Empty: use the declared value. Otherwise {DURATION_HELP}."
+    )
+    per_key = forms.CharField(
+        required=False,
+        max_length=20,
+        label="Pool size per key",
+        help_text=f"Empty: use the declared value (none declared: only the total applies). Otherwise {POOL_HELP}.",
     )
 
     class Meta:
@@ -138,13 +174,14 @@ class LimitOverridesForm(LimitModelForm):
             self.initial["max_hold"] = (
                 "" if limit.max_hold_override_ms is None else duration_input(limit.max_hold_override_ms)
             )
+            self.initial["per_key"] = "" if limit.per_key_override is None else str(limit.per_key_override)
 
     def clean_capacity(self) -> int | None:
         raw = self.cleaned_data["capacity"].strip()
         if not raw:
             return None
         try:
-            return check_capacity(int(raw) if raw.isascii() and raw.isdigit() else raw)
+            return check_capacity(_whole_number(raw))
         except ValueError as error:
             raise forms.ValidationError(f"Capacity {error}.") from None
 
@@ -153,13 +190,33 @@ class LimitOverridesForm(LimitModelForm):
         if not raw:
             return None
         try:
-            return parse_duration(int(raw) if raw.isascii() and raw.isdigit() else raw)
+            return parse_duration(_whole_number(raw))
         except DurationError as error:
             raise forms.ValidationError(f"Max hold {error}.") from None
 
+    def clean(self) -> dict[str, Any]:
+        """A changed pool size per key is checked against the capacity in force after the save,
+        as set_per_key checks it (LimitAdmin.save_model orders the two changes so it holds)."""
+        cleaned = super().clean() or {}
+        if "per_key" not in cleaned:
+            return cleaned
+        limit, raw = self.instance, cleaned["per_key"].strip()
+        value = cleaned["per_key"] = _whole_number(raw) if raw else None
+        if value is None or value == limit.per_key_override:
+            return cleaned
+        if "capacity" in cleaned:
+            capacity = limit.declared_capacity if cleaned["capacity"] is None else cleaned["capacity"]
+        else:
+            capacity = limit.capacity  # the capacity field was refused: it stays as it is
+        try:
+            cleaned["per_key"] = check_per_key(value, capacity)
+        except ValueError as error:
+            self.add_error("per_key", f"Pool size per key {error}.")
+        return cleaned
+
 
 @admin.register(Limit)
-class LimitAdmin(BoundedSearchAdmin):
+class LimitAdmin(SavedThroughServicesAdmin):
     form = LimitOverridesForm
     list_display = [
         "name",
@@ -167,6 +224,7 @@ class LimitAdmin(BoundedSearchAdmin):
         "reserved_count",
         "waiting_count",
         "max_hold",
+        "per_key_in_force",
         "overrides",
         "declared",
     ]
@@ -174,10 +232,20 @@ class LimitAdmin(BoundedSearchAdmin):
     search_fields = ["name"]
     fieldsets = [
         (None, {"fields": ["name", "declared", "figures"]}),
-        ("Declared in the workspace config", {"fields": ["declared_capacity", "declared_max_hold"]}),
-        ("Operator overrides", {"fields": ["capacity", "max_hold"]}),
+        (
+            "Declared in the workspace config",
+            {"fields": ["declared_capacity", "declared_max_hold", "declared_per_key_text"]},
+        ),
+        ("Operator overrides", {"fields": ["capacity", "max_hold", "per_key"]}),
     ]
-    readonly_fields = ["name", "declared", "figures", "declared_capacity", "declared_max_hold"]
+    readonly_fields = [
+        "name",
+        "declared",
+        "figures",
+        "declared_capacity",
+        "declared_max_hold",
+        "declared_per_key_text",
+    ]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # limits come from the workspace config
@@ -200,6 +268,14 @@ class LimitAdmin(BoundedSearchAdmin):
     def declared_max_hold(self, limit: Limit) -> str:
         return format_duration(limit.declared_max_hold_ms)
 
+    @admin.display(description="per key")
+    def per_key_in_force(self, limit: Limit) -> str:
+        return "—" if limit.per_key is None else str(limit.per_key)
+
+    @admin.display(description="declared per key")
+    def declared_per_key_text(self, limit: Limit) -> str:
+        return "none (only the total applies)" if limit.declared_per_key is None else str(limit.declared_per_key)
+
     @admin.display(description="overridden")
     def overrides(self, limit: Limit) -> str:
         parts = []
@@ -207,51 +283,162 @@ class LimitAdmin(BoundedSearchAdmin):
             parts.append(f"capacity (declared {limit.declared_capacity})")
         if limit.max_hold_overridden:
             parts.append(f"max hold (declared {format_duration(limit.declared_max_hold_ms)})")
+        if limit.per_key_overridden:
+            parts.append(f"per key (declared {_none_or(limit.declared_per_key)})")
         return ", ".join(parts) or "—"
 
     @admin.display(description="figures")
     def figures(self, limit: Limit) -> str:
         return (
             f"{limit.busy_count} busy, {limit.reserved_count} reserved, {limit.waiting_count} waiting; "
-            f"capacity {limit.capacity}, max hold {format_duration(limit.max_hold_ms)}"
+            f"capacity {limit.capacity}, max hold {format_duration(limit.max_hold_ms)}, "
+            f"per key {_none_or(limit.per_key)}"
         )
-
-    @method_decorator(csrf_protect)
-    def changeform_view(
-        self,
-        request: HttpRequest,
-        object_id: str | None = None,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        # ModelAdmin wraps this view in transaction.atomic(); the services run their own durable
-        # transaction (the audit row commits with the change), which cannot nest inside it.
-        response: HttpResponse = self._changeform_view(  # type: ignore[attr-defined]  # Django's, not in the stubs
-            request, object_id, form_url, extra_context
-        )
-        return response
 
     def save_model(self, request: HttpRequest, obj: Limit, form: forms.ModelForm[Limit], change: bool) -> None:
-        """Never obj.save(): each changed override goes through its service."""
-        who = actor(request)
-        if form.cleaned_data["capacity"] != obj.capacity_override:
-            services.set_capacity(obj.name, form.cleaned_data["capacity"], actor=who)
-        if form.cleaned_data["max_hold"] != obj.max_hold_override_ms:
-            services.set_max_hold(obj.name, form.cleaned_data["max_hold"], actor=who)
+        """Never obj.save(): each changed override goes through its service. The pool size per key
+        must stay within the capacity when set_per_key checks it: on a lower capacity it is set
+        first, on a higher one after."""
+        who, data = actor(request), form.cleaned_data
+        set_capacity = data["capacity"] != obj.capacity_override
+        set_per_key = data["per_key"] != obj.per_key_override
+        lowering = set_capacity and (data["capacity"] or obj.declared_capacity) < obj.capacity
+        try:
+            if set_per_key and lowering:
+                services.set_per_key(obj.name, data["per_key"], actor=who)
+            if set_capacity:
+                services.set_capacity(obj.name, data["capacity"], actor=who)
+            if set_per_key and not lowering:
+                services.set_per_key(obj.name, data["per_key"], actor=who)
+            if data["max_hold"] != obj.max_hold_override_ms:
+                services.set_max_hold(obj.name, data["max_hold"], actor=who)
+        except services.LimitsError as error:  # changed by someone else since the form was checked
+            self.message_user(request, f"Not saved: {error.message}.", messages.ERROR)
         obj.refresh_from_db()
 
     def construct_change_message(
         self, request: HttpRequest, form: forms.Form, formsets: Any, add: bool = False
     ) -> list[dict[str, Any]]:
-        return [{"changed": {"fields": [name for name in form.changed_data if name in ("capacity", "max_hold")]}}]
+        changed = [name for name in form.changed_data if name in ("capacity", "max_hold", "per_key")]
+        return [{"changed": {"fields": changed}}]
+
+
+def _none_or(value: int | None) -> str:
+    return "none" if value is None else str(value)
+
+
+class LimitKeyPoolForm(LimitKeyModelForm):
+    """A key's own pool size, as an operator types it; empty means the limit's pool size per key.
+    Checked like set_per_key checks it; saved through it."""
+
+    pool = forms.CharField(
+        required=False,
+        max_length=20,
+        label="Own pool size",
+        help_text=f"Empty: the limit's pool size per key (or, without one, only the total). Otherwise {POOL_HELP}.",
+    )
+
+    class Meta:
+        model = LimitKey
+        fields: list[str] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        row = self.instance
+        if row.pk:
+            self.initial["pool"] = "" if row.pool_override is None else str(row.pool_override)
+
+    def clean_pool(self) -> int | None:
+        raw = self.cleaned_data["pool"].strip()
+        if not raw:
+            return None
+        try:
+            return check_per_key(_whole_number(raw), self.instance.limit.capacity)
+        except ValueError as error:
+            raise forms.ValidationError(f"Pool size {error}.") from None
+
+
+@admin.register(LimitKey)
+class LimitKeyAdmin(SavedThroughServicesAdmin):
+    """A limit's keys with their counters (read-only) and their own pool size, set or reset
+    through services.set_per_key. Rows come from use: none is added or deleted here."""
+
+    form = LimitKeyPoolForm
+    list_display = [
+        "limit",
+        "key",
+        "busy_count",
+        "reserved_count",
+        "waiting_count",
+        "pool_override_text",
+        "pool_in_force",
+    ]
+    list_display_links = ["key"]
+    list_filter = ["limit"]
+    list_select_related = ["limit"]
+    search_fields = ["key"]
+    ordering = ["limit__name", "-busy_count", "key"]
+    show_full_result_count = False
+    fields = ["limit", "key", "busy_count", "reserved_count", "waiting_count", "pool", "pool_in_force"]
+    readonly_fields = ["limit", "key", "busy_count", "reserved_count", "waiting_count", "pool_in_force"]
+
+    def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return super().has_view_permission(request, obj) or request.user.has_perm(OPERATE_LIMIT)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # a key's row is made the first time the key is used or given a pool
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False  # its counters follow live slots and waiting runs
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return request.user.has_perm(OPERATE_LIMIT)
+
+    @admin.display(description="pool override")
+    def pool_override_text(self, row: LimitKey) -> str:
+        return "—" if row.pool_override is None else str(row.pool_override)
+
+    @admin.display(description="pool in force")
+    def pool_in_force(self, row: LimitKey) -> str:
+        if row.pool_override is not None:
+            return f"{row.pool_override} (own)"
+        per_key = row.limit.per_key
+        return "— (only the limit's total applies)" if per_key is None else f"{per_key} (the limit's per key)"
+
+    def save_model(self, request: HttpRequest, obj: LimitKey, form: forms.ModelForm[LimitKey], change: bool) -> None:
+        """Never obj.save(): the pool goes through set_per_key (audited; a raise grants at once)."""
+        pool = form.cleaned_data["pool"]
+        if pool != obj.pool_override:
+            try:
+                services.set_per_key(obj.limit.name, pool, key=obj.key, actor=actor(request))
+            except services.LimitsError as error:  # the capacity changed since the form was checked
+                self.message_user(request, f"Not saved: {error.message}.", messages.ERROR)
+        obj.refresh_from_db()
+
+    def construct_change_message(
+        self, request: HttpRequest, form: forms.Form, formsets: Any, add: bool = False
+    ) -> list[dict[str, Any]]:
+        return [{"changed": {"fields": [name for name in form.changed_data if name == "pool"]}}]
 
 
 @admin.register(Slot)
 class SlotAdmin(ReadOnlyAdmin):
-    list_display = ["id", "limit", "state", "run_id", "label", "granted_at", "expires_at", "freed_at", "freed_by"]
+    list_display = [
+        "id",
+        "limit",
+        "state",
+        "run_id",
+        "key",
+        "label",
+        "group_size",
+        "granted_at",
+        "expires_at",
+        "freed_at",
+        "freed_by",
+    ]
     list_filter = ["state", "limit"]
     list_select_related = ["limit"]
-    search_fields = ["id", "run_id", "label"]
+    search_fields = ["id", "run_id", "key", "label"]
     ordering = ["-granted_at"]
     show_full_result_count = False
     actions = ["release_selected"]
@@ -274,19 +461,30 @@ class SlotAdmin(ReadOnlyAdmin):
 
 @admin.register(QueueEntry)
 class QueueEntryAdmin(ReadOnlyAdmin):
-    list_display = ["limit", "position", "run_id", "label", "state", "enqueued_at", "deadline", "finished_at"]
+    list_display = [
+        "limit",
+        "position",
+        "run_id",
+        "key",
+        "label",
+        "group_size",
+        "state",
+        "enqueued_at",
+        "deadline",
+        "finished_at",
+    ]
     list_filter = ["state", "limit"]
     list_select_related = ["limit"]
-    search_fields = ["run_id", "label"]
+    search_fields = ["run_id", "key", "label"]
     ordering = ["limit", "position"]
     show_full_result_count = False
 
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(ReadOnlyAdmin):
-    list_display = ["at", "actor", "action", "limit", "slot_id", "old_value", "new_value"]
+    list_display = ["at", "actor", "action", "limit", "key", "slot_id", "old_value", "new_value"]
     list_filter = ["action", "limit"]
     list_select_related = ["limit"]
-    search_fields = ["actor", "slot_id", "limit__name"]
+    search_fields = ["actor", "slot_id", "key", "limit__name"]
     date_hierarchy = "at"
     show_full_result_count = False

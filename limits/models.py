@@ -207,7 +207,9 @@ class QueueEntry(models.Model):
     position = models.BigIntegerField(help_text="Queue ticket: the queue is ordered by it.")
     key = models.CharField(max_length=KEY_MAX_LENGTH, blank=True, default="", db_default="")
     group_size = models.PositiveSmallIntegerField(
-        default=1, db_default=1, help_text="How many limits the acquisition takes (SPEC 10); its entries share `request`."
+        default=1,
+        db_default=1,
+        help_text="How many limits the acquisition takes (SPEC 10); its entries share `request`.",
     )
     passed_over_at = models.DateTimeField(
         null=True, blank=True, help_text="When a younger run was first granted a slot this run could have used (10.4)."
@@ -241,7 +243,9 @@ class QueueEntry(models.Model):
                 name="queue_waiting_passed_over",
             ),
             models.Index(
-                fields=["limit", "position"], condition=Q(state="waiting", group_size__gt=1), name="queue_waiting_groups"
+                fields=["limit", "position"],
+                condition=Q(state="waiting", group_size__gt=1),
+                name="queue_waiting_groups",
             ),
             models.Index(fields=["request"], name="queue_request"),
             models.Index(fields=["finished_at"], condition=~Q(state="waiting"), name="queue_history_age"),

@@ -226,7 +226,7 @@ def with_group_partners[Row: (Slot, QueueEntry)](limit: Limit, rows: Sequence[Ro
     limits of its group, `row.partners`, from the live slots (or waiting entries) that share its
     request: one query for the whole page, none when no row on it belongs to a group."""
     for row in rows:
-        row.partners = []  # type: ignore[union-attr]  # for the template, not a field
+        row.partners = []  # type: ignore[attr-defined]  # for the template, not a field
     grouped = {row.request: row for row in rows if row.group_size > 1}
     if not grouped:
         return rows
@@ -238,7 +238,7 @@ def with_group_partners[Row: (Slot, QueueEntry)](limit: Limit, rows: Sequence[Ro
     for request, name in others.filter(request__in=list(grouped)).exclude(limit=limit):
         names.setdefault(request, set()).add(name)
     for request, row in grouped.items():
-        row.partners = sorted(names.get(request, ()))  # type: ignore[union-attr]
+        row.partners = sorted(names.get(request, ()))  # type: ignore[attr-defined]
     return rows
 
 

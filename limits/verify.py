@@ -13,7 +13,14 @@ b. queue order: a slot granted from the queue passed over no entry with a smalle
 c. no acquire call (request) was granted twice: its slots never overlap, and at most one was
    ever confirmed; it queued again only after a reservation that lapsed or was released;
 d. the counters on the limit row equal its live rows;
-e. a slot tied to its run (with_limit, SPEC 2.5) is not busy or reserved once that run ended.
+e. a slot tied to its run (with_limit, SPEC 2.5) is not busy or reserved once that run ended;
+f. keys (SPEC 9): no grant brought a key pool above its size (checked while no per-key change
+   was audited for the limit: the sizes of the past are not kept), the pool counters equal the
+   rows, and within one key grants follow arrival order (across keys an older entry of another
+   key may wait: its pool was full);
+g. groups (SPEC 10): every grant of an acquisition of several limits gave a slot of each, in one
+   instant (no run ever held part of a group); an older group entry passed over is excused from
+   b (it waited for another of its limits) but must carry passed_over_at.
 
 Why timestamps are enough: every change to a limit's slots and queue happens under that limit's
 row lock, and every service reads the clock *after* taking the lock (tests/services/
@@ -46,7 +53,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, QueueEntry, Slot
+from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot
 
 CAPACITY, FREE, GRANT = 0, 1, 2
 LIVE = frozenset(LIVE_SLOT_STATES)
@@ -145,12 +152,26 @@ class History:
                 "confirmed_at",
                 "queue_entry_id",
                 "ends_with_run",
+                "key",
+                "group_size",
             )
         )
         entries = list(
             QueueEntry.objects.filter(limit=limit)
             .order_by("position")
-            .values("id", "position", "request", "run_id", "state", "enqueued_at", "deadline", "finished_at")
+            .values(
+                "id",
+                "position",
+                "request",
+                "run_id",
+                "state",
+                "enqueued_at",
+                "deadline",
+                "finished_at",
+                "key",
+                "group_size",
+                "passed_over_at",
+            )
         )
         events = list(
             AuditEvent.objects.filter(limit=limit, action__in=[AuditEvent.Action.CAPACITY, AuditEvent.Action.SYNC])
@@ -166,6 +187,8 @@ class History:
             + self.request_histories(cutoff)
             + self.counters_against_rows()
             + self.tied_slots_of_ended_runs()
+            + self.pool_overruns()
+            + self.partial_groups(cutoff)
         )
 
     # --- a. capacity ------------------------------------------------------------------------
@@ -239,6 +262,11 @@ class History:
         violations: list[str] = []
         blocking: dt.datetime | None = None  # the latest instant until which an earlier entry blocked
         culprit: Mapping[str, Any] | None = None
+        # With keys, strict order holds within each key (f): an older entry of another key may
+        # wait because its pool is full. Group entries may wait for another limit (g).
+        keyed = any(entry["key"] for entry in self.entries) or self.limit.per_key is not None
+        blocking_by_key: dict[str, tuple[dt.datetime, Mapping[str, Any]]] = {}
+        group_blocking: list[Mapping[str, Any]] = []
         for entry in self.entries:
             if entry["state"] == QueueEntry.State.GRANTED:
                 at = granted_at.get(entry["id"])
@@ -250,8 +278,26 @@ class History:
                         f"{name}: #{entry['position']} ({entry['run_id']}) granted at {_iso(at)} while "
                         f"#{culprit['position']} ({culprit['run_id']}) waited with its deadline to come"
                     )
+                elif entry["key"] in blocking_by_key and blocking_by_key[entry["key"]][0] > at:
+                    other = blocking_by_key[entry["key"]][1]
+                    violations.append(
+                        f"{name}: #{entry['position']} ({entry['run_id']}) granted at {_iso(at)} while "
+                        f"#{other['position']} ({other['run_id']}) of the same key waited"
+                    )
+                passed = [e for e in group_blocking if at is not None and _unmarked_before(e, entry, at)]
+                if at is not None and passed and entry["group_size"] == 1 and not keyed:
+                    violations.append(
+                        f"{name}: #{entry['position']} granted at {_iso(at)} passed group entry "
+                        f"#{passed[0]['position']} over without marking it passed over"
+                    )
             blocks_until = min(entry["finished_at"] or FOREVER, entry["deadline"])
-            if blocking is None or blocks_until > blocking:
+            if entry["group_size"] > 1:
+                group_blocking.append(entry)  # it may wait for another of its limits (g)
+            elif keyed:
+                held = blocking_by_key.get(entry["key"])
+                if held is None or blocks_until > held[0]:
+                    blocking_by_key[entry["key"]] = (blocks_until, entry)
+            elif blocking is None or blocks_until > blocking:
                 blocking, culprit = blocks_until, entry
 
         waits: list[tuple[dt.datetime, int]] = []
@@ -331,9 +377,89 @@ class History:
             sum(entry["state"] == QueueEntry.State.WAITING for entry in self.entries),
         )
         counters = (self.limit.busy_count, self.limit.reserved_count, self.limit.waiting_count)
-        if counters == rows:
+        found = []
+        if counters != rows:
+            found.append(f"{self.limit.name}: counters busy/reserved/waiting {counters} but the rows say {rows}")
+        keyed_rows = (
+            sum(slot["state"] == Slot.State.BUSY and slot["key"] != "" for slot in self.slots),
+            sum(slot["state"] == Slot.State.RESERVED and slot["key"] != "" for slot in self.slots),
+            sum(entry["state"] == QueueEntry.State.WAITING and entry["key"] != "" for entry in self.entries),
+            sum(entry["state"] == QueueEntry.State.WAITING and entry["group_size"] > 1 for entry in self.entries),
+        )
+        limit = self.limit
+        keyed = (
+            limit.keyed_busy_count,
+            limit.keyed_reserved_count,
+            limit.keyed_waiting_count,
+            limit.group_waiting_count,
+        )
+        if keyed != keyed_rows:
+            found.append(f"{limit.name}: keyed/group counters {keyed} but the rows say {keyed_rows}")
+        per_key: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for slot in self.slots:
+            if slot["key"] and slot["state"] in LIVE:
+                per_key[slot["key"]][0 if slot["state"] == Slot.State.BUSY else 1] += 1
+        for entry in self.entries:
+            if entry["key"] and entry["state"] == QueueEntry.State.WAITING:
+                per_key[entry["key"]][2] += 1
+        for pool in LimitKey.objects.filter(limit=limit):
+            counted = [pool.busy_count, pool.reserved_count, pool.waiting_count]
+            if counted != per_key.pop(pool.key, [0, 0, 0]):
+                found.append(f"{limit.name}: key {pool.key!r} counters {counted} do not match its rows")
+        found.extend(f"{limit.name}: key {key!r} has live rows but no pool row" for key in per_key)
+        return found
+
+    # --- f. key pools -------------------------------------------------------------------------
+
+    def pool_overruns(self) -> list[str]:
+        """No grant brought a key pool's busy + reserved above its size (the size in force now;
+        skipped once a per-key change was audited: past sizes are not kept)."""
+        limit = self.limit
+        if AuditEvent.objects.filter(limit=limit, action=AuditEvent.Action.PER_KEY).exists():
             return []
-        return [f"{self.limit.name}: counters busy/reserved/waiting {counters} but the rows say {rows}"]
+        overrides = dict(
+            LimitKey.objects.filter(limit=limit, pool_override__isnull=False).values_list("key", "pool_override")
+        )
+        if limit.per_key is None and not overrides:
+            return []
+        moments: dict[str, list[tuple[dt.datetime, int]]] = defaultdict(list)
+        for slot in self.slots:
+            moments[slot["key"]].append((slot["granted_at"], 1))
+            if slot["freed_at"] is not None:
+                moments[slot["key"]].append((slot["freed_at"], -1))
+        violations = []
+        for key, changes in moments.items():
+            size = overrides.get(key, limit.per_key) if key else limit.per_key
+            if size is None:
+                continue
+            level = 0
+            for at, change in sorted(changes, key=lambda c: (c[0], c[1])):  # frees first at one instant
+                level += change
+                if level > size:
+                    shown = repr(key) if key else "(no key)"
+                    violations.append(f"{limit.name}: key {shown} held {level} slots at {_iso(at)}, pool {size}")
+                    break
+        return violations
+
+    # --- g. groups ----------------------------------------------------------------------------
+
+    def partial_groups(self, cutoff: dt.datetime) -> list[str]:
+        """Each grant of a group gave one slot of every limit of the acquisition in one instant."""
+        grants = {(slot["request"], slot["granted_at"]) for slot in self.slots if slot["group_size"] > 1}
+        if not grants:
+            return []
+        sizes = {(slot["request"], slot["granted_at"]): slot["group_size"] for slot in self.slots}
+        found: dict[tuple[str, dt.datetime], int] = defaultdict(int)
+        for request, granted_at in Slot.objects.filter(request__in={r for r, _ in grants}).values_list(
+            "request", "granted_at"
+        ):
+            found[(request, granted_at)] += 1
+        return [
+            f"{self.limit.name}: group {request} was granted {found[(request, at)]} of its "
+            f"{sizes[(request, at)]} slots at {_iso(at)}"
+            for request, at in sorted(grants)
+            if found[(request, at)] != sizes[(request, at)] and at >= cutoff
+        ]
 
     # --- e. slots tied to their run ----------------------------------------------------------
 
@@ -376,6 +502,13 @@ def _capacity_after_from_text(event: Mapping[str, Any], current: int, overridden
         return int(found.group(1)) if found else current
     found = _DECLARED_CAPACITY.search(event["new_value"])
     return int(found.group(1)) if found and not overridden else current
+
+
+def _unmarked_before(group_entry: Mapping[str, Any], granted: Mapping[str, Any], at: dt.datetime) -> bool:
+    """An older group entry still waiting at `at`, not yet marked passed over (10.4)."""
+    still_waiting = min(group_entry["finished_at"] or FOREVER, group_entry["deadline"]) > at
+    unmarked = group_entry["passed_over_at"] is None or group_entry["passed_over_at"] > at
+    return bool(group_entry["position"] < granted["position"] and still_waiting and unmarked)
 
 
 def _iso(moment: dt.datetime) -> str:

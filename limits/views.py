@@ -232,7 +232,9 @@ def set_per_key(request: HtmxHttpRequest, name: str) -> HttpResponse:
         except services.LimitsError as error:
             form.add_error("per_key" if error.field == "per_key" else None, _pool_message(error))
         else:
-            return _edited(request, limit, Notice("success", PER_KEY_SET.format(value=limit.per_key, declared=_declared(limit))))
+            return _edited(
+                request, limit, Notice("success", PER_KEY_SET.format(value=limit.per_key, declared=_declared(limit)))
+            )
     return _edit_rejected(request, limit, per_key_form=form)
 
 

@@ -107,9 +107,9 @@ def _acquire(
     name = HOOK_NAME.format(limit=shown)
     step = recorded_step(ctx, seq, name)
     if step is not None and step.status == Step.Status.COMPLETED:
-        result: dict[str, Any] = step.result  # type: ignore[assignment]  # completed: a dict
-        ids = result.get("slot_ids") or [result["slot_id"]]
-        return [SlotHandle(id=i, limiter=limit, key=result.get("key")) for i, limit in zip(ids, limits, strict=True)]
+        recorded: dict[str, Any] = step.result  # type: ignore[assignment]  # completed: a dict
+        ids = recorded.get("slot_ids") or [recorded["slot_id"]]
+        return [SlotHandle(id=i, limiter=limit, key=recorded.get("key")) for i, limit in zip(ids, limits, strict=True)]
     if step is not None and step.status == Step.Status.FAILED:
         raise SlotTimeoutError(shown, step.result["timeout_ms"])  # type: ignore[index]  # failed: a dict
     request = f"{ctx.run_id}:{seq}"
@@ -122,15 +122,15 @@ def _acquire(
         else:
             outcome = services.acquire(limits[0], run_id=ctx.run_id, request=request, label=label, timeout=timeout)
         if outcome.state == "busy":
-            ids = [slot_id for _, slot_id in outcome.slots] or [outcome.slot_id]
+            ids = [slot_id for _, slot_id in outcome.slots] or [str(outcome.slot_id)]
             for slot_id in ids:
                 if ends_with_run:
-                    services.tie_to_run(slot_id, ctx.run_id)  # type: ignore[arg-type]  # busy: has slot ids
-            result = {"slot_id": ids[0]}
+                    services.tie_to_run(slot_id, ctx.run_id)
+            result: dict[str, Any] = {"slot_id": ids[0]}
             if many or key is not None:
                 result.update(slot_ids=ids, key=key)
             record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.COMPLETED, result=result)
-            return [SlotHandle(id=i, limiter=limit, key=key) for i, limit in zip(ids, limits, strict=True)]  # type: ignore[arg-type]
+            return [SlotHandle(id=i, limiter=limit, key=key) for i, limit in zip(ids, limits, strict=True)]
         if outcome.state == "waiting":
             deadline = outcome.deadline.isoformat()  # type: ignore[union-attr]  # waiting: has a deadline
             record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.WAITING, result={"deadline": deadline})

@@ -25,7 +25,7 @@ def holders(name: str) -> list[tuple[str, str]]:
     """(run_id, state) of the live slots of a limit, oldest grant first."""
     return list(
         Slot.objects.filter(limit__name=name, state__in=["busy", "reserved"])
-        .order_by("granted_at", F("queue_entry__position").asc(nulls_first=True))
+        .order_by("granted_at", F("queue_entry__position").asc(nulls_first=True), "run_id")
         .values_list("run_id", "state")
     )
 

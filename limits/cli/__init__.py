@@ -4,6 +4,8 @@ Each verb talks to a backend: the local installation (this project's database, r
 limits.selectors and changed through limits.services) or, with `--agent <id>`, another
 installation's JSON API (limits.api). Both backends return the JSON shapes of the API
 (limits.serializers), so one renderer prints both, as aligned columns or, with `--json`, as JSON.
+In JSON, no key is `null`: the `key` of a slot or waiting run taken without one, and of the pool
+of runs without a key (`keys`' `no_key`).
 
 Exit codes: 0 done; 1 the target was not found (unknown limit or slot, an installation that cannot
 be reached) or nothing was released; 2 bad usage or a bad value (the message names the argument

@@ -142,9 +142,9 @@ def partners(limit_ids: Iterable[int]) -> set[int]:
     waiting = QueueEntry.objects.filter(limit_id__in=ids, state=QueueEntry.State.WAITING, group_size__gt=1)
     reserved = Slot.objects.filter(limit_id__in=ids, state=Slot.State.RESERVED, group_size__gt=1)
     found = set(
-        QueueEntry.objects.filter(
-            request__in=waiting.values("request"), state=QueueEntry.State.WAITING
-        ).values_list("limit_id", flat=True)
+        QueueEntry.objects.filter(request__in=waiting.values("request"), state=QueueEntry.State.WAITING).values_list(
+            "limit_id", flat=True
+        )
     )
     found |= set(
         Slot.objects.filter(request__in=reserved.values("request"), state=Slot.State.RESERVED).values_list(
@@ -157,9 +157,10 @@ def partners(limit_ids: Iterable[int]) -> set[int]:
 def lock(limit_ids: Iterable[int]) -> dict[int, Limit]:
     """Lock these limits and their groups' other limits, in id order; {id: locked limit}."""
     ids = set(limit_ids)
-    if Limit.objects.filter(id__in=ids, group_waiting_count__gt=0).exists() or Slot.objects.filter(
-        limit_id__in=ids, state=Slot.State.RESERVED, group_size__gt=1
-    ).exists():
+    if (
+        Limit.objects.filter(id__in=ids, group_waiting_count__gt=0).exists()
+        or Slot.objects.filter(limit_id__in=ids, state=Slot.State.RESERVED, group_size__gt=1).exists()
+    ):
         ids |= partners(ids)
     return {limit.id: limit for limit in Limit.objects.select_for_update().filter(id__in=ids).order_by("id")}
 
@@ -284,8 +285,7 @@ class _Grant:
             batch = list(rows.order_by("position")[:SCAN_BATCH])
             if not batch:
                 return
-            for entry in batch:
-                yield entry
+            yield from batch
             after = batch[-1].position
 
     def _group(self, entry: QueueEntry) -> list[QueueEntry] | None:
@@ -450,7 +450,9 @@ def join(
     return entry
 
 
-def grant_busy(limit: Limit, *, run_id: str, request: str, label: str, key: str, group_size: int, now: datetime) -> Slot:
+def grant_busy(
+    limit: Limit, *, run_id: str, request: str, label: str, key: str, group_size: int, now: datetime
+) -> Slot:
     slot = Slot.objects.create(
         limit=limit,
         run_id=run_id,

@@ -124,7 +124,13 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
                 continue
             limit.declared, limit.declared_capacity, limit.declared_max_hold_ms, limit.declared_per_key = after
             limit.save(
-                update_fields=["declared", "declared_capacity", "declared_max_hold_ms", "declared_per_key", "updated_at"]
+                update_fields=[
+                    "declared",
+                    "declared_capacity",
+                    "declared_max_hold_ms",
+                    "declared_per_key",
+                    "updated_at",
+                ]
             )
             touched = {i: existing_by_id[i] for i in {limit.id} | keys.partners([limit.id]) if i in existing_by_id}
             now, changes = rules.clock_all(touched), Changes()

@@ -10,7 +10,6 @@ limits.engine.rules in one transaction.
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from datetime import timedelta
 from typing import Literal
 
@@ -241,24 +240,36 @@ def _previous_group_outcome(request: str) -> Acquisition | None:
         latest = entries[: entries[0].group_size]
         names = [e.limit.name for e in sorted(latest, key=lambda e: e.limit_id)]
         first, states = latest[0], {e.state for e in latest}
-        common = {"limits": tuple(names), "key": first.key}
+        shown, key = tuple(names), first.key
         if states == {QueueEntry.State.WAITING}:
             return Acquisition(
-                "waiting", names[0], request, timeout_ms=first.timeout_ms, deadline=first.deadline, **common
+                "waiting",
+                names[0],
+                request,
+                timeout_ms=first.timeout_ms,
+                deadline=first.deadline,
+                limits=shown,
+                key=key,
             )
         if QueueEntry.State.TIMED_OUT in states:
             return Acquisition(
-                "timed_out", names[0], request, timeout_ms=first.timeout_ms, deadline=first.deadline, **common
+                "timed_out",
+                names[0],
+                request,
+                timeout_ms=first.timeout_ms,
+                deadline=first.deadline,
+                limits=shown,
+                key=key,
             )
         if QueueEntry.State.CANCELLED in states or QueueEntry.State.WAITING in states:
-            return Acquisition("cancelled", names[0], request, **common)
+            return Acquisition("cancelled", names[0], request, limits=shown, key=key)
         if not any(slot.queue_entry_id == first.id for slot in slots):
             return _previous_group_outcome(request)  # granted after the slots were read: read again
-    confirmed = [slot for slot in slots if slot.confirmed_at is not None]
-    if confirmed:
-        newest = max(slot.granted_at for slot in confirmed)
-        held = [slot for slot in confirmed if slot.granted_at == newest]
-        return _busy([slot.limit.name for slot in held], request, held[0].key, [slot.id for slot in held])
+    ever_confirmed = [slot for slot in slots if slot.confirmed_at is not None]
+    if ever_confirmed:
+        newest = max(slot.granted_at for slot in ever_confirmed)
+        kept = [slot for slot in ever_confirmed if slot.granted_at == newest]
+        return _busy([slot.limit.name for slot in kept], request, kept[0].key, [slot.id for slot in kept])
     if slots:
         return Acquisition("cancelled", slots[0].limit.name, request)
     return None
@@ -436,7 +447,9 @@ def _previous_outcome(request: str) -> Acquisition | None:
     live = next((slot for slot in slots if slot.is_live), None)
     if live is not None and live.state == Slot.State.RESERVED:
         confirmed = confirm(live.id)
-        return Acquisition("busy", live.limit.name, request, slot_id=live.id) if confirmed else _previous_outcome(request)
+        return (
+            Acquisition("busy", live.limit.name, request, slot_id=live.id) if confirmed else _previous_outcome(request)
+        )
     if live is not None:
         return Acquisition("busy", live.limit.name, request, slot_id=live.id)
     entries = sorted(QueueEntry.objects.filter(request=request).select_related("limit"), key=lambda e: e.position)

@@ -6,140 +6,273 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Limit',
+            name="Limit",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=64, unique=True)),
-                ('declared', models.BooleanField(default=True, help_text='False once the limit left the workspace config.')),
-                ('declared_capacity', models.PositiveIntegerField()),
-                ('declared_max_hold_ms', models.BigIntegerField()),
-                ('capacity_override', models.PositiveIntegerField(blank=True, null=True)),
-                ('max_hold_override_ms', models.BigIntegerField(blank=True, null=True)),
-                ('busy_count', models.PositiveIntegerField(default=0, help_text='Confirmed slots.')),
-                ('reserved_count', models.PositiveIntegerField(default=0, help_text='Slots handed to a waiting run, unconfirmed.')),
-                ('waiting_count', models.PositiveIntegerField(default=0)),
-                ('next_position', models.BigIntegerField(default=1, help_text='Queue ticket counter.')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=64, unique=True)),
+                (
+                    "declared",
+                    models.BooleanField(default=True, help_text="False once the limit left the workspace config."),
+                ),
+                ("declared_capacity", models.PositiveIntegerField()),
+                ("declared_max_hold_ms", models.BigIntegerField()),
+                ("capacity_override", models.PositiveIntegerField(blank=True, null=True)),
+                ("max_hold_override_ms", models.BigIntegerField(blank=True, null=True)),
+                ("busy_count", models.PositiveIntegerField(default=0, help_text="Confirmed slots.")),
+                (
+                    "reserved_count",
+                    models.PositiveIntegerField(default=0, help_text="Slots handed to a waiting run, unconfirmed."),
+                ),
+                ("waiting_count", models.PositiveIntegerField(default=0)),
+                ("next_position", models.BigIntegerField(default=1, help_text="Queue ticket counter.")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['name'],
-                'permissions': [('operate_limit', 'Can release slots and change limits')],
-                'constraints': [models.CheckConstraint(condition=models.Q(('declared_capacity__gte', 1), ('declared_capacity__lte', 100000)), name='limit_declared_capacity_range'), models.CheckConstraint(condition=models.Q(('capacity_override__isnull', True), models.Q(('capacity_override__gte', 1), ('capacity_override__lte', 100000)), _connector='OR'), name='limit_capacity_override_range'), models.CheckConstraint(condition=models.Q(('declared_max_hold_ms__gt', 0), ('declared_max_hold_ms__lte', 2592000000)), name='limit_declared_max_hold_range'), models.CheckConstraint(condition=models.Q(('max_hold_override_ms__isnull', True), models.Q(('max_hold_override_ms__gt', 0), ('max_hold_override_ms__lte', 2592000000)), _connector='OR'), name='limit_max_hold_override_range'), models.CheckConstraint(condition=models.Q(('busy_count__gte', 0), ('reserved_count__gte', 0), ('waiting_count__gte', 0)), name='limit_counters_not_negative')],
+                "ordering": ["name"],
+                "permissions": [("operate_limit", "Can release slots and change limits")],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("declared_capacity__gte", 1), ("declared_capacity__lte", 100000)),
+                        name="limit_declared_capacity_range",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("capacity_override__isnull", True),
+                            models.Q(("capacity_override__gte", 1), ("capacity_override__lte", 100000)),
+                            _connector="OR",
+                        ),
+                        name="limit_capacity_override_range",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("declared_max_hold_ms__gt", 0), ("declared_max_hold_ms__lte", 2592000000)),
+                        name="limit_declared_max_hold_range",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("max_hold_override_ms__isnull", True),
+                            models.Q(("max_hold_override_ms__gt", 0), ("max_hold_override_ms__lte", 2592000000)),
+                            _connector="OR",
+                        ),
+                        name="limit_max_hold_override_range",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("busy_count__gte", 0), ("reserved_count__gte", 0), ("waiting_count__gte", 0)
+                        ),
+                        name="limit_counters_not_negative",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='QueueEntry',
+            name="QueueEntry",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('run_id', models.CharField(max_length=64)),
-                ('request', models.CharField(help_text='The acquire call this entry serves.', max_length=128)),
-                ('label', models.CharField(blank=True, default='', max_length=200)),
-                ('position', models.BigIntegerField(help_text='Queue ticket: the queue is ordered by it.')),
-                ('state', models.CharField(choices=[('waiting', 'Waiting'), ('granted', 'Granted'), ('timed_out', 'timed out'), ('cancelled', 'Cancelled')], default='waiting', max_length=16)),
-                ('enqueued_at', models.DateTimeField()),
-                ('deadline', models.DateTimeField()),
-                ('timeout_ms', models.BigIntegerField()),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('limit', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='queue_entries', to='limits.limit')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("run_id", models.CharField(max_length=64)),
+                ("request", models.CharField(help_text="The acquire call this entry serves.", max_length=128)),
+                ("label", models.CharField(blank=True, default="", max_length=200)),
+                ("position", models.BigIntegerField(help_text="Queue ticket: the queue is ordered by it.")),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("waiting", "Waiting"),
+                            ("granted", "Granted"),
+                            ("timed_out", "timed out"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="waiting",
+                        max_length=16,
+                    ),
+                ),
+                ("enqueued_at", models.DateTimeField()),
+                ("deadline", models.DateTimeField()),
+                ("timeout_ms", models.BigIntegerField()),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "limit",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="queue_entries", to="limits.limit"
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'queue entries',
+                "verbose_name_plural": "queue entries",
             },
         ),
         migrations.CreateModel(
-            name='Slot',
+            name="Slot",
             fields=[
-                ('id', models.CharField(default=limits.models.new_slot_id, editable=False, max_length=40, primary_key=True, serialize=False)),
-                ('run_id', models.CharField(max_length=64)),
-                ('request', models.CharField(max_length=128)),
-                ('label', models.CharField(blank=True, default='', max_length=200)),
-                ('state', models.CharField(choices=[('reserved', 'Reserved'), ('busy', 'Busy'), ('released', 'Released'), ('expired', 'expired (max hold)'), ('lapsed', 'reservation lapsed'), ('run_ended', 'run ended before confirming')], max_length=16)),
-                ('granted_at', models.DateTimeField()),
-                ('reserved_until', models.DateTimeField(blank=True, null=True)),
-                ('confirmed_at', models.DateTimeField(blank=True, null=True)),
-                ('expires_at', models.DateTimeField(help_text='Grant time + the max hold in force then; never changes.')),
-                ('freed_at', models.DateTimeField(blank=True, null=True)),
-                ('freed_by', models.CharField(blank=True, default='', max_length=150)),
-                ('limit', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='slots', to='limits.limit')),
-                ('queue_entry', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='slot', to='limits.queueentry')),
+                (
+                    "id",
+                    models.CharField(
+                        default=limits.models.new_slot_id,
+                        editable=False,
+                        max_length=40,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("run_id", models.CharField(max_length=64)),
+                ("request", models.CharField(max_length=128)),
+                ("label", models.CharField(blank=True, default="", max_length=200)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("reserved", "Reserved"),
+                            ("busy", "Busy"),
+                            ("released", "Released"),
+                            ("expired", "expired (max hold)"),
+                            ("lapsed", "reservation lapsed"),
+                            ("run_ended", "run ended before confirming"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("granted_at", models.DateTimeField()),
+                ("reserved_until", models.DateTimeField(blank=True, null=True)),
+                ("confirmed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "expires_at",
+                    models.DateTimeField(help_text="Grant time + the max hold in force then; never changes."),
+                ),
+                ("freed_at", models.DateTimeField(blank=True, null=True)),
+                ("freed_by", models.CharField(blank=True, default="", max_length=150)),
+                (
+                    "limit",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="slots", to="limits.limit"
+                    ),
+                ),
+                (
+                    "queue_entry",
+                    models.OneToOneField(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="slot",
+                        to="limits.queueentry",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField()),
-                ('actor', models.CharField(max_length=150)),
-                ('action', models.CharField(choices=[('release', 'released a slot'), ('capacity', 'changed capacity'), ('max_hold', 'changed max hold'), ('sync', 'synced declared values'), ('expire', 'took back slots past max hold')], max_length=16)),
-                ('slot_id', models.CharField(blank=True, default='', max_length=40)),
-                ('old_value', models.CharField(blank=True, default='', max_length=200)),
-                ('new_value', models.CharField(blank=True, default='', max_length=200)),
-                ('limit', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='audit_events', to='limits.limit')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("at", models.DateTimeField()),
+                ("actor", models.CharField(max_length=150)),
+                (
+                    "action",
+                    models.CharField(
+                        choices=[
+                            ("release", "released a slot"),
+                            ("capacity", "changed capacity"),
+                            ("max_hold", "changed max hold"),
+                            ("sync", "synced declared values"),
+                            ("expire", "took back slots past max hold"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("slot_id", models.CharField(blank=True, default="", max_length=40)),
+                ("old_value", models.CharField(blank=True, default="", max_length=200)),
+                ("new_value", models.CharField(blank=True, default="", max_length=200)),
+                (
+                    "limit",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="audit_events", to="limits.limit"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-at', '-id'],
-                'indexes': [models.Index(fields=['limit', '-at'], name='audit_by_limit')],
+                "ordering": ["-at", "-id"],
+                "indexes": [models.Index(fields=["limit", "-at"], name="audit_by_limit")],
             },
         ),
         migrations.AddIndex(
-            model_name='queueentry',
-            index=models.Index(condition=models.Q(('state', 'waiting')), fields=['limit', 'position'], name='queue_waiting_order'),
+            model_name="queueentry",
+            index=models.Index(
+                condition=models.Q(("state", "waiting")), fields=["limit", "position"], name="queue_waiting_order"
+            ),
         ),
         migrations.AddIndex(
-            model_name='queueentry',
-            index=models.Index(condition=models.Q(('state', 'waiting')), fields=['deadline'], name='queue_waiting_deadline'),
+            model_name="queueentry",
+            index=models.Index(
+                condition=models.Q(("state", "waiting")), fields=["deadline"], name="queue_waiting_deadline"
+            ),
         ),
         migrations.AddIndex(
-            model_name='queueentry',
-            index=models.Index(condition=models.Q(('state', 'waiting')), fields=['run_id'], name='queue_waiting_run'),
+            model_name="queueentry",
+            index=models.Index(condition=models.Q(("state", "waiting")), fields=["run_id"], name="queue_waiting_run"),
         ),
         migrations.AddIndex(
-            model_name='queueentry',
-            index=models.Index(fields=['request'], name='queue_request'),
+            model_name="queueentry",
+            index=models.Index(fields=["request"], name="queue_request"),
         ),
         migrations.AddConstraint(
-            model_name='queueentry',
-            constraint=models.UniqueConstraint(fields=('limit', 'position'), name='queue_position_unique'),
+            model_name="queueentry",
+            constraint=models.UniqueConstraint(fields=("limit", "position"), name="queue_position_unique"),
         ),
         migrations.AddConstraint(
-            model_name='queueentry',
-            constraint=models.UniqueConstraint(condition=models.Q(('state', 'waiting')), fields=('request',), name='queue_one_waiting_entry_per_request'),
+            model_name="queueentry",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("state", "waiting")),
+                fields=("request",),
+                name="queue_one_waiting_entry_per_request",
+            ),
         ),
         migrations.AddIndex(
-            model_name='slot',
-            index=models.Index(condition=models.Q(('state__in', ('reserved', 'busy'))), fields=['limit', 'state', 'granted_at'], name='slot_live_by_limit'),
+            model_name="slot",
+            index=models.Index(
+                condition=models.Q(("state__in", ("reserved", "busy"))),
+                fields=["limit", "state", "granted_at"],
+                name="slot_live_by_limit",
+            ),
         ),
         migrations.AddIndex(
-            model_name='slot',
-            index=models.Index(condition=models.Q(('state', 'busy')), fields=['expires_at'], name='slot_busy_expiry'),
+            model_name="slot",
+            index=models.Index(condition=models.Q(("state", "busy")), fields=["expires_at"], name="slot_busy_expiry"),
         ),
         migrations.AddIndex(
-            model_name='slot',
-            index=models.Index(condition=models.Q(('state', 'reserved')), fields=['reserved_until'], name='slot_reservation_expiry'),
+            model_name="slot",
+            index=models.Index(
+                condition=models.Q(("state", "reserved")), fields=["reserved_until"], name="slot_reservation_expiry"
+            ),
         ),
         migrations.AddIndex(
-            model_name='slot',
-            index=models.Index(condition=models.Q(('state__in', ('reserved', 'busy'))), fields=['run_id'], name='slot_live_by_run'),
+            model_name="slot",
+            index=models.Index(
+                condition=models.Q(("state__in", ("reserved", "busy"))), fields=["run_id"], name="slot_live_by_run"
+            ),
         ),
         migrations.AddIndex(
-            model_name='slot',
-            index=models.Index(fields=['request'], name='slot_request'),
+            model_name="slot",
+            index=models.Index(fields=["request"], name="slot_request"),
         ),
         migrations.AddConstraint(
-            model_name='slot',
-            constraint=models.UniqueConstraint(condition=models.Q(('state__in', ('reserved', 'busy'))), fields=('request',), name='slot_one_live_per_request'),
+            model_name="slot",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("state__in", ("reserved", "busy"))),
+                fields=("request",),
+                name="slot_one_live_per_request",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='slot',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('state', 'reserved'), _negated=True), ('reserved_until__isnull', False), _connector='OR'), name='slot_reserved_has_deadline'),
+            model_name="slot",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("state", "reserved"), _negated=True), ("reserved_until__isnull", False), _connector="OR"
+                ),
+                name="slot_reserved_has_deadline",
+            ),
         ),
     ]

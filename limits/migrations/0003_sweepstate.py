@@ -4,18 +4,17 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('limits', '0002_apitoken'),
+        ("limits", "0002_apitoken"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='SweepState',
+            name="SweepState",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('last_run_at', models.DateTimeField()),
-                ('last_report', models.JSONField(default=dict)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("last_run_at", models.DateTimeField()),
+                ("last_report", models.JSONField(default=dict)),
             ],
         ),
     ]

@@ -4,18 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('limits', '0003_sweepstate'),
+        ("limits", "0003_sweepstate"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='queueentry',
-            index=models.Index(condition=models.Q(('state', 'waiting'), _negated=True), fields=['finished_at'], name='queue_history_age'),
+            model_name="queueentry",
+            index=models.Index(
+                condition=models.Q(("state", "waiting"), _negated=True),
+                fields=["finished_at"],
+                name="queue_history_age",
+            ),
         ),
         migrations.AddIndex(
-            model_name='slot',
-            index=models.Index(condition=models.Q(('freed_at__isnull', False)), fields=['freed_at'], name='slot_history_age'),
+            model_name="slot",
+            index=models.Index(
+                condition=models.Q(("freed_at__isnull", False)), fields=["freed_at"], name="slot_history_age"
+            ),
         ),
     ]

@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('limits', '0004_history_indexes'),
+        ("limits", "0004_history_indexes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='auditevent',
-            name='capacity_after',
-            field=models.PositiveIntegerField(blank=True, help_text='Capacity changes and syncs: the capacity in force after it (limits verify).', null=True),
+            model_name="auditevent",
+            name="capacity_after",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Capacity changes and syncs: the capacity in force after it (limits verify).",
+                null=True,
+            ),
         ),
     ]

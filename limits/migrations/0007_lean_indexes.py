@@ -7,16 +7,20 @@ from studio.plumbing.migration_ops import drop_like_index
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('limits', '0006_engine_functions'),
+        ("limits", "0006_engine_functions"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='queueentry',
-            name='limit',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='queue_entries', to='limits.limit'),
+            model_name="queueentry",
+            name="limit",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="queue_entries",
+                to="limits.limit",
+            ),
         ),
         drop_like_index("limits.Slot", "id"),
     ]

@@ -4,20 +4,32 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('limits', '0007_lean_indexes'),
+        ("limits", "0007_lean_indexes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='slot',
-            name='ends_with_run',
-            field=models.BooleanField(db_default=False, help_text='Held by with_limit for work inside its run (SPEC 2.5): freed when the run ends.'),
+            model_name="slot",
+            name="ends_with_run",
+            field=models.BooleanField(
+                db_default=False,
+                help_text="Held by with_limit for work inside its run (SPEC 2.5): freed when the run ends.",
+            ),
         ),
         migrations.AlterField(
-            model_name='slot',
-            name='state',
-            field=models.CharField(choices=[('reserved', 'Reserved'), ('busy', 'Busy'), ('released', 'Released'), ('expired', 'expired (max hold)'), ('lapsed', 'reservation lapsed'), ('run_ended', 'run ended')], max_length=16),
+            model_name="slot",
+            name="state",
+            field=models.CharField(
+                choices=[
+                    ("reserved", "Reserved"),
+                    ("busy", "Busy"),
+                    ("released", "Released"),
+                    ("expired", "expired (max hold)"),
+                    ("lapsed", "reservation lapsed"),
+                    ("run_ended", "run ended"),
+                ],
+                max_length=16,
+            ),
         ),
     ]

@@ -5,148 +5,216 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('limits', '0010_engine_sql_one_home'),
+        ("limits", "0010_engine_sql_one_home"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='LimitKey',
+            name="LimitKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=128)),
-                ('busy_count', models.PositiveIntegerField(default=0)),
-                ('reserved_count', models.PositiveIntegerField(default=0)),
-                ('waiting_count', models.PositiveIntegerField(default=0)),
-                ('pool_override', models.PositiveIntegerField(blank=True, help_text="This key's pool size (SPEC 9.4).", null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("key", models.CharField(max_length=128)),
+                ("busy_count", models.PositiveIntegerField(default=0)),
+                ("reserved_count", models.PositiveIntegerField(default=0)),
+                ("waiting_count", models.PositiveIntegerField(default=0)),
+                (
+                    "pool_override",
+                    models.PositiveIntegerField(blank=True, help_text="This key's pool size (SPEC 9.4).", null=True),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
         ),
         migrations.RemoveConstraint(
-            model_name='queueentry',
-            name='queue_one_waiting_entry_per_request',
+            model_name="queueentry",
+            name="queue_one_waiting_entry_per_request",
         ),
         migrations.RemoveConstraint(
-            model_name='slot',
-            name='slot_one_live_per_request',
+            model_name="slot",
+            name="slot_one_live_per_request",
         ),
         migrations.AddField(
-            model_name='auditevent',
-            name='key',
-            field=models.CharField(blank=True, default='', help_text='Per-key changes: the key, if one.', max_length=128),
+            model_name="auditevent",
+            name="key",
+            field=models.CharField(
+                blank=True, default="", help_text="Per-key changes: the key, if one.", max_length=128
+            ),
         ),
         migrations.AddField(
-            model_name='limit',
-            name='declared_per_key',
-            field=models.PositiveIntegerField(blank=True, help_text="Each key's pool size from the config (SPEC 9.1); empty: no per-key pools.", null=True),
+            model_name="limit",
+            name="declared_per_key",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Each key's pool size from the config (SPEC 9.1); empty: no per-key pools.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='limit',
-            name='group_waiting_count',
-            field=models.PositiveIntegerField(db_default=0, default=0, help_text='Waiting entries of acquisitions of several limits.'),
+            model_name="limit",
+            name="group_waiting_count",
+            field=models.PositiveIntegerField(
+                db_default=0, default=0, help_text="Waiting entries of acquisitions of several limits."
+            ),
         ),
         migrations.AddField(
-            model_name='limit',
-            name='keyed_busy_count',
+            model_name="limit",
+            name="keyed_busy_count",
             field=models.PositiveIntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name='limit',
-            name='keyed_reserved_count',
+            model_name="limit",
+            name="keyed_reserved_count",
             field=models.PositiveIntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name='limit',
-            name='keyed_waiting_count',
+            model_name="limit",
+            name="keyed_waiting_count",
             field=models.PositiveIntegerField(db_default=0, default=0),
         ),
         migrations.AddField(
-            model_name='limit',
-            name='per_key_override',
+            model_name="limit",
+            name="per_key_override",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='queueentry',
-            name='group_size',
-            field=models.PositiveSmallIntegerField(db_default=1, default=1, help_text='How many limits the acquisition takes (SPEC 10); its entries share `request`.'),
+            model_name="queueentry",
+            name="group_size",
+            field=models.PositiveSmallIntegerField(
+                db_default=1,
+                default=1,
+                help_text="How many limits the acquisition takes (SPEC 10); its entries share `request`.",
+            ),
         ),
         migrations.AddField(
-            model_name='queueentry',
-            name='key',
-            field=models.CharField(blank=True, db_default='', default='', max_length=128),
+            model_name="queueentry",
+            name="key",
+            field=models.CharField(blank=True, db_default="", default="", max_length=128),
         ),
         migrations.AddField(
-            model_name='queueentry',
-            name='passed_over_at',
-            field=models.DateTimeField(blank=True, help_text='When a younger run was first granted a slot this run could have used (10.4).', null=True),
+            model_name="queueentry",
+            name="passed_over_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="When a younger run was first granted a slot this run could have used (10.4).",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='slot',
-            name='group_size',
-            field=models.PositiveSmallIntegerField(db_default=1, default=1, help_text='How many limits its acquisition took; its slots share `request`.'),
+            model_name="slot",
+            name="group_size",
+            field=models.PositiveSmallIntegerField(
+                db_default=1, default=1, help_text="How many limits its acquisition took; its slots share `request`."
+            ),
         ),
         migrations.AddField(
-            model_name='slot',
-            name='key',
-            field=models.CharField(blank=True, db_default='', default='', max_length=128),
+            model_name="slot",
+            name="key",
+            field=models.CharField(blank=True, db_default="", default="", max_length=128),
         ),
         migrations.AlterField(
-            model_name='auditevent',
-            name='action',
-            field=models.CharField(choices=[('release', 'released a slot'), ('capacity', 'changed capacity'), ('max_hold', 'changed max hold'), ('sync', 'synced declared values'), ('expire', 'took back slots past max hold'), ('per_key', 'changed per-key pool size')], max_length=16),
+            model_name="auditevent",
+            name="action",
+            field=models.CharField(
+                choices=[
+                    ("release", "released a slot"),
+                    ("capacity", "changed capacity"),
+                    ("max_hold", "changed max hold"),
+                    ("sync", "synced declared values"),
+                    ("expire", "took back slots past max hold"),
+                    ("per_key", "changed per-key pool size"),
+                ],
+                max_length=16,
+            ),
         ),
         migrations.AddIndex(
-            model_name='queueentry',
-            index=models.Index(condition=models.Q(('state', 'waiting'), models.Q(('key', ''), _negated=True)), fields=['limit', 'key', 'position'], name='queue_waiting_by_key'),
+            model_name="queueentry",
+            index=models.Index(
+                condition=models.Q(("state", "waiting"), models.Q(("key", ""), _negated=True)),
+                fields=["limit", "key", "position"],
+                name="queue_waiting_by_key",
+            ),
         ),
         migrations.AddIndex(
-            model_name='queueentry',
-            index=models.Index(condition=models.Q(('passed_over_at__isnull', False), ('state', 'waiting')), fields=['limit', 'position'], name='queue_waiting_passed_over'),
+            model_name="queueentry",
+            index=models.Index(
+                condition=models.Q(("passed_over_at__isnull", False), ("state", "waiting")),
+                fields=["limit", "position"],
+                name="queue_waiting_passed_over",
+            ),
         ),
         migrations.AddIndex(
-            model_name='queueentry',
-            index=models.Index(condition=models.Q(('group_size__gt', 1), ('state', 'waiting')), fields=['limit', 'position'], name='queue_waiting_groups'),
+            model_name="queueentry",
+            index=models.Index(
+                condition=models.Q(("group_size__gt", 1), ("state", "waiting")),
+                fields=["limit", "position"],
+                name="queue_waiting_groups",
+            ),
         ),
         migrations.AddIndex(
-            model_name='slot',
-            index=models.Index(condition=models.Q(('state__in', ('reserved', 'busy')), models.Q(('key', ''), _negated=True)), fields=['limit', 'key', 'granted_at'], name='slot_live_by_key'),
+            model_name="slot",
+            index=models.Index(
+                condition=models.Q(("state__in", ("reserved", "busy")), models.Q(("key", ""), _negated=True)),
+                fields=["limit", "key", "granted_at"],
+                name="slot_live_by_key",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='limit',
-            constraint=models.CheckConstraint(condition=models.Q(('declared_per_key__isnull', True), ('declared_per_key__gte', 1), _connector='OR'), name='limit_declared_per_key_range'),
+            model_name="limit",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("declared_per_key__isnull", True), ("declared_per_key__gte", 1), _connector="OR"),
+                name="limit_declared_per_key_range",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='limit',
-            constraint=models.CheckConstraint(condition=models.Q(('per_key_override__isnull', True), ('per_key_override__gte', 1), _connector='OR'), name='limit_per_key_override_range'),
+            model_name="limit",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("per_key_override__isnull", True), ("per_key_override__gte", 1), _connector="OR"),
+                name="limit_per_key_override_range",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='queueentry',
-            constraint=models.UniqueConstraint(condition=models.Q(('state', 'waiting')), fields=('request', 'limit'), name='queue_one_waiting_entry_per_request'),
+            model_name="queueentry",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("state", "waiting")),
+                fields=("request", "limit"),
+                name="queue_one_waiting_entry_per_request",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='slot',
-            constraint=models.UniqueConstraint(condition=models.Q(('state__in', ('reserved', 'busy'))), fields=('request', 'limit'), name='slot_one_live_per_request'),
+            model_name="slot",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("state__in", ("reserved", "busy"))),
+                fields=("request", "limit"),
+                name="slot_one_live_per_request",
+            ),
         ),
         migrations.AddField(
-            model_name='limitkey',
-            name='limit',
-            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='keys', to='limits.limit'),
+            model_name="limitkey",
+            name="limit",
+            field=models.ForeignKey(
+                db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name="keys", to="limits.limit"
+            ),
         ),
         migrations.AddIndex(
-            model_name='limitkey',
-            index=models.Index(fields=['limit', '-busy_count', 'key'], name='limitkey_busiest'),
+            model_name="limitkey",
+            index=models.Index(fields=["limit", "-busy_count", "key"], name="limitkey_busiest"),
         ),
         migrations.AddConstraint(
-            model_name='limitkey',
-            constraint=models.UniqueConstraint(fields=('limit', 'key'), name='limitkey_one_per_key'),
+            model_name="limitkey",
+            constraint=models.UniqueConstraint(fields=("limit", "key"), name="limitkey_one_per_key"),
         ),
         migrations.AddConstraint(
-            model_name='limitkey',
-            constraint=models.CheckConstraint(condition=models.Q(('busy_count__gte', 0), ('reserved_count__gte', 0), ('waiting_count__gte', 0)), name='limitkey_counters_not_negative'),
+            model_name="limitkey",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("busy_count__gte", 0), ("reserved_count__gte", 0), ("waiting_count__gte", 0)),
+                name="limitkey_counters_not_negative",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='limitkey',
-            constraint=models.CheckConstraint(condition=models.Q(('pool_override__isnull', True), ('pool_override__gte', 1), _connector='OR'), name='limitkey_pool_override_range'),
+            model_name="limitkey",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("pool_override__isnull", True), ("pool_override__gte", 1), _connector="OR"),
+                name="limitkey_pool_override_range",
+            ),
         ),
     ]

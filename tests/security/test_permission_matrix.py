@@ -200,6 +200,10 @@ MATRIX: list[Row] = [
     Row("POST", "/api/limits/{limit}/capacity/",          NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
     Row("GET",  "/api/limits/{limit}/max-hold/",          WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("POST", "/api/limits/{limit}/max-hold/",          NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
+    Row("GET",  "/api/limits/{limit}/keys/",              NO_TOKEN,     OK,           OK,                 OK),
+    Row("POST", "/api/limits/{limit}/keys/",              WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("GET",  "/api/limits/{limit}/per-key/",           WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("POST", "/api/limits/{limit}/per-key/",           NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
     Row("GET",  "/api/limits/{limit}/no-such-thing/",     NO_TOKEN,     NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
     Row("POST", "/api/limits/{limit}/no-such-thing/",     NO_TOKEN,     NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
 ]
@@ -221,6 +225,7 @@ FORMS: dict[str, dict[str, Any]] = {
 JSON_BODIES: dict[str, dict[str, Any]] = {
     "/api/limits/{limit}/capacity/": {"capacity": 3},
     "/api/limits/{limit}/max-hold/": {"max_hold": "1h"},
+    "/api/limits/{limit}/per-key/": {"value": 1},
 }
 
 

@@ -298,3 +298,24 @@ def test_a_keyed_group_uses_the_keys_pool_on_every_limit(clock) -> None:
     assert acquire_group(["a", "b"], run_id="g2", key="t1").state == "waiting"  # t1's pool on a
     assert acquire_group(["a", "b"], run_id="g3", key="t2").state == "busy"
     counters_ok("a", "b")
+
+
+# --- limits verify covers keys and groups ---------------------------------------------------------
+
+
+def test_verify_holds_after_keys_and_groups_and_catches_a_partial_group_and_a_pool_overrun(clock) -> None:
+    from limits.verify import verify
+
+    declare(a={"capacity": 2, "max_hold": "1h", "per_key": 1}, b={"capacity": 1, "max_hold": "1h"})
+    acquire("a", run_id="r1", key="t1")
+    b = acquire("b", run_id="rb").slot_id
+    acquire_group(["a", "b"], run_id="g", request="g", key="t2")
+    acquire("a", run_id="w", request="w", key="t1")
+    release(b)
+    assert verify().ok, verify().violations
+    # A group slot of b alone (a partial group), and a second live slot in t1's pool of one.
+    Slot.objects.filter(request="g", limit__name="a").delete()
+    found = verify().violations
+    assert any("group g was granted 1 of its 2 slots" in v for v in found), found
+    Slot.objects.filter(run_id="r1").update(key="t2")
+    assert any("key" in v for v in verify().violations)

@@ -18,6 +18,10 @@ ACTIONS = [
     ("/studio/limits/voice-calls/capacity/", {"capacity": "7"}),
     ("/studio/limits/voice-calls/max-hold/", {"max_hold": "10m"}),
     ("/studio/limits/voice-calls/reset/", {"field": "capacity"}),
+    ("/studio/limits/voice-calls/per-key/", {"per_key": "1"}),
+    ("/studio/limits/voice-calls/reset/", {"field": "per_key"}),
+    ("/studio/limits/voice-calls/key-pool/", {"key": "acme", "pool": "1"}),
+    ("/studio/limits/voice-calls/key-pool/reset/", {"key": "acme"}),
 ]
 
 
@@ -32,6 +36,8 @@ def _state(limit: Limit) -> tuple[object, ...]:
     return (
         limit.capacity_override,
         limit.max_hold_override_ms,
+        limit.per_key_override,
+        list(limit.keys.values_list("key", "pool_override")),
         limit.busy_count,
         limit.reserved_count,
         limit.waiting_count,
