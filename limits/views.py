@@ -232,9 +232,8 @@ def set_per_key(request: HtmxHttpRequest, name: str) -> HttpResponse:
         except services.LimitsError as error:
             form.add_error("per_key" if error.field == "per_key" else None, _pool_message(error))
         else:
-            return _edited(
-                request, limit, Notice("success", PER_KEY_SET.format(value=limit.per_key, declared=_declared(limit)))
-            )
+            text = PER_KEY_SET.format(value=limit.per_key, declared=_declared(limit))
+            return _edited(request, limit, Notice("success", text))
     return _edit_rejected(request, limit, per_key_form=form)
 
 
@@ -359,7 +358,6 @@ def _live_context(
     selectors.with_group_partners(limit, slots.items)
     selectors.with_group_partners(limit, queue.items)
     no_key = selectors.no_key_pool(limit) if keys.number == 1 and not here.key_filter else None
-
     return {
         "limit": limit,
         "here": here,
@@ -367,7 +365,7 @@ def _live_context(
         "queue": queue,
         "keys": keys,
         "no_key": no_key,
-        "show_keys": bool(keys.total or no_key or here.key_filter or limit.per_key is not None),
+        "show_keys": bool(keys.total or here.key_filter or limit.per_key is not None),
         "held": selectors.held_capacity(limit),
         "slots_pager": Pager(slots, "Slot pages", "#live", lambda number: replace(here, slots=number).link(limit)),
         "queue_pager": Pager(queue, "Queue pages", "#live", lambda number: replace(here, queue=number).link(limit)),

@@ -86,3 +86,24 @@ def time_out(limit_id: int, now: datetime) -> list[str]:
     run_ids: list[str]
     (run_ids,) = _call("SELECT limits_time_out(%s, %s)", [limit_id, now])
     return run_ids
+
+
+def acquire_group(names: list[str], run_id: str, request: str, label: str, key: str) -> Acquisition | Answer:
+    """limits_acquire_group: a new request granted busy slots of every limit at once (with a key,
+    or several limits), when nobody waits on them and each has room in its total and the key's
+    pool; anything else is left to limits.engine.keys."""
+    outcome, slot_ids = _call(
+        "SELECT outcome, slot_ids FROM limits_acquire_group(%s, %s, %s, %s, %s, %s)",
+        [names, run_id, request, label, key, timezone.now()],
+    )
+    if outcome != "busy":
+        return NOT_HANDLED_HERE
+    return Acquisition(
+        "busy",
+        names[0],
+        request,
+        slot_id=slot_ids[0],
+        slots=tuple(zip(names, slot_ids, strict=True)),
+        limits=tuple(names),
+        key=key,
+    )

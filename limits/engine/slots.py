@@ -112,6 +112,10 @@ def acquire_group(
     label = check_label(label)
     key = "" if key is None else check_key(key)
     timeout_ms = DEFAULT_TIMEOUT_MS if timeout is None else duration_ms(timeout, BAD_TIMEOUT, "timeout")
+    if server.available() and all(is_storable_text(name) for name in names):
+        fast = server.acquire_group(names, run_id, request, label, key)
+        if fast is not server.NOT_HANDLED_HERE:
+            return fast
     with transaction.atomic(savepoint=False):
         outcome = _acquire_group_in_transaction(names, run_id, request, label, key, timeout_ms)
     if isinstance(outcome, LimitsError):

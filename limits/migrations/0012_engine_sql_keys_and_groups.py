@@ -1,7 +1,9 @@
-"""limits/sql/engine.sql for keys and several limits per acquisition (SPEC 9, 10): the fast path
-answers 'slow' for a limit that is not plain (limits_is_plain: per_key in force, or a keyed or
-group entry waiting) and for a slot with a key or of a group, so limits.engine.keys hands out
-that capacity in Python. No change for plain limits.
+"""limits/sql/engine.sql for keys and several limits per acquisition (SPEC 9, 10): a new function,
+limits_acquire_group (a keyed acquisition, or several limits, granted busy at once when nobody
+waits and every total and key pool has room, limits_pool_room), and the others keep the key
+pools' counters (confirm, release) and answer 'slow' where the freed capacity must go by the
+rules of limits.engine.keys (a limit that is not plain, limits_is_plain: per_key in force, or a
+keyed or group entry waiting). No change for plain limits.
 
 Reverse: a noop (the functions of 0010 would not know the new columns, but leave them alone)."""
 
@@ -9,7 +11,7 @@ from django.db import migrations
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "20495645e9ecdf944683940b3869bed8cc04febdce62579691093c36fddbbe4a"
+ENGINE_SQL_FINGERPRINT = "43884d488c395e7d37145b37b696114e22eeb3a07106cd5c55d68b7388a3b6a0"
 
 
 def install(apps, schema_editor) -> None:

@@ -47,6 +47,29 @@ BEGIN
 END
 $$;
 
+-- limits.engine.keys.Pools.has_room: the key's pool (its own size, else the limit's per_key) has
+-- room; '' is the no-key pool, whose figures are the limit's counters minus the keyed ones.
+CREATE OR REPLACE FUNCTION limits_pool_room(l limits_limit, p_key text) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_override integer;
+    v_used integer := 0;
+BEGIN
+    IF p_key = '' THEN
+        RETURN l.declared_per_key IS NULL AND l.per_key_override IS NULL
+            OR l.busy_count + l.reserved_count - l.keyed_busy_count - l.keyed_reserved_count
+               < coalesce(l.per_key_override, l.declared_per_key);
+    END IF;
+    -- Variables, not a limits_limitkey row: that table comes with limits/0011 (see above).
+    SELECT pool_override, busy_count + reserved_count INTO v_override, v_used
+    FROM limits_limitkey WHERE limit_id = l.id AND key = p_key;
+    IF coalesce(v_override, l.per_key_override, l.declared_per_key) IS NULL THEN
+        RETURN true;
+    END IF;
+    RETURN coalesce(v_used, 0) < coalesce(v_override, l.per_key_override, l.declared_per_key);
+END
+$$;
+
 -- limits.engine.rules.clock: a change to a locked limit is never stamped before its last one.
 CREATE OR REPLACE FUNCTION limits_clock(p_now timestamptz, p_last timestamptz) RETURNS timestamptz
 LANGUAGE sql IMMUTABLE AS $$ SELECT greatest(p_now, p_last) $$;
@@ -150,8 +173,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 'gone';
     END IF;
-    IF v_key <> '' OR v_group > 1 THEN
-        RETURN 'slow';  -- a key pool's counters, or a group confirmed together: the Python rules
+    IF v_group > 1 THEN
+        RETURN 'slow';  -- a group is confirmed together: the Python rules
     END IF;
     SELECT limits_clock(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = v_limit FOR UPDATE;
     SELECT state, reserved_until INTO v_state, v_reserved_until FROM limits_slot WHERE id = p_slot;
@@ -163,8 +186,14 @@ BEGIN
     END IF;
     UPDATE limits_slot SET state = 'busy', confirmed_at = v_now WHERE id = p_slot;
     UPDATE limits_limit
-    SET reserved_count = reserved_count - 1, busy_count = busy_count + 1, last_event_at = v_now
+    SET reserved_count = reserved_count - 1, busy_count = busy_count + 1, last_event_at = v_now,
+        keyed_reserved_count = keyed_reserved_count - (v_key <> '')::integer,
+        keyed_busy_count = keyed_busy_count + (v_key <> '')::integer
     WHERE id = v_limit;
+    IF v_key <> '' THEN
+        UPDATE limits_limitkey SET reserved_count = reserved_count - 1, busy_count = busy_count + 1
+        WHERE limit_id = v_limit AND key = v_key;
+    END IF;
     RETURN 'busy';
 END
 $$;
@@ -192,8 +221,8 @@ BEGIN
     SELECT * INTO l FROM limits_limit WHERE id = v_limit FOR UPDATE;
     v_now := limits_clock(p_now, l.last_event_at);
     SELECT state, key INTO v_state, v_key FROM limits_slot WHERE id = p_slot;
-    IF v_state = 'reserved' OR v_key <> '' OR NOT limits_is_plain(l) THEN
-        outcome := 'slow';
+    IF v_state = 'reserved' OR (l.waiting_count > 0 AND NOT limits_is_plain(l)) THEN
+        outcome := 'slow';  -- the freed capacity goes by the rules of keys and groups (Python)
         RETURN;
     END IF;
     IF v_state <> 'busy' THEN
@@ -201,7 +230,13 @@ BEGIN
         RETURN;
     END IF;
     UPDATE limits_slot SET state = 'released', freed_at = v_now, freed_by = '' WHERE id = p_slot;
-    UPDATE limits_limit SET busy_count = busy_count - 1, last_event_at = v_now WHERE id = v_limit;
+    UPDATE limits_limit
+    SET busy_count = busy_count - 1, keyed_busy_count = keyed_busy_count - (v_key <> '')::integer,
+        last_event_at = v_now
+    WHERE id = v_limit;
+    IF v_key <> '' THEN
+        UPDATE limits_limitkey SET busy_count = busy_count - 1 WHERE limit_id = v_limit AND key = v_key;
+    END IF;
     SELECT * INTO settled FROM limits_settle(v_limit, v_now, p_reservation_ms);
     woken := settled.timed_out || settled.granted;
     outcome := 'released';
@@ -265,5 +300,67 @@ BEGIN
     SET waiting_count = waiting_count + 1, next_position = next_position + 1, last_event_at = v_now
     WHERE id = l.id;
     outcome := 'waiting';
+END
+$$;
+
+-- Acquire with a key, or one slot of each of several limits (SPEC 9, 10), when the answer needs
+-- no queue: a new request, every limit declared, nobody waiting on any of them, and each with
+-- room in its total and in the key's pool (limits_pool_room). Then busy slots of all of them at
+-- once, in one statement, with the pool counters; the slot ids come back in the order of
+-- p_names. Anything else answers 'slow' before changing anything: the rules of
+-- limits.engine.keys (joining the queues, the grant, owed runs) take over in Python.
+CREATE OR REPLACE FUNCTION limits_acquire_group(
+    p_names text[], p_run text, p_request text, p_label text, p_key text, p_now timestamptz,
+    OUT outcome text, OUT slot_ids text[]
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    l limits_limit;
+    v_now timestamptz := p_now;
+    v_count integer := 0;
+    v_slot text;
+    v_size integer := cardinality(p_names);
+    i integer;
+BEGIN
+    outcome := 'slow';
+    slot_ids := '{}';
+    IF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request)
+       OR EXISTS (SELECT 1 FROM limits_queueentry WHERE request = p_request) THEN
+        RETURN;
+    END IF;
+    FOR l IN SELECT * FROM limits_limit WHERE name = ANY (p_names) ORDER BY id FOR UPDATE LOOP
+        IF NOT l.declared OR l.waiting_count > 0
+           OR l.busy_count + l.reserved_count >= limits_capacity(l)
+           OR NOT limits_pool_room(l, p_key) THEN
+            RETURN;
+        END IF;
+        v_now := limits_clock(v_now, l.last_event_at);
+        v_count := v_count + 1;
+    END LOOP;
+    IF v_count <> v_size THEN
+        RETURN;  -- an unknown name (or a repeated one): the Python rules say which
+    END IF;
+    FOR i IN 1 .. v_size LOOP
+        SELECT * INTO l FROM limits_limit WHERE name = p_names[i];
+        v_slot := limits_new_slot_id();
+        INSERT INTO limits_slot (
+            id, limit_id, run_id, request, label, key, group_size, state, granted_at, confirmed_at,
+            expires_at, freed_by
+        ) VALUES (
+            v_slot, l.id, p_run, p_request, p_label, p_key, v_size, 'busy', v_now, v_now,
+            v_now + limits_max_hold(l), ''
+        );
+        UPDATE limits_limit
+        SET busy_count = busy_count + 1, keyed_busy_count = keyed_busy_count + (p_key <> '')::integer,
+            last_event_at = v_now
+        WHERE id = l.id;
+        IF p_key <> '' THEN
+            INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at)
+            VALUES (l.id, p_key, 1, 0, 0, v_now)
+            ON CONFLICT (limit_id, key) DO UPDATE SET busy_count = limits_limitkey.busy_count + 1;
+        END IF;
+        slot_ids := slot_ids || v_slot;
+    END LOOP;
+    outcome := 'busy';
 END
 $$;

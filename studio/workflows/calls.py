@@ -1,5 +1,6 @@
 """Example: place a call that holds a `voice-calls` slot; the call's end, reported by a webhook,
-releases it from another workflow."""
+releases it from another workflow. An `account` in the input is the slot's key (SPEC 9): shown
+next to the slot, and its own pool on a limit that declares `per_key`."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def dial_out(call_id: str, slot_id: str) -> None:
 @workflow
 def place_call(input: dict[str, Any]) -> dict[str, Any]:
     try:
-        slot = acquire_slot("voice-calls", label=input["call_id"], timeout=input.get("timeout", "30m"))
+        slot = acquire_slot(
+            "voice-calls", label=input["call_id"], timeout=input.get("timeout", "30m"), key=input.get("account")
+        )
     except SlotTimeoutError:
         return {"slot_id": None}
     dial_out(input["call_id"], slot.id)

@@ -1,4 +1,6 @@
-"""Example: a run that gives up when no `partner-api` session frees within its timeout."""
+"""Example: a run that gives up when no `partner-api` session frees within its timeout. With an
+`account` in the input the session comes from that account's pool (SPEC 9: the demo's
+`partner-api` gives each account at most `per_key` sessions, so a busy account waits alone)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ def call_partner(session_label: str) -> dict[str, Any]:
 def sync_partner(input: dict[str, Any]) -> dict[str, Any]:
     label = input.get("label", "")
     try:
-        slot = acquire_slot("partner-api", label=label, timeout=input.get("timeout", "30s"))
+        slot = acquire_slot("partner-api", label=label, timeout=input.get("timeout", "30s"), key=input.get("account"))
     except SlotTimeoutError as error:
         return {"timed_out": True, "limiter": error.limiter, "timeout_ms": error.timeout}
     result = call_partner(label)
@@ -29,7 +31,9 @@ def sync_partner(input: dict[str, Any]) -> dict[str, Any]:
 def open_session(input: dict[str, Any]) -> dict[str, Any]:
     """Open a partner session and keep its slot; a later `call_ended` run releases it."""
     try:
-        slot = acquire_slot("partner-api", label=input.get("label", ""), timeout=input.get("timeout", "30s"))
+        slot = acquire_slot(
+            "partner-api", label=input.get("label", ""), timeout=input.get("timeout", "30s"), key=input.get("account")
+        )
     except SlotTimeoutError:
         return {"slot_id": None}
     return {"slot_id": slot.id}

@@ -1,5 +1,6 @@
-"""Scenarios 1 and 5: OS processes looping acquire -> hold ~0 ms -> release for a fixed time,
-through the engine, and the bare two-statement semaphore on one hot row as the reference.
+"""Scenarios 1, 5, 7 and 8: OS processes looping acquire -> hold ~0 ms -> release for a fixed
+time, through the engine (a plain limit; a keyed one, a random key per cycle; a group of two
+limits), and the bare two-statement semaphore on one hot row as the reference.
 
 Each function here is the body of one child process (multiprocessing, spawn): it sets Django up
 against the bench database, waits at the barrier, loops until the shared deadline, and puts
@@ -10,38 +11,55 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import random
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from tests.bench.common import log, median, psycopg_dsn
+from tests.bench.common import log, median, percentile, psycopg_dsn
 
 SEMAPHORE_TABLE = "bench_semaphore"
 # s: a lost notification costs at most this much before the process looks again. Runs are never
 # polled (they are woken, or recovered within 15 s); a short timeout here would make every waiting
 # process call acquire 20 times a second for nothing (at 32 processes that was most of the CPU).
 WAKE_TIMEOUT = 1.0
+SAMPLE_EVERY = 0.1  # s between two looks at pg_stat_activity during a timed run (lock waits)
+# An engine process counts an OperationalError (a deadlock, say) and calls again with the same
+# request (acquire and release are safe to repeat); past this many in one run it gives up.
+MAX_ERRORS = 100
 
 
 @dataclass(frozen=True)
 class Load:
-    kind: str  # "engine" | "reference"
+    """kind: "engine" (services.acquire on a limit), "keyed" (the same with key=a random one of
+    `keys`), "group" (services.acquire_group over all of `limits`, half the processes in the
+    reverse order) or "reference" (the bare semaphore)."""
+
+    kind: str
     limits: tuple[str, ...]  # processes are spread evenly over these (or over semaphore rows 1..n)
-    processes: int  # per limit
+    processes: int  # per limit; for "group", in all
     seconds: float
     capacity: int = 4
+    keys: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.processes if self.kind == "group" else self.processes * len(self.limits)
 
 
 def repeat(load: Load, runs: int) -> dict[str, Any]:
     """`runs` timed runs of a load with the same processes (started once, connected and warm):
-    median, min and max cycles/s. Each run opens the barrier, then sums the processes' cycles."""
+    median, min and max cycles/s; acquire -> busy latencies (ms, all runs pooled: from the first
+    acquire call of a cycle to holding the slot, wait and confirm included); how many backends
+    waited on a lock, on average (pg_stat_activity, sampled); deadlocks the server detected, and
+    the errors the processes retried. Each run opens the barrier, then sums the processes' cycles."""
     if load.kind == "reference":
         reset_semaphore(len(load.limits))
     ctx = multiprocessing.get_context("spawn")
-    total = load.processes * len(load.limits)
-    barrier = ctx.Barrier(total + 1)
+    barrier = ctx.Barrier(load.total + 1)
     results = ctx.Queue()
-    target = _engine_child if load.kind == "engine" else _reference_child
+    target = _reference_child if load.kind == "reference" else _engine_child
     children = [
         ctx.Process(
             target=target,
@@ -55,32 +73,103 @@ def repeat(load: Load, runs: int) -> dict[str, Any]:
                 results,
             ),
         )
-        for index in range(total)
+        for index in range(load.total)
     ]
+    deadlocks_before = _deadlocks()
     for child in children:
         child.start()
-    figures = []
+    figures: list[float] = []
+    latencies: list[float] = []
+    lock_waits: list[float] = []
+    errors: dict[str, int] = {}
+    queued = cycles_done = 0
     try:
         for number in range(runs):
             barrier.wait(timeout=180)  # every child is connected and warm, and done with the last run
-            outcomes = [results.get(timeout=load.seconds + 180) for _ in children]
-            errors = [o["error"] for o in outcomes if "error" in o]
-            if errors:
-                raise RuntimeError(f"a {load.kind} process failed: {errors[0]}")
+            with _LockSampler() as sampler:
+                outcomes = [results.get(timeout=load.seconds + 180) for _ in children]
+            failed = [o["error"] for o in outcomes if "error" in o]
+            if failed:
+                raise RuntimeError(f"a {load.kind} process failed: {failed[0]}")
             cycles = sum(o["cycles"] for o in outcomes)
             figures.append(cycles / load.seconds)
+            cycles_done += cycles
+            queued += sum(o.get("queued", 0) for o in outcomes)
+            for outcome in outcomes:
+                latencies += outcome["latencies"]
+                for name, count in outcome.get("errors", {}).items():
+                    errors[name] = errors.get(name, 0) + count
+            lock_waits.append(sampler.mean)
             log(
-                f"  {load.kind} x{len(load.limits)} limit(s), {load.processes} proc each, run {number + 1}: "
+                f"  {load.kind} {'+'.join(load.limits)}, {load.total} proc, run {number + 1}: "
                 f"{figures[-1]:.0f} cycles/s (queued {sum(o.get('queued', 0) for o in outcomes)}, "
                 f"waited {sum(o.get('wait_s', 0.0) for o in outcomes):.1f} process-s, "
-                f"retries {sum(o.get('retries', 0) for o in outcomes)})"
+                f"retries {sum(o.get('retries', 0) for o in outcomes)}, "
+                f"backends waiting on a lock {sampler.mean:.1f} on average, errors {errors or 'none'})"
             )
     finally:
         for child in children:
             child.join(timeout=30)
             if child.is_alive():
                 child.kill()
-    return {"median": median(figures), "min": min(figures), "max": max(figures), "runs": figures}
+    return {
+        "median": median(figures),
+        "min": min(figures),
+        "max": max(figures),
+        "runs": figures,
+        "p50": percentile(latencies, 50),
+        "p95": percentile(latencies, 95),
+        "max_ms": max(latencies, default=float("nan")),
+        "queued": queued,
+        "cycles": cycles_done,
+        "lock_waits": median(lock_waits),
+        "deadlocks": _deadlocks() - deadlocks_before,
+        "errors": errors,
+    }
+
+
+class _LockSampler:
+    """While a timed run lasts, a thread counts the bench database's backends waiting on a
+    heavyweight lock (a limit's row lock shows as Lock/transactionid or tuple)."""
+
+    QUERY = (
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'"
+    )
+
+    def __init__(self) -> None:
+        self.samples: list[int] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.samples) / len(self.samples) if self.samples else 0.0
+
+    def __enter__(self) -> _LockSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+    def _sample(self) -> None:
+        import psycopg
+
+        with psycopg.connect(psycopg_dsn(os.environ["DATABASE_URL"]), autocommit=True) as conn:
+            while not self.stop.wait(SAMPLE_EVERY):
+                row = conn.execute(self.QUERY).fetchone()
+                self.samples.append(int(row[0]) if row else 0)
+
+
+def _deadlocks() -> int:
+    """Deadlocks PostgreSQL detected in the bench database so far (pg_stat_database)."""
+    import psycopg
+
+    with psycopg.connect(psycopg_dsn(os.environ["DATABASE_URL"]), autocommit=True) as conn:
+        row = conn.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
 
 
 # --- the reference -------------------------------------------------------------------------------
@@ -113,17 +202,22 @@ def _reference_child(index: int, limit: str, row: int, load: Load, runs: int, ba
         give = f"UPDATE {SEMAPHORE_TABLE} SET busy = busy - 1 WHERE id = %s"
         for _ in range(runs):
             cycles = retries = 0
+            latencies: list[float] = []
+            started: float | None = None
             barrier.wait(timeout=180)
             deadline = time.monotonic() + load.seconds
             with conn.cursor() as cur:
                 while time.monotonic() < deadline:
+                    started = started or time.perf_counter()
                     cur.execute(take, [row, load.capacity], prepare=True)
                     if cur.rowcount == 0:
                         retries += 1
                         continue
+                    latencies.append((time.perf_counter() - started) * 1000)
+                    started = None
                     cur.execute(give, [row], prepare=True)
                     cycles += 1
-            results.put({"cycles": cycles, "retries": retries})
+            results.put({"cycles": cycles, "retries": retries, "latencies": latencies})
         conn.close()
     except Exception as error:  # noqa: BLE001 - reported to the parent
         results.put({"error": repr(error)})
@@ -133,21 +227,27 @@ def _reference_child(index: int, limit: str, row: int, load: Load, runs: int, ba
 
 
 def _engine_child(index: int, limit: str, row: int, load: Load, runs: int, barrier: Any, results: Any) -> None:
-    """The engine, the way runs use it: acquire (a busy slot at once, or join the queue); a queued
-    request waits to be woken and calls acquire again with the same request, which confirms the
-    reservation; then release. Waking is LISTEN/NOTIFY: every process listens on its own channel
-    and announces the runs the engine woke (the `runs_woken` signal, after commit) with
-    pg_notify on a side connection whose commits are not flushed (a wake is not durable state),
-    in place of the run layer's wake (a Celery task per run).
+    """The engine, the way runs use it: acquire (busy slots at once, or join the queue); a queued
+    request waits to be woken and calls acquire again with the same request (and key), which
+    confirms the reservation; then release (each slot of a group: a busy slot of a group is
+    released on its own). Waking is LISTEN/NOTIFY: every process listens on its own channel and
+    announces the runs the engine woke (the `runs_woken` signal, after commit) with pg_notify on
+    a side connection whose commits are not flushed (a wake is not durable state), in place of
+    the run layer's wake (a Celery task per run).
+
+    What a cycle acquires, by load.kind: "engine" the limit; "keyed" the limit with a key drawn
+    at random (seeded by the process's index) from load.keys; "group" all of load.limits, in
+    reverse order in every other process, so that crossing orders meet.
     """
     try:
         import django
 
         django.setup()
         import psycopg
-        from django.db import connection
+        from django.db import OperationalError, connection
 
         from limits import services
+        from limits.engine.results import Acquisition
         from limits.signals import runs_woken
 
         run_id = f"bench-p{index}"
@@ -164,16 +264,40 @@ def _engine_child(index: int, limit: str, row: int, load: Load, runs: int, barri
         runs_woken.disconnect(dispatch_uid="limits-wake-runs")
         runs_woken.connect(announce, weak=False, dispatch_uid="bench-announce")
         connection.ensure_connection()
+        draw = random.Random(index)
+        group = list(load.limits) if index % 2 == 0 else list(reversed(load.limits))
+        errors: dict[str, int] = {}
+
+        def retried(call: Any) -> Any:
+            """The call, again with the same arguments after an OperationalError (counted)."""
+            while True:
+                try:
+                    return call()
+                except OperationalError as error:
+                    name = type(error.__cause__ or error).__name__
+                    errors[name] = errors.get(name, 0) + 1
+                    if sum(errors.values()) > MAX_ERRORS:
+                        raise
+
+        def acquire(request: str, key: str | None) -> Acquisition:
+            if load.kind == "group":
+                return retried(lambda: services.acquire_group(group, run_id=run_id, request=request))
+            return retried(lambda: services.acquire(limit, run_id=run_id, request=request, key=key))
+
         number = 0
         for _ in range(runs):
             cycles = queued = wakes = 0
             wait_s = 0.0
+            latencies: list[float] = []
+            errors.clear()
             barrier.wait(timeout=180)
             deadline = time.monotonic() + load.seconds
             while time.monotonic() < deadline:
                 number += 1
                 request = f"{run_id}:{number}"
-                got = services.acquire(limit, run_id=run_id, request=request)
+                key = f"key-{draw.randrange(load.keys)}" if load.kind == "keyed" else None
+                started = time.perf_counter()
+                got = acquire(request, key)
                 if got.state == "waiting":
                     queued += 1
                     waited = time.monotonic()
@@ -182,14 +306,25 @@ def _engine_child(index: int, limit: str, row: int, load: Load, runs: int, barri
                         # the notifies() loop). A stale one only costs one extra acquire call.
                         list(side.notifies(timeout=WAKE_TIMEOUT, stop_after=1))
                         wakes += 1
-                        got = services.acquire(limit, run_id=run_id, request=request)
+                        got = acquire(request, key)
                     wait_s += time.monotonic() - waited
                 if got.state != "busy":
                     raise RuntimeError(f"acquire ended {got.state}")
-                services.release(got.slot_id)
+                latencies.append((time.perf_counter() - started) * 1000)
+                for slot_id in [slot for _, slot in got.slots] or [got.slot_id]:
+                    retried(lambda slot_id=slot_id: services.release(slot_id))
                 if time.monotonic() < deadline:
                     cycles += 1
-            results.put({"cycles": cycles, "queued": queued, "wakes": wakes, "wait_s": wait_s})
+            results.put(
+                {
+                    "cycles": cycles,
+                    "queued": queued,
+                    "wakes": wakes,
+                    "wait_s": wait_s,
+                    "latencies": latencies,
+                    "errors": dict(errors),
+                }
+            )
         side.close()
     except Exception as error:  # noqa: BLE001 - reported to the parent
         import traceback

@@ -5,6 +5,7 @@ hot-limit figure when the timings are noisy."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -38,26 +39,48 @@ def _count(operation: Callable[[], Any]) -> tuple[Any, int, int]:
     return result, len(sqls), under
 
 
-def per_operation(limit: str, capacity: int) -> dict[str, tuple[int, int]]:
+def per_operation(
+    limit: str,
+    capacity: int,
+    *,
+    key: Callable[[int], str | None] = lambda n: None,
+    group: tuple[str, ...] = (),
+) -> dict[str, tuple[int, int]]:
     """(statements, under the lock) for: an acquire granted at once and its release; a queued
     acquire, the release that hands the slot over, and the woken run's confirming acquire.
-    Leaves the limit empty."""
+    Leaves the limit empty.
+
+    `capacity` acquisitions fill the limit before the queued one; `key(n)` is the key of the
+    n-th (-1: the queued one; None: no key). With `group`, each acquisition is
+    acquire_group(group), and a "release" releases every slot of the acquisition."""
     from limits import services
 
+    def take(name: str, n: int) -> Any:
+        run_id = f"{name}-{tag}"  # a request is answered once: new ones on every call of this function
+        if group:
+            return services.acquire_group(list(group), run_id=run_id, request=f"{run_id}:1")
+        return services.acquire(limit, run_id=run_id, request=f"{run_id}:1", key=key(n))
+
+    def free(got: Any) -> None:
+        for slot_id in [slot for _, slot in got.slots] or [got.slot_id]:
+            services.release(slot_id)
+
+    tag = uuid.uuid4().hex[:8]
+    plural = "s" if group else ""
     figures: dict[str, tuple[int, int]] = {}
-    got, total, under = _count(lambda: services.acquire(limit, run_id="stmt-a", request="stmt-a:1"))
+    got, total, under = _count(lambda: take("stmt-a", capacity))
     figures["acquire, granted at once"] = (total, under)
-    _, total, under = _count(lambda: services.release(got.slot_id))
-    figures["release, nobody waiting"] = (total, under)
-    holders = [services.acquire(limit, run_id=f"stmt-h{n}", request=f"stmt-h{n}:1") for n in range(capacity)]
-    _, total, under = _count(lambda: services.acquire(limit, run_id="stmt-w", request="stmt-w:1"))
+    _, total, under = _count(lambda: free(got))
+    figures[f"release{plural}, nobody waiting"] = (total, under)
+    holders = [take(f"stmt-h{n}", n) for n in range(capacity)]
+    _, total, under = _count(lambda: take("stmt-w", -1))
     figures["acquire, queued"] = (total, under)
-    _, total, under = _count(lambda: services.release(holders[0].slot_id))
-    figures["release, handing the slot over"] = (total, under)
-    mine, total, under = _count(lambda: services.acquire(limit, run_id="stmt-w", request="stmt-w:1"))
+    _, total, under = _count(lambda: free(holders[0]))
+    figures[f"release{plural}, handing the slot{plural} over"] = (total, under)
+    mine, total, under = _count(lambda: take("stmt-w", -1))
     figures["acquire again by the woken run (confirm)"] = (total, under)
-    for slot_id in [h.slot_id for h in holders[1:]] + [mine.slot_id]:
-        services.release(slot_id)
+    for other in [*holders[1:], mine]:
+        free(other)
     return figures
 
 

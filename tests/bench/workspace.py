@@ -7,6 +7,14 @@ HOT_2 = "bench-hot-2"
 HANDOFF = "bench-handoff"
 SWEEP = "bench-sweep"
 STUDIO = "bench-studio"
+# Scenario 7: one slot per key; on KEYED the keys bind (8 processes can never fill 1,000 slots),
+# on KEYED_TOTAL the total of 4 binds, as on HOT.
+KEYED = "bench-keyed"
+KEYED_TOTAL = "bench-keyed-total"
+KEYED_CAPACITY = 1_000
+# Scenario 8: one slot of each, all or nothing.
+GROUP_A = "bench-group-a"
+GROUP_B = "bench-group-b"
 
 workspace = define_workspace(
     limits={
@@ -15,5 +23,9 @@ workspace = define_workspace(
         HANDOFF: {"capacity": 1, "max_hold": "1h"},
         SWEEP: {"capacity": 100_000, "max_hold": "1h"},
         STUDIO: {"capacity": 100_000, "max_hold": "1h"},
+        KEYED: {"capacity": KEYED_CAPACITY, "per_key": 1, "max_hold": "1h"},
+        KEYED_TOTAL: {"capacity": 4, "per_key": 1, "max_hold": "1h"},
+        GROUP_A: {"capacity": 4, "max_hold": "1h"},
+        GROUP_B: {"capacity": 4, "max_hold": "1h"},
     }
 )

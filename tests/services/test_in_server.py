@@ -48,6 +48,51 @@ def test_each_hot_operation_is_one_statement_in_autocommit_on_postgres() -> None
 
 @requires_postgres
 @pytest.mark.django_db(transaction=True)
+def test_a_keyed_acquisition_and_several_free_limits_are_one_statement_each_on_postgres() -> None:
+    """The common cases of SPEC 9 and 10 (issue 13): one limit with a key, and several limits all
+    free, granted in one round trip; their release too while nobody waits."""
+    declare(api={"capacity": 3, "max_hold": "1h", "per_key": 1}, calls={"capacity": 2, "max_hold": "1h"})
+    keyed, sent = _engine_statements(lambda: services.acquire("api", run_id="r1", key="acme"))
+    assert keyed.state == "busy" and len(sent) == 1 and "limits_acquire_group(" in sent[0]
+    group, sent = _engine_statements(lambda: services.acquire_group(["calls", "api"], run_id="r2", key="zeta"))
+    assert group.state == "busy" and len(sent) == 1
+    assert [name for name, _ in group.slots] == ["calls", "api"]
+    plain_on_keyed, sent = _engine_statements(lambda: services.acquire("api", run_id="r3"))
+    assert plain_on_keyed.state == "busy" and len(sent) <= 3  # limits_acquire answers slow: not plain
+    for slot_id in (keyed.slot_id, *(slot_id for _, slot_id in group.slots)):
+        released, sent = _engine_statements(lambda slot_id=slot_id: services.release(slot_id))
+        assert released is True and len(sent) == 1 and "limits_release(" in sent[0]
+    assert_counters_match_rows("api")
+    assert_counters_match_rows("calls")
+
+
+@requires_postgres
+@pytest.mark.django_db
+def test_the_sql_pool_room_answers_as_pools_has_room(clock) -> None:
+    """limits_pool_room (engine.sql) against its Python home, limits.engine.keys.Pools.has_room,
+    over pools empty, full, overridden, and the no-key pool, with and without per_key."""
+    from django.db import connection
+
+    from limits.engine import keys
+    from limits.models import Limit
+
+    declare(keyed={"capacity": 4, "max_hold": "1h", "per_key": 1}, open={"capacity": 4, "max_hold": "1h"})
+    services.acquire("keyed", run_id="r1", key="full")
+    services.acquire("keyed", run_id="r2")  # the no-key pool is full too
+    services.set_per_key("keyed", 2, key="big", actor="test")
+    services.acquire("keyed", run_id="r3", key="big")
+    services.set_per_key("open", 1, key="capped", actor="test")
+    services.acquire("open", run_id="r4", key="capped")
+    for limit in Limit.objects.all():
+        for key in ("", "full", "big", "capped", "never-seen"):
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT limits_pool_room(l, %s) FROM limits_limit l WHERE id = %s", [key, limit.id])
+                in_sql = cursor.fetchone()[0]
+            assert in_sql == keys.Pools(Limit.objects.get(id=limit.id)).has_room(key), (limit.name, key)
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
 def test_a_case_the_function_leaves_to_python_changes_nothing_before_python_decides() -> None:
     """A late confirm: limits_confirm answers 'slow' without touching a row, then the Python rule
     lapses the reservation (SPEC 3.6) in its own transaction."""
