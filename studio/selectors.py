@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
+from django.utils import timezone
+
+from limits.engine.keys import OWED_AFTER_MS
+from limits.models import QueueEntry
 from studio.models import Run, Step
 
 WAIT_STEP_PREFIX = "Esperando hueco · "
+GROUP_JOIN = " + "  # several limits in one wait (SPEC 10.5)
 
 
 def get_run(run_id: str) -> Run | None:
@@ -14,12 +21,27 @@ def get_run(run_id: str) -> Run | None:
 
 
 def run_steps(run: Run) -> list[Step]:
-    """The run's steps in order; a wait for a slot carries `waits_on` (the limit's name)."""
+    """The run's steps in order; a wait for slots carries `waits_on` (the limit names it waits
+    for: one, or several joined by ' + ')."""
     steps = list(Step.objects.filter(run=run).order_by("seq"))
     for step in steps:
-        step.waits_on = (  # type: ignore[attr-defined]  # for the template, not a field
+        waits_on = (
             step.name.removeprefix(WAIT_STEP_PREFIX)
             if step.kind == Step.Kind.HOOK and step.name.startswith(WAIT_STEP_PREFIX)
             else ""
         )
+        step.waits_on = waits_on.split(GROUP_JOIN) if waits_on else []  # type: ignore[attr-defined]  # for the template
     return steps
+
+
+def describe_waits(entries: list[QueueEntry]) -> list[QueueEntry]:
+    """For a run's waits: the other limits of the same acquisition (`partners`, SPEC 10.5), and
+    whether the run is owed (SPEC 10.4: passed over and waiting longer than 2 minutes, so the
+    free capacity of its limits is held for it). No query: the entries are the run's own."""
+    owed_before = timezone.now() - dt.timedelta(milliseconds=OWED_AFTER_MS)
+    for entry in entries:
+        entry.partners = [  # type: ignore[attr-defined]  # for the template, not a field
+            other.limit.name for other in entries if other.request == entry.request and other.id != entry.id
+        ]
+        entry.owed = entry.passed_over_at is not None and entry.enqueued_at <= owed_before  # type: ignore[attr-defined]
+    return entries

@@ -65,7 +65,7 @@ def _run_context(request: HtmxHttpRequest, run: Run, notice: dict[str, str] | No
         "run": run,
         "steps": selectors.run_steps(run),
         "held_slots": limit_selectors.live_slots_of_run(run.id),
-        "waits": limit_selectors.waits_of_run(run.id),
+        "waits": selectors.describe_waits(limit_selectors.waits_of_run(run.id)),
         "input_json": json.dumps(run.input, indent=2, sort_keys=True, ensure_ascii=False),
         "output_json": ""
         if run.output is None

@@ -3,8 +3,13 @@
 - a call about every second (`place_call`); most end after 5-40 s (`call_ended` releases the
   slot from another run), one in ten never ends and is taken back by max hold (45 s);
 - a partner session every 2 s (`open_session`, 10 s timeout), released after 3-15 s, so the
-  5 sessions fill, a queue forms and some waits time out.
-Arrivals pause while a queue is longer than 40, so the demo never runs away.
+  5 sessions fill, a queue forms and some waits time out;
+- a partner call about every 4 s (`partner_call`): `with_limits` over `partner-api` and
+  `voice-calls`, so runs wait for two limits at once, holding neither (SPEC 10).
+
+Every run is for one of a handful of accounts, its key (SPEC 9), two of them busy: `partner-api`
+gives each account at most 2 sessions, so the busy accounts fill their pools and wait while the
+others go on. Arrivals pause while a queue is longer than 40, so the demo never runs away.
 """
 
 from __future__ import annotations
@@ -24,13 +29,20 @@ from studio.workflows import start_run  # noqa: E402
 
 logger = logging.getLogger("studio.demo")
 MAX_QUEUE = 40
+# The demo's tenants and how much of the traffic each brings: acme and globex are the busy ones.
+ACCOUNTS = {"acme": 40, "globex": 25, "initech": 15, "umbrella": 10, "hooli": 10}
 
 
 def main() -> None:
     rng = random.Random()
+    accounts, weights = list(ACCOUNTS), list(ACCOUNTS.values())
+
+    def account() -> str:
+        return rng.choices(accounts, weights)[0]
+
     holding: dict[str, float | None] = {}  # run id -> seconds to hold its slot (None: never release)
     releases: list[tuple[float, str]] = []  # (when, slot id)
-    next_call = next_session = time.monotonic()
+    next_call = next_session = next_partner_call = time.monotonic()
     calls = 0
     print("demo: starting example runs against voice-calls and partner-api", flush=True)
     while True:
@@ -40,13 +52,20 @@ def main() -> None:
         )
         if now >= next_call and waiting.get("voice-calls", 0) < MAX_QUEUE:
             calls += 1
-            run = start_run("place_call", {"call_id": f"demo-{calls}", "timeout": "2m", "demo": True})
+            call = {"call_id": f"demo-{calls}", "account": account(), "timeout": "2m", "demo": True}
+            run = start_run("place_call", call)
             holding[run.id] = None if rng.random() < 0.1 else rng.uniform(5, 40)
             next_call = now + rng.uniform(0.6, 1.4)
         if now >= next_session and waiting.get("partner-api", 0) < MAX_QUEUE:
-            run = start_run("open_session", {"label": f"session-{calls}", "timeout": "10s", "demo": True})
+            session = {"label": f"session-{calls}", "account": account(), "timeout": "10s", "demo": True}
+            run = start_run("open_session", session)
             holding[run.id] = rng.uniform(3, 15)
             next_session = now + 2
+        if now >= next_partner_call and max(waiting.values(), default=0) < MAX_QUEUE:
+            seconds = round(rng.uniform(1, 3), 1)
+            bridged = {"call_id": f"bridge-{calls}", "account": account(), "seconds": seconds, "timeout": "90s"}
+            start_run("partner_call", {**bridged, "demo": True})
+            next_partner_call = now + rng.uniform(3, 5)
         finished = Run.objects.filter(id__in=list(holding), status__in=["completed", "failed", "cancelled"])
         for run_id, output in finished.values_list("id", "output"):
             hold = holding.pop(run_id)

@@ -4,10 +4,11 @@ runs still held `voice-calls` under the workspace's max hold).
 The demo's runs are the ones studio.demo started: input marked `"demo": true` (and, from before
 the mark, `place_call` with a `demo-` call id, `open_session` with a `session-` label, and the
 `call_ended` runs that released their slots). Each unfinished one is cancelled (it leaves every
-queue, frees its reservations), each busy slot it holds is released as an operator release (an
-audit event by `stackbone dev --reset-demo`; the capacity goes to the next run waiting), and then
-the runs, their steps, slots and queue entries are deleted. Nothing of any other run is touched;
-the demo's limits stay (as undeclared limits, if your workspace does not declare them).
+queue it waits in, frees its reservations and the `with_limits` slots tied to it), each busy slot
+it still holds is released as an operator release (an audit event by `stackbone dev
+--reset-demo`; the capacity goes to the next run waiting), and then the runs, their steps, slots
+and queue entries are deleted. Nothing of any other run is touched; the demo's limits stay (as
+undeclared limits, if your workspace does not declare them).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ACTOR = "stackbone dev --reset-demo"
-DEMO_WORKFLOWS = ("place_call", "open_session", "call_ended")
+DEMO_WORKFLOWS = ("place_call", "open_session", "partner_call", "call_ended")
 
 
 @dataclass

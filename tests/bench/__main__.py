@@ -32,13 +32,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--quick", action="store_true", help="a short run (~2 min): 1 run of 3 s, 50 hand-offs, 1/10 of the rows"
     )
     parser.add_argument(
-        "--processes", type=int, default=8, help="processes per limit in scenarios 1 and 5 (default 8; try 32)"
+        "--processes",
+        type=int,
+        default=8,
+        help="processes per limit in scenarios 1 and 5, in all in 7 and 8 (default 8; try 32)",
     )
     parser.add_argument(
-        "--seconds", type=float, default=None, help="length of one timed run in scenarios 1 and 5 (default 8, quick 3)"
+        "--seconds", type=float, default=None, help="seconds per timed run in scenarios 1, 5, 7, 8 (default 8, quick 3)"
     )
     parser.add_argument(
-        "--runs", type=int, default=None, help="timed runs per figure in scenarios 1 and 5 (default 3, quick 1)"
+        "--runs", type=int, default=None, help="timed runs per figure in scenarios 1, 5, 7, 8 (default 3, quick 1)"
     )
     parser.add_argument(
         "--handoffs", type=int, default=None, help="hand-offs measured in scenario 2 (default 200, quick 50)"
@@ -49,7 +52,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         help="fraction of the row counts of scenarios 3 and 4 (default 1, quick 0.1)",
     )
-    parser.add_argument("--only", default="1,2,3,4,5,6", help="comma-separated scenario numbers (default all)")
+    parser.add_argument(
+        "--only",
+        default="1,2,3,4,5,6,7,8",
+        help="comma-separated scenario numbers (default all; 7 and 8 also run scenario 1's load, their reference)",
+    )
     parser.add_argument(
         "--whole-wake",
         action="store_true",

@@ -1,4 +1,4 @@
-"""The six scenarios, in the order they run, each returning its rows of the table."""
+"""The eight scenarios, in the order they run, each returning its rows of the table."""
 
 from __future__ import annotations
 
@@ -12,20 +12,34 @@ from typing import Any
 from tests.bench import data, handoff, load, statements, sweeps
 from tests.bench.common import log, percentile
 from tests.bench.report import Row, verdict
-from tests.bench.workspace import HANDOFF, HOT, HOT_2, STUDIO
+from tests.bench.workspace import (
+    GROUP_A,
+    GROUP_B,
+    HANDOFF,
+    HOT,
+    HOT_2,
+    KEYED,
+    KEYED_CAPACITY,
+    KEYED_TOTAL,
+    STUDIO,
+)
 
 MANY_LIMITS = 1_000
+KEYS = 1_000  # scenario 7: the keys a process draws from
 
 
 def run_all(args: argparse.Namespace) -> list[Row]:
-    """1 and 5 first (an empty box); the idle sweep on small tables; 2, then the big sweep as the
-    Celery task, with one worker (stopped after the sweep: the pass dispatched one advance task
-    per woken run, which nobody must run); 4 in a web process of its own; the idle sweep again on
-    big tables."""
+    """1, 5, 7 and 8 first (an empty box; 7 and 8 beside scenario 1's figure of the same run,
+    which runs whenever one of them does); the idle sweep on small tables; 2, then the big sweep
+    as the Celery task, with one worker (stopped after the sweep: the pass dispatched one advance
+    task per woken run, which nobody must run); 4 in a web process of its own; the idle sweep
+    again on big tables."""
     rows: list[Row] = []
     memory: list[Row] = []
-    if args.only & {1, 5}:
-        rows += hot_limits(args)
+    if args.only & {1, 5, 7, 8}:
+        hot_rows, one = hot_limits(args)
+        rows += hot_rows
+        rows += keyed_and_groups(args, one)
     data.many_limits(MANY_LIMITS)
     idle_small = sweeps.idle() if 3 in args.only else None
     if args.only & {2, 3, 6}:
@@ -60,28 +74,30 @@ def _rows(args: argparse.Namespace) -> int:
 # --- 1 and 5: the hot limit, and two limits at once ------------------------------------------------
 
 
-def hot_limits(args: argparse.Namespace) -> list[Row]:
+def hot_limits(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
+    """Scenario 1's rows and 5's; and scenario 1's engine figures, the reference of 7 and 8."""
     load.create_semaphore()
     procs = args.processes
     rows = []
     log(f"scenario 1: hot limit, capacity 4, {procs} processes, {args.runs} x {args.seconds:g} s")
     load.reset_semaphore(1)
-    hold, ref_ms = statements.lock_hold(HOT), statements.reference_cycle_ms()  # before any load
+    if 1 in args.only:
+        hold, ref_ms = statements.lock_hold(HOT), statements.reference_cycle_ms()  # before any load
     one = load.repeat(load.Load("engine", (HOT,), procs, args.seconds), args.runs)
     ref_one = load.repeat(load.Load("reference", (HOT,), procs, args.seconds), args.runs)
     ratio = one["median"] / ref_one["median"]
     if 1 in args.only:
         rows.append(
             Row(
-                f"1. Hot limit: capacity 4, {procs} processes, acquire → release (cycles/s, median of {args.runs})",
-                _spread(one),
-                f"{_spread(ref_one)} (bare semaphore)",
+                f"1. Hot limit: capacity 4, {procs} processes, acquire → release (cycles/s, median of {args.runs}; "
+                "acquire → busy, wait and confirm included)",
+                f"{_spread(one)}; {_waits(one)}",
+                f"{_spread(ref_one)}; {_waits(ref_one)} (bare semaphore, first try → taken)",
                 f"{ratio:.2f}",
                 "≥ 0.6",
                 verdict(ratio >= 0.6),
             )
         )
-    if 1 in args.only:
         rows.append(
             Row(
                 "1. One process, uncontended: a cycle, and how long it holds the limit's row lock",
@@ -126,7 +142,86 @@ def hot_limits(args: argparse.Namespace) -> list[Row]:
                 verdict(scale >= 1.6),
             )
         )
+    return rows, one
+
+
+# --- 7 and 8: a keyed limit, and two limits per acquisition ----------------------------------------
+
+
+def keyed_and_groups(args: argparse.Namespace, one: dict[str, Any]) -> list[Row]:
+    """Scenario 1's loop on the rules of limits.engine.keys, each row beside scenario 1's engine
+    figure of this run (one plain limit, capacity 4, the same number of processes):
+
+    7. One limit with per_key 1; each cycle acquires with a key drawn from 1,000. With capacity
+       1,000 the keys bind (the processes can never fill the total; a cycle queues only when its
+       key is held); with capacity 4 the total binds, as in scenario 1.
+    8. acquire_group over two limits of capacity 4, half the processes naming them in the other
+       order (crossing orders must neither deadlock nor grant half a group); release both.
+    """
+    procs, rows = args.processes, []
+    reference = f"{_spread(one)}; {_waits(one)} (scenario 1: one plain limit, capacity 4)"
+    if 7 in args.only:
+        for name, capacity, binds in ((KEYED, KEYED_CAPACITY, "the keys bind"), (KEYED_TOTAL, 4, "the total binds")):
+            log(f"scenario 7: keyed limit, capacity {capacity}, per_key 1, {KEYS:,} keys, {procs} processes")
+            keyed = load.repeat(load.Load("keyed", (name,), procs, args.seconds, keys=KEYS), args.runs)
+            rows.append(
+                Row(
+                    f"7. Keyed limit, {binds}: capacity {capacity:,}, per_key 1, {KEYS:,} keys, {procs} processes, "
+                    f"acquire(key=random) → release (cycles/s, median of {args.runs})",
+                    f"{_spread(keyed)}; {_waits(keyed)}; {_queued(keyed)}; {_trouble(keyed, one)}",
+                    reference,
+                    f"{keyed['median'] / one['median']:.2f}",
+                )
+            )
+        figures = statements.per_operation(KEYED, 1, key=lambda n: "key-0")
+        total_figures = statements.per_operation(KEYED_TOTAL, 4, key=lambda n: f"key-{n}")
+        rows.append(
+            Row(
+                "7. Statements per keyed operation (round trips; BEGIN and COMMIT included)",
+                f"keys bind (a second run on a held key): {statements.summary(figures)}. "
+                f"Total binds: {statements.summary(total_figures)}",
+                "scenario 1 (plain limit): 1 per operation",
+            )
+        )
+    if 8 in args.only:
+        log(f"scenario 8: acquire_group over {GROUP_A} + {GROUP_B} (half reversed), {procs} processes")
+        both = load.repeat(load.Load("group", (GROUP_A, GROUP_B), procs, args.seconds), args.runs)
+        rows.append(
+            Row(
+                f"8. Two limits per acquisition: acquire_group([a, b]) in half the processes, [b, a] in the other "
+                f"half, capacity 4 each, {procs} processes, → release both (cycles/s, median of {args.runs})",
+                f"{_spread(both)}; {_waits(both)}; {_queued(both)}; {_trouble(both, one)}",
+                reference,
+                f"{both['median'] / one['median']:.2f}",
+            )
+        )
+        figures = statements.per_operation(GROUP_A, 4, group=(GROUP_A, GROUP_B))
+        rows.append(
+            Row(
+                "8. Statements per group operation (two limits; round trips; BEGIN and COMMIT included)",
+                statements.summary(figures),
+                "scenario 1 (plain limit): 1 per operation",
+            )
+        )
     return rows
+
+
+def _waits(figures: dict[str, Any]) -> str:
+    return f"acquire → busy p50 {figures['p50']:.1f} / p95 {figures['p95']:.1f} / max {figures['max_ms']:.0f} ms"
+
+
+def _queued(figures: dict[str, Any]) -> str:
+    share = figures["queued"] / figures["cycles"] if figures["cycles"] else 0.0
+    return f"{share:.0%} of cycles queued"
+
+
+def _trouble(figures: dict[str, Any], one: dict[str, Any]) -> str:
+    """Lock waits (beside scenario 1's), deadlocks and the errors the processes retried."""
+    errors = ", ".join(f"{count} {name}" for name, count in figures["errors"].items()) or "no errors"
+    return (
+        f"{figures['lock_waits']:.1f} backends waiting on a lock on average (scenario 1: {one['lock_waits']:.1f}); "
+        f"{figures['deadlocks']} deadlocks, {errors}"
+    )
 
 
 def _max_connections() -> int:

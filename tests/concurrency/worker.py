@@ -6,8 +6,10 @@ JSON document on stdout. Roles:
 
 - ``client``: acquires and releases slots the way workflow runs do, and writes down what every
   acquire call finally amounted to, so the parent can hold it against the rows.
+- ``juggler``: plays several runs at once on keyed limits and acquisitions of two and three
+  limits in any order (SPEC 9, 10), and changes pool sizes now and then as an operator.
 - ``sweeper``: runs ``services.sweep()`` in a loop (two of them = two beats).
-- ``monitor``: samples every limit's counters and live rows in one snapshot, in a loop.
+- ``monitor``: samples every limit, key pool and group in one snapshot, in a loop.
 - ``enqueuer``: queues runs one by one, announcing each commit, then parks inside an open
   transaction holding the limit's lock until it is killed.
 - ``reader``: a fresh process that reports the queues as it finds them.
@@ -20,6 +22,7 @@ import os
 import random
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,12 @@ def main() -> None:
     import django
 
     django.setup()
+    if "owed_after_ms" in params:
+        # Compressed time: a passed-over run becomes owed after this instead of 2 minutes, so a
+        # run of a few seconds goes through the owed rule (SPEC 10.4); the rule itself is unchanged.
+        from limits.engine import keys
+
+        keys.OWED_AFTER_MS = params["owed_after_ms"]
     start_file = params.get("start_file")
     if start_file:
         print(json.dumps({"ready": True}), flush=True)
@@ -192,61 +201,540 @@ def client(params: dict[str, Any]) -> dict[str, Any]:
     return Client(params).play()
 
 
+# --- juggler: keys and groups (SPEC 9, 10) -------------------------------------------------------
+
+
+def deadlocked(error: BaseException) -> bool:
+    """Whether PostgreSQL broke a deadlock by failing this statement (it must never have to:
+    limits are locked in id order, SPEC 10 and limits.engine.keys)."""
+    from psycopg import errors
+
+    return isinstance(error.__cause__, errors.DeadlockDetected) or isinstance(error, errors.DeadlockDetected)
+
+
+class Deadlock(Exception):
+    """A call failed with DeadlockDetected: written down, and the call is tried again later."""
+
+
+@dataclass
+class Flight:
+    """One acquire call of one run, from its first call until it is given back or ends."""
+
+    names: list[str]
+    key: str | None
+    run_id: str
+    request: str
+    timeout: int | None
+    may_end_run: bool
+    started: float
+    state: str = "new"  # new, waiting, held
+    slot_ids: list[str] = field(default_factory=list)
+    hold_until: float = 0.0
+    tied: bool = False
+    polls: int = 0
+
+
+class Juggler:
+    """One process playing several runs at once (up to `in_flight`), on a keyed limit and on
+    acquisitions of two and three limits in random order, so A+B and B+A (and every order of
+    three) are taken at once by different processes. Runs are named q<index>-r<n>, one per
+    acquire call; requests <run>:0.
+
+    Each step does one of: start an acquire call (one limit with a key drawn from `keys`, a few
+    of them hot so their pools fill; one limit without a key; or a group of two or three limits,
+    with or without a key); call a waiting one again (which confirms a reservation, as a woken
+    run does; sometimes its run ends instead, while waiting or right when reserved); give back a
+    held one (its slots released one by one, so a group is held in part for a moment as SPEC
+    10.1 allows, or, for slots tied to the run, by ending the run); release someone else's live
+    slot; or, as an operator, change the keyed limit's per_key, one key's pool size, or its
+    capacity. Once the load stops it takes no new work and keeps calling its waiting acquire
+    calls until each is granted or times out: one still waiting after `drain` seconds starved.
+    """
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.index: int = params["index"]
+        self.limits: list[str] = params["limits"]
+        self.keyed: str = params["keyed"]
+        self.keys: list[str] = params["keys"]
+        self.hot: list[str] = self.keys[: params["hot_keys"]]
+        self.in_flight: int = params["in_flight"]
+        self.ops: int = params["ops"]
+        self.seconds: float = params["seconds"]
+        self.min_ops: int = params["min_ops"]
+        self.drain: float = params["drain"]
+        self.operator: bool = params["operator"]
+        self.rng = random.Random(params["seed"])
+        self.run_number = 0
+        self.flights: list[Flight] = []
+        self.outcomes: list[dict[str, Any]] = []
+        self.deadlocks: list[str] = []
+        self.problems: list[str] = []
+        self.starved: list[dict[str, Any]] = []
+        self.stats: dict[str, float] = {
+            "operations": 0,
+            "started": 0,
+            "polls": 0,
+            "released_true": 0,
+            "released_false": 0,
+            "foreign_releases": 0,
+            "ended_runs": 0,
+            "tied": 0,
+            "operator_actions": 0,
+            "partial_holds": 0,
+        }
+
+    # The loop ---------------------------------------------------------------------------------
+
+    def play(self) -> dict[str, Any]:
+        started = time.monotonic()
+        loading = True
+        while True:
+            elapsed = time.monotonic() - started
+            if loading and (
+                self.stats["operations"] >= self.ops
+                or (elapsed > self.seconds and self.stats["operations"] >= self.min_ops)
+            ):
+                loading, self.stats["load_seconds"] = False, round(elapsed, 2)
+            if not loading and not self.flights:
+                break
+            if not loading and elapsed > self.stats["load_seconds"] + self.drain:
+                self.starved = [self._shown(f) for f in self.flights if f.state != "held"]
+                break
+            try:
+                self.step(loading)
+            except Deadlock:
+                pass
+            time.sleep(self.rng.uniform(0.001, 0.003))
+        self.stats["seconds"] = round(time.monotonic() - started, 2)
+        return {
+            "index": self.index,
+            "outcomes": self.outcomes,
+            "stats": self.stats,
+            "deadlocks": self.deadlocks,
+            "problems": self.problems,
+            "starved": self.starved,
+        }
+
+    def step(self, loading: bool) -> None:
+        roll = self.rng.random()
+        if loading and len(self.flights) < self.in_flight and roll < 0.4:
+            self.stats["operations"] += 1
+            self.start()
+        elif loading and roll < 0.45:
+            self.stats["operations"] += 1
+            self.release_someone_elses()
+        elif loading and self.operator and roll < 0.47:
+            self.stats["operations"] += 1
+            self.operate()
+        else:
+            now = time.monotonic()
+            due = [f for f in self.flights if f.state == "waiting" or f.hold_until <= now]
+            if due:
+                self.advance(self.rng.choice(due))
+
+    def call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """One service call; a deadlock is written down and raised as Deadlock (its transaction
+        rolled back: the same call is made again later)."""
+        from django.db import DatabaseError
+
+        try:
+            return fn(*args, **kwargs)
+        except DatabaseError as error:
+            if not deadlocked(error):
+                raise
+            self.deadlocks.append(f"{what}: {error}".splitlines()[0][:300])
+            raise Deadlock from error
+
+    # Acquire calls ----------------------------------------------------------------------------
+
+    def draw_key(self) -> str | None:
+        roll = self.rng.random()
+        if roll < 0.1:
+            return None  # the no-key pool
+        if roll < 0.45:
+            return self.rng.choice(self.hot)
+        return self.rng.choice(self.keys)
+
+    def start(self) -> None:
+        roll = self.rng.random()
+        if roll < 0.35:
+            names, key = [self.keyed], self.draw_key()
+        elif roll < 0.45:
+            names, key = [self.rng.choice([n for n in self.limits if n != self.keyed])], None
+        else:
+            names = self.rng.sample(self.limits, 2 if roll < 0.75 else 3)
+            key = self.draw_key() if self.rng.random() < 0.6 else None
+        self.run_number += 1
+        run_id = f"q{self.index}-r{self.run_number}"
+        flight = Flight(
+            names=names,
+            key=key,
+            run_id=run_id,
+            request=f"{run_id}:0",
+            timeout=self.rng.choice([None, None, None, None, 5, 50, 300, 2000]),
+            may_end_run=self.rng.random() < 0.25,
+            started=time.monotonic(),
+        )
+        self.stats["started"] += 1
+        self.flights.append(flight)
+        self.ask(flight)
+
+    def ask(self, flight: Flight) -> None:
+        """Call acquire (or acquire_group) for this flight, first or again with its request."""
+        from limits import services
+
+        if len(flight.names) == 1:
+            got = self.call(
+                "acquire",
+                services.acquire,
+                flight.names[0],
+                run_id=flight.run_id,
+                request=flight.request,
+                timeout=flight.timeout,
+                key=flight.key,
+            )
+        else:
+            got = self.call(
+                "acquire_group",
+                services.acquire_group,
+                flight.names,
+                run_id=flight.run_id,
+                request=flight.request,
+                timeout=flight.timeout,
+                key=flight.key,
+            )
+        if flight.state == "new":
+            flight.state = "waiting"
+        if got.state == "waiting":
+            return
+        if got.state == "busy":
+            self.hold(flight, got)
+        else:
+            self.finish(flight, got.state)
+
+    def hold(self, flight: Flight, got: Any) -> None:
+        from limits import services
+
+        if len(flight.names) == 1:
+            flight.slot_ids = [got.slot_id]
+        else:
+            if [name for name, _ in got.slots] != flight.names:
+                self.problems.append(f"{flight.request}: handles {got.slots} not in the order {flight.names}")
+            flight.slot_ids = [slot_id for _, slot_id in got.slots]
+        flight.state = "held"
+        long = self.rng.random() < 0.04
+        flight.hold_until = time.monotonic() + (self.rng.uniform(0.6, 1.0) if long else self.rng.uniform(0, 0.015))
+        if self.rng.random() < 0.15:
+            # with_limit: the slots are tied to the run, and ending the run frees them (2.5).
+            flight.tied = all(
+                self.call("tie_to_run", services.tie_to_run, slot_id, flight.run_id) for slot_id in flight.slot_ids
+            )
+            self.stats["tied"] += 1
+
+    def advance(self, flight: Flight) -> None:
+        from limits import services
+        from limits.models import Slot
+
+        if flight.state == "held":
+            self.give_back(flight)
+            return
+        flight.polls += 1
+        self.stats["polls"] += 1
+        if flight.may_end_run:
+            reserved = Slot.objects.filter(request=flight.request, state="reserved").exists()
+            if (reserved and self.rng.random() < 0.7) or self.rng.random() < 0.05:
+                self.call("end_run", services.end_run, flight.run_id)
+                self.stats["ended_runs"] += 1
+                flight.may_end_run = False
+                self.ask(flight)
+                if flight in self.flights:
+                    self.problems.append(f"{flight.request}: still {flight.state} after its run ended")
+                    self.finish(flight, flight.state)
+                else:
+                    self.outcomes[-1]["ended_run"] = True
+                return
+        self.ask(flight)
+
+    def give_back(self, flight: Flight) -> None:
+        from limits import services
+
+        if flight.tied and self.rng.random() < 0.5:
+            self.call("end_run", services.end_run, flight.run_id)
+            self.stats["ended_runs"] += 1
+            self.finish(flight, "busy", ended_run=True)
+            return
+        if len(flight.slot_ids) > 1 and self.rng.random() < 0.3:
+            # One handle now, the others at a later step: the group is held in part (10.1).
+            slot_id = flight.slot_ids.pop(self.rng.randrange(len(flight.slot_ids)))
+            self._release_own(flight, slot_id)
+            flight.hold_until = time.monotonic() + self.rng.uniform(0, 0.01)
+            self.stats["partial_holds"] += 1
+            return
+        while flight.slot_ids:
+            self._release_own(flight, flight.slot_ids[-1])
+            flight.slot_ids.pop()
+        self.finish(flight, "busy")
+        if self.rng.random() < 0.1:
+            self.call("end_run", services.end_run, flight.run_id)  # the run completes: changes nothing
+
+    def _release_own(self, flight: Flight, slot_id: str) -> None:
+        from limits import services
+
+        released = self.call("release", services.release, slot_id)
+        self.stats["released_true" if released else "released_false"] += 1
+        if released and self.rng.random() < 0.05 and self.call("release", services.release, slot_id):
+            self.problems.append(f"{flight.request}: a second release of {slot_id} changed something")
+
+    def finish(self, flight: Flight, state: str, *, ended_run: bool = False) -> None:
+        """Write down what the acquire call amounted to, once it is no longer waiting."""
+        from limits.models import Slot
+
+        self.flights.remove(flight)
+        slot_ids = flight.slot_ids
+        if state == "busy" and not slot_ids:
+            slot_ids = list(Slot.objects.filter(request=flight.request, confirmed_at__isnull=False).values_list("id", flat=True))
+        self.outcomes.append(
+            {
+                **self._shown(flight),
+                "state": state,
+                "slot_ids": slot_ids if state == "busy" else [],
+                "ended_run": ended_run,
+                "waited": round(time.monotonic() - flight.started, 3),
+            }
+        )
+
+    @staticmethod
+    def _shown(flight: Flight) -> dict[str, Any]:
+        return {
+            "request": flight.request,
+            "run_id": flight.run_id,
+            "limits": flight.names,
+            "key": flight.key,
+            "timeout": flight.timeout,
+            "polls": flight.polls,
+            "state": flight.state,
+        }
+
+    # Others' slots and operators ----------------------------------------------------------------
+
+    def release_someone_elses(self) -> None:
+        """SPEC 2.4 and 5.1: any run or operator may release any slot; a reservation of a group
+        sends the whole group back to the end of its queues (10.2)."""
+        from limits import services
+        from limits.models import Slot
+
+        slot_id = (
+            Slot.objects.filter(state__in=["busy", "reserved"])
+            .exclude(run_id__startswith=f"q{self.index}-")
+            .order_by("?")
+            .values_list("id", flat=True)
+            .first()
+        )
+        if slot_id is not None:
+            self.call("foreign release", services.release, slot_id, actor=self.rng.choice([None, "user:op"]))
+            self.stats["foreign_releases"] += 1
+
+    def operate(self) -> None:
+        """SPEC 9.4 and 5.3: per_key of the whole limit, one key's pool, or the capacity, raised,
+        lowered or reset. Lowering takes nothing back."""
+        from limits import services
+
+        roll = self.rng.random()
+        if roll < 0.4:
+            value = self.rng.choice([1, 2, 3, None])
+            self.call("set_per_key", services.set_per_key, self.keyed, value, actor="stress")
+        elif roll < 0.9:
+            key = self.rng.choice(self.hot) if self.rng.random() < 0.6 else self.rng.choice(self.keys)
+            value = self.rng.choice([1, 2, 3, 4, None])
+            self.call("set_per_key", services.set_per_key, self.keyed, value, key=key, actor="stress")
+        else:
+            value = self.rng.choice([14, 20, None])
+            self.call("set_capacity", services.set_capacity, self.keyed, value, actor="stress")
+        self.stats["operator_actions"] += 1
+
+
+def juggler(params: dict[str, Any]) -> dict[str, Any]:
+    return Juggler(params).play()
+
+
 # --- sweeper and monitor ------------------------------------------------------------------------
 
 
 def sweeper(params: dict[str, Any]) -> dict[str, Any]:
+    from django.db import DatabaseError
+
     from limits import services
 
     passes, totals = 0, {"expired": 0, "lapsed": 0, "timed_out": 0, "granted": 0}
+    deadlocks: list[str] = []
     stop = Path(params["stop_file"])
     while not stop.exists():
-        report = services.sweep()
+        try:
+            report = services.sweep()
+        except DatabaseError as error:
+            if not deadlocked(error):
+                raise
+            deadlocks.append(f"sweep: {error}".splitlines()[0][:300])
+            continue
         passes += 1
         for key in totals:
             totals[key] += getattr(report, key)
         time.sleep(params.get("pause", 0.01))
-    return {"passes": passes, **totals}
+    return {"passes": passes, **totals, "deadlocks": deadlocks}
 
 
-SNAPSHOT_SQL = """
-SELECT l.name,
-       COALESCE(l.capacity_override, l.declared_capacity),
+# Every statement below runs in one REPEATABLE READ transaction: one snapshot of the database.
+LIMITS_SQL = """
+SELECT l.id, l.name, COALESCE(l.capacity_override, l.declared_capacity),
+       COALESCE(l.per_key_override, l.declared_per_key),
        l.busy_count, l.reserved_count, l.waiting_count,
-       (SELECT COUNT(*) FROM limits_slot s WHERE s.limit_id = l.id AND s.state = 'busy'),
-       (SELECT COUNT(*) FROM limits_slot s WHERE s.limit_id = l.id AND s.state = 'reserved'),
-       (SELECT COUNT(*) FROM limits_queueentry q WHERE q.limit_id = l.id AND q.state = 'waiting'),
-       (SELECT COUNT(*) FROM (SELECT s.request FROM limits_slot s WHERE s.limit_id = l.id
-                              AND s.state IN ('busy', 'reserved') GROUP BY s.request HAVING COUNT(*) > 1) d)
+       l.keyed_busy_count, l.keyed_reserved_count, l.keyed_waiting_count, l.group_waiting_count,
+       s.busy, s.reserved, q.waiting, s.keyed_busy, s.keyed_reserved, q.keyed_waiting, q.group_waiting,
+       s.doubles, a.changes
 FROM limits_limit l
+CROSS JOIN LATERAL (
+    SELECT COUNT(*) FILTER (WHERE state = 'busy') AS busy,
+           COUNT(*) FILTER (WHERE state = 'reserved') AS reserved,
+           COUNT(*) FILTER (WHERE state = 'busy' AND key <> '') AS keyed_busy,
+           COUNT(*) FILTER (WHERE state = 'reserved' AND key <> '') AS keyed_reserved,
+           COUNT(*) - COUNT(DISTINCT request) AS doubles
+    FROM limits_slot WHERE limit_id = l.id AND state IN ('busy', 'reserved')) s
+CROSS JOIN LATERAL (
+    SELECT COUNT(*) AS waiting, COUNT(*) FILTER (WHERE key <> '') AS keyed_waiting,
+           COUNT(*) FILTER (WHERE group_size > 1) AS group_waiting
+    FROM limits_queueentry WHERE limit_id = l.id AND state = 'waiting') q
+CROSS JOIN LATERAL (
+    SELECT COUNT(*) AS changes FROM limits_auditevent
+    WHERE limit_id = l.id AND action IN ('capacity', 'per_key', 'sync')) a
+"""
+# Key pools: the counters of every pool row that counts something or has its own size, and the
+# live rows of every key.
+POOL_ROWS_SQL = """
+SELECT limit_id, key, busy_count, reserved_count, waiting_count, pool_override FROM limits_limitkey
+WHERE busy_count + reserved_count + waiting_count > 0 OR pool_override IS NOT NULL
+"""
+POOL_LIVE_SQL = """
+SELECT limit_id, key, COUNT(*) FILTER (WHERE kind = 'busy'), COUNT(*) FILTER (WHERE kind = 'reserved'),
+       COUNT(*) FILTER (WHERE kind = 'waiting')
+FROM (SELECT limit_id, key, state AS kind FROM limits_slot WHERE state IN ('busy', 'reserved') AND key <> ''
+      UNION ALL
+      SELECT limit_id, key, 'waiting' FROM limits_queueentry WHERE state = 'waiting' AND key <> '') x
+GROUP BY limit_id, key
+"""
+# Groups: per acquisition of several limits, its live slots and waiting entries.
+GROUPS_SQL = """
+SELECT request, MAX(group_size), COUNT(*) FILTER (WHERE kind = 'reserved'), COUNT(*) FILTER (WHERE kind = 'busy'),
+       COUNT(*) FILTER (WHERE kind = 'waiting')
+FROM (SELECT request, group_size, state AS kind FROM limits_slot
+      WHERE state IN ('busy', 'reserved') AND group_size > 1
+      UNION ALL
+      SELECT request, group_size, 'waiting' FROM limits_queueentry WHERE state = 'waiting' AND group_size > 1) x
+GROUP BY request
 """
 
 
+class Ceiling:
+    """busy + reserved against a size (a limit's capacity, a key pool's size) across samples.
+    Lowering a size takes nothing back (SPEC 5.3, 9.4), so a level above it is a violation only
+    if it grew since the previous sample (some grant then brought it above the size) while no
+    size of that limit changed in between (a level judged against a size set afterwards would
+    blame a grant that was right when it happened)."""
+
+    def __init__(self) -> None:
+        self.levels: dict[Any, int] = {}
+
+    def judge(self, what: Any, level: int, size: int | None, *, size_changed: bool) -> bool:
+        before = self.levels.get(what, 0)
+        self.levels[what] = level
+        return size is not None and level > size and level > before and not size_changed
+
+
 def monitor(params: dict[str, Any]) -> dict[str, Any]:
-    """Sample each limit in one statement (one snapshot even under READ COMMITTED): the counters
-    must equal the live rows, reserved + busy must never exceed the capacity, and no request may
-    hold two live slots."""
-    from django.db import connection
+    """Sample every limit, key pool and group in one snapshot (a REPEATABLE READ transaction),
+    in a loop. Never: counters that differ from the live rows (limit, keyed, group and pool
+    counters); busy + reserved above a limit's capacity or a key pool's size in force (the pool
+    row's own size, else the limit's per_key; the no-key pool: per_key), unless a lowering left
+    it there (`Ceiling`); one request with two live slots of a limit; a group (an acquisition of
+    several limits) that holds a slot while it waits, waits in some of its queues but not all,
+    or holds some of its reservations but not all (its busy slots may be released one by one:
+    SPEC 10.1)."""
+    from django.db import connection, transaction
 
     samples, violations = 0, []
     peak: dict[str, int] = {}
+    pool_peak: dict[str, float] = {}
+    most_waiting_groups = 0
+    ceilings = Ceiling()
+    changes_seen: dict[str, int] = {}
     stop = Path(params["stop_file"])
     while not stop.exists():
-        with connection.cursor() as cursor:
-            cursor.execute(SNAPSHOT_SQL)
-            rows = cursor.fetchall()
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            cursor.execute(LIMITS_SQL)
+            limits = cursor.fetchall()
+            cursor.execute(POOL_ROWS_SQL)
+            pool_rows = {(limit_id, key): row for limit_id, key, *row in cursor.fetchall()}
+            cursor.execute(POOL_LIVE_SQL)
+            pool_live = {(limit_id, key): row for limit_id, key, *row in cursor.fetchall()}
+            cursor.execute(GROUPS_SQL)
+            groups = cursor.fetchall()
         samples += 1
-        for name, capacity, busy, reserved, waiting, busy_rows, reserved_rows, waiting_rows, doubles in rows:
-            peak[name] = max(peak.get(name, 0), busy_rows + reserved_rows)
+        changed: dict[int, bool] = {}
+        per_keys: dict[int, tuple[str, int | None]] = {}
+        for row in limits:
+            limit_id, name, capacity, per_key, *counters = row
+            (busy, reserved, waiting, k_busy, k_reserved, k_waiting, g_waiting) = counters[:7]
+            (busy_rows, reserved_rows, waiting_rows, kb_rows, kr_rows, kw_rows, gw_rows) = counters[7:14]
+            doubles, audit_changes = counters[14:]
+            changed[limit_id] = changes_seen.get(name, 0) != audit_changes
+            changes_seen[name] = audit_changes
+            per_keys[limit_id] = (name, per_key)
+            level = busy_rows + reserved_rows
+            peak[name] = max(peak.get(name, 0), level)
             if (busy, reserved, waiting) != (busy_rows, reserved_rows, waiting_rows):
                 rows_seen = (busy_rows, reserved_rows, waiting_rows)
                 violations.append(f"{name}: counters {busy, reserved, waiting} != rows {rows_seen}")
-            if busy_rows + reserved_rows > capacity:
+            if (k_busy, k_reserved, k_waiting, g_waiting) != (kb_rows, kr_rows, kw_rows, gw_rows):
+                seen = (kb_rows, kr_rows, kw_rows, gw_rows)
+                violations.append(f"{name}: keyed/group counters {k_busy, k_reserved, k_waiting, g_waiting} != rows {seen}")
+            if ceilings.judge(name, level, capacity, size_changed=changed[limit_id]):
                 violations.append(f"{name}: {busy_rows} busy + {reserved_rows} reserved > capacity {capacity}")
+            no_key = level - kb_rows - kr_rows
+            if ceilings.judge((name, ""), no_key, per_key, size_changed=changed[limit_id]):
+                violations.append(f"{name}: the no-key pool holds {no_key} > per_key {per_key}")
+            if per_key:
+                pool_peak[name] = max(pool_peak.get(name, 0), no_key / per_key)
             if doubles:
                 violations.append(f"{name}: {doubles} request(s) with two live slots")
+        for pool in sorted(set(pool_rows) | set(pool_live)):
+            limit_id, key = pool
+            name, per_key = per_keys[limit_id]
+            b, r, w, override = pool_rows.get(pool, (0, 0, 0, None))
+            live = tuple(pool_live.get(pool, (0, 0, 0)))
+            if (b, r, w) != live:
+                violations.append(f"{name}: key {key!r} counters {b, r, w} != rows {live}")
+            size = override if override is not None else per_key
+            if ceilings.judge(pool, live[0] + live[1], size, size_changed=changed[limit_id]):
+                violations.append(f"{name}: key {key!r} holds {live[0]} busy + {live[1]} reserved > pool {size}")
+            if size:
+                pool_peak[name] = max(pool_peak.get(name, 0), (live[0] + live[1]) / size)
+        for request, size, reserved, busy, waiting in groups:
+            if reserved not in (0, size):
+                violations.append(f"group {request}: {reserved} of its {size} slots reserved")
+            if waiting not in (0, size):
+                violations.append(f"group {request}: waiting in {waiting} of its {size} queues")
+            if waiting and reserved + busy:
+                violations.append(f"group {request}: holds {reserved + busy} slot(s) while it waits")
+        most_waiting_groups = max(most_waiting_groups, sum(1 for g in groups if g[4]))
         time.sleep(params.get("pause", 0.005))
-    return {"samples": samples, "violations": violations[:20], "violation_count": len(violations), "peak": peak}
+    return {
+        "samples": samples,
+        "violations": violations[:20],
+        "violation_count": len(violations),
+        "peak": peak,
+        "pool_peak": pool_peak,
+        "most_waiting_groups": most_waiting_groups,
+    }
 
 
 # --- durability (SPEC 3.1) ----------------------------------------------------------------------
@@ -287,7 +775,10 @@ def reader(params: dict[str, Any]) -> dict[str, Any]:
     return {"queue": entries, "counters": counters, "joined": joined, "reserved": reserved}
 
 
-ROLES = {"client": client, "sweeper": sweeper, "monitor": monitor, "enqueuer": enqueuer, "reader": reader}
+ROLES = {
+    "client": client,
+    "juggler": juggler,
+    "sweeper": sweeper, "monitor": monitor, "enqueuer": enqueuer, "reader": reader}
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from limits import services
-from limits.models import AuditEvent, Limit, QueueEntry, Slot
+from limits.models import AuditEvent, Limit, LimitKey, QueueEntry, Slot
 from tests.factories import declare
 from tests.views.conftest import busy_limit, fast_password_hashing, htmx, make_user  # noqa: F401 (fixtures)
 
@@ -112,9 +112,10 @@ json_values = st.recursive(
 
 
 def snapshot() -> tuple[list[Mapping[str, Any]], ...]:
-    """Every row of the four tables an operator action writes, in a fixed order."""
+    """Every row of the tables an operator action writes, in a fixed order."""
     return (
         list(Limit.objects.order_by("id").values()),
+        list(LimitKey.objects.order_by("id").values()),
         list(Slot.objects.order_by("id").values()),
         list(QueueEntry.objects.order_by("id").values()),
         list(AuditEvent.objects.order_by("id").values()),

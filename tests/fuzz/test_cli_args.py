@@ -20,8 +20,8 @@ from tests.fuzz.conftest import NASTY_ARGV, argv_text, fuzz, snapshot
 pytestmark = pytest.mark.django_db
 
 STACKBONE = Path(sys.executable).parent / "stackbone"
-VERBS = ["list", "slots", "release", "capacity", "max-hold"]
-WRITES = {"release", "capacity", "max-hold"}
+VERBS = ["list", "slots", "keys", "release", "capacity", "max-hold", "per-key"]
+WRITES = {"release", "capacity", "max-hold", "per-key"}
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
@@ -43,7 +43,9 @@ def assert_clean_failure(code: int, err: str) -> None:
 @given(
     verb=st.sampled_from(VERBS),
     args=st.lists(argv_text, max_size=3),
-    flags=st.lists(st.sampled_from(["--json", "--yes", "--limit", "--agent", "-y", "--", "-x"]), max_size=2),
+    flags=st.lists(
+        st.sampled_from(["--json", "--yes", "--limit", "--agent", "-y", "--", "-x", "--key", "--search"]), max_size=2
+    ),
 )
 @example(verb="capacity", args=["voice-calls", "٣"], flags=[])  # found by this test: non-ASCII digits were a capacity
 @example(verb="max-hold", args=["voice-calls", "٣m"], flags=[])
@@ -61,8 +63,8 @@ def test_no_argument_is_a_traceback_and_a_refusal_writes_nothing(
     code, _out, err = run([verb, *args, *flags])
     if code == 0:
         # Only a well-formed command on a real limit can succeed; reads never write.
-        assert verb in ("list", "slots") or args[0] in ("voice-calls", "partner-api"), (verb, args)
-        if verb in ("list", "slots"):
+        assert verb in ("list", "slots", "keys") or args[0] in ("voice-calls", "partner-api"), (verb, args)
+        if verb in ("list", "slots", "keys"):
             assert snapshot() == before
         return
     assert_clean_failure(code, err)
@@ -86,12 +88,13 @@ def test_a_nasty_value_is_exit_2_naming_the_field(calls, verb: str, value: str) 
 
 
 @pytest.mark.parametrize("name", NASTY_ARGV)
-@pytest.mark.parametrize("verb", ["slots", "capacity", "max-hold"])
+@pytest.mark.parametrize("verb", ["slots", "keys", "capacity", "max-hold", "per-key"])
 def test_an_unknown_limit_is_exit_1(calls, verb: str, name: str) -> None:
     if name.startswith("-") or not name:
         pytest.skip("argparse reads it as an option, or it is empty")
     before = snapshot()
-    args = [name] if verb == "slots" else [name, "3" if verb == "capacity" else "1m"]
+    values = {"capacity": "3", "max-hold": "1m", "per-key": "1"}
+    args = [name, values[verb]] if verb in values else [name]
     code, _out, err = run([verb, *args])
     assert code == 1, (name, err)
     assert err.startswith("error: unknown limit")
