@@ -44,3 +44,29 @@ def test_reset_demo_clears_the_demos_runs_slots_and_queue_entries_and_nothing_el
     assert_counters_match_rows("voice-calls")
     assert AuditEvent.objects.filter(actor=ACTOR, action="release").count() == 2
     assert str(reset_demo()) == "no demo data to clear"
+
+
+def test_reset_demo_clears_partner_calls_holding_or_waiting_for_two_limits(no_worker) -> None:
+    """The demo's partner calls take partner-api (the account's pool) and voice-calls together:
+    the reset frees both slots of the one holding them, takes the one waiting out of both queues,
+    and a keyed run of yours gets the freed capacity."""
+    declare(
+        partner_api={"capacity": 5, "max_hold": "20s", "per_key": 1},
+        voice_calls={"capacity": 1, "max_hold": "45s"},
+    )
+    both = ["partner-api", "voice-calls"]
+    holding = run("partner_call", {"call_id": "bridge-1", "account": "acme", "demo": True})
+    services.acquire_group(both, run_id=holding.id, request=f"{holding.id}:1", key="acme")
+    waiting = run("partner_call", {"call_id": "bridge-2", "account": "globex", "demo": True})
+    services.acquire_group(both, run_id=waiting.id, request=f"{waiting.id}:1", key="globex")
+    mine = run("my_call", {"account": "acme"})
+    services.acquire_group(both, run_id=mine.id, request=f"{mine.id}:1", key="acme")
+    assert queue("voice-calls") == [waiting.id, mine.id] and queue("partner-api") == [waiting.id, mine.id]
+
+    report = reset_demo()
+
+    assert (report.runs, report.cancelled, report.released) == (2, 2, 2)
+    assert set(Run.objects.values_list("id", flat=True)) == {mine.id}
+    assert holders("partner-api") == [(mine.id, "reserved")] and holders("voice-calls") == [(mine.id, "reserved")]
+    assert_counters_match_rows("partner-api")
+    assert_counters_match_rows("voice-calls")

@@ -1,7 +1,8 @@
 """python -m tests.chaos [--runs 2000] [--rate 8] [--redis-restarts 1] [--postgres-restarts 1]
                        [--connection-kills 4] [--redis-url redis://127.0.0.1:6379] [--pg-cluster 15/main]
 
-The whole box under load with real processes, while things crash (issue 8, section 3; issue 11):
+The whole box under load with real processes, while things crash (issue 8, section 3; issue 11),
+with keys and several limits per acquisition (issue 13):
 
 1. Create a database of its own (DATABASE_URL's server, database `stackbone_chaos` by default,
    dropped and created), empty its Redis database, migrate.
@@ -9,20 +10,25 @@ The whole box under load with real processes, while things crash (issue 8, secti
 3. A load generator starts `--runs` runs of the shipped example workflows over the limits of
    tests/chaos/workspace.py: `place_call` and `open_session` (most released later by a
    `call_ended` run, some left to max hold), `export_report` (with_limit), `sync_partner` (short
-   timeouts, so some time out), and cancels a few waiting runs; and of the chaos run's own
-   workflows (tests/chaos/workflows.py): `chaos_with_limit` and `chaos_acquire`, whose guarded
-   step writes to a side file when it really starts and ends.
+   timeouts, so some time out), `partner_call` (with_limits over `partner-api` and
+   `voice-calls`), most for one of four accounts (the key; `partner-api` has a pool of one per
+   account), and cancels a few waiting runs; and of the chaos run's own workflows
+   (tests/chaos/workflows.py): `chaos_with_limit`, `chaos_acquire` (one guarded limit),
+   `chaos_with_limits` and `chaos_acquire_slots` (both guarded limits, in either order), most
+   with a key, whose guarded step writes to a side file when it really starts and ends.
 4. Meanwhile a chaos driver, at random moments: SIGKILLs a worker's process group and starts a
-   new worker; starts a second beat for a while; restarts Redis (`shutdown nosave`: every queued
-   task is lost); restarts PostgreSQL; and, while a guarded step runs, terminates every backend
-   of the chaos database (`pg_terminate_backend`, a cut connection).
+   new worker; starts a second beat for a while; has an operator change a capacity or a per-key
+   pool; restarts Redis (`shutdown nosave`: every queued task is lost); restarts PostgreSQL;
+   and, while a guarded step runs, terminates every backend of the chaos database
+   (`pg_terminate_backend`, a cut connection).
 5. When the load ends, wait (bounded) until the box is quiet: no run pending or running, nothing
    reserved or queued. Then check: every run completed, timed out or was cancelled (none
    stranded, none failed for another reason); `manage.py limits verify` finds no violation; the
    web app answers; the guarded steps never ran more at once than the capacity in force, nor
-   outside the granted interval of their slot; no worker exited on its own, and every worker
-   alive at a Redis restart went on consuming tasks after it. Print the figures; exit 1 if any
-   check failed.
+   more of one key than its pool, nor outside the granted interval of each of their slots, nor
+   without a slot of every limit they asked for, and every grant of a group gave all its slots;
+   no worker exited on its own, and every worker alive at a Redis restart went on consuming
+   tasks after it. Print the figures; exit 1 if any check failed.
 
 WARNING: --redis-restarts and --postgres-restarts restart the Redis and the PostgreSQL cluster
 that --redis-url and DATABASE_URL point to (every database and every client on them). Use 0 on
@@ -56,7 +62,9 @@ from tests.chaos.records import RECORDS_ENV, Records
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 FINISHED = ("completed", "failed", "cancelled")
-GUARDED_WORKFLOWS = ("chaos_with_limit", "chaos_acquire")
+SINGLE_WORKFLOWS = ("chaos_with_limit", "chaos_acquire")
+GUARDED_WORKFLOWS = (*SINGLE_WORKFLOWS, "chaos_with_limits", "chaos_acquire_slots")
+GUARDED_LIMITS = ("guarded-work", "guarded-keyed")
 
 
 @dataclass(frozen=True)
@@ -257,6 +265,7 @@ class ChaosFigures:
     postgres_restarts: int = 0
     second_beats: int = 0
     capacity_changes: int = 0
+    per_key_changes: int = 0
     worker_exits: list[str] = field(default_factory=list)  # exited on their own (a failure); restarted
     outages: list[tuple[str, float, float]] = field(default_factory=list)  # (what, start, end) monotonic
     # Redis restarts: (began, back, {worker name: pid} alive when it began), wall-clock times
@@ -329,17 +338,25 @@ class ChaosDriver(threading.Thread):
         log(f"SIGKILLed {victim}, started {replacement}")
 
     def change_capacity(self) -> None:
-        """An operator lowers or raises a capacity, or resets it (lowering takes no slot back)."""
+        """An operator lowers or raises a capacity, or resets it (lowering takes no slot back);
+        or, one time in three, the per-key pool of `partner-api`, or one account's pool (9.4)."""
         from django.db import connections
 
         from limits import services
 
-        name = self.rng.choice(["voice-calls", "partner-api"])
-        value = self.rng.choice([None, 1, 2, 3, 6])
         try:
+            if self.rng.random() < 1 / 3:
+                key = self.rng.choice([None, "acct-1"])
+                pool = self.rng.choice([None, 1, 2])
+                services.set_per_key("partner-api", pool, key=key, actor="chaos")
+                self.figures.per_key_changes += 1
+                log(f"per-key pool of partner-api{f' key {key}' if key else ''}: {pool or 'reset'}")
+                return
+            name = self.rng.choice(["voice-calls", "partner-api"])
+            value = self.rng.choice([None, 1, 2, 3, 6])
             services.set_capacity(name, value, actor="chaos")
-        except Exception as error:  # the database may be restarting
-            log(f"capacity change failed: {type(error).__name__}")
+        except Exception as error:  # the database may be restarting; a pool above the capacity is refused
+            log(f"operator change failed: {type(error).__name__}: {error}")
             connections.close_all()
             return
         self.figures.capacity_changes += 1
@@ -536,24 +553,46 @@ class Load:
 
         rng, n = self.rng, sum(self.started.values()) + 1
         pick = rng.random()
-        if pick < 0.3:
-            run = start_run("place_call", {"call_id": f"call-{n}", "timeout": rng.choice(["2s", "10s", "30s"])})
+        if pick < 0.27:
+            call = {"call_id": f"call-{n}", "timeout": rng.choice(["2s", "10s", "30s"]), "account": self.account()}
+            run = start_run("place_call", call)
             self.holding[run.id] = None if rng.random() < 0.15 else rng.uniform(0.2, 3)
-        elif pick < 0.43:
-            run = start_run("open_session", {"label": f"session-{n}", "timeout": rng.choice(["2s", "5s", "20s"])})
+        elif pick < 0.4:
+            session = {"label": f"session-{n}", "timeout": rng.choice(["2s", "5s", "20s"]), "account": self.account()}
+            run = start_run("open_session", session)
             self.holding[run.id] = None if rng.random() < 0.1 else rng.uniform(0.2, 2)
-        elif pick < 0.65:
-            run = start_run("sync_partner", {"label": f"sync-{n}", "timeout": rng.choice(["1s", "3s", "10s"])})
-        elif pick < 0.86:
+        elif pick < 0.58:
+            sync = {"label": f"sync-{n}", "timeout": rng.choice(["1s", "3s", "10s"]), "account": self.account()}
+            run = start_run("sync_partner", sync)
+        elif pick < 0.64:  # partner-api (the account's pool) and voice-calls at once
+            call = {"call_id": f"bridge-{n}", "account": self.account() or "acct-0", "timeout": "10s"}
+            run = start_run("partner_call", {**call, "seconds": round(rng.uniform(0, 0.3), 3)})
+        elif pick < 0.84:
             report = {"report_id": f"report-{n}", "seconds": round(rng.uniform(0, 0.3), 3), "timeout": "60s"}
             run = start_run("export_report", report)
         else:  # guarded steps long enough for a connection kill to land in them
-            guarded = {"label": f"guarded-{n}", "seconds": round(rng.uniform(0.5, 2.5), 3), "timeout": "90s"}
-            run = start_run(rng.choice(GUARDED_WORKFLOWS), guarded)
+            run = start_run(*self.guarded(n))
         self.started[run.workflow] += 1
         self.recent = [*self.recent[-200:], run.id]
         if rng.random() < 0.03 and self.recent:
             self.cancel_one(cancel_run)
+
+    def account(self) -> str | None:
+        """A key for the example workflows: four accounts, one of them busy, or none."""
+        return self.rng.choices([None, "acct-1", "acct-2", "acct-3", "acct-4"], [2, 4, 2, 1, 1])[0]
+
+    def guarded(self, n: int) -> tuple[str, dict[str, Any]]:
+        """One of the guarded workflows: a single limit (either guarded limit), or both in either
+        order (crossing orders: A+B and B+A wait in the same queues); a key of three, or none."""
+        rng = self.rng
+        workflow = rng.choice(GUARDED_WORKFLOWS)
+        limits = list(GUARDED_LIMITS)
+        rng.shuffle(limits)
+        if workflow in SINGLE_WORKFLOWS:
+            limits = limits[:1]
+        key = rng.choice([None, "tenant-1", "tenant-1", "tenant-2", "tenant-3"])
+        guarded = {"label": f"guarded-{n}", "seconds": round(rng.uniform(0.5, 2.0), 3), "timeout": "90s"}
+        return workflow, {**guarded, "limits": limits, "key": key}
 
     def cancel_one(self, cancel_run: Any) -> None:
         from studio.models import Run
@@ -656,6 +695,19 @@ def outcomes() -> tuple[Counter[str], list[str]]:
     return counts, problems
 
 
+def wait_figures() -> dict[str, int]:
+    """From the rows: how many acquisitions waited with a key, and for several limits at once
+    (SPEC 9, 10), and how many of those waited after being passed over (10.4)."""
+    from limits.models import QueueEntry
+
+    entries = QueueEntry.objects.all()
+    return {
+        "keyed_waits": entries.exclude(key="").values("request").distinct().count(),
+        "group_waits": entries.filter(group_size__gt=1).values("request").distinct().count(),
+        "passed_over": entries.filter(passed_over_at__isnull=False).values("request").distinct().count(),
+    }
+
+
 def hand_off_figures() -> dict[str, float]:
     """From the rows: the longest a freed slot took to reach the queue, and the longest a
     reserved slot took to be confirmed by its woken run.
@@ -692,104 +744,209 @@ def hand_off_figures() -> dict[str, float]:
 
 def guarded_figures(records: Records, tolerance: float) -> tuple[dict[str, Any], list[str]]:
     """From the side files and the slot rows: the guarded steps never ran more at once than the
-    capacity in force, and each ran inside the granted interval [granted_at, freed_at] of the
-    slot it was given.
+    capacity in force, nor more of one key than its pool; each ran inside the granted interval
+    [granted_at, freed_at] of EACH of its slots, holding a slot of every limit it asked for; and
+    every grant of a group gave all its slots at once.
 
     1. Each execution is [start, end] from its own process's records; one SIGKILLed before its
        end ran at most its planned seconds, so [start, start + planned].
-    2. Its slot is the one it names (the body's slot), else the one of its run and limit whose
-       interval holds its start. Outside: start < granted_at - tolerance, or end > freed_at +
-       tolerance, or no slot at all.
-    3. Overlap: a sweep over the executions of a limit, each shrunk by the tolerance at both ends.
-       When one starts, the executions under way must be at most the largest capacity in force
-       since the earliest of them started (lowering capacity takes no slot back), from the audit
-       rows (`capacity_after`).
+    2. Its slots are the ones its body's handles name (a [limit, slot id] per limit asked for),
+       else the one of its run and limit whose interval holds its start. Outside: for any of
+       them, no slot at all, a slot of another run, start < granted_at - tolerance, or end >
+       freed_at + tolerance. A handle naming a limit its slot is not of is counted apart
+       (mislabelled: SPEC 10.1 gives the handles in the order given); the step is then judged on
+       the slot's real limit. An execution without a slot of some limit it asked for is partial.
+    3. Overlap: a sweep over the executions on each limit (counted on every limit they hold),
+       each shrunk by the tolerance at both ends. When one starts, the executions under way must
+       be at most the largest capacity in force since the earliest of them started (lowering
+       capacity takes no slot back), from the audit rows (`capacity_after`); and, on a limit with
+       key pools, those of its key at most the pool's size (no operator changes the guarded
+       limits' pools: the size in force now).
+    4. Groups, from the rows: every grant of an acquisition of several limits (same request,
+       same instant) gave one slot of each of its distinct limits.
     The tolerance covers clock reads in different processes of one machine; steps last >= 0.5 s.
     """
-    from limits.models import AuditEvent, Limit, Slot
+    from limits.models import AuditEvent, Limit, LimitKey, Slot
 
     executions = []
     for key, start in records.starts.items():
         end = records.ends.get(key)
-        executions.append({**start, "end": end if end is not None else start["t"] + start["planned"], "ended": end})
+        limits = start.get("limits") or [start["limit"]]
+        claimed = start.get("slots") or [[start["limit"], start.get("slot_id")]]
+        executions.append(
+            {
+                **start,
+                "limits": limits,
+                "claimed": claimed,
+                "end": end if end is not None else start["t"] + start["planned"],
+                "ended": end,
+            }
+        )
     figures: dict[str, Any] = {
         "guarded_executions": len(executions),
+        "guarded_group_executions": sum(1 for e in executions if len(e["limits"]) > 1),
+        "guarded_keyed_executions": sum(1 for e in executions if e.get("key")),
         "guarded_unfinished": sum(1 for e in executions if e["ended"] is None),
         "guarded_runs_executed_twice": sum(
             1 for count in Counter(e["run_id"] for e in executions).values() if count > 1
         ),
     }
     problems: list[str] = []
-    outside = 0
-    max_overlap: dict[str, str] = {}
-    for limit in sorted({e["limit"] for e in executions}):
-        mine = [e for e in executions if e["limit"] == limit]
-        slots = {
-            row["id"]: row
-            for row in Slot.objects.filter(limit__name=limit).values("id", "run_id", "granted_at", "freed_at", "state")
-        }
-        by_run: dict[str, list[dict[str, Any]]] = {}
-        for row in slots.values():
-            by_run.setdefault(row["run_id"], []).append(row)
-        for e in mine:
-            slot = slots.get(e["slot_id"] or "") or next(
-                (
-                    row
-                    for row in by_run.get(e["run_id"], [])
-                    if row["granted_at"].timestamp() - tolerance <= e["t"]
-                    and (row["freed_at"] is None or e["t"] <= row["freed_at"].timestamp() + tolerance)
-                ),
-                None,
+    names = sorted(
+        {name for e in executions for name in e["limits"]} | {n for e in executions for n, _ in e["claimed"]}
+    )
+    fields = ("id", "run_id", "key", "granted_at", "freed_at", "state", "limit__name")
+    slots = {row["id"]: row for row in Slot.objects.filter(limit__name__in=names).values(*fields)}
+    by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in slots.values():
+        by_run.setdefault((row["run_id"], row["limit__name"]), []).append(row)
+
+    def holds(row: dict[str, Any], t: float) -> bool:
+        freed = row["freed_at"]
+        return row["granted_at"].timestamp() - tolerance <= t and (freed is None or t <= freed.timestamp() + tolerance)
+
+    outside = mislabelled = partial = 0
+    on_limit: dict[str, list[dict[str, Any]]] = {}
+    for e in executions:
+        when = _hms(e["t"])
+        ran = f"{e['end'] - e['t']:.2f} s" + ("" if e["ended"] else " (killed)")
+        held: set[str] = set()
+        wrong: list[str] = []
+        for limit, slot_id in e["claimed"]:
+            slot = slots.get(slot_id or "") or next(
+                (row for row in by_run.get((e["run_id"], limit), []) if holds(row, e["t"])), None
             )
-            granted = slot["granted_at"].timestamp() if slot else None
-            freed = slot["freed_at"].timestamp() if slot and slot["freed_at"] else None
-            if slot is None or e["t"] < granted - tolerance or (freed is not None and e["end"] > freed + tolerance):
-                outside += 1
-                when = dt.datetime.fromtimestamp(e["t"], dt.UTC).strftime("%H:%M:%S.%f")[:-3]
-                where = (
-                    "no slot"
-                    if slot is None
-                    else f"slot {slot['id']} ({slot['state']}) granted {granted - e['t']:+.2f} s, "
+            if slot is None:
+                wrong.append(f"{limit}: no slot")
+                continue
+            real = slot["limit__name"]
+            if real != limit:
+                mislabelled += 1
+                problems.append(
+                    f"guarded step of {e['run_id']}: its handle for {limit} names slot {slot['id']} of {real}"
+                )
+            held.add(real)
+            on_limit.setdefault(real, []).append({**e, "pool": slot["key"]})  # the key it was granted on
+            granted = slot["granted_at"].timestamp()
+            freed = slot["freed_at"].timestamp() if slot["freed_at"] else None
+            if (
+                slot["run_id"] != e["run_id"]
+                or e["t"] < granted - tolerance
+                or (freed is not None and e["end"] > freed + tolerance)
+            ):
+                whose = "" if slot["run_id"] == e["run_id"] else f" of {slot['run_id']}"
+                wrong.append(
+                    f"{real}: slot {slot['id']} ({slot['state']}){whose} granted {granted - e['t']:+.2f} s, "
                     f"freed {'never' if freed is None else f'{freed - e["t"]:+.2f} s'} from its start"
                 )
-                ran = f"{e['end'] - e['t']:.2f} s" + ("" if e["ended"] else " (killed)")
-                problems.append(f"guarded step of {e['run_id']} ran outside its slot at {when} for {ran}: {where}")
+        if wrong:
+            outside += 1
+            problems.append(
+                f"guarded step of {e['run_id']} ran outside its slot at {when} for {ran}: {'; '.join(wrong)}"
+            )
+        missing = sorted(set(e["limits"]) - held)
+        if len(e["limits"]) > 1 and missing:
+            partial += 1
+            problems.append(f"guarded step of {e['run_id']} ran at {when} without a slot of {', '.join(missing)}")
 
+    max_overlap: dict[str, str] = {}
+    max_per_key: dict[str, str] = {}
+    for limit in sorted(on_limit):
+        mine = on_limit[limit]
         timeline = list(
             AuditEvent.objects.filter(limit__name=limit, capacity_after__isnull=False)
             .order_by("at", "id")
             .values_list("at", "capacity_after")
         )
-        declared = Limit.objects.get(name=limit).declared_capacity  # in force before any change
-        changes = [(0.0, declared)] + [(at.timestamp(), capacity) for at, capacity in timeline]
+        row = Limit.objects.get(name=limit)
+        changes = [(0.0, row.declared_capacity)] + [(at.timestamp(), capacity) for at, capacity in timeline]
 
         def capacity_since(since: float, now: float, changes: list[tuple[float, int]] = changes) -> int:
             in_force = [c for at, c in changes if at <= since][-1:] + [c for at, c in changes if since < at <= now]
             return max(in_force, default=0)
 
-        events = []
-        for e in mine:
-            if e["end"] - e["t"] > 2 * tolerance:
-                events += [(e["t"] + tolerance, 1, e), (e["end"] - tolerance, -1, e)]
-        events.sort(key=lambda item: (item[0], item[1]))
-        under_way: dict[str, float] = {}
-        peak, peak_bound, over = 0, 0, 0
-        for at, change, e in events:
-            if change < 0:
-                under_way.pop(e["id"], None)
+        peak, peak_bound, over = _sweep(mine, tolerance, capacity_since)
+        for at, count, bound in over:
+            problems.append(f"{count} guarded steps of {limit} ran at once at {_hms(at)}: capacity {bound}")
+        max_overlap[limit] = f"{peak} (capacity {peak_bound}; {len(over)} time(s) over)"
+
+        pools = dict(
+            LimitKey.objects.filter(limit=row, pool_override__isnull=False).values_list("key", "pool_override")
+        )
+        if row.per_key is None and not pools:
+            continue
+        key_peak, key_over = 0, 0
+        for key in sorted({e["pool"] for e in mine}):
+            size = pools.get(key, row.per_key) if key else row.per_key
+            if size is None:
                 continue
-            under_way[e["id"]] = at
-            bound = capacity_since(min(under_way.values()), at)
-            if len(under_way) > peak:
-                peak, peak_bound = len(under_way), bound
-            if len(under_way) > bound:
-                over += 1
-                when = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%H:%M:%S.%f")[:-3]
-                problems.append(f"{len(under_way)} guarded steps of {limit} ran at once at {when}: capacity {bound}")
-        max_overlap[limit] = f"{peak} (capacity {peak_bound}; {over} time(s) over)"
+            ours = [e for e in mine if e["pool"] == key]
+            peak, _, over = _sweep(ours, tolerance, lambda since, now, size=size: size)
+            key_peak = max(key_peak, peak)
+            key_over += len(over)
+            shown = repr(key) if key else "(no key)"
+            for at, count, bound in over:
+                problems.append(f"{count} guarded steps of {limit} key {shown} ran at once at {_hms(at)}: pool {bound}")
+        max_per_key[limit] = f"{key_peak} (pool {row.per_key}; {key_over} time(s) over)"
+
+    groups = group_grants()
+    problems += groups
     figures["guarded_max_overlap"] = max_overlap
+    figures["guarded_max_per_key"] = max_per_key
     figures["guarded_outside_slot"] = outside
+    figures["guarded_partial"] = partial + len(groups)
+    figures["guarded_handles_mislabelled"] = mislabelled
     return figures, problems
+
+
+def _hms(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _sweep(
+    executions: list[dict[str, Any]], tolerance: float, bound_of: Any
+) -> tuple[int, int, list[tuple[float, int, int]]]:
+    """The most executions under way at once (each shrunk by the tolerance at both ends), the
+    bound then, and every moment one started above `bound_of(earliest start under way, now)`."""
+    events = []
+    for e in executions:
+        if e["end"] - e["t"] > 2 * tolerance:
+            events += [(e["t"] + tolerance, 1, e), (e["end"] - tolerance, -1, e)]
+    events.sort(key=lambda item: (item[0], item[1]))
+    under_way: dict[str, float] = {}
+    peak, peak_bound, over = 0, 0, []
+    for at, change, e in events:
+        if change < 0:
+            under_way.pop(e["id"], None)
+            continue
+        under_way[e["id"]] = at
+        bound = bound_of(min(under_way.values()), at)
+        if len(under_way) > peak:
+            peak, peak_bound = len(under_way), bound
+        if len(under_way) > bound:
+            over.append((at, len(under_way), bound))
+    return peak, peak_bound, over
+
+
+def group_grants() -> list[str]:
+    """Every grant of an acquisition of several limits (same request, same instant) gave one slot
+    of each of its `group_size` distinct limits (SPEC 10.2): no run ever held part of a group."""
+    from limits.models import Slot
+
+    grants: dict[tuple[str, dt.datetime], list[tuple[str, int]]] = {}
+    rows = Slot.objects.filter(group_size__gt=1).values_list("request", "granted_at", "limit__name", "group_size")
+    for request, granted_at, limit, size in rows:
+        grants.setdefault((request, granted_at), []).append((limit, size))
+    problems = []
+    for (request, granted_at), got in sorted(grants.items(), key=lambda item: item[0][1]):
+        size = got[0][1]
+        if len(got) != size or len({limit for limit, _ in got}) != size:
+            limits = ", ".join(sorted(limit for limit, _ in got))
+            problems.append(
+                f"group {request} was granted {len(got)} of its {size} slots at {_hms(granted_at.timestamp())}: "
+                + limits
+            )
+    return problems
 
 
 def worker_figures(chaos: ChaosDriver, records: Records, ended: float) -> tuple[dict[str, Any], list[str]]:
@@ -971,6 +1128,7 @@ def main(argv: list[str] | None = None) -> int:
                 "postgres_restarts": chaos.figures.postgres_restarts,
                 "second_beats": chaos.figures.second_beats,
                 "capacity_changes": chaos.figures.capacity_changes,
+                "per_key_changes": chaos.figures.per_key_changes,
                 "connection_kills": f"{killer.kills} ({killer.backends} backends terminated, {killer.missed} skipped)",
                 **workers,
                 **guarded,
@@ -980,6 +1138,7 @@ def main(argv: list[str] | None = None) -> int:
                 "load_seconds": round(load_seconds),
                 "quiet_after_s": round(quiet_seconds),
                 **hand_off_figures(),
+                **wait_figures(),
                 "violations": violations,
                 "stranded": counts["stranded"],
                 "verify": verify_lines[-1] if verify_lines else "",

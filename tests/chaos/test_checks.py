@@ -1,5 +1,5 @@
-"""The chaos run's checks of the real concurrency of guarded work (issue 11), on hand-made side
-files and slot rows: each check must catch the violation it is there for."""
+"""The chaos run's checks of the real concurrency of guarded work (issues 11 and 13), on
+hand-made side files and slot rows: each check must catch the violation it is there for."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from limits.models import Slot
+from limits.models import Limit, Slot
 from tests.chaos.__main__ import ChaosFigures, guarded_figures, worker_figures
 from tests.chaos.records import Records
 from tests.factories import declare
@@ -21,15 +22,32 @@ pytestmark = pytest.mark.django_db
 T0 = 1_800_000_000.0
 
 
+@pytest.fixture(autouse=True)
+def limits() -> dict[str, Limit]:
+    return declare(
+        guarded_work={"capacity": 1, "max_hold": "2m"},
+        guarded_keyed={"capacity": 2, "max_hold": "2m", "per_key": 1},
+    )
+
+
 def at(seconds: float) -> datetime:
     return datetime.fromtimestamp(T0 + seconds, UTC)
 
 
-def slot(run_id: str, granted: float, freed: float | None) -> str:
+def slot(
+    run_id: str,
+    granted: float,
+    freed: float | None,
+    limit: str = "guarded-work",
+    key: str = "",
+    group_size: int = 1,
+) -> str:
     row = Slot.objects.create(
-        limit=declare(guarded_work={"capacity": 1, "max_hold": "2m"})["guarded-work"],
+        limit=Limit.objects.get(name=limit),
         run_id=run_id,
         request=f"{run_id}:1",
+        key=key,
+        group_size=group_size,
         state="released" if freed is not None else "busy",
         granted_at=at(granted),
         expires_at=at(granted + 120),
@@ -38,15 +56,20 @@ def slot(run_id: str, granted: float, freed: float | None) -> str:
     return row.id
 
 
-def write(folder: Path, *executions: tuple[str, str | None, float, float | None, float]) -> Records:
-    """(run id, slot id, start, end or None for a SIGKILLed step, planned seconds)"""
-    lines = []
-    for index, (run_id, slot_id, start, end, planned) in enumerate(executions):
-        key = f"e{index}"
-        lines.append({"event": "start", "id": key, "run_id": run_id, "slot_id": slot_id, "limit": "guarded-work"})
-        lines[-1].update({"planned": planned, "t": T0 + start, "pid": 1, "ppid": 0})
+Execution = tuple[str, str | None | list[list[str | None]], float, float | None, float]
+
+
+def write(folder: Path, *executions: Execution, key: str | None = None) -> Records:
+    """(run id, slot id on guarded-work or [[limit, slot id], ...], start, end or None for a
+    SIGKILLed step, planned seconds)"""
+    lines: list[dict[str, Any]] = []
+    for index, (run_id, slots, start, end, planned) in enumerate(executions):
+        claimed = slots if isinstance(slots, list) else [["guarded-work", slots]]
+        limits = [limit for limit, _ in claimed]
+        lines.append({"event": "start", "id": f"e{index}", "run_id": run_id, "limits": limits, "slots": claimed})
+        lines[-1].update({"key": key, "planned": planned, "t": T0 + start, "pid": 1, "ppid": 0})
         if end is not None:
-            lines.append({"event": "end", "id": key, "t": T0 + end, "pid": 1, "ppid": 0})
+            lines.append({"event": "end", "id": f"e{index}", "t": T0 + end, "pid": 1, "ppid": 0})
     (folder / "1.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     return Records(folder).read()
 
@@ -102,6 +125,86 @@ def test_a_sigkilled_step_counts_as_running_its_planned_seconds(tmp_path: Path) 
     assert figures["guarded_unfinished"] == 1
     assert figures["guarded_outside_slot"] == 1
     assert "(killed)" in problems[0]
+
+
+def test_a_group_step_inside_both_of_its_slots_passes(tmp_path: Path) -> None:
+    work = slot("run_a", 0, 2.0, group_size=2)
+    keyed = slot("run_a", 0, 2.0, limit="guarded-keyed", key="t1", group_size=2)
+    claimed = [["guarded-keyed", keyed], ["guarded-work", work]]
+    records = write(tmp_path, ("run_a", claimed, 0.1, 1.9, 1.8), key="t1")
+
+    figures, problems = guarded_figures(records, tolerance=0.05)
+
+    assert problems == []
+    assert (figures["guarded_group_executions"], figures["guarded_outside_slot"]) == (1, 0)
+    assert figures["guarded_max_per_key"] == {"guarded-keyed": "1 (pool 1; 0 time(s) over)"}
+
+
+def test_a_group_step_that_outlived_one_of_its_slots_is_outside_it(tmp_path: Path) -> None:
+    work = slot("run_a", 0, 3.0, group_size=2)
+    keyed = slot("run_a", 0, 1.0, limit="guarded-keyed", group_size=2)  # released on its own, early
+    records = write(tmp_path, ("run_a", [["guarded-work", work], ["guarded-keyed", keyed]], 0.1, 2.0, 1.9))
+
+    figures, problems = guarded_figures(records, tolerance=0.05)
+
+    assert figures["guarded_outside_slot"] == 1
+    assert "ran outside its slot" in problems[0] and f"guarded-keyed: slot {keyed}" in problems[0]
+
+
+def test_a_handle_that_names_the_slot_of_another_limit_is_caught(tmp_path: Path) -> None:
+    """SPEC 10.1: acquire_slots returns the handles in the order given."""
+    work = slot("run_a", 0, 2.0, group_size=2)
+    keyed = slot("run_a", 0, 2.0, limit="guarded-keyed", group_size=2)
+    swapped = [["guarded-work", keyed], ["guarded-keyed", work]]
+    records = write(tmp_path, ("run_a", swapped, 0.1, 1.9, 1.8))
+
+    figures, problems = guarded_figures(records, tolerance=0.05)
+
+    assert (figures["guarded_handles_mislabelled"], figures["guarded_outside_slot"]) == (2, 0)
+    assert problems[0] == f"guarded step of run_a: its handle for guarded-work names slot {keyed} of guarded-keyed"
+
+
+def test_a_group_step_without_a_slot_of_one_of_its_limits_is_partial(tmp_path: Path) -> None:
+    work = slot("run_a", 0, 2.0, group_size=2)
+    records = write(tmp_path, ("run_a", [["guarded-work", work], ["guarded-keyed", None]], 0.1, 1.9, 1.8))
+
+    figures, problems = guarded_figures(records, tolerance=0.05)
+
+    assert figures["guarded_partial"] == 2  # the step ran without it, and the grant gave one slot of two
+    assert "guarded step of run_a ran at" in problems[1] and "without a slot of guarded-keyed" in problems[1]
+    assert problems[2].startswith("group run_a:1 was granted 1 of its 2 slots at")
+
+
+def test_two_steps_of_one_key_at_once_on_a_pool_of_one_are_caught(tmp_path: Path) -> None:
+    """The total (2) allows them; the key's pool (1) does not, and the rows alone could not show it."""
+    first = slot("run_a", 0, 3.0, limit="guarded-keyed", key="t1")
+    second = slot("run_b", 0.5, 3.5, limit="guarded-keyed", key="t1")
+    records = write(
+        tmp_path,
+        ("run_a", [["guarded-keyed", first]], 0.1, 2.0, 2),
+        ("run_b", [["guarded-keyed", second]], 1.0, 3.0, 2),
+    )
+
+    figures, problems = guarded_figures(records, tolerance=0.05)
+
+    assert figures["guarded_max_overlap"] == {"guarded-keyed": "2 (capacity 2; 0 time(s) over)"}
+    assert figures["guarded_max_per_key"] == {"guarded-keyed": "2 (pool 1; 1 time(s) over)"}
+    assert any("2 guarded steps of guarded-keyed key 't1' ran at once" in problem for problem in problems)
+
+
+def test_steps_of_two_keys_at_once_on_pools_of_one_pass(tmp_path: Path) -> None:
+    first = slot("run_a", 0, 3.0, limit="guarded-keyed", key="t1")
+    second = slot("run_b", 0.5, 3.5, limit="guarded-keyed", key="t2")
+    records = write(
+        tmp_path,
+        ("run_a", [["guarded-keyed", first]], 0.1, 2.0, 2),
+        ("run_b", [["guarded-keyed", second]], 1.0, 3.0, 2),
+    )
+
+    figures, problems = guarded_figures(records, tolerance=0.05)
+
+    assert problems == []
+    assert figures["guarded_max_per_key"] == {"guarded-keyed": "1 (pool 1; 0 time(s) over)"}
 
 
 def test_a_worker_that_took_no_task_after_a_redis_restart_fails_the_run(tmp_path: Path) -> None:

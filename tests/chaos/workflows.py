@@ -1,9 +1,11 @@
 """The chaos run's own workflows (STACKBONE_WORKFLOWS adds this module): guarded work that writes
 down when it really runs, so the chaos run can measure the real concurrency of the work a slot
-guards, not only what the rows say (issue 11).
+guards, not only what the rows say (issue 11), with keys and several limits (issue 13).
 
-Every execution of `guarded_work` appends a `start` line (run, slot, limit, pids, wall-clock
-time, planned seconds) and an `end` line to its process's side file (tests/chaos/records.py). A
+Each takes `limits` (one name, or two for the group workflows, in the order the load chose),
+`key` (or none) and `seconds`. Every execution of `guarded_work` appends a `start` line (run,
+the limits asked for, each with the slot the body's handle names, key, pids, wall-clock time,
+planned seconds) and an `end` line to its process's side file (tests/chaos/records.py). A
 SIGKILLed execution has no `end`: it ran at most its planned seconds.
 """
 
@@ -11,70 +13,117 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
-from limits.workflow import SlotTimeoutError, acquire_slot, release_slot, with_limit
+from limits.workflow import (
+    HOOK_NAME,
+    SlotTimeoutError,
+    acquire_slot,
+    acquire_slots,
+    release_slot,
+    with_limit,
+    with_limits,
+)
 from studio.runs.runtime import current_run
 from studio.workflows import step, workflow
 from tests.chaos.records import record
 
 GUARDED_LIMIT = "guarded-work"
-HOOK_NAME = "Esperando hueco · {limit}"  # SPEC 3.2: the hook step acquire_slot records
+KEYED_LIMIT = "guarded-keyed"  # a pool of one per key
+GUARDED_LIMITS = (GUARDED_LIMIT, KEYED_LIMIT)
 
 
-def _slot_of_this_run(limit: str) -> str | None:
-    """The slot the body was given for `limit`: the result of the latest completed hook step of
-    acquire_slot (with_limit does not pass its slot to the function it guards)."""
+def _slots_of_this_run(limits: list[str]) -> list[list[str | None]]:
+    """[limit, slot id] for each limit, as the body's handles have them: from the latest completed
+    hook step of this acquisition (with_limit and with_limits do not pass their slots to the
+    function they guard), whose slot ids come in the order the limits were given."""
     ctx = current_run()
-    if ctx is None:
-        return None
-    name = HOOK_NAME.format(limit=limit)
-    for seq in sorted(ctx.recorded, reverse=True):
-        recorded = ctx.recorded[seq]
-        if recorded.name == name and isinstance(recorded.result, dict) and recorded.result.get("slot_id"):
-            return str(recorded.result["slot_id"])
-    return None
+    name = HOOK_NAME.format(limit=" + ".join(limits))
+    if ctx is not None:
+        for seq in sorted(ctx.recorded, reverse=True):
+            recorded = ctx.recorded[seq]
+            if recorded.name == name and isinstance(recorded.result, dict) and recorded.result.get("slot_id"):
+                ids = recorded.result.get("slot_ids") or [recorded.result["slot_id"]]
+                return [[limit, str(slot_id)] for limit, slot_id in zip(limits, ids, strict=False)]
+    return [[limit, None] for limit in limits]
 
 
 @step
-def guarded_work(limit: str, seconds: float, slot_id: str | None = None) -> dict:
+def guarded_work(
+    limits: list[str], seconds: float, slots: list[list[str | None]] | None = None, key: str | None = None
+) -> dict[str, Any]:
     ctx = current_run()
     execution = uuid.uuid4().hex
-    slot_id = slot_id or _slot_of_this_run(limit)
-    began = time.time()
+    slots = slots or _slots_of_this_run(limits)
     record(
         {
             "event": "start",
             "id": execution,
             "run_id": ctx.run_id if ctx else None,
-            "slot_id": slot_id,
-            "limit": limit,
+            "limits": limits,
+            "slots": slots,
+            "key": key,
             "planned": seconds,
-            "t": began,
+            "t": time.time(),
         }
     )
     time.sleep(seconds)  # the work: a connection kill or a SIGKILL may land here
     record({"event": "end", "id": execution, "t": time.time()})
-    return {"execution": execution, "slot_id": slot_id}
+    return {"execution": execution, "slots": slots}
+
+
+def _limits(input: dict[str, Any]) -> list[str]:
+    return list(input.get("limits") or [GUARDED_LIMIT])
 
 
 @workflow
-def chaos_with_limit(input: dict) -> dict:
+def chaos_with_limit(input: dict[str, Any]) -> dict[str, Any]:
     """with_limit around one guarded step (a SlotTimeoutError fails the run, as export_report)."""
+    limits, key = _limits(input)[:1], input.get("key")
     return with_limit(
-        GUARDED_LIMIT,
-        lambda: guarded_work(GUARDED_LIMIT, float(input["seconds"])),
+        limits[0],
+        lambda: guarded_work(limits, float(input["seconds"]), key=key),
         label=input.get("label"),
         timeout=input.get("timeout"),
+        key=key,
     )
 
 
 @workflow
-def chaos_acquire(input: dict) -> dict:
+def chaos_acquire(input: dict[str, Any]) -> dict[str, Any]:
     """acquire_slot, a guarded step, release_slot."""
+    limits, key = _limits(input)[:1], input.get("key")
     try:
-        slot = acquire_slot(GUARDED_LIMIT, label=input.get("label"), timeout=input.get("timeout"))
+        slot = acquire_slot(limits[0], label=input.get("label"), timeout=input.get("timeout"), key=key)
     except SlotTimeoutError:
         return {"slot_id": None}
-    result = guarded_work(GUARDED_LIMIT, float(input["seconds"]), slot.id)
+    result = guarded_work(limits, float(input["seconds"]), [[slot.limiter, slot.id]], key=key)
     release_slot(slot.id)
     return {"slot_id": slot.id, **result}
+
+
+@workflow
+def chaos_with_limits(input: dict[str, Any]) -> dict[str, Any]:
+    """with_limits over two limits around one guarded step (a timeout fails the run)."""
+    limits, key = _limits(input), input.get("key")
+    return with_limits(
+        limits,
+        lambda: guarded_work(limits, float(input["seconds"]), key=key),
+        label=input.get("label"),
+        timeout=input.get("timeout"),
+        key=key,
+    )
+
+
+@workflow
+def chaos_acquire_slots(input: dict[str, Any]) -> dict[str, Any]:
+    """acquire_slots over two limits, a guarded step given the handles, a release_slot each."""
+    limits, key = _limits(input), input.get("key")
+    try:
+        slots = acquire_slots(limits, label=input.get("label"), timeout=input.get("timeout"), key=key)
+    except SlotTimeoutError:
+        return {"slot_id": None}
+    result = guarded_work(limits, float(input["seconds"]), [[slot.limiter, slot.id] for slot in slots], key=key)
+    for slot in slots:
+        release_slot(slot.id)
+    return {"slot_id": slots[0].id, **result}

@@ -1,16 +1,21 @@
 """The limits of the chaos run (STACKBONE_WORKSPACE=tests.chaos.workspace): the ones the shipped
 example workflows use, small enough that queues form, with max holds short enough that calls
-nobody ends are taken back within the run; and `guarded-work`, the limit of the chaos run's own
-workflows (tests/chaos/workflows.py), whose steps record when they really run. Its max hold is
-far longer than any of its steps, so a step outside its slot is a bug, never max hold at work."""
+nobody ends are taken back within the run; `partner-api` has a pool per account (SPEC 9).
+
+`guarded-work` and `guarded-keyed` are the limits of the chaos run's own workflows
+(tests/chaos/workflows.py), whose steps record when they really run: `guarded-keyed` has a pool
+of one per key, and some runs take both limits at once, in either order (SPEC 10). Their max
+holds are far longer than any of their steps, so a step outside its slot is a bug, never max hold
+at work; no operator changes them, so their capacities and pools are the declared ones."""
 
 from limits.config import define_workspace
 
 workspace = define_workspace(
     limits={
         "voice-calls": {"capacity": 4, "max_hold": "8s"},
-        "partner-api": {"capacity": 2, "max_hold": "6s"},
+        "partner-api": {"capacity": 2, "max_hold": "6s", "per_key": 1},
         "report-exports": {"capacity": 2, "max_hold": "30s"},
         "guarded-work": {"capacity": 2, "max_hold": "2m"},
+        "guarded-keyed": {"capacity": 2, "max_hold": "2m", "per_key": 1},
     }
 )

@@ -18,6 +18,7 @@ while the load runs, and from the history rows once it has ended (limits/verify.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections import Counter
@@ -28,10 +29,11 @@ import pytest
 
 from limits import services
 from limits.models import Limit, QueueEntry, Slot
-from limits.verify import all_violations
+from limits.verify import all_violations, verify
+from tests.concurrency.checks import figures, outcome_violations, owed_jumps, pool_overruns
 from tests.concurrency.processes import Crew
 from tests.conftest import requires_postgres
-from tests.factories import declare
+from tests.factories import assert_counters_match_rows, declare
 
 pytestmark = [requires_postgres, pytest.mark.django_db(transaction=True)]
 
@@ -44,20 +46,39 @@ SECONDS = float(os.environ.get("STACKBONE_STRESS_SECONDS", "6"))
 MIN_OPERATIONS = 25
 
 
-def run_load(tmp_path: Path, limits: list[str], *, clients: int = CLIENTS, ops: int = OPERATIONS) -> dict[str, Any]:
+def run_load(
+    tmp_path: Path,
+    limits: list[str],
+    *,
+    clients: int = CLIENTS,
+    ops: int = OPERATIONS,
+    role: str = "client",
+    extra: dict[str, Any] | None = None,
+    drain: float = 0,
+) -> dict[str, Any]:
     """Start the clients, two sweepers and a monitor together; wait for the clients, then stop
-    the others. Returns every worker's result."""
+    the others. Returns every worker's result. `extra` goes to every client and sweeper."""
     seed = random.randrange(1 << 30)
     crew = Crew(tmp_path)
+    extra = extra or {}
     try:
         workers = [
-            crew.add("client", index=i, limits=limits, ops=ops, seconds=SECONDS, min_ops=MIN_OPERATIONS, seed=seed + i)
+            crew.add(
+                role,
+                index=i,
+                limits=limits,
+                ops=ops,
+                seconds=SECONDS,
+                min_ops=MIN_OPERATIONS,
+                seed=seed + i,
+                **extra,
+            )
             for i in range(clients)
         ]
-        sweepers = [crew.add("sweeper", index=f"s{i}") for i in range(2)]
+        sweepers = [crew.add("sweeper", index=f"s{i}", **extra) for i in range(2)]
         monitor = crew.add("monitor", index="m")
         crew.start()
-        results = [worker.result(timeout=SECONDS + 90) for worker in workers]
+        results = [worker.result(timeout=SECONDS + drain + 90) for worker in workers]
         crew.stop()
         sweeps = [worker.result(timeout=30) for worker in sweepers]
         sampled = monitor.result(timeout=30)
@@ -148,3 +169,75 @@ def test_two_limits_at_once_never_wait_on_each_other_or_break_a_rule(tmp_path: P
     results = run_load(tmp_path, ["alpha", "beta"])
     outcomes = assert_invariants(results, ["alpha", "beta"])
     assert outcomes["alpha:busy"] > 15 and outcomes["beta:busy"] > 15, outcomes
+
+
+KEYS = [f"tenant-{i:03d}" for i in range(200)]
+OWED_AFTER_MS = 1000  # compressed from SPEC 10.4's 2 minutes, in the workers only
+DRAIN_SECONDS = 45
+
+
+def test_keys_and_groups_in_crossing_orders_hold_under_six_processes(tmp_path: Path) -> None:
+    """SPEC 9 and 10 under real concurrency: a keyed limit (capacity 20, per_key 2) used with 200
+    keys, a few of them hot; acquisitions of two and three limits in every order at once (A+B
+    beside B+A), with and without a key; single acquisitions beside them; operators raising,
+    lowering and resetting per_key, one key's pool size and the capacity; runs ending while they
+    wait or right when reserved; others releasing slots (a group's reservation goes back whole);
+    max-hold expiries and two sweeps. A passed-over run becomes owed after OWED_AFTER_MS here.
+
+    What must never happen, beside the rules of the tests above:
+    - a key pool above its size in force, or a limit above its capacity (lowering either takes
+      nothing back: only a grant can break the rule);
+    - a group (an acquisition of several limits) granted, reserved or held in part while it
+      waits: it holds all of its slots or none, until it releases them one by one;
+    - a younger run granted a slot while an owed run of that limit waits;
+    - a deadlock (PostgreSQL's DeadlockDetected): the limits are locked in id order;
+    - counters (limit, keyed, group, pool) that differ from the rows;
+    - a waiting run that starves: once the load stops, every waiting acquire call is granted or
+      times out within DRAIN_SECONDS.
+    Checked live by the monitor, and from the rows afterwards (limits.verify, then
+    tests/concurrency/checks.py for what verify leaves aside).
+    """
+    limits = ["alpha", "beta", "gamma", "tenants"]
+    declare(
+        alpha={"capacity": 3, "max_hold": "1h"},
+        beta={"capacity": 4, "max_hold": "300ms"},
+        gamma={"capacity": 2, "max_hold": "400ms"},
+        tenants={"capacity": 20, "max_hold": "500ms", "per_key": 2},
+    )
+    extra = {
+        "keyed": "tenants",
+        "keys": KEYS,
+        "hot_keys": 6,
+        "in_flight": 5,
+        "drain": DRAIN_SECONDS,
+        "owed_after_ms": OWED_AFTER_MS,
+    }
+    results = run_load(tmp_path, limits, role="juggler", extra={**extra, "operator": True}, drain=DRAIN_SECONDS)
+    seen = figures(results, OWED_AFTER_MS)
+    print("stress figures:", json.dumps(seen, sort_keys=True))
+    seed, monitor = results["seed"], results["monitor"]
+    workers = results["clients"] + results["sweepers"]
+    assert [d for worker in workers for d in worker["deadlocks"]] == [], seed
+    assert monitor["violation_count"] == 0, (seed, monitor["violations"])
+    assert monitor["samples"] > 20, monitor
+    assert [p for client in results["clients"] for p in client["problems"]] == [], seed
+    assert [s for client in results["clients"] for s in client["starved"]] == [], seed
+    services.sweep()  # whatever expired or timed out after the clients stopped
+    verification = verify(limits)
+    assert verification.ok, (seed, verification.violations[:20])
+    for name in limits:
+        assert_counters_match_rows(name)
+        assert owed_jumps(name, OWED_AFTER_MS) == [], seed
+    assert pool_overruns("tenants") == [], seed
+    assert outcome_violations(results["clients"]) == [], seed
+    # Quiet: every acquire call ended, so nothing is left queued or reserved, and every busy slot
+    # was released, freed with its run, or taken back by max hold.
+    assert Slot.objects.filter(state__in=["busy", "reserved"]).count() == 0, seed
+    assert QueueEntry.objects.filter(state="waiting").count() == 0, seed
+    # The load exercised what it claims to.
+    shapes = seen["outcomes"]
+    assert shapes.get("group2:busy", 0) > 20 and shapes.get("group3:busy", 0) > 10, seen
+    assert shapes.get("keyed:busy", 0) > 50, seen
+    assert seen["pairs_granted_in_both_orders"] >= 3, seen
+    assert seen["keys_used"] >= 100, seen
+    assert seen["passed_over"] > 0 and seen["operator_actions"] > 0 and seen["partial_holds"] > 0, seen

@@ -1,19 +1,35 @@
-"""A reference model of the limits engine: the spec and docs/engine.md,
-in plain Python lists, with no database and no locks.
+"""A reference model of the limits engine: the spec (sections 1-5, 9 keys, 10 several limits) and
+docs/engine.md, in plain Python lists, with no database and no locks.
 
 It is written from the rules, one function per operation, and keeps the same rows the engine
-keeps (slots and queue entries with their final states, audit events), so that after every step a
-test can hold the engine's rows up against it. Counters are not stored here: the model counts its
-rows, so comparing them to the engine's counters also proves the engine's counters equal its rows.
+keeps (slots and queue entries with their final states, key pools, audit events), so that after
+every step a test can hold the engine's rows up against it. Counters are not stored here: the
+model counts its rows, so comparing them to the engine's counters also proves the engine's
+counters equal its rows.
+
+The grant (SPEC 9.3, 10.2-10.4) is written as the spec says it, not as the engine computes it:
+one pass over the waiting runs in arrival order; a run is granted when every limit it needs has
+room in its total and in the run's key pool and no owed run older than it waits on any of them;
+a younger run granted a slot of a limit passes over every older run waiting on it whose key pool
+there had room; a run passed over that has waited more than 2 minutes is owed, on all its limits.
+
+Where the spec is silent the model follows the engine's documented choices, each marked
+"Engine choice" below: which limits an operation settles (the limits it touches and the other
+limits of the groups waiting in, or reserved from, them: limits.engine.keys.lock; a group whose
+limits are not all settled waits), when waits past their deadline leave the queue, the order of
+runs requeued together, and what a replayed request answers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 RESERVATION = timedelta(minutes=2)  # 3.5
+OWED_AFTER = timedelta(minutes=2)  # 10.4: passed over and waiting more than this: owed
 DEFAULT_TIMEOUT_MS = 24 * 60 * 60 * 1000  # 3.3
+HISTORY_RETENTION = timedelta(days=7)  # docs/engine.md "History" (STACKBONE_HISTORY_RETENTION default)
 LIVE = ("reserved", "busy")
 
 
@@ -30,9 +46,11 @@ class MLimit:
     name: str
     declared_capacity: int
     declared_max_hold_ms: int
+    declared_per_key: int | None = None
     declared: bool = True
     capacity_override: int | None = None
     max_hold_override_ms: int | None = None
+    per_key_override: int | None = None
     next_position: int = 1
 
     @property
@@ -42,6 +60,11 @@ class MLimit:
     @property
     def max_hold_ms(self) -> int:
         return self.declared_max_hold_ms if self.max_hold_override_ms is None else self.max_hold_override_ms
+
+    @property
+    def per_key(self) -> int | None:
+        """9.1, 9.4: every key's pool size (and the no-key pool's), or None: only the total."""
+        return self.declared_per_key if self.per_key_override is None else self.per_key_override
 
 
 @dataclass
@@ -54,8 +77,12 @@ class MEntry:
     enqueued_at: datetime
     deadline: datetime
     timeout_ms: int
+    key: str = ""
+    group_size: int = 1
+    arrival: int = 0  # one order over every queue: "oldest" in 9.3 and 10.3-10.4
     state: str = "waiting"
     finished_at: datetime | None = None
+    passed_over_at: datetime | None = None  # 10.4; the same on every entry of one waiting run
 
 
 @dataclass
@@ -72,6 +99,8 @@ class MSlot:
     confirmed_at: datetime | None = None
     freed_at: datetime | None = None
     freed_by: str = ""
+    key: str = ""
+    group_size: int = 1
     ends_with_run: bool = False  # with_limit's slot (2.5): freed when its run ends
     engine_id: str | None = None  # the engine's id for the same slot, once matched
 
@@ -80,8 +109,9 @@ class MSlot:
         return self.state in LIVE
 
     @property
-    def key(self) -> tuple[str, int | None]:
-        return (self.request, None if self.entry is None else self.entry.position)
+    def ident(self) -> tuple[str, str, int | None]:
+        """What names this slot in both worlds: its request, limit and queue position."""
+        return (self.request, self.limit, None if self.entry is None else self.entry.position)
 
 
 @dataclass(frozen=True)
@@ -92,6 +122,8 @@ class MAcquisition:
     slot: MSlot | None = None
     timeout_ms: int | None = None
     deadline: datetime | None = None
+    # An acquisition answered by the rules of keys and groups: its slots in the order given (10.1).
+    slots: tuple[MSlot, ...] | None = None
 
 
 @dataclass
@@ -104,12 +136,29 @@ class MSweepReport:
 
 
 @dataclass
+class Tally:
+    lapsed: int = 0
+    timed_out: int = 0
+    granted: int = 0
+
+
+# (action, actor, limit, slot, old value, new value, at, key)
+AuditRow = tuple[str, str, str, MSlot | None, str, str, datetime, str]
+
+
+@dataclass
 class Model:
     limits: dict[str, MLimit] = field(default_factory=dict)  # in the engine's id order
     entries: list[MEntry] = field(default_factory=list)
     slots: list[MSlot] = field(default_factory=list)
-    audit: list[tuple[str, str, str, MSlot | None, str, str, datetime]] = field(default_factory=list)
+    # Key pool rows (limit, key): created the first time a key is used on a limit or its pool
+    # size is set; the value is the key's own pool size, if an operator set one (9.4).
+    pools: dict[tuple[str, str], int | None] = field(default_factory=dict)
+    audit: list[AuditRow] = field(default_factory=list)
     woken: list[str] = field(default_factory=list)  # runs announced by the last operation
+    asked: dict[str, tuple[str, ...]] = field(default_factory=dict)  # request: its limits, as given
+    tally: Tally = field(default_factory=Tally)
+    next_arrival: int = 1
 
     # --- what the engine's counters must say --------------------------------------------------
 
@@ -122,52 +171,150 @@ class Model:
     def in_use(self, limit: str) -> int:
         return len(self.live(limit))
 
+    def pool_size(self, limit: str, key: str) -> int | None:
+        """9.1, 9.4: the key's own size if an operator set one, else the limit's per_key."""
+        own = self.pools.get((limit, key)) if key else None
+        return own if own is not None else self.limits[limit].per_key
+
+    def pool_in_use(self, limit: str, key: str) -> int:
+        return sum(1 for s in self.live(limit) if s.key == key)
+
+    def pool_room(self, limit: str, key: str) -> bool:
+        size = self.pool_size(limit, key)
+        return size is None or self.pool_in_use(limit, key) < size
+
+    def plain(self, name: str) -> bool:
+        """Engine choice (Limit.is_plain): no per_key in force and no keyed or group entry waiting.
+        Such a limit takes the one-queue rules, which time out stale waits only when capacity is
+        free; the rules of keys and groups time them out at every settle."""
+        limit = self.limits.get(name)
+        if limit is None:
+            return True
+        return limit.per_key is None and all(e.key == "" and e.group_size == 1 for e in self.waiting(name))
+
+    def waiting_of(self, request: str) -> list[MEntry]:
+        return sorted((e for e in self.entries if e.request == request and e.state == "waiting"), key=self._order)
+
+    def owed(self, request: str, now: datetime) -> bool:
+        """10.4: the run has been passed over and has waited more than 2 minutes."""
+        entries = self.waiting_of(request)
+        return bool(entries) and entries[0].passed_over_at is not None and now - entries[0].enqueued_at > OWED_AFTER
+
     # --- the operations -----------------------------------------------------------------------
 
     def acquire(
-        self, name: str, *, run_id: str, request: str, label: str, timeout_ms: int | None, now: datetime
+        self,
+        name: str,
+        *,
+        run_id: str,
+        request: str,
+        label: str,
+        timeout_ms: int | None,
+        now: datetime,
+        key: str | None = None,
     ) -> MAcquisition:
         """2.2, 2.3: a replay answers from what became of the request (confirming a slot reserved
-        for it); a new request gets a busy slot if nobody waits and one is free, else queues."""
+        for it); a new request gets a busy slot if nobody waits and one is free, else queues. With
+        a key, or on a limit with key pools or groups waiting, the rules of 9 and 10 apply."""
+        if key is not None or not self.plain(name):
+            return self.acquire_group([name], run_id=run_id, request=request, label=label, timeout_ms=timeout_ms, key=key, now=now)
         previous = self._previous(request, now)
         if previous is not None:
             return previous
         limit = self.limits.get(name)
         if limit is None or not limit.declared:  # 1.5
             raise ModelError("limit")
+        self.asked.setdefault(request, (name,))
         if not self.waiting(name) and self.in_use(name) < limit.capacity:
-            slot = MSlot(name, run_id, request, label, "busy", None, now, self._expiry(limit, now), confirmed_at=now)
-            self.slots.append(slot)
+            slot = self._busy_slot(limit, run_id, request, label, "", 1, now)
             return MAcquisition("busy", name, request, slot)
         timeout_ms = DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms
-        entry = self._enqueue(limit, run_id, request, label, now, now + timedelta(milliseconds=timeout_ms), timeout_ms)
+        deadline = now + timedelta(milliseconds=timeout_ms)
+        entry = self._enqueue(limit, run_id, request, label, "", 1, now, deadline, timeout_ms)
         woken_before = len(self.woken)
-        self._settle(limit, now)
+        self._settle_one(limit, now)
         mine = next((s for s in self.live(name, "reserved") if s.entry is entry), None)
         if mine is not None:
             # The caller is the one granted: it confirms at once and is not woken (it is awake).
             del self.woken[self.woken.index(run_id, woken_before)]
-            self._confirm(limit, mine, now)
+            self._confirm_together([mine], self._lock([name]), now)
             return MAcquisition("busy", name, request, mine)
         return MAcquisition("waiting", name, request, timeout_ms=timeout_ms, deadline=entry.deadline)
 
+    def acquire_group(
+        self,
+        names: list[str],
+        *,
+        run_id: str,
+        request: str,
+        label: str,
+        timeout_ms: int | None,
+        now: datetime,
+        key: str | None = None,
+    ) -> MAcquisition:
+        """10.1, 10.2 with 9.1-9.3: one slot of each limit, all or nothing. Busy at once when
+        nobody waits on any of them and each has room in its total and the key's pool; otherwise
+        the run joins every queue and may be granted (then confirms at once) or waits holding
+        none of its slots."""
+        previous = self._previous_group(request, now)
+        if previous is not None:
+            return previous
+        if any(name not in self.limits or not self.limits[name].declared for name in names):
+            raise ModelError("limit")
+        key = key or ""
+        self.asked.setdefault(request, tuple(names))
+        mine = [self.limits[name] for name in names]
+        size = len(names)
+        locked = self._lock(names)
+        if all(
+            not self.waiting(lim.name) and self.in_use(lim.name) < lim.capacity and self.pool_room(lim.name, key)
+            for lim in mine
+        ):
+            slots = tuple(self._busy_slot(lim, run_id, request, label, key, size, now) for lim in mine)
+            return MAcquisition("busy", names[0], request, slots[0], slots=slots)
+        timeout_ms = DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms
+        deadline = now + timedelta(milliseconds=timeout_ms)
+        for lim in mine:
+            self._enqueue(lim, run_id, request, label, key, size, now, deadline, timeout_ms)
+        woken_before = len(self.woken)
+        # Engine choice: the group path settles with the rules of keys and groups, whatever the
+        # limits (limits.engine.keys.settle).
+        self._settle_keys(locked, now)
+        granted = [s for s in self.slots if s.request == request and s.state == "reserved"]
+        if granted:
+            del self.woken[self.woken.index(run_id, woken_before)]
+            self._confirm_together(granted, locked, now)
+            by_limit = {s.limit: s for s in granted}
+            slots = tuple(by_limit[name] for name in names)
+            return MAcquisition("busy", names[0], request, slots[0], slots=slots)
+        return MAcquisition("waiting", names[0], request, timeout_ms=timeout_ms, deadline=deadline, slots=())
+
     def confirm(self, slot: MSlot | None, now: datetime) -> bool:
+        """3.5, 3.6, 10.2: a reservation confirmed in time turns busy, with the rest of its group;
+        a late confirm lapses them all (the run goes to the end of each queue) and the freed
+        capacity goes to the next runs."""
         if slot is None or slot.state != "reserved":
             return False
-        return self._confirm(self.limits[slot.limit], slot, now)
+        locked = self._lock([slot.limit])
+        group = [s for s in self.slots if s.request == slot.request and s.live]
+        return self._confirm_together(group, locked, now)
 
     def release(self, slot: MSlot | None, *, actor: str | None, now: datetime) -> bool:
-        """2.4, 5.1: frees a busy or reserved slot; anything else is False and changes nothing. A
-        released reservation sends its run to the end of the queue with its deadline (docs/engine.md)."""
+        """2.4, 5.1, 10.1: frees a busy or reserved slot; anything else is False and changes
+        nothing. A busy slot of a group is released on its own; a released reservation sends its
+        run (its whole group) to the end of the queue with its deadline (docs/engine.md)."""
         if slot is None or not slot.live:
             return False
         limit, old = self.limits[slot.limit], slot.state
-        slot.state, slot.freed_at, slot.freed_by = "released", now, actor or ""
+        locked = self._lock([slot.limit])
         if old == "reserved":
-            self._requeue(limit, slot, now)
-        self._settle(limit, now)
+            together = [s for s in self.slots if s.request == slot.request and s.state == "reserved"]
+            self._take_back(together, "released", now, freed_by=actor or "")
+        else:
+            slot.state, slot.freed_at, slot.freed_by = "released", now, actor or ""
+        self._settle_all(locked, now)
         if actor is not None:
-            self.audit.append(("release", actor, limit.name, slot, old, "released", now))
+            self.audit.append(("release", actor, limit.name, slot, old, "released", now, ""))
         return True
 
     def tie_to_run(self, slot: MSlot | None, run_id: str) -> bool:
@@ -179,30 +326,32 @@ class Model:
 
     def end_run(self, run_id: str, now: datetime) -> int:
         """3.4, 3.7, 2.7, 2.5: waits are cancelled, reservations and with_limit's busy slots
-        freed, other busy slots kept."""
-        ended = 0
-        for limit in self.limits.values():
-            waits = [e for e in self.waiting(limit.name) if e.run_id == run_id]
-            reserved = [s for s in self.live(limit.name, "reserved") if s.run_id == run_id]
-            reserved += [s for s in self.live(limit.name, "busy") if s.run_id == run_id and s.ends_with_run]
-            if not waits and not reserved:
-                continue
-            for entry in waits:
-                entry.state, entry.finished_at = "cancelled", now
-            for slot in reserved:
-                slot.state, slot.freed_at = "run_ended", now
-            self._settle(limit, now)
-            ended += len(waits) + len(reserved)
-        return ended
+        freed, other busy slots kept; the capacity goes to the next runs."""
+        waits = [e for e in self.entries if e.run_id == run_id and e.state == "waiting"]
+        ending = [
+            s
+            for s in self.slots
+            if s.run_id == run_id and (s.state == "reserved" or (s.state == "busy" and s.ends_with_run))
+        ]
+        if not waits and not ending:
+            return 0
+        locked = self._lock({e.limit for e in waits} | {s.limit for s in ending})
+        for entry in waits:
+            entry.state, entry.finished_at = "cancelled", now
+        for slot in ending:
+            slot.state, slot.freed_at = "run_ended", now
+        self._settle_all(locked, now)
+        return len(waits) + len(ending)
 
     def set_capacity(self, name: str, value: int | None, *, actor: str, now: datetime) -> None:
         """5.2, 5.3: raising grants at once; lowering takes nothing back."""
         limit = self.limits[name]
         old = limit.capacity
+        locked = self._lock([name])
         limit.capacity_override = value
-        self._settle(limit, now)
+        self._settle_all(locked, now)
         new = f"{limit.capacity} (declared)" if value is None else str(limit.capacity)
-        self.audit.append(("capacity", actor, name, None, str(old), new, now))
+        self.audit.append(("capacity", actor, name, None, str(old), new, now, ""))
 
     def set_max_hold(self, name: str, value_ms: int | None, *, actor: str, now: datetime) -> None:
         """5.4: only slots granted afterwards get the new max hold."""
@@ -210,61 +359,114 @@ class Model:
         old = limit.max_hold_ms
         limit.max_hold_override_ms = value_ms
         new = f"{limit.max_hold_ms} (declared)" if value_ms is None else str(limit.max_hold_ms)
-        self.audit.append(("max_hold", actor, name, None, str(old), new, now))
+        self.audit.append(("max_hold", actor, name, None, str(old), new, now, ""))
 
-    def sync(self, declared: dict[str, tuple[int, int]], now: datetime) -> None:
-        """1.4, 1.5, 5.2: declared values change, overrides survive, a limit that left the config is
-        kept undeclared; a declared capacity that rose grants at once."""
-        for name, (capacity, max_hold_ms) in sorted(declared.items()):
+    def set_per_key(self, name: str, value: int | None, *, key: str | None, actor: str, now: datetime) -> None:
+        """9.4: per_key for the whole limit, or one key's pool size, from 1 to the capacity; None
+        resets it. Audited; raising grants at once, lowering takes nothing back."""
+        limit = self.limits.get(name)
+        if limit is None:
+            raise ModelError("limit")
+        if value is not None and not 1 <= value <= limit.capacity:
+            raise ModelError("per_key")
+        locked = self._lock([name])
+        if key is None:
+            old = _size_text(limit.per_key)
+            limit.per_key_override = value
+            new = f"{_size_text(limit.declared_per_key)} (declared)" if value is None else str(value)
+        else:
+            old = _size_text(self.pool_size(name, key))
+            self.pools[(name, key)] = value
+            new = _size_text(self.pool_size(name, key)) + (" (per_key)" if value is None else "")
+        self._settle_all(locked, now)
+        self.audit.append(("per_key", actor, name, None, old, new, now, key or ""))
+
+    def sync(self, declared: dict[str, tuple[int, int, int | None]], now: datetime) -> None:
+        """1.4, 1.5, 5.2, 9.4: declared values change, overrides survive, a limit that left the
+        config is kept undeclared; a declared capacity or per_key that rose grants at once."""
+        for name, (capacity, max_hold_ms, per_key) in sorted(declared.items()):
             limit = self.limits.get(name)
             if limit is None:
-                self.limits[name] = MLimit(name, capacity, max_hold_ms)
+                self.limits[name] = MLimit(name, capacity, max_hold_ms, per_key)
                 continue
-            before = (limit.declared, limit.declared_capacity, limit.declared_max_hold_ms)
-            after = (True, capacity, max_hold_ms)
+            before = (limit.declared, limit.declared_capacity, limit.declared_max_hold_ms, limit.declared_per_key)
+            after = (True, capacity, max_hold_ms, per_key)
             if before == after:
                 continue
-            limit.declared, limit.declared_capacity, limit.declared_max_hold_ms = after
-            self._settle(limit, now)
-            self.audit.append(("sync", "deploy", name, None, _declared_text(*before), _declared_text(*after), now))
+            limit.declared, limit.declared_capacity, limit.declared_max_hold_ms, limit.declared_per_key = after
+            self._settle_all(self._lock([name]), now)
+            self.audit.append(
+                ("sync", "deploy", name, None, _declared_text(*before), _declared_text(*after), now, "")
+            )
         for name, limit in self.limits.items():
             if name not in declared and limit.declared:
                 limit.declared = False
-                self.audit.append(("sync", "deploy", name, None, "declared", "undeclared", now))
+                self.audit.append(("sync", "deploy", name, None, "declared", "undeclared", now, ""))
 
     def sweep(self, now: datetime) -> MSweepReport:
-        """4.1, 4.2, 3.6, 3.3: expire busy slots past their max hold, lapse reservations past their
-        2 minutes (to the end of the queue), time out waits past their deadline, grant."""
+        """4.1, 4.2, 3.6, 3.3: for each limit with work (found first, for all of them), expire
+        busy slots past their max hold, lapse reservations past their 2 minutes (to the end of the
+        queue; a group's all together), time out waits past their deadline, grant; then delete
+        history older than the retention."""
         report = MSweepReport()
-        for limit in self.limits.values():
+        work = [
+            limit
+            for limit in self.limits.values()
+            if any(s.expires_at <= now for s in self.live(limit.name, "busy"))
+            or any(s.reserved_until and s.reserved_until <= now for s in self.live(limit.name, "reserved"))
+            or any(e.deadline <= now for e in self.waiting(limit.name))
+            or (self.waiting(limit.name) and limit.capacity > self.in_use(limit.name))
+        ]
+        for limit in work:
             name = limit.name
+            self.tally = Tally()
+            locked = self._lock([name])
             expired = [s for s in self.live(name, "busy") if s.expires_at <= now]
-            lapsed = [s for s in self.live(name, "reserved") if s.reserved_until and s.reserved_until <= now]
-            late = [e for e in self.waiting(name) if e.deadline <= now]
-            free = self.waiting(name) and limit.capacity > self.in_use(name)
-            if not (expired or lapsed or late or free):
-                continue
-            report.limits += 1
             for slot in expired:
                 slot.state, slot.freed_at, slot.freed_by = "expired", now, "sweep"
             if expired:
-                self.audit.append(("expire", "sweep", name, None, "", f"{len(expired)} slot(s)", now))
-            for slot in sorted(lapsed, key=lambda s: s.entry.position if s.entry else 0):
-                slot.state, slot.freed_at = "lapsed", now
-                self._requeue(limit, slot, now)
+                self.audit.append(("expire", "sweep", name, None, "", f"{len(expired)} slot(s)", now, ""))
+            lapsed = sorted(
+                (s for s in self.live(name, "reserved") if s.reserved_until and s.reserved_until <= now),
+                key=lambda s: s.entry.position if s.entry else 0,
+            )
+            # Engine choice: single runs go back to the end of the queue first, then groups.
+            self._take_back([s for s in lapsed if s.group_size == 1], "lapsed", now)
+            for request in dict.fromkeys(s.request for s in lapsed if s.group_size > 1):
+                self._take_back([s for s in self.slots if s.request == request and s.state == "reserved"], "lapsed", now)
+            self._time_out(limit, now)
+            self._settle_all(locked, now)
+            report.limits += 1
             report.expired += len(expired)
-            report.lapsed += len(lapsed)
-            report.timed_out += self._time_out(limit, now)
-            report.granted += self._settle(limit, now)
+            report.lapsed += self.tally.lapsed
+            report.timed_out += self.tally.timed_out
+            report.granted += self.tally.granted
+        self._purge(now - HISTORY_RETENTION)
         return report
 
     # --- the rules every operation shares -------------------------------------------------------
 
+    @staticmethod
+    def _order(entry: MEntry) -> tuple[int, str]:
+        return (entry.arrival, entry.limit)
+
+    def _lock(self, names: Iterable[str]) -> list[MLimit]:
+        """Engine choice (keys.lock): an operation settles the limits it touches and the other
+        limits of every group waiting in, or reserved from, them (one level, not further)."""
+        touched = set(names)
+        groups = {e.request for e in self.entries if e.limit in touched and e.state == "waiting" and e.group_size > 1}
+        held = {s.request for s in self.slots if s.limit in touched and s.state == "reserved" and s.group_size > 1}
+        touched |= {e.limit for e in self.entries if e.request in groups and e.state == "waiting"}
+        touched |= {s.limit for s in self.slots if s.request in held and s.state == "reserved"}
+        return [limit for limit in self.limits.values() if limit.name in touched]
+
     def _previous(self, request: str, now: datetime) -> MAcquisition | None:
+        """What a replay of a one-limit request answers: its live slot (a reservation confirmed,
+        or lapsed if late), else what became of its latest wait, else a slot once confirmed."""
         slots = [s for s in self.slots if s.request == request]
         live = next((s for s in slots if s.live), None)
         if live is not None and live.state == "reserved":
-            if self._confirm(self.limits[live.limit], live, now):
+            if self.confirm(live, now):
                 return MAcquisition("busy", live.limit, request, live)
             return self._previous(request, now)
         if live is not None:
@@ -280,64 +482,251 @@ class Model:
             return MAcquisition("cancelled", slots[0].limit, request)
         return None
 
-    def _confirm(self, limit: MLimit, slot: MSlot, now: datetime) -> bool:
-        """3.5, 3.6 and docs/engine.md: a confirm after the 2 minutes is refused even before the sweep."""
-        assert slot.reserved_until is not None
-        if now <= slot.reserved_until:
-            slot.state, slot.confirmed_at = "busy", now
+    def _previous_group(self, request: str, now: datetime) -> MAcquisition | None:
+        """A replay of an acquisition by the rules of keys and groups: its live slots in the
+        order given (10.1; reservations confirmed together), else what became of its latest wait
+        (all its entries joined together), else the slots of its latest confirmed grant."""
+        names = self.asked.get(request, ())
+        slots = [s for s in self.slots if s.request == request]
+        live = [s for s in slots if s.live]
+        if any(s.state == "reserved" for s in live):
+            locked = self._lock({s.limit for s in live})
+            self._confirm_together(live, locked, now, settle_each=True)
+            return self._previous_group(request, now)
+        if live:
+            return self._busy_answer(request, names, live)
+        entries = sorted((e for e in self.entries if e.request == request), key=self._order)
+        if entries:
+            latest = entries[-entries[-1].group_size :]
+            first = latest[0]
+            states = {e.state for e in latest}
+            if states == {"waiting"}:
+                return MAcquisition(
+                    "waiting", names[0], request, timeout_ms=first.timeout_ms, deadline=first.deadline, slots=()
+                )
+            if "timed_out" in states:
+                return MAcquisition(
+                    "timed_out", names[0], request, timeout_ms=first.timeout_ms, deadline=first.deadline, slots=()
+                )
+            if "cancelled" in states or "waiting" in states:
+                return MAcquisition("cancelled", names[0], request, slots=())
+        confirmed = [s for s in slots if s.confirmed_at is not None]
+        if confirmed:
+            newest = max(s.granted_at for s in confirmed)
+            return self._busy_answer(request, names, [s for s in confirmed if s.granted_at == newest])
+        if slots:
+            return MAcquisition("cancelled", names[0] if names else slots[0].limit, request, slots=())
+        return None
+
+    @staticmethod
+    def _busy_answer(request: str, names: tuple[str, ...], slots: list[MSlot]) -> MAcquisition:
+        by_limit = {s.limit: s for s in slots}
+        ordered = tuple(by_limit[name] for name in names if name in by_limit)
+        return MAcquisition("busy", ordered[0].limit, request, ordered[0], slots=ordered)
+
+    def _busy_slot(
+        self, limit: MLimit, run_id: str, request: str, label: str, key: str, size: int, now: datetime
+    ) -> MSlot:
+        """2.2: a busy slot at once, no queue entry."""
+        slot = MSlot(
+            limit.name,
+            run_id,
+            request,
+            label,
+            "busy",
+            None,
+            now,
+            self._expiry(limit, now),
+            confirmed_at=now,
+            key=key,
+            group_size=size,
+        )
+        self.slots.append(slot)
+        self._touch(limit.name, key)
+        return slot
+
+    def _confirm_together(self, slots: list[MSlot], locked: list[MLimit], now: datetime, *, settle_each: bool = False) -> bool:
+        """3.5, 3.6, 10.2 and docs/engine.md: the reservations of one acquisition turn busy
+        together within their 2 minutes; a confirm after them is refused even before the sweep:
+        they all lapse, the run goes to the end of each queue, and the freed capacity is handed
+        on."""
+        reserved = [s for s in slots if s.state == "reserved"]
+        if not reserved:
+            return bool(slots)
+        if all(s.reserved_until is not None and now <= s.reserved_until for s in reserved):
+            for slot in reserved:
+                slot.state, slot.confirmed_at = "busy", now
             return True
-        slot.state, slot.freed_at = "lapsed", now
-        self._requeue(limit, slot, now)
-        self._settle(limit, now)
+        self._take_back(reserved, "lapsed", now)
+        if settle_each:
+            self._settle_each(locked, now)
+        else:
+            self._settle_all(locked, now)
         return False
 
+    def _take_back(self, reserved: list[MSlot], state: str, now: datetime, *, freed_by: str = "") -> None:
+        """3.6, 10.2: reservations freed unconfirmed (lapsed, or released by an operator): their
+        runs go to the end of each queue, keeping their deadline, key and group."""
+        for slot in reserved:
+            slot.state, slot.freed_at, slot.freed_by = state, now, freed_by
+            original = slot.entry
+            assert original is not None, "a reserved slot always comes from the queue"
+            self._enqueue(
+                self.limits[slot.limit],
+                slot.run_id,
+                slot.request,
+                slot.label,
+                slot.key,
+                slot.group_size,
+                now,
+                original.deadline,
+                original.timeout_ms,
+            )
+        if state == "lapsed":
+            self.tally.lapsed += len(reserved)
+
     def _enqueue(
-        self, limit: MLimit, run_id: str, request: str, label: str, now: datetime, deadline: datetime, timeout_ms: int
+        self,
+        limit: MLimit,
+        run_id: str,
+        request: str,
+        label: str,
+        key: str,
+        size: int,
+        now: datetime,
+        deadline: datetime,
+        timeout_ms: int,
     ) -> MEntry:
-        entry = MEntry(limit.name, limit.next_position, run_id, request, label, now, deadline, timeout_ms)
+        entry = MEntry(
+            limit.name, limit.next_position, run_id, request, label, now, deadline, timeout_ms, key, size, self.next_arrival
+        )
         limit.next_position += 1
+        self.next_arrival += 1
         self.entries.append(entry)
+        self._touch(limit.name, key)
         return entry
 
-    def _requeue(self, limit: MLimit, slot: MSlot, now: datetime) -> None:
-        """3.6: the end of the queue, with the original deadline."""
-        assert slot.entry is not None
-        original = slot.entry
-        self._enqueue(limit, slot.run_id, slot.request, slot.label, now, original.deadline, original.timeout_ms)
+    def _touch(self, limit: str, key: str) -> None:
+        if key:
+            self.pools.setdefault((limit, key), None)
 
-    def _time_out(self, limit: MLimit, now: datetime) -> int:
+    def _time_out(self, limit: MLimit, now: datetime) -> None:
+        """3.3: waits past their deadline leave the queue; their runs are woken."""
         late = [e for e in self.waiting(limit.name) if e.deadline <= now]
         for entry in late:
             entry.state, entry.finished_at = "timed_out", now
             self.woken.append(entry.run_id)
-        return len(late)
+        self.tally.timed_out += len(late)
 
-    def _settle(self, limit: MLimit, now: datetime) -> int:
+    def _settle_all(self, locked: list[MLimit], now: datetime) -> None:
+        """Hand the free capacity of the settled limits to their queues: one limit at a time by
+        the one-queue rules when all are plain, else all together by the rules of 9 and 10."""
+        if all(self.plain(limit.name) for limit in locked):
+            for limit in locked:
+                self._settle_one(limit, now)
+        else:
+            self._settle_keys(locked, now)
+
+    def _settle_each(self, locked: list[MLimit], now: datetime) -> None:
+        """Engine choice (the replay of a group whose late confirm lapsed it): each limit with
+        free capacity and runs waiting is settled in turn, a plain one by itself."""
+        for limit in locked:
+            if self.waiting(limit.name) and self.in_use(limit.name) < limit.capacity:
+                if self.plain(limit.name):
+                    self._settle_plain(limit, now)
+                else:
+                    self._settle_keys(locked, now)
+
+    def _settle_one(self, limit: MLimit, now: datetime) -> None:
+        if self.waiting(limit.name) and self.in_use(limit.name) < limit.capacity:
+            if self.plain(limit.name):
+                self._settle_plain(limit, now)
+            else:
+                self._settle_keys([limit], now)
+
+    def _settle_plain(self, limit: MLimit, now: datetime) -> None:
         """4.1, 5.3: hand free capacity to the head of the queue, one reservation per run, in
-        queue order, skipping (timing out) waits past their deadline."""
-        if not self.waiting(limit.name) or self.in_use(limit.name) >= limit.capacity:
-            return 0
+        queue order, after timing out waits past their deadline (engine choice: only when there is
+        free capacity; otherwise the sweep does)."""
         self._time_out(limit, now)
-        granted = 0
         while self.waiting(limit.name) and self.in_use(limit.name) < limit.capacity:
-            head = self.waiting(limit.name)[0]
-            head.state, head.finished_at = "granted", now
+            self._reserve([self.waiting(limit.name)[0]], now)
+
+    def _settle_keys(self, locked: list[MLimit], now: datetime) -> None:
+        """9.3, 10.2-10.4: time out the waits past their deadline (engine choice: on every settled
+        limit), then take the waiting runs oldest first, once each, and grant each that can be
+        granted now (`_grantable`). A run that cannot does not stop younger runs."""
+        for limit in locked:
+            self._time_out(limit, now)
+        names = {limit.name for limit in locked}
+        candidates = sorted(
+            {e.request: e for e in self.entries if e.state == "waiting" and e.limit in names}.values(), key=self._order
+        )
+        for first in candidates:
+            entries = self.waiting_of(first.request)
+            if self._grantable(entries, names, now):
+                self._reserve(entries, now)
+
+    def _grantable(self, entries: list[MEntry], locked: set[str], now: datetime) -> bool:
+        """10.2: every limit the run needs has room in its total and in the run's key pool, and
+        no owed run older than it waits on any of them (10.4). Engine choice: a group with a limit
+        that is not being settled waits for the next settle of it."""
+        if len(entries) != entries[0].group_size or any(e.limit not in locked for e in entries):
+            return False
+        for entry in entries:
+            limit = self.limits[entry.limit]
+            if self.in_use(limit.name) >= limit.capacity or not self.pool_room(limit.name, entry.key):
+                return False
+            if any(
+                other.position < entry.position and self.owed(other.request, now) for other in self.waiting(limit.name)
+            ):
+                return False
+        return True
+
+    def _reserve(self, entries: list[MEntry], now: datetime) -> None:
+        """3.5, 10.2: a slot of each limit reserved for the run, together, for 2 minutes. Each
+        older run waiting on one of these limits whose key pool there had room is passed over
+        (10.4)."""
+        for entry in entries:
+            limit = self.limits[entry.limit]
+            passed = [
+                other
+                for other in self.waiting(limit.name)
+                if other.position < entry.position and self.pool_room(limit.name, other.key)
+            ]
+            entry.state, entry.finished_at = "granted", now
             self.slots.append(
                 MSlot(
                     limit.name,
-                    head.run_id,
-                    head.request,
-                    head.label,
+                    entry.run_id,
+                    entry.request,
+                    entry.label,
                     "reserved",
-                    head,
+                    entry,
                     now,
                     self._expiry(limit, now),
                     reserved_until=now + RESERVATION,
+                    key=entry.key,
+                    group_size=entry.group_size,
                 )
             )
-            self.woken.append(head.run_id)
-            granted += 1
-        return granted
+            for other in passed:
+                for waiting in self.waiting_of(other.request):
+                    if waiting.passed_over_at is None:
+                        waiting.passed_over_at = now
+        self.woken.append(entries[0].run_id)
+        self.tally.granted += len(entries)
+
+    def _purge(self, cutoff: datetime) -> None:
+        """docs/engine.md "History": freed slots and finished entries older than the retention go
+        (an entry only once no slot refers to it)."""
+        self.slots = [s for s in self.slots if s.freed_at is None or s.freed_at >= cutoff]
+        referred = {id(s.entry) for s in self.slots if s.entry is not None}
+        self.entries = [
+            e
+            for e in self.entries
+            if e.state == "waiting" or e.finished_at is None or e.finished_at >= cutoff or id(e) in referred
+        ]
 
     @staticmethod
     def _expiry(limit: MLimit, now: datetime) -> datetime:
@@ -345,5 +734,12 @@ class Model:
         return now + timedelta(milliseconds=limit.max_hold_ms)
 
 
-def _declared_text(declared: bool, capacity: int, max_hold_ms: int) -> str:
-    return f"capacity {capacity}, max hold {max_hold_ms} ms" + ("" if declared else ", undeclared")
+def _size_text(size: int | None) -> str:
+    return "none" if size is None else str(size)
+
+
+def _declared_text(declared: bool, capacity: int, max_hold_ms: int, per_key: int | None) -> str:
+    text = f"capacity {capacity}, max hold {max_hold_ms} ms"
+    if per_key is not None:
+        text += f", per_key {per_key}"
+    return text + ("" if declared else ", undeclared")

@@ -34,7 +34,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
 from limits import services
-from limits.models import ApiToken, AuditEvent, Limit, QueueEntry, Slot
+from limits.models import ApiToken, AuditEvent, Limit, LimitKey, QueueEntry, Slot
 from limits.tokens import issue_token
 from studio.models import Run
 from tests.factories import declare
@@ -89,7 +89,8 @@ class Row(NamedTuple):
 DETAIL = "/studio/limits/{limit}/?slots=1&queue=1"
 RUN = "/studio/runs/{run}/"
 LIMIT_SAVED = done("/admin/limits/limit/")
-RELEASED = done("/admin/limits/slot/")  # the Slots list's action "Release selected slots"
+RELEASED = done("/admin/limits/slot/")
+KEY_SAVED = done("/admin/limits/limitkey/")  # the Slots list's action "Release selected slots"
 
 # fmt: off
 MATRIX: list[Row] = [
@@ -120,6 +121,12 @@ MATRIX: list[Row] = [
     Row("POST", "/studio/limits/{limit}/capacity/",       LOGIN,        DENIED,       done(DETAIL),       done(DETAIL)),
     Row("GET",  "/studio/limits/{limit}/max-hold/",       WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("POST", "/studio/limits/{limit}/max-hold/",       LOGIN,        DENIED,       done(DETAIL),       done(DETAIL)),
+    Row("GET",  "/studio/limits/{limit}/per-key/",        WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("POST", "/studio/limits/{limit}/per-key/",        LOGIN,        DENIED,       done(DETAIL),       done(DETAIL)),
+    Row("GET",  "/studio/limits/{limit}/key-pool/",       WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("POST", "/studio/limits/{limit}/key-pool/",       LOGIN,        DENIED,       done(DETAIL),       done(DETAIL)),
+    Row("GET",  "/studio/limits/{limit}/key-pool/reset/", WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("POST", "/studio/limits/{limit}/key-pool/reset/", LOGIN,        DENIED,       done(DETAIL),       done(DETAIL)),
     Row("GET",  "/studio/limits/{limit}/reset/",          WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("POST", "/studio/limits/{limit}/reset/",          LOGIN,        DENIED,       done(DETAIL),       done(DETAIL)),
     Row("GET",  "/studio/runs/{run}/",                    LOGIN,        OK,           OK,                 OK),
@@ -161,6 +168,16 @@ MATRIX: list[Row] = [
     Row("POST", "/admin/limits/queueentry/add/",          ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
     Row("GET",  "/admin/limits/queueentry/{entry}/delete/", ADMIN_LOGIN, ADMIN_LOGIN, DENIED,             DENIED),
     Row("POST", "/admin/limits/queueentry/{entry}/delete/", ADMIN_LOGIN, ADMIN_LOGIN, DENIED,             DENIED),
+    Row("GET",  "/admin/limits/limitkey/",                ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
+    # a POST without an action (none is offered): the list again
+    Row("POST", "/admin/limits/limitkey/",                ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
+    Row("GET",  "/admin/limits/limitkey/{limitkey_pk}/change/", ADMIN_LOGIN, ADMIN_LOGIN, OK,             OK),
+    # the key's pool size, saved through services.set_per_key
+    Row("POST", "/admin/limits/limitkey/{limitkey_pk}/change/", ADMIN_LOGIN, ADMIN_LOGIN, KEY_SAVED,      KEY_SAVED),
+    Row("GET",  "/admin/limits/limitkey/add/",            ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
+    Row("POST", "/admin/limits/limitkey/add/",            ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
+    Row("GET",  "/admin/limits/limitkey/{limitkey_pk}/delete/", ADMIN_LOGIN, ADMIN_LOGIN, DENIED,         DENIED),
+    Row("POST", "/admin/limits/limitkey/{limitkey_pk}/delete/", ADMIN_LOGIN, ADMIN_LOGIN, DENIED,         DENIED),
     Row("GET",  "/admin/limits/auditevent/",              ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
     # a POST without an action (none is offered): the list again
     Row("POST", "/admin/limits/auditevent/",              ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
@@ -219,8 +236,12 @@ FORMS: dict[str, dict[str, Any]] = {
     "/studio/limits/{limit}/capacity/": {"capacity": "3"},
     "/studio/limits/{limit}/max-hold/": {"max_hold": "1h"},
     "/studio/limits/{limit}/reset/": {"field": "max_hold"},
+    "/studio/limits/{limit}/per-key/": {"per_key": "1"},
+    "/studio/limits/{limit}/key-pool/": {"key": "acme", "pool": "1"},
+    "/studio/limits/{limit}/key-pool/reset/": {"key": "acme"},
     "/admin/limits/limit/{limit_pk}/change/": {"capacity": "3", "max_hold": ""},
     "/admin/limits/slot/": {"action": "release_selected", "_selected_action": ["{slot}"]},
+    "/admin/limits/limitkey/{limitkey_pk}/change/": {"pool": "2"},
 }
 JSON_BODIES: dict[str, dict[str, Any]] = {
     "/api/limits/{limit}/capacity/": {"capacity": 3},
@@ -266,6 +287,7 @@ def world(clock) -> World:
         updated_at=now,
     )
     services.acquire("voice-calls", run_id=run.id, label="order-77")
+    services.acquire("voice-calls", run_id="run-keyed", key="acme")  # a key's pool row (waits, third)
     users = {
         "viewer": make_user("bob"),
         "operator": make_user("ada", "limits.operate_limit", "studio.change_run", staff=True),
@@ -288,6 +310,7 @@ def world(clock) -> World:
         "entry": str(QueueEntry.objects.get(run_id=run.id).pk),
         "event": str(AuditEvent.objects.order_by("id").first().pk),
         "token_pk": str(ApiToken.objects.order_by("id").first().pk),
+        "limitkey_pk": str(LimitKey.objects.get(key="acme").pk),
     }
     return World(ids=ids, users=users, tokens=tokens)
 
@@ -296,7 +319,7 @@ def snapshot() -> dict[str, list[Mapping[str, Any]]]:
     """Every row an operator action could write."""
     return {
         model.__name__: list(model.objects.order_by("pk").values())
-        for model in (Limit, Slot, QueueEntry, AuditEvent, Run)
+        for model in (Limit, LimitKey, Slot, QueueEntry, AuditEvent, Run)
     }
 
 

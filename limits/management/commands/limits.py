@@ -14,7 +14,10 @@ from limits.tokens import TokenError, issue_token
 
 
 class Command(BaseCommand):
-    help = "Operate concurrency limits: list, slots, keys, release, capacity, max-hold, per-key, verify, sync, sweep, token."
+    help = (
+        "Operate concurrency limits: list, slots, keys, release, capacity, max-hold, per-key, verify, sync, sweep, "
+        "token."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         verbs = cli.add_verbs(parser)
