@@ -15,10 +15,13 @@ class LimitsConfig(AppConfig):
     def ready(self) -> None:
         from celery.signals import worker_init
 
-        from limits import checks  # registers the workspace check
+        from limits import (
+            checks,  # registers the workspace check
+            run_bounds,
+        )
         from limits.signals import runs_woken
         from studio.runs.models import Run
-        from studio.runs.signals import find_stuck_waits, run_ended
+        from studio.runs.signals import find_stuck_waits, run_ended, run_queued, run_starting
 
         post_migrate.connect(_sync_declared_limits, sender=self)
         worker_init.connect(checks.refuse_to_start_with_a_bad_workspace, weak=False)
@@ -26,16 +29,21 @@ class LimitsConfig(AppConfig):
         run_ended.connect(_run_ended, sender=Run, dispatch_uid="limits-run-ended")
         find_stuck_waits.connect(_reserved_runs, sender=Run, dispatch_uid="limits-stuck-waits")
         runs_woken.connect(_wake_runs, dispatch_uid="limits-wake-runs")
+        # Whole runs that hold limits (SPEC 11): queued at start, confirmed when a worker starts them.
+        run_queued.connect(run_bounds.queued, sender=Run, dispatch_uid="limits-run-queued")
+        run_starting.connect(run_bounds.starting, sender=Run, dispatch_uid="limits-run-starting")
 
 
 def _sync_declared_limits(using: str = "default", **kwargs: object) -> None:
     """Declared values reach the database at every migrate (SPEC 1.4)."""
+    from limits import run_bounds
     from limits.config import load_workspace
     from limits.services import sync_workspace
 
     if using != "default":
         return
     sync_workspace(load_workspace())
+    run_bounds.sync()  # the workflows' own bounds (SPEC 11.5)
 
 
 def _run_ended(sender: object, run_id: str, **kwargs: object) -> None:

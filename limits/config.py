@@ -23,6 +23,7 @@ MIN_CAPACITY = 1
 MAX_CAPACITY = 100_000
 LIMIT_FIELDS = frozenset({"capacity", "max_hold", "per_key"})
 KEY_MAX_LENGTH = 128
+BOUND_PREFIX = "workflow."  # a workflow's own bound is the limit 'workflow.<workflow name>' (SPEC 11.5)
 NAME_HELP = "1 to 64 characters from lowercase letters, digits, '.', '_' and '-'"
 CAPACITY_HELP = f"a whole number from {MIN_CAPACITY} to {MAX_CAPACITY}"
 
@@ -89,6 +90,8 @@ def define_workspace(*, limits: Mapping[str, Mapping[str, object]]) -> Workspace
             check_name(name)
         except ValueError as error:
             raise ConfigError(str(error)) from None
+        if name.startswith(BOUND_PREFIX):
+            raise ConfigError(f"limit {name!r}: names starting {BOUND_PREFIX!r} belong to workflows' own bounds")
         if not isinstance(fields, Mapping):
             raise ConfigError(f"limit {name!r}: must be a mapping with capacity and max_hold")
         unknown = sorted(set(fields) - LIMIT_FIELDS, key=str)

@@ -42,7 +42,12 @@ class Limit(models.Model):
     """One named limit. The counters are kept in step with the slot and queue rows in the same
     transaction, under this row's lock, so reading a count never scans the slots."""
 
+    class Kind(models.TextChoices):
+        LIMIT = "limit"  # declared in the workspace config
+        WORKFLOW = "workflow"  # a workflow's own bound (SPEC 11.5): synced from its @workflow
+
     name = models.CharField(max_length=64, unique=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.LIMIT, db_default=Kind.LIMIT)
     declared = models.BooleanField(default=True, help_text="False once the limit left the workspace config.")
     declared_capacity = models.PositiveIntegerField()
     declared_max_hold_ms = models.BigIntegerField()
@@ -120,6 +125,10 @@ class Limit(models.Model):
     @property
     def max_hold_ms(self) -> int:
         return self.max_hold_override_ms if self.max_hold_override_ms is not None else self.declared_max_hold_ms
+
+    @property
+    def is_workflow_bound(self) -> bool:
+        return self.kind == self.Kind.WORKFLOW
 
     @property
     def per_key(self) -> int | None:

@@ -37,7 +37,13 @@ from limits.engine.errors import (
     LimitsError,
 )
 from limits.engine.keys import OWED_AFTER_MS, held
-from limits.engine.operator_actions import set_capacity, set_max_hold, set_per_key, sync_workspace
+from limits.engine.operator_actions import (
+    set_capacity,
+    set_max_hold,
+    set_per_key,
+    sync_workflow_bounds,
+    sync_workspace,
+)
 from limits.engine.results import Acquisition, SweepReport, SyncReport
 from limits.engine.rules import (
     DEFAULT_TIMEOUT_MS,
@@ -84,6 +90,7 @@ __all__ = [
     "set_max_hold",
     "set_per_key",
     "sweep",
+    "sync_workflow_bounds",
     "sync_workspace",
     "tie_to_run",
 ]

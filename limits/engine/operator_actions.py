@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from limits.config import Workspace, check_capacity, check_per_key
+from limits.config import MAX_CAPACITY, Workspace, check_capacity, check_per_key
+from limits.durations import MAX_DURATION_MS
 from limits.engine import keys, rules
 from limits.engine.errors import BAD_CAPACITY, BAD_MAX_HOLD, BAD_PER_KEY, LimitsError, check_key, duration_ms
 from limits.engine.results import SyncReport
@@ -45,6 +46,8 @@ def set_max_hold(name: str, value: object, *, actor: str | None = None) -> Limit
     ms = None if value is None else duration_ms(value, BAD_MAX_HOLD, "max_hold")
     with transaction.atomic(durable=True):
         limit = rules.locked_limit(name)
+        if limit.is_workflow_bound:
+            raise LimitsError(NO_MAX_HOLD.format(name=name), field="max_hold")
         now = rules.clock(limit)
         old = limit.max_hold_ms
         limit.max_hold_override_ms = ms
@@ -96,6 +99,9 @@ def _pool_text(size: int | None) -> str:
     return "none" if size is None else str(size)
 
 
+NO_MAX_HOLD = "{name!r} is a workflow's own bound: its runs hold their slot until they end (no max hold)"
+
+
 def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncReport:
     """Bring the declared values of every limit in line with the workspace config.
 
@@ -109,6 +115,8 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
         existing_by_id = {limit.id: limit for limit in existing.values()}
         for name, spec in sorted(workspace.limits.items()):
             limit = existing.get(name)
+            if limit is not None and limit.is_workflow_bound:
+                raise LimitsError(BOUND_NAME_TAKEN.format(name=name), field="name")
             if limit is None:
                 Limit.objects.create(
                     name=name,
@@ -148,6 +156,8 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
             )
             report.updated.append(name)
         for name, limit in existing.items():
+            if limit.is_workflow_bound:
+                continue  # a workflow's own bound: sync_workflow_bounds keeps it
             if name not in workspace.limits and limit.declared:
                 limit.declared = False
                 now = rules.clock(limit)
@@ -169,4 +179,71 @@ def _declared_text(declared: bool, capacity: int, max_hold_ms: int, per_key: int
     text = f"capacity {capacity}, max hold {max_hold_ms} ms"
     if per_key is not None:
         text += f", per_key {per_key}"
+    return text + ("" if declared else ", undeclared")
+
+
+BOUND_NAME_TAKEN = "limit {name!r}: the name belongs to a workflow's own bound (names starting 'workflow.')"
+
+
+def sync_workflow_bounds(bounds: dict[str, tuple[int | None, int | None]], *, actor: str = DEPLOY_ACTOR) -> SyncReport:
+    """Bring the workflows' own bounds (SPEC 11.5) in line with their @workflow(concurrency=...):
+    {limit name: (total, per_key)}. A bound is a limit of kind 'workflow' with no max hold (its
+    slots last as long as their run: the sweep never takes them back); total None means only the
+    per-key pools bind (capacity 100000). Operator overrides survive, as for declared limits; a
+    bound whose workflow no longer declares one is kept, undeclared."""
+    report = SyncReport()
+    with transaction.atomic(durable=True):
+        existing = {limit.name: limit for limit in Limit.objects.select_for_update().order_by("id")}
+        by_id = {limit.id: limit for limit in existing.values()}
+        for name, (total, per_key) in sorted(bounds.items()):
+            capacity = MAX_CAPACITY if total is None else total
+            limit = existing.get(name)
+            if limit is None:
+                Limit.objects.create(
+                    name=name,
+                    kind=Limit.Kind.WORKFLOW,
+                    declared_capacity=capacity,
+                    declared_max_hold_ms=MAX_DURATION_MS,
+                    declared_per_key=per_key,
+                )
+                report.created.append(name)
+                continue
+            if not limit.is_workflow_bound:
+                raise LimitsError(BOUND_NAME_TAKEN.format(name=name), field="name")
+            before = (limit.declared, limit.declared_capacity, limit.declared_per_key)
+            after = (True, capacity, per_key)
+            if before == after:
+                continue
+            limit.declared, limit.declared_capacity, limit.declared_per_key = after
+            limit.save(update_fields=["declared", "declared_capacity", "declared_per_key", "updated_at"])
+            touched = {i: by_id[i] for i in {limit.id} | keys.partners([limit.id]) if i in by_id}
+            now, changes = rules.clock_all(touched), Changes()
+            rules.settle_all(touched, now, changes)
+            rules.save_all(touched)
+            rules.wake_on_commit(changes.woken)
+            rules.audit(
+                limit,
+                actor,
+                AuditEvent.Action.SYNC,
+                now,
+                old=_bound_text(*before),
+                new=_bound_text(*after),
+                capacity_after=limit.capacity,
+            )
+            report.updated.append(name)
+        for name, limit in existing.items():
+            if limit.is_workflow_bound and name not in bounds and limit.declared:
+                limit.declared = False
+                now = rules.clock(limit)
+                limit.save(update_fields=["declared", "last_event_at", "updated_at"])
+                rules.audit(
+                    limit, actor, AuditEvent.Action.SYNC, now, old="declared", new="undeclared",
+                    capacity_after=limit.capacity,
+                )  # fmt: skip
+                report.undeclared.append(name)
+    return report
+
+
+def _bound_text(declared: bool, capacity: int, per_key: int | None) -> str:
+    text = f"total {capacity}" + ("" if per_key is None else f", per_key {per_key}")
     return text + ("" if declared else ", undeclared")

@@ -62,12 +62,15 @@ def sweep() -> SweepReport:
             locked = keys.lock([limit_id])
             limit, changes = locked[limit_id], Changes()
             now = rules.clock_all(locked)
+            # A workflow's own bound has no max hold (SPEC 11.4): its slots last as long as the run.
             past_expiry = Q(state=Slot.State.BUSY, expires_at__lte=now)
-            if limit.keyed_busy_count:
+            if limit.keyed_busy_count and not limit.is_workflow_bound:
                 keys.keyed_expired(limit, past_expiry)
-            expired = Slot.objects.filter(past_expiry, limit=limit).update(
-                state=Slot.State.EXPIRED, freed_at=now, freed_by=SWEEP_ACTOR
-            )
+            expired = 0
+            if not limit.is_workflow_bound:
+                expired = Slot.objects.filter(past_expiry, limit=limit).update(
+                    state=Slot.State.EXPIRED, freed_at=now, freed_by=SWEEP_ACTOR
+                )
             if expired:
                 limit.busy_count -= expired
                 rules.audit(limit, SWEEP_ACTOR, AuditEvent.Action.EXPIRE, now, old="", new=f"{expired} slot(s)")

@@ -17,6 +17,7 @@ class Run(models.Model):
     advance, and each step returns its recorded result instead of running twice."""
 
     class Status(models.TextChoices):
+        QUEUED = "queued"  # its bounds are full: it waits before its first step (SPEC 11.3)
         PENDING = "pending"
         RUNNING = "running"
         COMPLETED = "completed"
@@ -32,6 +33,10 @@ class Run(models.Model):
     suspended = models.BooleanField(default=False, help_text="Waiting on a hook; the body is not running.")
     waiting_for = models.CharField(max_length=128, blank=True, default="", help_text="The hook it waits on.")
     wait_deadline = models.DateTimeField(null=True, blank=True, help_text="When the wait it is suspended on ends.")
+    bounds = models.JSONField(
+        default=list, blank=True, help_text="The limits the whole run holds a slot of, granted before it starts."
+    )
+    concurrency_key = models.CharField(max_length=128, blank=True, default="")
     lease_owner = models.CharField(max_length=64, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
@@ -46,10 +51,14 @@ class Run(models.Model):
         indexes = [
             models.Index(
                 fields=["dispatched_at"],
-                condition=Q(status__in=["pending", "running"], suspended=False),
+                condition=Q(status__in=["pending", "running", "queued"], suspended=False),
                 name="run_runnable",
             ),
-            models.Index(fields=["wait_deadline"], condition=Q(status="running", suspended=True), name="run_suspended"),
+            models.Index(
+                fields=["wait_deadline"],
+                condition=Q(status__in=["running", "queued"], suspended=True),
+                name="run_suspended",
+            ),
         ]
 
     def __str__(self) -> str:

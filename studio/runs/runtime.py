@@ -36,7 +36,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from studio.runs.models import Run, Step
-from studio.runs.signals import find_stuck_waits, run_ended
+from studio.runs.signals import find_stuck_waits, run_ended, run_queued, run_starting
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 # advancing for at most LEASE before recovery dispatches it again (found by the chaos run: with a
 # 5-minute lease and no heartbeat, every killed advance stranded its run for 5 minutes).
 LEASE = timedelta(seconds=30)
+UNFINISHED = [Run.Status.QUEUED, Run.Status.PENDING, Run.Status.RUNNING]
+WAITING_STATUSES = [Run.Status.RUNNING, Run.Status.QUEUED]  # suspended on a hook, or queued (SPEC 11)
 HEARTBEAT_SECONDS = 10.0
 STALE_DISPATCH = timedelta(seconds=30)
 RECOVER_BATCH = 1_000
@@ -284,8 +286,15 @@ def step[F: Callable[..., Any]](fn: F | None = None, *, name: str | None = None)
 # --- starting, advancing, cancelling --------------------------------------------------------------
 
 
-def start_run(wf: Workflow | str, input: Any = None) -> Run:
-    """Create a run of a workflow (object or registered name) and dispatch it after commit."""
+def start_run(
+    wf: Workflow | str, input: Any = None, *, bounds: list[str] | None = None, concurrency_key: str = ""
+) -> Run:
+    """Create a run of a workflow (object or registered name) and dispatch it after commit.
+
+    With `bounds` (the limits the whole run holds, SPEC 11: studio.workflows.start_run works them
+    out), the run is created queued and waiting, and `run_queued` tells the layer above in the
+    same transaction: it queues the run, or wakes it at once when its bounds have room. A worker
+    then starts it only once `run_starting` confirms (advance)."""
     name = wf.name if isinstance(wf, Workflow) else wf
     if not isinstance(name, str):
         raise WorkflowError("start_run takes a @workflow function or its registered name")
@@ -294,10 +303,33 @@ def start_run(wf: Workflow | str, input: Any = None) -> Run:
     _check_json(input, "the input")
     now = timezone.now()
     with transaction.atomic():
-        run = Run.objects.create(workflow=name, input=input, created_at=now, updated_at=now, dispatched_at=now)
-        _dispatch_on_commit([run.id])
+        if bounds:
+            run = Run.objects.create(
+                workflow=name,
+                input=input,
+                status=Run.Status.QUEUED,
+                suspended=True,
+                waiting_for=START_GATE,
+                bounds=list(bounds),
+                concurrency_key=concurrency_key,
+                created_at=now,
+                updated_at=now,
+            )
+            answers = [answer for _receiver, answer in run_queued.send(sender=Run, run=run)]
+            if answers and all(answer == "start" for answer in answers):
+                # Its bounds had room: the slots are its own already, so it starts like any run.
+                Run.objects.filter(id=run.id).update(
+                    status=Run.Status.PENDING, suspended=False, waiting_for="", dispatched_at=now
+                )
+                _dispatch_on_commit([run.id])
+        else:
+            run = Run.objects.create(workflow=name, input=input, created_at=now, updated_at=now, dispatched_at=now)
+            _dispatch_on_commit([run.id])
     run.refresh_from_db()
     return run
+
+
+START_GATE = "start"  # what a queued run waits on: its bounds (SPEC 11.3)
 
 
 def cancel_run(run_id: str) -> bool:
@@ -306,7 +338,7 @@ def cancel_run(run_id: str) -> bool:
     the run). Returns False for a run already finished or unknown."""
     now = timezone.now()
     with transaction.atomic():
-        cancelled = Run.objects.filter(id=run_id, status__in=[Run.Status.PENDING, Run.Status.RUNNING]).update(
+        cancelled = Run.objects.filter(id=run_id, status__in=UNFINISHED).update(
             status=Run.Status.CANCELLED,
             finished_at=now,
             updated_at=now,
@@ -328,7 +360,9 @@ def advance(run_id: str) -> str:
     'suspended', 'cancelled' (stopped by a cancel), or 'skipped' (not runnable, or another worker
     holds it).
 
-    1. Take the lease with a compare-and-set (runnable, and no live lease).
+    1. Take the lease with a compare-and-set (runnable, and no live lease). A queued run starts
+       only if `run_starting` confirms its bounds (SPEC 11.3); otherwise it waits again
+       ('queued') or fails before its first step.
     2. Call the workflow body with the recorded steps; it runs to the end, raises, or suspends.
     3. Record the outcome under the lease; a finished run leaves every queue (end_run).
     4. Release the lease; if a wake arrived meanwhile, dispatch again.
@@ -336,16 +370,24 @@ def advance(run_id: str) -> str:
     owner = uuid.uuid4().hex
     now = timezone.now()
     taken = (
-        Run.objects.filter(id=run_id, status__in=[Run.Status.PENDING, Run.Status.RUNNING], suspended=False)
+        Run.objects.filter(id=run_id, status__in=UNFINISHED, suspended=False)
         .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
-        .update(status=Run.Status.RUNNING, lease_owner=owner, lease_until=now + LEASE, updated_at=now)
+        .update(lease_owner=owner, lease_until=now + LEASE, updated_at=now)
     )
     if not taken:
         return "skipped"
     run = Run.objects.get(id=run_id)
+    ctx = RunContext(run_id=run_id, owner=owner, recorded={s.seq: s for s in run.step_records.all()})
+    if run.status == Run.Status.QUEUED:
+        verdict = _pass_the_start_gate(run, owner)
+        if verdict == "wait":
+            return "queued"
+        if verdict != "start":
+            return _finish(ctx, Run.Status.FAILED, error=verdict)
+    elif run.status == Run.Status.PENDING:
+        Run.objects.filter(id=run_id, lease_owner=owner).update(status=Run.Status.RUNNING)
     if run.started_at is None:
         Run.objects.filter(id=run_id).update(started_at=now)
-    ctx = RunContext(run_id=run_id, owner=owner, recorded={s.seq: s for s in run.step_records.all()})
     token = _current.set(ctx)
     heartbeat = _Heartbeat(run_id, owner)
     try:
@@ -413,7 +455,7 @@ class _Heartbeat:
 def _finish(ctx: RunContext, status: str, *, output: Any = None, error: str = "") -> str:
     now = timezone.now()
     with transaction.atomic():
-        done = Run.objects.filter(id=ctx.run_id, lease_owner=ctx.owner, status=Run.Status.RUNNING).update(
+        done = Run.objects.filter(id=ctx.run_id, lease_owner=ctx.owner, status__in=WAITING_STATUSES).update(
             status=status, output=output, error=error, finished_at=now, updated_at=now, lease_owner="", lease_until=None
         )
         if not done:
@@ -431,6 +473,27 @@ def _release_lease(ctx: RunContext) -> str:
     return "suspended"
 
 
+def _pass_the_start_gate(run: Run, owner: str) -> str:
+    """Ask the layer above whether a queued run may start now (run_starting), under the run's row
+    lock: 'start' (the run turns running in this transaction), 'wait' (it goes back to waiting and
+    the lease is given back), or the error the run fails with."""
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().filter(id=run.id, lease_owner=owner, status=Run.Status.QUEUED).first()
+        if locked is None:
+            return "wait"  # cancelled meanwhile: nothing to start
+        answers = [answer for _receiver, answer in run_starting.send(sender=Run, run=locked)]
+        failure = next((answer for answer in answers if answer not in ("start", "wait")), None)
+        if failure is not None:
+            return str(failure)
+        if "wait" in answers:
+            Run.objects.filter(id=run.id).update(
+                suspended=True, waiting_for=START_GATE, lease_owner="", lease_until=None, updated_at=timezone.now()
+            )
+            return "wait"
+        Run.objects.filter(id=run.id).update(status=Run.Status.RUNNING)
+        return "start"
+
+
 def suspend(ctx: RunContext, *, waiting_for: str, deadline: Any) -> None:
     """Mark the run suspended on a hook (inside lock_own_run's transaction)."""
     Run.objects.filter(id=ctx.run_id).update(suspended=True, waiting_for=waiting_for, wait_deadline=deadline)
@@ -445,7 +508,7 @@ def wake(run_ids: list[str]) -> int:
     woken = 0
     for start in range(0, len(run_ids), WAKE_BATCH):
         woken += Run.objects.filter(
-            id__in=run_ids[start : start + WAKE_BATCH], status=Run.Status.RUNNING, suspended=True
+            id__in=run_ids[start : start + WAKE_BATCH], status__in=WAITING_STATUSES, suspended=True
         ).update(suspended=False, waiting_for="", wait_deadline=None, dispatched_at=now)
     if woken:
         _dispatch_on_commit(run_ids)
@@ -466,9 +529,7 @@ def recover() -> int:
     now = timezone.now()
     stale = now - STALE_DISPATCH
     ids = list(
-        Run.objects.filter(
-            status__in=[Run.Status.PENDING, Run.Status.RUNNING], suspended=False, dispatched_at__lt=stale
-        )
+        Run.objects.filter(status__in=UNFINISHED, suspended=False, dispatched_at__lt=stale)
         .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
         .order_by("dispatched_at")
         .values_list("id", flat=True)[:RECOVER_BATCH]
@@ -480,7 +541,7 @@ def recover() -> int:
     for _receiver, run_ids in find_stuck_waits.send(sender=Run, now=now):
         over |= Q(id__in=run_ids)
     stuck = list(
-        Run.objects.filter(status=Run.Status.RUNNING, suspended=True)
+        Run.objects.filter(status__in=WAITING_STATUSES, suspended=True)
         .filter(over)
         .values_list("id", flat=True)[:RECOVER_BATCH]
     )

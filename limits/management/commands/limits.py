@@ -6,7 +6,7 @@ import sys
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from limits import cli, services
+from limits import cli, run_bounds, services
 from limits.config import ConfigError, load_workspace
 from limits.management.commands.limits_sweep import summary as sweep_summary
 from limits.printable import printable
@@ -34,11 +34,13 @@ class Command(BaseCommand):
         if verb == "sync":
             try:
                 report = services.sync_workspace(load_workspace())
-            except ConfigError as error:
+                bounds = run_bounds.sync()
+            except (ConfigError, services.LimitsError) as error:
                 raise CommandError(str(error)) from None
             self.stdout.write(
                 f"synced: {len(report.created)} created, {len(report.updated)} updated, "
-                f"{len(report.undeclared)} undeclared"
+                f"{len(report.undeclared)} undeclared; workflow bounds: {len(bounds.created)} created, "
+                f"{len(bounds.updated)} updated, {len(bounds.undeclared)} undeclared"
             )
         elif verb == "sweep":
             self.stdout.write(sweep_summary(services.sweep()))
