@@ -44,6 +44,7 @@ from studio.runs.models import Run
 MAX_NAMED_LIMITS = 2
 QUEUE_TIMEOUT_MS = MAX_DURATION_MS  # a queued run waits as long as the longest wait there is: 30 days
 CONCURRENCY_FIELDS = frozenset({"total", "per_key"})
+START_REQUEST_SUFFIX = ":start"  # the acquisition of a run's bounds: request "<run id>:start"
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +171,7 @@ def _acquire(run: Run) -> services.Acquisition:
     return services.acquire_group(
         list(run.bounds),
         run_id=run.id,
-        request=f"{run.id}:start",
+        request=f"{run.id}{START_REQUEST_SUFFIX}",
         label=run.workflow[:200],
         key=run.concurrency_key or None,
         timeout=QUEUE_TIMEOUT_MS,

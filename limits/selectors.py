@@ -15,17 +15,21 @@ from django.utils import timezone
 from limits.engine import keys as engine_keys
 from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot, is_storable_text
 
+KINDS = tuple(Limit.Kind.values)  # ("limit", "workflow"): the values of a kind filter
 
-def limits(search: str = "") -> QuerySet[Limit]:
-    """Every limit (whose name contains `search`), declared first, by name. Counters are on the
-    rows: no joins, no counts."""
+
+def limits(search: str = "", kind: str = "") -> QuerySet[Limit]:
+    """Every limit (whose name contains `search`; of `kind`, "limit" or "workflow", if given),
+    declared first, by name. Counters are on the rows: no joins, no counts."""
     rows = Limit.objects.order_by("-declared", "name")
+    if kind:
+        rows = rows.filter(kind=kind)
     return rows.filter(name__contains=search) if search else rows
 
 
-def limits_page(*, search: str, number: int, size: int) -> Page[Limit]:
-    """A page of limits(search): two queries (a count of the limits table, then the page)."""
-    rows = limits(search)
+def limits_page(*, search: str, kind: str = "", number: int, size: int) -> Page[Limit]:
+    """A page of limits(search, kind): two queries (a count of the limits table, then the page)."""
+    rows = limits(search, kind)
     total = rows.count()
     number = clamp_page(number, total=total, size=size)
     offset = (number - 1) * size

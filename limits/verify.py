@@ -20,7 +20,9 @@ f. keys (SPEC 9): no grant brought a key pool above its size (checked while no p
    key may wait: its pool was full);
 g. groups (SPEC 10): every grant of an acquisition of several limits gave a slot of each, in one
    instant (no run ever held part of a group); an older group entry passed over is excused from
-   b (it waited for another of its limits) but must carry passed_over_at.
+   b (it waited for another of its limits) but must carry passed_over_at;
+h. whole runs (SPEC 11): a run that holds a limit for its whole run took no step before its
+   slots were confirmed for it (its first step starts at or after the confirmation).
 
 Why timestamps are enough: every change to a limit's slots and queue happens under that limit's
 row lock, and every service reads the clock *after* taking the lock (tests/services/
@@ -51,6 +53,7 @@ from types import TracebackType
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Min
 from django.utils import timezone
 
 from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot
@@ -189,6 +192,7 @@ class History:
             + self.tied_slots_of_ended_runs()
             + self.pool_overruns()
             + self.partial_groups(cutoff)
+            + self.steps_before_start()
         )
 
     # --- a. capacity ------------------------------------------------------------------------
@@ -440,6 +444,28 @@ class History:
                     violations.append(f"{limit.name}: key {shown} held {level} slots at {_iso(at)}, pool {size}")
                     break
         return violations
+
+    # --- h. whole runs -----------------------------------------------------------------------
+
+    def steps_before_start(self) -> list[str]:
+        """No step of a run before the slot it holds for the whole run was confirmed."""
+        from limits.run_bounds import START_REQUEST_SUFFIX
+        from studio.runs.models import Step
+
+        confirmed = {
+            slot["run_id"]: slot["confirmed_at"]
+            for slot in self.slots
+            if slot["request"].endswith(START_REQUEST_SUFFIX) and slot["confirmed_at"] is not None
+        }
+        if not confirmed:
+            return []
+        first_steps = Step.objects.filter(run_id__in=confirmed).values("run_id").annotate(first=Min("started_at"))
+        return [
+            f"{self.limit.name}: run {row['run_id']} took a step at {_iso(row['first'])}, before its slot was "
+            f"confirmed at {_iso(confirmed[row['run_id']])}"
+            for row in first_steps
+            if row["first"] < confirmed[row["run_id"]]
+        ]
 
     # --- g. groups ----------------------------------------------------------------------------
 

@@ -53,6 +53,8 @@ ALREADY_FREE = "{slot} is already free (released, taken back by max hold, or unk
 CAPACITY_SET = "Capacity is now {value} (declared {declared})."
 MAX_HOLD_SET = "Max hold is now {value} for slots granted from now on (declared {declared})."
 CAPACITY_RESET = "Capacity reset to the declared {value}."
+TOTAL_SET = "Total is now {value} runs at once (declared {declared})."
+TOTAL_RESET = "Total reset to the declared {value} runs at once."
 MAX_HOLD_RESET = "Max hold reset to the declared {value} for slots granted from now on."
 PER_KEY_SET = "Each key's pool is now {value} ({declared})."
 PER_KEY_RESET = "Pool size per key reset to the declared {value}."
@@ -61,6 +63,10 @@ KEY_POOL_SET = "The pool of key “{key}” is now {value}."
 KEY_POOL_RESET = "The pool of key “{key}” is back to the pool size per key ({value})."
 KEY_POOL_RESET_TO_NONE = "The pool of key “{key}” is reset: only the total ({capacity}) applies."
 BAD_KEY = "key is required: a string of 1 to 128 characters"
+NO_MAX_HOLD = "A workflow's own bound has no max hold: each run holds its slot until it ends."
+
+# The kind filter of the list: (value of ?kind=, what the select shows).
+KIND_CHOICES = (("", "All kinds"), (Limit.Kind.LIMIT.value, "Limits"), (Limit.Kind.WORKFLOW.value, "Workflow bounds"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,15 +120,19 @@ operator_required = permission_required(OPERATE_LIMIT, NEEDS_OPERATE_LIMIT)
 @vary_on_headers("HX-Request")
 @studio_login_required
 def limit_list(request: HtmxHttpRequest) -> HttpResponse:
-    """Every limit, LIMITS_PER_PAGE a page, optionally those whose name contains ?q=."""
-    search = _search(request.GET)
-    page = selectors.limits_page(search=search, number=_page_number(request.GET, "page"), size=LIMITS_PER_PAGE)
+    """Every limit, LIMITS_PER_PAGE a page, optionally those whose name contains ?q= and those of
+    one ?kind= ("limit": declared in the workspace; "workflow": a workflow's own bound)."""
+    search, kind = _search(request.GET), _kind(request.GET)
+    number = _page_number(request.GET, "page")
+    page = selectors.limits_page(search=search, kind=kind, number=number, size=LIMITS_PER_PAGE)
     context = {
         "search": search,
+        "kind": kind,
+        "kinds": KIND_CHOICES,
         "declared_limits": [limit for limit in page.items if limit.declared],
         "undeclared_limits": [limit for limit in page.items if not limit.declared],
-        "list_url": _list_url(search, page.number),
-        "pager": Pager(page, "Pages of limits", "#limits-table", lambda number: _list_url(search, number)),
+        "list_url": _list_url(search, page.number, kind),
+        "pager": Pager(page, "Pages of limits", "#limits-table", lambda number: _list_url(search, number, kind)),
     }
     template = "limits/limit_list.html#limits-table" if request.htmx else "limits/limit_list.html"
     return render(request, template, context)
@@ -175,7 +185,8 @@ def set_capacity(request: HtmxHttpRequest, name: str) -> HttpResponse:
         except services.LimitsError as error:
             form.add_error("capacity" if error.field == "capacity" else None, _sentence(error.message))
         else:
-            text = CAPACITY_SET.format(value=limit.capacity, declared=limit.declared_capacity)
+            said = TOTAL_SET if limit.is_workflow_bound else CAPACITY_SET
+            text = said.format(value=limit.capacity, declared=limit.declared_capacity)
             return _edited(request, limit, Notice("success", text))
     return _edit_rejected(request, limit, capacity_form=form)
 
@@ -184,6 +195,8 @@ def set_capacity(request: HtmxHttpRequest, name: str) -> HttpResponse:
 @operator_required
 def set_max_hold(request: HtmxHttpRequest, name: str) -> HttpResponse:
     limit = _limit_or_404(name)
+    if limit.is_workflow_bound:  # its page offers no max-hold field to put the service's refusal next to
+        return _edit_rejected(request, limit, edit_notice=Notice("error", NO_MAX_HOLD))
     form = MaxHoldForm(request.POST)
     if form.is_valid():
         try:
@@ -208,8 +221,10 @@ def reset_limit(request: HtmxHttpRequest, name: str) -> HttpResponse:
     match form.cleaned_data["field"]:
         case "capacity":
             limit = services.set_capacity(limit.name, None, actor=actor(request))
-            text = CAPACITY_RESET.format(value=limit.capacity)
+            text = (TOTAL_RESET if limit.is_workflow_bound else CAPACITY_RESET).format(value=limit.capacity)
         case "max_hold":
+            if limit.is_workflow_bound:
+                return _edit_rejected(request, limit, edit_notice=Notice("error", NO_MAX_HOLD))
             limit = services.set_max_hold(limit.name, None, actor=actor(request))
             text = MAX_HOLD_RESET.format(value=format_duration(limit.max_hold_ms))
         case _:
@@ -295,9 +310,18 @@ def _search(params: QueryDict) -> str:
     return params.get("q", "").strip().lower()[:SEARCH_MAX_LENGTH]
 
 
-def _list_url(search: str, number: int) -> str:
-    query = urlencode({"q": search, "page": number} if search else {"page": number})
-    return f"{reverse('limits:list')}?{query}"
+def _kind(params: QueryDict) -> str:
+    """?kind= as one of the kinds, or "" (every kind) for anything else: a filter, not a form."""
+    value = params.get("kind", "")
+    return value if value in selectors.KINDS else ""
+
+
+def _list_url(search: str, number: int, kind: str = "") -> str:
+    query: dict[str, str | int] = {"q": search} if search else {}
+    if kind:
+        query["kind"] = kind
+    query["page"] = number
+    return f"{reverse('limits:list')}?{urlencode(query)}"
 
 
 def _page_number(params: QueryDict, key: str) -> int:
@@ -390,7 +414,9 @@ def _edit_context(
     return {
         "limit": limit,
         "capacity_form": capacity_form or CapacityForm(initial={"capacity": limit.capacity}),
-        "max_hold_form": max_hold_form or MaxHoldForm(initial={"max_hold": duration_input(limit.max_hold_ms)}),
+        "max_hold_form": None
+        if limit.is_workflow_bound
+        else max_hold_form or MaxHoldForm(initial={"max_hold": duration_input(limit.max_hold_ms)}),
         "per_key_form": per_key_form or PerKeyForm(initial={"per_key": "" if limit.per_key is None else limit.per_key}),
         "edit_notice": edit_notice,
         "can_operate": can_operate,

@@ -6,12 +6,14 @@ run queues again."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from limits import run_bounds, services
 from limits.models import Limit, QueueEntry, Slot
 from limits.verify import verify
-from studio.models import Run
+from studio.models import Run, Step
 from studio.runs.runtime import WorkflowError, advance
 from studio.workflows import cancel_run, start_run, step, workflow
 from tests.factories import assert_counters_match_rows, declare, holders, queue
@@ -159,3 +161,11 @@ def test_bad_starts_are_clear_errors_and_create_no_run(bounds) -> None:
     with pytest.raises(WorkflowError, match="concurrency_key: key must not contain control characters"):
         start_run(capped, {}, concurrency_key="a\nb")
     assert not Run.objects.exists()
+
+
+def test_verify_catches_a_step_taken_before_the_run_s_bounds_were_confirmed(bounds, no_worker, clock) -> None:
+    run = start_run(capped, {"label": "x"}, concurrency_key="acme")
+    assert advance(run.id) == "completed"
+    assert verify().ok, verify().violations
+    Step.objects.filter(run_id=run.id).update(started_at=clock.now() - dt.timedelta(seconds=5))
+    assert any("before its slot was confirmed" in v for v in verify().violations)

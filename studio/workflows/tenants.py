@@ -1,0 +1,46 @@
+"""Examples of concurrency of whole workflows (SPEC 11).
+
+`sync_tenant` caps its own runs: one at a time per tenant (`per_key: 1`), any number of tenants
+at once. Start it with the tenant as the key; a second run for the same tenant is `queued` and
+takes no step until the first ends::
+
+    start_run(sync_tenant, {"tenant": "acme"}, concurrency_key="acme")
+
+`partner_export` holds a `partner-api` slot for the whole run: the same pool `acquire_slot` and
+`with_limit` take from inside other runs (studio/workflows/calls.py, accounts.py), so Studio's
+partner-api page shows both ways of taking that limit side by side.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from studio.workflows import step, workflow
+
+logger = logging.getLogger(__name__)
+
+
+@step
+def pull_changes(tenant: str, seconds: float) -> dict[str, Any]:
+    logger.info("syncing %s", tenant)  # a real one pages through the tenant's changes
+    time.sleep(seconds)
+    return {"tenant": tenant, "synced_at": time.time()}
+
+
+@workflow(concurrency={"per_key": 1})
+def sync_tenant(input: dict[str, Any]) -> dict[str, Any]:
+    return pull_changes(input["tenant"], float(input.get("seconds", 0)))
+
+
+@step
+def upload_export(name: str, seconds: float) -> dict[str, Any]:
+    logger.info("uploading %s to the partner", name)
+    time.sleep(seconds)
+    return {"export": name}
+
+
+@workflow(limits=["partner-api"])
+def partner_export(input: dict[str, Any]) -> dict[str, Any]:
+    return upload_export(input["name"], float(input.get("seconds", 0)))
