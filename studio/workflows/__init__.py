@@ -19,7 +19,7 @@ Cap whole runs (SPEC 11, limits/run_bounds.py)::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 from limits import run_bounds
 from studio.runs import runtime
@@ -29,13 +29,33 @@ from studio.runs.runtime import StepError, Workflow, WorkflowError, cancel_run, 
 __all__ = ["StepError", "WorkflowError", "cancel_run", "start_run", "step", "workflow"]
 
 
+@overload
+def workflow(
+    fn: Callable[[Any], Any],
+    *,
+    name: str | None = None,
+    concurrency: dict[str, int] | None = None,
+    limits: list[str] | None = None,
+) -> Workflow: ...
+
+
+@overload
+def workflow(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    concurrency: dict[str, int] | None = None,
+    limits: list[str] | None = None,
+) -> Callable[[Callable[[Any], Any]], Workflow]: ...
+
+
 def workflow(
     fn: Callable[[Any], Any] | None = None,
     *,
     name: str | None = None,
     concurrency: dict[str, int] | None = None,
     limits: list[str] | None = None,
-) -> Any:
+) -> Workflow | Callable[[Callable[[Any], Any]], Workflow]:
     """Register a workflow function under its name (or `name`). Use as @workflow or
     @workflow(name=..., concurrency={"total": n, "per_key": m}, limits=[...]): `concurrency` caps
     its runs (total, and per concurrency key), `limits` names up to two declared limits every run

@@ -31,7 +31,8 @@ def pull_changes(tenant: str, seconds: float) -> dict[str, Any]:
 
 @workflow(concurrency={"per_key": 1})
 def sync_tenant(input: dict[str, Any]) -> dict[str, Any]:
-    return pull_changes(input["tenant"], float(input.get("seconds", 0)))
+    synced: dict[str, Any] = pull_changes(input["tenant"], float(input.get("seconds", 0)))
+    return synced
 
 
 @step
@@ -43,4 +44,5 @@ def upload_export(name: str, seconds: float) -> dict[str, Any]:
 
 @workflow(limits=["partner-api"])
 def partner_export(input: dict[str, Any]) -> dict[str, Any]:
-    return upload_export(input["name"], float(input.get("seconds", 0)))
+    uploaded: dict[str, Any] = upload_export(input["name"], float(input.get("seconds", 0)))
+    return uploaded
