@@ -24,6 +24,7 @@ from limits.models import AuditEvent, Limit, LimitKey, QueueEntry, Slot
 from studio.plumbing.access import OPERATE_LIMIT, actor
 
 SEARCH_MAX_LENGTH = 200  # the longest text any admin searches (a label)
+NO_MAX_HOLD = "—"  # a workflow's own bound: a run holds its slot until it ends
 
 if TYPE_CHECKING:  # the stubs' generic classes, which are not subscriptable at run time
     AnyModelAdmin = admin.ModelAdmin[Any]
@@ -169,6 +170,10 @@ class LimitOverridesForm(LimitModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         limit = self.instance
+        if limit.pk and limit.is_workflow_bound:
+            # A workflow's own bound: its capacity is the workflow's total, and it has no max hold.
+            self.fields["capacity"].label = "Total"
+            del self.fields["max_hold"]
         if limit.pk:
             self.initial["capacity"] = "" if limit.capacity_override is None else str(limit.capacity_override)
             self.initial["max_hold"] = (
@@ -220,6 +225,7 @@ class LimitAdmin(SavedThroughServicesAdmin):
     form = LimitOverridesForm
     list_display = [
         "name",
+        "kind",
         "in_use_of_capacity",
         "reserved_count",
         "waiting_count",
@@ -228,7 +234,7 @@ class LimitAdmin(SavedThroughServicesAdmin):
         "overrides",
         "declared",
     ]
-    list_filter = [OverriddenFilter, DeclaredFilter]
+    list_filter = ["kind", OverriddenFilter, DeclaredFilter]
     search_fields = ["name"]
     fieldsets = [
         (None, {"fields": ["name", "declared", "figures"]}),
@@ -238,14 +244,26 @@ class LimitAdmin(SavedThroughServicesAdmin):
         ),
         ("Operator overrides", {"fields": ["capacity", "max_hold", "per_key"]}),
     ]
+    bound_fieldsets = [
+        (None, {"fields": ["name", "kind", "declared", "figures"]}),
+        ("Declared by its @workflow(concurrency=...)", {"fields": ["declared_capacity", "declared_per_key_text"]}),
+        ("Operator overrides", {"fields": ["capacity", "per_key"]}),
+    ]
     readonly_fields = [
         "name",
+        "kind",
         "declared",
         "figures",
         "declared_capacity",
         "declared_max_hold",
         "declared_per_key_text",
     ]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Limit | None = None) -> Any:
+        """A workflow's own bound has no max hold to show or override."""
+        if obj is not None and obj.is_workflow_bound:
+            return self.bound_fieldsets
+        return super().get_fieldsets(request, obj)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # limits come from the workspace config
@@ -262,11 +280,11 @@ class LimitAdmin(SavedThroughServicesAdmin):
 
     @admin.display(description="max hold")
     def max_hold(self, limit: Limit) -> str:
-        return format_duration(limit.max_hold_ms)
+        return NO_MAX_HOLD if limit.is_workflow_bound else format_duration(limit.max_hold_ms)
 
     @admin.display(description="declared max hold")
     def declared_max_hold(self, limit: Limit) -> str:
-        return format_duration(limit.declared_max_hold_ms)
+        return NO_MAX_HOLD if limit.is_workflow_bound else format_duration(limit.declared_max_hold_ms)
 
     @admin.display(description="per key")
     def per_key_in_force(self, limit: Limit) -> str:
@@ -291,7 +309,8 @@ class LimitAdmin(SavedThroughServicesAdmin):
     def figures(self, limit: Limit) -> str:
         return (
             f"{limit.busy_count} busy, {limit.reserved_count} reserved, {limit.waiting_count} waiting; "
-            f"capacity {limit.capacity}, max hold {format_duration(limit.max_hold_ms)}, "
+            f"{'total' if limit.is_workflow_bound else 'capacity'} {limit.capacity}, "
+            f"max hold {'none' if limit.is_workflow_bound else format_duration(limit.max_hold_ms)}, "
             f"per key {_none_or(limit.per_key)}"
         )
 
@@ -310,7 +329,7 @@ class LimitAdmin(SavedThroughServicesAdmin):
                 services.set_capacity(obj.name, data["capacity"], actor=who)
             if set_per_key and not lowering:
                 services.set_per_key(obj.name, data["per_key"], actor=who)
-            if data["max_hold"] != obj.max_hold_override_ms:
+            if data.get("max_hold") != obj.max_hold_override_ms:  # a bound's form has no max hold
                 services.set_max_hold(obj.name, data["max_hold"], actor=who)
         except services.LimitsError as error:  # changed by someone else since the form was checked
             self.message_user(request, f"Not saved: {error.message}.", messages.ERROR)

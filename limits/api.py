@@ -9,7 +9,8 @@ with 400 (bad value, `field` names it), 401 (no or bad token), 403 (no permissio
 (a write whose body is not labelled application/json). Writes go through limits.services with
 the actor `api:<username>`.
 
-    GET  /api/limits/                               {"limits": [limit, ...]}
+    GET  /api/limits/?kind=limit|workflow           {"limits": [limit, ...]}; kind: only the workspace's limits
+         or only the workflows' own bounds (SPEC 11.5); another kind is a 400 with field "kind"
     GET  /api/limits/<name>/                        limit
     GET  /api/limits/<name>/slots/?page=1&size=100  {"limit", "key", "slots", "page", "size", "total", "has_next",
          "now"}
@@ -25,8 +26,9 @@ the actor `api:<username>`.
          {"old": 3 | null, "limit": limit, "key": key | null}; without "key" the limit's per_key,
          with it that key's pool size; a bad value is a 400 with field "value"
 
-A `limit` is serializers.limit_summary (the keys of `stackbone limits list --json`), a `key`
-serializers.key_summary. No key is null in JSON.
+A `limit` is serializers.limit_summary (the keys of `stackbone limits list --json`; its `kind` is
+"limit" or "workflow", and a workflow's bound has null max hold), a `key` serializers.key_summary.
+No key is null in JSON.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ BAD_PAGE = "{field} must be a whole number from 1 to {maximum}"
 UNKNOWN_SLOT = "unknown slot {slot_id!r}"
 BAD_SEARCH = f"search must be text of at most {KEY_MAX_LENGTH} characters (no NUL characters)"
 PER_KEY_HELP = "a whole number from 1 to the limit's capacity"
+BAD_KIND = "kind must be 'limit' (a limit of the workspace) or 'workflow' (a workflow's own bound)"
 UNKNOWN_PATH = "no such API path: {path} (see the README, section 'The JSON API')"
 
 
@@ -203,7 +206,12 @@ def _page_answer(
 @require_GET
 @token_auth()
 def limit_list(request: ApiRequest) -> JsonResponse:
-    return JsonResponse({"limits": [serializers.limit_summary(limit) for limit in selectors.limits()]})
+    """Every limit, or with ?kind=limit|workflow only the limits of the workspace or only the
+    workflows' own bounds."""
+    kind = request.GET.get("kind", "")
+    if "kind" in request.GET and kind not in selectors.KINDS:
+        raise ApiError(400, BAD_KIND, field="kind")
+    return JsonResponse({"limits": [serializers.limit_summary(limit) for limit in selectors.limits(kind=kind)]})
 
 
 @csrf_exempt
@@ -231,7 +239,7 @@ def limit_slots(request: ApiRequest, name: str) -> JsonResponse:
         if (page - 1) * size < total:
             rows = selectors.live_slots_page(limit, number=page, size=size).items
     groups = serializers.slot_groups(rows)
-    slots = [serializers.slot_summary(slot, groups) for slot in rows]
+    slots = [serializers.slot_summary(slot, groups, bound=limit.is_workflow_bound) for slot in rows]
     return _page_answer(limit, "slots", slots, page, size, total, {"key": key})
 
 
@@ -288,7 +296,8 @@ def slot_detail(request: ApiRequest, slot_id: str) -> JsonResponse:
     slot = selectors.get_slot(slot_id)
     if slot is None:
         raise ApiError(404, UNKNOWN_SLOT.format(slot_id=slot_id), field="slot_id")
-    return JsonResponse({**serializers.slot_summary(slot, serializers.slot_groups([slot])), "limit": slot.limit.name})
+    summary = serializers.slot_summary(slot, serializers.slot_groups([slot]), bound=slot.limit.is_workflow_bound)
+    return JsonResponse({**summary, "limit": slot.limit.name})
 
 
 @csrf_exempt
@@ -300,7 +309,7 @@ def release_slot(request: ApiRequest, slot_id: str) -> JsonResponse:
     if slot is None:
         raise ApiError(404, UNKNOWN_SLOT.format(slot_id=slot_id), field="slot_id")
     released = services.release(slot_id, actor=actor(request))
-    summary = serializers.slot_summary(slot, serializers.slot_groups([slot]))
+    summary = serializers.slot_summary(slot, serializers.slot_groups([slot]), bound=slot.limit.is_workflow_bound)
     return JsonResponse({"released": released, "slot": {**summary, "limit": slot.limit.name}})
 
 

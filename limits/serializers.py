@@ -28,15 +28,19 @@ def _iso(moment: datetime | None) -> str | None:
 
 
 def limit_summary(limit: Limit) -> dict[str, object]:
-    """A limit as the CLI and the API print it. `busy` counts busy and reserved slots together;
-    `reserved` is the unconfirmed part of it. `per_key` is each key's pool size in force, null
-    when only the total applies."""
+    """A limit as the CLI and the API print it. `kind` is "limit" (declared in the workspace) or
+    "workflow" (a workflow's own bound, SPEC 11.5: its capacity is the workflow's total, and it
+    has no max hold, so `max_hold_ms` and `declared_max_hold_ms` are null). `busy` counts busy
+    and reserved slots together; `reserved` is the unconfirmed part of it. `per_key` is each
+    key's pool size in force, null when only the total applies."""
+    bound = limit.is_workflow_bound
     return {
         "name": limit.name,
+        "kind": limit.kind,
         "capacity": limit.capacity,
         "declared_capacity": limit.declared_capacity,
-        "max_hold_ms": limit.max_hold_ms,
-        "declared_max_hold_ms": limit.declared_max_hold_ms,
+        "max_hold_ms": None if bound else limit.max_hold_ms,
+        "declared_max_hold_ms": None if bound else limit.declared_max_hold_ms,
         "busy": limit.in_use,
         "reserved": limit.reserved_count,
         "waiting": limit.waiting_count,
@@ -55,10 +59,11 @@ def _group(request: str, group_size: int, groups: Groups | None) -> list[str] | 
     return list((groups or {}).get(request, []))
 
 
-def slot_summary(slot: Slot, groups: Groups | None = None) -> dict[str, object]:
+def slot_summary(slot: Slot, groups: Groups | None = None, *, bound: bool = False) -> dict[str, object]:
     """A slot as the CLI and the API print it (times in ISO 8601). `reserved_until` is set while
     the slot waits for its run to confirm. `group` names the limits of its acquisition when it
-    took several (`group_size` > 1), from `groups` (slot_groups)."""
+    took several (`group_size` > 1), from `groups` (slot_groups). A slot of a workflow's own
+    bound (`bound`) lasts as long as its run: its `expires_at` is null."""
     return {
         "id": slot.id,
         "state": slot.state,
@@ -68,7 +73,7 @@ def slot_summary(slot: Slot, groups: Groups | None = None) -> dict[str, object]:
         "group_size": slot.group_size,
         "group": _group(slot.request, slot.group_size, groups),
         "granted_at": _iso(slot.granted_at),
-        "expires_at": _iso(slot.expires_at),
+        "expires_at": None if bound else _iso(slot.expires_at),
         "reserved_until": _iso(slot.reserved_until) if slot.state == Slot.State.RESERVED else None,
     }
 

@@ -43,5 +43,5 @@ def describe_waits(entries: list[QueueEntry]) -> list[QueueEntry]:
         entry.partners = [  # type: ignore[attr-defined]  # for the template, not a field
             other.limit.name for other in entries if other.request == entry.request and other.id != entry.id
         ]
-        entry.owed = entry.passed_over_at is not None and entry.enqueued_at <= owed_before  # type: ignore[attr-defined]
+        entry.owed = entry.passed_over_at is not None and entry.enqueued_at < owed_before  # type: ignore[attr-defined]
     return entries

@@ -40,6 +40,7 @@ from limits.cli.backend import Backend, Change, KeysView, PoolChange, SlotsView
 from limits.cli.errors import (
     ALREADY_FREE,
     BAD_CUT,
+    BAD_KIND,
     EMPTY_AGENT,
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -58,6 +59,7 @@ from limits.cli.parser import (
     build_parser,
     capacity_value,
     key_option,
+    kind_option,
     max_hold_value,
     per_key_value,
 )
@@ -70,6 +72,7 @@ __all__ = [
     "AGENT_TIMEOUT_SECONDS",
     "ALREADY_FREE",
     "BAD_CUT",
+    "BAD_KIND",
     "EMPTY_AGENT",
     "EXIT_NOT_FOUND",
     "EXIT_OK",
@@ -98,6 +101,7 @@ __all__ = [
     "capacity_value",
     "database_error_message",
     "key_option",
+    "kind_option",
     "execute",
     "load_agent",
     "local_actor",

@@ -24,6 +24,7 @@ class SlotsView:
     def as_json(self) -> dict[str, Any]:
         return {
             "limit": self.limit["name"],
+            "kind": self.limit.get("kind", "limit"),
             "key": self.key["key"] if self.key is not None else None,
             "slots": self.slots,
             "queue": self.queue,
@@ -48,6 +49,7 @@ class KeysView:
     def as_json(self) -> dict[str, Any]:
         return {
             "limit": self.limit["name"],
+            "kind": self.limit.get("kind", "limit"),
             "per_key": self.limit.get("per_key"),
             "key": self.key,
             "search": self.search,
@@ -76,7 +78,7 @@ class PoolChange:
 
 
 class Backend(Protocol):
-    def limits(self) -> list[dict[str, Any]]: ...
+    def limits(self, kind: str | None = None) -> list[dict[str, Any]]: ...
 
     def slots(self, name: str, cut: int | None, key: str | None = None) -> SlotsView: ...
 

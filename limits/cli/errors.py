@@ -14,6 +14,7 @@ UNKNOWN_LIMIT = "unknown limit {name!r}"
 BAD_CUT = "--limit must be a whole number of at least 1, not {value!r}"
 VERIFY_LOCAL_ONLY = "verify reads the history rows of an installation: run it there (manage.py limits verify)"
 BAD_SEARCH = "--search must be text of at most 128 characters (no NUL characters)"
+BAD_KIND = "--kind must be 'limit' or 'workflow', not {value!r}"
 EMPTY_AGENT = "--agent needs an agent id, not an empty value (leave --agent out for this installation)"
 
 

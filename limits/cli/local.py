@@ -29,10 +29,10 @@ class LocalBackend:
     def __init__(self, actor: str) -> None:
         self.actor = actor
 
-    def limits(self) -> list[dict[str, Any]]:
+    def limits(self, kind: str | None = None) -> list[dict[str, Any]]:
         from limits import selectors, serializers
 
-        return [serializers.limit_summary(limit) for limit in selectors.limits()]
+        return [serializers.limit_summary(limit) for limit in selectors.limits(kind=kind or "")]
 
     def slots(self, name: str, cut: int | None, key: str | None = None) -> SlotsView:
         """The limit's slots and queue, or with `key` only that key's (queue positions then
@@ -58,7 +58,8 @@ class LocalBackend:
             slot_rows, queue_rows = slot_rows[: cut + 1], queue_rows[: cut + 1]  # one more tells if there are more
         slot_list, entry_list = list(slot_rows), list(queue_rows)
         slot_groups, entry_groups = serializers.slot_groups(slot_list), serializers.entry_groups(entry_list)
-        slots = [serializers.slot_summary(slot, slot_groups) for slot in slot_list]
+        bound = limit.is_workflow_bound
+        slots = [serializers.slot_summary(slot, slot_groups, bound=bound) for slot in slot_list]
         queue = [
             serializers.queue_entry_summary(entry, index + 1, entry_groups) for index, entry in enumerate(entry_list)
         ]
@@ -96,7 +97,7 @@ class LocalBackend:
         slot = selectors.get_slot(slot_id)
         if slot is None:
             raise CliError(UNKNOWN_SLOT.format(slot_id=slot_id), EXIT_NOT_FOUND)
-        return {**serializers.slot_summary(slot), "limit": slot.limit.name}
+        return {**serializers.slot_summary(slot, bound=slot.limit.is_workflow_bound), "limit": slot.limit.name}
 
     def release(self, slot_id: str) -> tuple[bool, dict[str, Any]]:
         from limits import services

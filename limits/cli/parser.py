@@ -6,12 +6,13 @@ import argparse
 import re
 from typing import Any
 
-from limits.cli.errors import BAD_CUT, BAD_SEARCH, EXIT_USAGE, CliError
+from limits.cli.errors import BAD_CUT, BAD_KIND, BAD_SEARCH, EXIT_USAGE, CliError
 from limits.cli.remote import AGENTS_FILE_ENV
 from limits.config import KEY_MAX_LENGTH, check_key
 from limits.durations import DURATION_HELP
 
 VERBS = ("list", "slots", "keys", "release", "capacity", "max-hold", "per-key", "verify")
+KINDS = ("limit", "workflow")  # limits.models.Limit.Kind, without importing Django
 KEY_HELP = "a key: 1 to 128 characters, no control characters, case-sensitive"
 
 
@@ -28,7 +29,12 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     )
     verbs = parser.add_subparsers(dest="verb", metavar="<verb>", required=True)
     kwargs: dict[str, Any] = {"parents": [common]}
-    verbs.add_parser("list", help="every limit: busy/capacity, waiting, max hold, per key", **kwargs)
+    listing = verbs.add_parser("list", help="every limit: kind, busy/capacity, waiting, max hold, per key", **kwargs)
+    listing.add_argument(
+        "--kind",
+        metavar="KIND",
+        help="only limits of this kind: 'limit' (declared in the workspace) or 'workflow' (a workflow's own bound)",
+    )
     slots = verbs.add_parser("slots", help="a limit's slots (busy first), then its queue", **kwargs)
     slots.add_argument("limit", help="the limit's name")
     slots.add_argument("--limit", dest="cut", metavar="N", type=_cut, help="show at most N slots and N waiting runs")
@@ -101,6 +107,17 @@ def key_option(value: str | None) -> str | None:
         return check_key(value)
     except ValueError as error:
         raise CliError(str(error), EXIT_USAGE) from None
+
+
+def kind_option(value: str | None) -> str | None:
+    """The `--kind` of `list`, checked here (not by argparse's choices, whose error is a usage
+    block) so a bad one is the same one-line error, exit 2, on this installation and through
+    `--agent`."""
+    if value is None:
+        return None
+    if value not in KINDS:
+        raise CliError(BAD_KIND.format(value=value), EXIT_USAGE)
+    return value
 
 
 def search_option(value: str | None) -> str:

@@ -78,10 +78,27 @@ def _until(moment: str | None, now: datetime, *, passed: str) -> str:
     return passed if ms <= 0 else format_duration(ms)
 
 
-def render_limits(io: Streams, limits: list[dict[str, Any]]) -> None:
+def _max_hold(limit: dict[str, Any]) -> str:
+    """A limit's max hold; '-' for a workflow's own bound, which has none (its max_hold_ms is null)."""
+    if limit.get("max_hold_ms") is None:
+        return "-"
+    return format_duration(limit["max_hold_ms"]) + ("*" if limit["max_hold_overridden"] else "")
+
+
+def is_bound(limit: dict[str, Any]) -> bool:
+    return limit.get("kind") == "workflow"
+
+
+def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = None) -> None:
+    """The limits as a table. A KIND column ('limit' or 'workflow') appears when a workflow's own
+    bound is listed, so a box without any prints as it always did."""
     if not limits:
-        io.out("no limits: declare them in the workspace module and run `manage.py limits sync`")
+        if kind == "workflow":
+            io.out("no workflow bounds: no workflow caps its runs with @workflow(concurrency=...)")
+        else:
+            io.out("no limits: declare them in the workspace module and run `manage.py limits sync`")
         return
+    kinds = any(is_bound(limit) for limit in limits)
     rows = []
     for limit in limits:
         notes = []
@@ -94,14 +111,18 @@ def render_limits(io: Streams, limits: list[dict[str, Any]]) -> None:
         rows.append(
             [
                 limit["name"],
+                *([limit.get("kind", "limit")] if kinds else []),
                 f"{limit['busy']}/{limit['capacity']}" + ("*" if limit["capacity_overridden"] else ""),
                 str(limit["waiting"]),
-                format_duration(limit["max_hold_ms"]) + ("*" if limit["max_hold_overridden"] else ""),
+                _max_hold(limit),
                 ", ".join(notes),
             ]
         )
-    for line in table(["NAME", "BUSY/CAPACITY", "WAITING", "MAX HOLD", "NOTES"], rows):
+    headers = ["NAME", *(["KIND"] if kinds else []), "BUSY/CAPACITY", "WAITING", "MAX HOLD", "NOTES"]
+    for line in table(headers, rows):
         io.out(line)
+    if kinds:
+        io.out("workflow: a workflow's own bound (capacity is its total; no max hold, runs hold it until they end)")
     if any(
         limit["capacity_overridden"] or limit["max_hold_overridden"] or limit.get("per_key_overridden")
         for limit in limits
@@ -138,15 +159,21 @@ def render_slots(io: Streams, view: SlotsView) -> None:
     header = f"{limit['name']}: {limit['busy']}/{limit['capacity']} busy"
     if limit["reserved"]:
         header += f" ({limit['reserved']} reserved)"
-    header += f", {limit['waiting']} waiting, max hold {format_duration(limit['max_hold_ms'])}"
+    if is_bound(limit):
+        header += f", {limit['waiting']} queued, no max hold"
+    else:
+        header += f", {limit['waiting']} waiting, max hold {format_duration(limit['max_hold_ms'])}"
     if limit.get("per_key") is not None:
         header += f", per key {limit['per_key']}"
+    if is_bound(limit):
+        header += " (workflow bound: each running run holds a slot until it ends)"
     if not limit["declared"]:
         header += " (undeclared)"
     io.out(printable(header))
     if view.key is not None:
         io.out(printable(f"key {view.key['key']}: {_pool_figures(view.key)}"))
     io.out()
+    bound = is_bound(limit)  # its slots last as long as their run: no EXPIRES IN
     if view.slots:
         extra, cells = _extra_columns(view.slots, keys=view.key is None)
         rows = [
@@ -157,14 +184,15 @@ def render_slots(io: Streams, view: SlotsView) -> None:
                 slot["label"] or "-",
                 *more,
                 _ago(slot["granted_at"], now),
-                _until(slot["expires_at"], now, passed="past max hold"),
+                *([] if bound else [_until(slot["expires_at"], now, passed="past max hold")]),
             ]
             for slot, more in zip(view.slots, cells, strict=True)
         ]
-        for line in table(["SLOT", "STATE", "RUN", "LABEL", *extra, "GRANTED", "EXPIRES IN"], rows):
+        headers = ["SLOT", "STATE", "RUN", "LABEL", *extra, "GRANTED", *([] if bound else ["EXPIRES IN"])]
+        for line in table(headers, rows):
             io.out(line)
     else:
-        io.out("no slots in use")
+        io.out("no runs running" if bound else "no slots in use")
     if view.more_slots:
         io.out(f"… and {view.more_slots} more slot{'s' if view.more_slots != 1 else ''}")
     io.out()
@@ -181,12 +209,13 @@ def render_slots(io: Streams, view: SlotsView) -> None:
             ]
             for entry, more in zip(view.queue, cells, strict=True)
         ]
-        for line in table(["POSITION", "RUN", "LABEL", *extra, "WAITING SINCE", "DEADLINE IN"], rows):
+        since = "QUEUED SINCE" if bound else "WAITING SINCE"
+        for line in table(["POSITION", "RUN", "LABEL", *extra, since, "DEADLINE IN"], rows):
             io.out(line)
     else:
-        io.out("no runs waiting")
+        io.out("no runs queued" if bound else "no runs waiting")
     if view.more_queue:
-        io.out(f"… and {view.more_queue} more waiting")
+        io.out(f"… and {view.more_queue} more {'queued' if bound else 'waiting'}")
 
 
 def render_keys(io: Streams, view: KeysView) -> None:

@@ -19,7 +19,15 @@ from limits.cli.errors import (
     CliError,
 )
 from limits.cli.local import LocalBackend, database_error_message, local_actor
-from limits.cli.parser import build_parser, capacity_value, key_option, max_hold_value, per_key_value, search_option
+from limits.cli.parser import (
+    build_parser,
+    capacity_value,
+    key_option,
+    kind_option,
+    max_hold_value,
+    per_key_value,
+    search_option,
+)
 from limits.cli.remote import AgentBackend, load_agent
 from limits.cli.render import Streams, is_terminal, render_keys, render_limits, render_slots, write
 from limits.durations import format_duration
@@ -29,11 +37,12 @@ LIVE_STATES = ("busy", "reserved")
 
 
 def list_limits(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
-    limits = backend.limits()
+    kind = kind_option(getattr(options, "kind", None))
+    limits = backend.limits(kind)
     if options.json:
         io.json(limits)
     else:
-        render_limits(io, limits)
+        render_limits(io, limits, kind)
     return EXIT_OK
 
 

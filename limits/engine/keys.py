@@ -205,14 +205,15 @@ def time_out(limit: Limit, now: datetime, changes: Changes) -> None:
 
 
 def owed_barrier(limit: Limit, now: datetime) -> QueueEntry | None:
-    """The oldest owed run waiting for this limit (10.4): passed over, and waiting longer than
-    OWED_AFTER_MS. No younger run of the limit is granted while it waits."""
+    """The oldest owed run waiting for this limit (10.4): passed over (on any of its limits: the
+    mark is on all its entries), and waiting more than OWED_AFTER_MS. No younger run of the limit
+    is granted while it waits."""
     return (
         QueueEntry.objects.filter(
             limit=limit,
             state=QueueEntry.State.WAITING,
             passed_over_at__isnull=False,
-            enqueued_at__lte=now - timedelta(milliseconds=OWED_AFTER_MS),
+            enqueued_at__lt=now - timedelta(milliseconds=OWED_AFTER_MS),
         )
         .order_by("position")
         .first()
@@ -252,19 +253,20 @@ class _Grant:
     def run(self) -> None:
         for entry in self._candidates():
             limit = self.locked[entry.limit_id]
-            if not self.open_to(limit, entry):
+            if entry.request in self.decided or not self.open_to(limit, entry):
                 continue
             if entry.group_size == 1:
                 self._grant([entry])
                 continue
-            if entry.request in self.decided:
-                continue
-            group = self._group(entry)
-            if group is not None and all(self.open_to(self.locked[e.limit_id], e) for e in group):
+            group, complete = self._group(entry)
+            if complete and all(self.open_to(self.locked[e.limit_id], e) for e in group):
                 self._grant(group)
-            else:
-                self.decided.add(entry.request)
-                self.blocked.setdefault(limit.id, []).append(entry)
+                continue
+            # Blocked (another of its limits is full or held): watched on every limit it waits
+            # in, so a younger grant on any of them passes it over (10.4).
+            self.decided.add(entry.request)
+            for e in group:
+                self.blocked.setdefault(e.limit_id, []).append(e)
 
     def _candidates(self) -> Iterator[QueueEntry]:
         """Waiting entries of the locked limits with room, oldest first over all of them (entry
@@ -288,16 +290,18 @@ class _Grant:
             yield from batch
             after = batch[-1].position
 
-    def _group(self, entry: QueueEntry) -> list[QueueEntry] | None:
-        """Every waiting entry of this entry's group, if all are here and their limits locked."""
+    def _group(self, entry: QueueEntry) -> tuple[list[QueueEntry], bool]:
+        """The waiting entries of this entry's group on the locked limits, and whether that is
+        the whole group (all its entries still waiting, all their limits locked)."""
         group = list(QueueEntry.objects.filter(request=entry.request, state=QueueEntry.State.WAITING))
-        if len(group) != entry.group_size or any(e.limit_id not in self.locked for e in group):
-            return None
-        return group
+        here = [e for e in group if e.limit_id in self.locked]
+        return here, len(here) == len(group) == entry.group_size
 
     def _grant(self, entries: list[QueueEntry]) -> None:
         """Reserve one slot per entry, together (3.5, 10.2), and mark the runs this grant passes."""
         now = self.now
+        for entry in entries:  # judged before this grant takes its room (10.4: "had room")
+            self._mark_passed_over(self.locked[entry.limit_id], entry)
         QueueEntry.objects.filter(id__in=[e.id for e in entries]).update(
             state=QueueEntry.State.GRANTED, finished_at=now
         )
@@ -322,26 +326,39 @@ class _Grant:
             count_entries(limit, [entry], waiting=-1)
             limit.reserved_count += 1
             pools(limit).add(entry.key, reserved=1)
-            self._mark_passed_over(limit, entry)
             barrier = self.barriers.get(limit.id)
             if barrier is not None and barrier.id == entry.id:
                 del self.barriers[limit.id]  # the owed run got its slots: the next one, if any
         Slot.objects.bulk_create(slots)
+        if len(entries) > 1:
+            self.decided.add(entries[0].request)  # its other entries may still come up in other streams
         self.changes.granted += len(entries)
         self.changes.woken.append(entries[0].run_id)
 
     def _mark_passed_over(self, limit: Limit, granted: QueueEntry) -> None:
-        """Older group entries of this limit whose key pool had room were passed over (10.4)."""
-        passed = [
-            e.id
+        """A younger run is granted a slot of this limit: every older group waiting here whose
+        key pool on this limit has room (before this grant) was passed over (10.4). The mark is
+        the run's, on all its entries, so once owed it holds capacity on every limit it needs; a
+        run already waiting more than OWED_AFTER_MS is owed from this very grant on."""
+        passed = {
+            e.request
             for e in self.blocked.get(limit.id, [])
             if e.position < granted.position and e.passed_over_at is None and pools(limit).has_room(e.key)
-        ]
-        if passed:
-            QueueEntry.objects.filter(id__in=passed).update(passed_over_at=self.now)
-            for e in self.blocked[limit.id]:
-                if e.id in passed:
+        }
+        if not passed:
+            return
+        QueueEntry.objects.filter(
+            request__in=passed, state=QueueEntry.State.WAITING, passed_over_at__isnull=True
+        ).update(passed_over_at=self.now)
+        owed_before = self.now - timedelta(milliseconds=OWED_AFTER_MS)
+        owed_now = False
+        for entries in self.blocked.values():
+            for e in entries:
+                if e.request in passed:
                     e.passed_over_at = self.now
+                    owed_now = owed_now or e.enqueued_at < owed_before
+        if owed_now:
+            self.barriers.clear()  # found again, with this run among the owed
 
 
 def settle(locked: dict[int, Limit], now: datetime, changes: Changes) -> None:
