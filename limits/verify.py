@@ -53,7 +53,7 @@ from types import TracebackType
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Min
+from django.db.models import Min, Q
 from django.utils import timezone
 
 from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot
@@ -231,6 +231,13 @@ class History:
                     continue
                 events.append((slot["freed_at"], FREE, slot["id"]))
         events.sort(key=lambda event: (event[0], event[1]))
+        # The highest capacity in force at each instant (before it, and after each change at it):
+        # changes that share an instant cannot be ordered against its grants.
+        highest: dict[dt.datetime, int] = {}
+        capacity = initial
+        for at, value in changes:
+            highest[at] = max(highest.get(at, capacity), capacity, value)
+            capacity = value
         level, capacity = 0, initial
         instant, capacity_before_instant = None, initial
         for at, kind, value in events:
@@ -242,7 +249,7 @@ class History:
                 level -= 1
             else:
                 level += 1
-                allowed = max(capacity, capacity_before_instant)
+                allowed = max(capacity, capacity_before_instant, highest.get(at, 0))
                 if level > allowed:
                     violations.append(
                         f"{name}: grant of {value} at {_iso(at)} brought reserved+busy to {level} "
@@ -417,9 +424,13 @@ class History:
 
     def pool_overruns(self) -> list[str]:
         """No grant brought a key pool's busy + reserved above its size (the size in force now;
-        skipped once a per-key change was audited: past sizes are not kept)."""
+        skipped once a per-key change was audited, by an operator or a deploy: past sizes are
+        not kept)."""
         limit = self.limit
-        if AuditEvent.objects.filter(limit=limit, action=AuditEvent.Action.PER_KEY).exists():
+        per_key_changed = Q(action=AuditEvent.Action.PER_KEY) | Q(
+            Q(old_value__contains="per_key") | Q(new_value__contains="per_key"), action=AuditEvent.Action.SYNC
+        )
+        if AuditEvent.objects.filter(per_key_changed, limit=limit).exists():
             return []
         overrides = dict(
             LimitKey.objects.filter(limit=limit, pool_override__isnull=False).values_list("key", "pool_override")

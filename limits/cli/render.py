@@ -90,18 +90,17 @@ def is_bound(limit: dict[str, Any]) -> bool:
 
 
 def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = None) -> None:
-    """The limits as a table. A KIND column ('limit' or 'workflow') appears when a workflow's own
-    bound is listed, so a box without any prints as it always did."""
+    """The limits as a table. A workflow's own bound says so first in its NOTES ('workflow
+    bound'); its MAX HOLD is '-' (it has none). The columns stay those of a box without bounds."""
     if not limits:
         if kind == "workflow":
             io.out("no workflow bounds: no workflow caps its runs with @workflow(concurrency=...)")
         else:
             io.out("no limits: declare them in the workspace module and run `manage.py limits sync`")
         return
-    kinds = any(is_bound(limit) for limit in limits)
     rows = []
     for limit in limits:
-        notes = []
+        notes = ["workflow bound"] if is_bound(limit) else []
         if limit["reserved"]:
             notes.append(f"{limit['reserved']} reserved")
         if not limit["declared"]:
@@ -111,18 +110,14 @@ def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = 
         rows.append(
             [
                 limit["name"],
-                *([limit.get("kind", "limit")] if kinds else []),
                 f"{limit['busy']}/{limit['capacity']}" + ("*" if limit["capacity_overridden"] else ""),
                 str(limit["waiting"]),
                 _max_hold(limit),
                 ", ".join(notes),
             ]
         )
-    headers = ["NAME", *(["KIND"] if kinds else []), "BUSY/CAPACITY", "WAITING", "MAX HOLD", "NOTES"]
-    for line in table(headers, rows):
+    for line in table(["NAME", "BUSY/CAPACITY", "WAITING", "MAX HOLD", "NOTES"], rows):
         io.out(line)
-    if kinds:
-        io.out("workflow: a workflow's own bound (capacity is its total; no max hold, runs hold it until they end)")
     if any(
         limit["capacity_overridden"] or limit["max_hold_overridden"] or limit.get("per_key_overridden")
         for limit in limits

@@ -406,11 +406,13 @@ def confirm_group(slots: list[Slot], now: datetime, changes: Changes) -> bool:
     return False
 
 
-def lapse_group(reserved: list[Slot], now: datetime, changes: Changes, *, state: str = Slot.State.LAPSED) -> None:
-    """Reserved slots of one acquisition nobody confirmed in time (or an operator released):
-    all are freed, and the run moves to the end of every queue it was in, keeping its deadline
-    (3.6, 10.2)."""
-    Slot.objects.filter(id__in=[slot.id for slot in reserved]).update(state=state, freed_at=now)
+def lapse_group(
+    reserved: list[Slot], now: datetime, changes: Changes, *, state: str = Slot.State.LAPSED, freed_by: str = ""
+) -> None:
+    """Reserved slots of one acquisition nobody confirmed in time (or an operator released them:
+    `freed_by` names who): all are freed, and the run moves to the end of every queue it was in,
+    keeping its deadline (3.6, 10.2)."""
+    Slot.objects.filter(id__in=[slot.id for slot in reserved]).update(state=state, freed_at=now, freed_by=freed_by)
     for slot in reserved:
         limit = slot.limit
         limit.reserved_count -= 1

@@ -252,8 +252,12 @@ def time_out(limit: Limit, now: datetime, changes: Changes) -> None:
     changes.woken.extend(run_ids)
 
 
-def confirm_locked(limit: Limit, slot: Slot, now: datetime, changes: Changes) -> bool:
-    """A reservation confirmed within its 2 minutes turns busy (3.5); a late one lapses (3.6)."""
+def confirm_locked(
+    limit: Limit, slot: Slot, now: datetime, changes: Changes, locked: dict[int, Limit] | None = None
+) -> bool:
+    """A reservation confirmed within its 2 minutes turns busy (3.5); a late one lapses (3.6) and
+    the freed slot goes by the grant rule over `locked` (the limits the caller locked with it: a
+    group waiting for it and another limit is granted, SPEC 10.3)."""
     assert slot.reserved_until is not None, "a reserved slot has a deadline"
     if now <= slot.reserved_until:
         Slot.objects.filter(id=slot.id).update(state=Slot.State.BUSY, confirmed_at=now)
@@ -263,7 +267,7 @@ def confirm_locked(limit: Limit, slot: Slot, now: datetime, changes: Changes) ->
         keys.pools(limit).add(slot.key, reserved=-1, busy=1)
         return True
     lapse(limit, [slot], now, changes)
-    settle(limit, now, changes)
+    settle_all(locked or {limit.id: limit}, now, changes)
     return False
 
 

@@ -147,7 +147,7 @@ def _plain(limit_name: str) -> bool:
 def _acquire_group_in_transaction(
     names: list[str], run_id: str, request: str, label: str, key: str, timeout_ms: int
 ) -> Acquisition | LimitsError:
-    previous = _previous_group_outcome(request)
+    previous = _previous_group_outcome(request, names)
     if previous is not None:
         return previous
     found = {limit.name: limit.id for limit in Limit.objects.filter(name__in=names)}
@@ -216,9 +216,10 @@ def _save(locked: dict[int, Limit]) -> None:
         rules.save_counters(limit)
 
 
-def _previous_group_outcome(request: str) -> Acquisition | None:
+def _previous_group_outcome(request: str, order: list[str] | None = None) -> Acquisition | None:
     """What became of an earlier acquire_group call with this request (confirming its
-    reservations together), or None for a new request."""
+    reservations together), or None for a new request. Slots and limits come in `order` (the
+    names as the caller gives them, SPEC 10.1), else in the limits' id order."""
     if not _request_seen(request):
         return None
     slots = list(Slot.objects.filter(request=request).select_related("limit").order_by("limit_id"))
@@ -235,14 +236,15 @@ def _previous_group_outcome(request: str) -> Acquisition | None:
                     rules.settle(limit, now, changes, locked)
             _save(locked)
             rules.wake_on_commit(changes.woken)
-            return _previous_group_outcome(request)
+            return _previous_group_outcome(request, order)
+        live = _in_order(live, order)
         names = [slot.limit.name for slot in live]
         return _busy(names, request, live[0].key, [slot.id for slot in live])
     entries = list(QueueEntry.objects.filter(request=request).select_related("limit").order_by("-id"))
     if entries:
         # The latest round: the entries joined together (at first, or when a lapse requeued them).
         latest = entries[: entries[0].group_size]
-        names = [e.limit.name for e in sorted(latest, key=lambda e: e.limit_id)]
+        names = [e.limit.name for e in _in_order(sorted(latest, key=lambda e: e.limit_id), order)]
         first, states = latest[0], {e.state for e in latest}
         shown, key = tuple(names), first.key
         if states == {QueueEntry.State.WAITING}:
@@ -268,15 +270,23 @@ def _previous_group_outcome(request: str) -> Acquisition | None:
         if QueueEntry.State.CANCELLED in states or QueueEntry.State.WAITING in states:
             return Acquisition("cancelled", names[0], request, limits=shown, key=key)
         if not any(slot.queue_entry_id == first.id for slot in slots):
-            return _previous_group_outcome(request)  # granted after the slots were read: read again
+            return _previous_group_outcome(request, order)  # granted after the slots were read: read again
     ever_confirmed = [slot for slot in slots if slot.confirmed_at is not None]
     if ever_confirmed:
         newest = max(slot.granted_at for slot in ever_confirmed)
-        kept = [slot for slot in ever_confirmed if slot.granted_at == newest]
+        kept = _in_order([slot for slot in ever_confirmed if slot.granted_at == newest], order)
         return _busy([slot.limit.name for slot in kept], request, kept[0].key, [slot.id for slot in kept])
     if slots:
         return Acquisition("cancelled", slots[0].limit.name, request)
     return None
+
+
+def _in_order[R: (Slot, QueueEntry)](rows: list[R], order: list[str] | None) -> list[R]:
+    """Rows of one acquisition in the order of the limit names given (the rest after)."""
+    if not order:
+        return rows
+    place = {name: i for i, name in enumerate(order)}
+    return sorted(rows, key=lambda row: place.get(row.limit.name, len(place)))
 
 
 def confirm(slot_id: str) -> bool:
@@ -298,7 +308,7 @@ def confirm(slot_id: str) -> bool:
             if not confirmed:
                 rules.settle_all(locked, now, changes)
         else:
-            confirmed = rules.confirm_locked(slot.limit, slot, now, changes)
+            confirmed = rules.confirm_locked(slot.limit, slot, now, changes, locked)
         rules.save_all(locked)
         rules.wake_on_commit(changes.woken)
         return confirmed
@@ -344,7 +354,7 @@ def release(slot_id: str, *, actor: str | None = None) -> bool:
         now = rules.clock_all(locked)
         if slot.state == Slot.State.RESERVED and slot.group_size > 1:
             reserved = [s for s in keys.group_slots(slot.request, locked) if s.state == Slot.State.RESERVED]
-            keys.lapse_group(reserved, now, changes, state=Slot.State.RELEASED)
+            keys.lapse_group(reserved, now, changes, state=Slot.State.RELEASED, freed_by=actor or "")
             changes.lapsed -= len(reserved)
         else:
             Slot.objects.filter(id=slot.id).update(state=Slot.State.RELEASED, freed_at=now, freed_by=actor or "")

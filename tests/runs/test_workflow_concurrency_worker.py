@@ -21,8 +21,9 @@ def test_runs_capped_per_key_start_one_at_a_time_in_trigger_order(workers) -> No
     workers.append(worker)
     acme = [start_run("sync_tenant", {"tenant": "acme", "seconds": 0.3}, concurrency_key="acme") for _ in range(3)]
     zeta = start_run("sync_tenant", {"tenant": "zeta", "seconds": 0.3}, concurrency_key="zeta")
-    assert [status(run) for run in acme] == ["pending", "queued", "queued"]
-    assert status(zeta) == "pending"  # another key's pool: not held back by acme's
+    # As start_run returned them (a worker may already have taken the first ones since).
+    assert acme[0].status in ("pending", "running") and [run.status for run in acme[1:]] == ["queued", "queued"]
+    assert zeta.status in ("pending", "running")  # another key's pool: not held back by acme's
     for run in (*acme, zeta):
         wait_for(lambda run=run: status(run) == "completed", what=f"{run.id} to complete", worker=worker, timeout=90)  # type: ignore[misc]  # bound per loop
     spans = []
