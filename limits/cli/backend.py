@@ -49,7 +49,6 @@ class KeysView:
     def as_json(self) -> dict[str, Any]:
         return {
             "limit": self.limit["name"],
-            "kind": self.limit.get("kind", "limit"),
             "per_key": self.limit.get("per_key"),
             "key": self.key,
             "search": self.search,

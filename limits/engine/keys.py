@@ -188,17 +188,31 @@ def count_slots_freed(limit: Limit, slots: Iterable[Slot]) -> None:
             pools(limit).add(slot.key, reserved=-1)
 
 
-def time_out(limit: Limit, now: datetime, changes: Changes) -> None:
-    """Waits past their deadline leave the queue (3.3), entry by entry for their pools."""
+def time_out(limit: Limit, now: datetime, changes: Changes, locked: dict[int, Limit] | None = None) -> None:
+    """Waits past their deadline leave the queue (3.3), entry by entry for their pools. A group's
+    entries share their deadline and leave every queue together: only when all their limits are
+    `locked`; otherwise they wait for a settle that locks them all (the sweep's does)."""
     stale = list(QueueEntry.objects.filter(limit=limit, state=QueueEntry.State.WAITING, deadline__lte=now))
     if not stale:
         return
-    QueueEntry.objects.filter(id__in=[entry.id for entry in stale]).update(
+    leaving = [entry for entry in stale if entry.group_size == 1]
+    group_requests = {entry.request for entry in stale if entry.group_size > 1}
+    if group_requests and locked is not None:
+        groups: dict[str, list[QueueEntry]] = {}
+        for entry in QueueEntry.objects.filter(request__in=group_requests, state=QueueEntry.State.WAITING):
+            groups.setdefault(entry.request, []).append(entry)
+        for entries in groups.values():
+            if all(entry.limit_id in locked for entry in entries):
+                leaving.extend(entries)
+    if not leaving:
+        return
+    QueueEntry.objects.filter(id__in=[entry.id for entry in leaving]).update(
         state=QueueEntry.State.TIMED_OUT, finished_at=now
     )
-    count_entries(limit, stale, waiting=-1)
-    changes.timed_out += len(stale)
-    changes.woken.extend(entry.run_id for entry in stale)
+    for entry in leaving:
+        count_entries(limit if locked is None else locked[entry.limit_id], [entry], waiting=-1)
+    changes.timed_out += len(leaving)
+    changes.woken.extend(dict.fromkeys(entry.run_id for entry in leaving))
 
 
 # --- the grant -----------------------------------------------------------------------------------
@@ -369,7 +383,7 @@ def settle(locked: dict[int, Limit], now: datetime, changes: Changes) -> None:
     transaction, or none. A run that cannot be granted does not stop younger runs behind it."""
     for limit in locked.values():
         if limit.waiting_count:
-            time_out(limit, now, changes)
+            time_out(limit, now, changes, locked)
     _Grant(locked, now, changes).run()
 
 

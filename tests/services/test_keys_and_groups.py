@@ -319,3 +319,23 @@ def test_verify_holds_after_keys_and_groups_and_catches_a_partial_group_and_a_po
     assert any("group g was granted 1 of its 2 slots" in v for v in found), found
     Slot.objects.filter(run_id="r1").update(key="t2")
     assert any("key" in v for v in verify().violations)
+
+
+def test_a_waiting_group_times_out_of_every_queue_together(ab, clock) -> None:
+    acquire("a", run_id="ra")
+    assert acquire_group(["a", "b"], run_id="g", request="g", timeout="30s").state == "waiting"
+    clock.advance(seconds=31)
+    sweep()
+    assert QueueEntry.objects.filter(request="g", state="timed_out").count() == 2
+    assert queue("a") == [] and queue("b") == []
+    assert acquire_group(["a", "b"], run_id="g", request="g").state == "timed_out"
+    counters_ok("a", "b")
+
+
+def test_the_answer_to_a_replay_lists_the_slots_in_the_order_given(ab) -> None:
+    holder = acquire("a", run_id="h").slot_id
+    assert acquire_group(["b", "a"], run_id="g", request="g").state == "waiting"
+    release(holder)
+    got = acquire_group(["b", "a"], run_id="g", request="g")
+    assert [name for name, _ in got.slots] == ["b", "a"]
+    assert got.slot_id == Slot.objects.get(request="g", limit__name="b").id
