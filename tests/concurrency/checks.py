@@ -19,12 +19,18 @@ _SIZE = re.compile(r"\s*(\d+|none)")
 SIZE, FREE, GRANT = 0, 1, 2  # at one instant: size changes, then frees, then grants
 
 
-def outcome_violations(clients: Iterable[dict[str, Any]]) -> list[str]:
-    """What each acquire call was told holds against the rows. 'busy': its confirmed slots are
-    exactly the handles it was given, one per limit named, in the order named, with its key and
-    group size. Anything else: it never had a confirmed slot; 'timed_out': its latest round of
-    entries (one per limit) timed out; 'cancelled': its run ended, and its latest round was
-    cancelled or its reservations freed by the end. Every request in the rows was made by a client."""
+def outcome_violations(clients: Iterable[dict[str, Any]], *, ignore: str = "") -> list[str]:
+    """What each acquire call was told holds against the rows.
+
+    - 'busy': its confirmed slots are exactly the handles it was given, each of the limit it was
+      answered for (the juggler holds the answer's order to the order asked), with the call's key
+      and group size;
+    - anything else: it never had a confirmed slot; 'timed_out': its latest round of entries (one
+      per limit) timed out; 'cancelled': its run ended, and its latest round was cancelled or its
+      reservations were freed by the end;
+    - every request in the rows was made by a client (but those starting with `ignore`, made by
+      the test itself).
+    """
     slots: dict[str, list[Slot]] = defaultdict(list)
     for slot in Slot.objects.select_related("limit").order_by("granted_at", "id"):
         slots[slot.request].append(slot)
@@ -40,7 +46,7 @@ def outcome_violations(clients: Iterable[dict[str, Any]]) -> list[str]:
             latest = entries[request][-len(names) :]
             states = {entry.state for entry in latest}
             if state == "busy":
-                told = dict(zip(outcome["slot_ids"], names, strict=True))
+                told = dict(zip(outcome["slot_ids"], outcome["handle_limits"], strict=True))
                 rows = {slot.id: slot.limit.name for slot in confirmed}
                 if rows != told:
                     violations.append(f"{request}: told busy with {told}, confirmed rows {rows}")
@@ -60,7 +66,7 @@ def outcome_violations(clients: Iterable[dict[str, Any]]) -> list[str]:
                     )
             else:
                 violations.append(f"{request}: ended {state}")
-    made = set(slots) | set(entries)
+    made = {request for request in set(slots) | set(entries) if not (ignore and request.startswith(ignore))}
     if made - seen:
         violations.append(f"requests nobody made: {sorted(made - seen)[:5]}")
     return violations
@@ -78,9 +84,10 @@ def pool_overruns(name: str) -> list[str]:
     The sizes come from the limit's per-key audit rows (services.set_per_key writes the size in
     force after each change): the limit's per_key over time, and each key's own size over time
     (a reset key follows per_key again). At one instant size changes come first, then frees, then
-    grants, and a grant is judged against the larger of the sizes just before and at that instant
-    (limits.verify's benefit of the doubt). Lowering takes nothing back: only a grant can break
-    the rule. Assumes the keys started without sizes of their own (the test creates them fresh)."""
+    grants, and a grant is judged against the largest size in force just before or at that
+    instant (limits.verify's benefit of the doubt: the order within one instant is unknown).
+    Lowering takes nothing back: only a grant can break the rule. Assumes the keys started
+    without sizes of their own (the test creates them fresh)."""
     limit = Limit.objects.get(name=name)
     events = list(
         AuditEvent.objects.filter(limit=limit, action=AuditEvent.Action.PER_KEY)
@@ -107,21 +114,31 @@ def pool_overruns(name: str) -> list[str]:
             else:
                 continue
             sizes.append((at, SIZE, own if own is not None else per_key))
-        level, size, instant, before = 0, initial, None, initial
+        level, size, instant, widest = 0, initial, None, _Widest(initial)
         for at, kind, value in sorted(sizes + moments, key=lambda event: (event[0], event[1])):
             if at != instant:
-                instant, before = at, size
+                instant, widest = at, _Widest(size)
             if kind == SIZE:
                 size = value
+                widest.add(size)
             elif kind == FREE:
                 level -= 1
             else:
                 level += 1
-                allowed = None if size is None or before is None else max(size, before)
-                if allowed is not None and level > allowed:
+                if widest.size is not None and level > widest.size:
                     shown = repr(key) if key else "(no key)"
-                    violations.append(f"{name}: grant of {value} brought key {shown} to {level} > pool {allowed}")
+                    violations.append(f"{name}: grant of {value} brought key {shown} to {level} > pool {widest.size}")
     return violations
+
+
+class _Widest:
+    """The largest pool size in force at one instant (None: no size, only the total applies)."""
+
+    def __init__(self, size: int | None) -> None:
+        self.size = size
+
+    def add(self, size: int | None) -> None:
+        self.size = None if size is None or self.size is None else max(self.size, size)
 
 
 def owed_jumps(name: str, owed_after_ms: int) -> list[str]:
@@ -157,7 +174,7 @@ def owed_jumps(name: str, owed_after_ms: int) -> list[str]:
     return violations
 
 
-def figures(results: dict[str, Any], owed_after_ms: int) -> dict[str, Any]:
+def figures(results: dict[str, Any], owed_after_ms: int, crossing: tuple[str, str]) -> dict[str, Any]:
     """What the load did, for the test's report and its coverage assertions."""
     outcomes = [outcome for client in results["clients"] for outcome in client["outcomes"]]
     shapes: Counter[str] = Counter()
@@ -178,21 +195,28 @@ def figures(results: dict[str, Any], owed_after_ms: int) -> dict[str, Any]:
     stats: Counter[str] = Counter()
     for client in results["clients"]:
         stats.update({k: v for k, v in client["stats"].items() if k != "seconds"})
-    keys_used = set(Slot.objects.exclude(key="").values_list("key", flat=True).distinct())
+    keys_used = {o["key"] for o in outcomes if o["state"] == "busy" and o["key"] is not None}
+    longest = sorted((o for o in outcomes if o["state"] == "busy"), key=lambda o: -o["waited"])[:3]
     return {
         "seed": results["seed"],
         "operations": stats["operations"],
         "acquire_calls": stats["started"],
         "polls": stats["polls"],
         "outcomes": dict(sorted(shapes.items())),
+        "crossing_pair_granted": {"+".join(pair): orders[pair] for pair in (crossing, crossing[::-1])},
         "pairs_granted_in_both_orders": sum(
             1 for names in orders if len(names) == 2 and names < names[::-1] and names[::-1] in orders
         ),
+        "crossing_at_once": crossing_at_once(results["clients"]),
         "orders_of_three_granted": sum(1 for names in orders if len(names) == 3),
         "keys_used": len(keys_used),
         "passed_over": passed.count(),
         "owed": len(owed),
         "max_group_wait_s": max(group_waits, default=0),
+        "longest_waits": [(o["limits"], o["key"], o["timeout"], o["waited"], o["polls"]) for o in longest],
+        "most_waiting_groups": results["monitor"]["most_waiting_groups"],
+        "groups_timed_out_in_part": results["monitor"]["groups_timed_out_in_part"],
+        "timed_out_in_part_example": next(iter(results["monitor"]["split_examples"].items()), None),
         "operator_actions": stats["operator_actions"],
         "foreign_releases": stats["foreign_releases"],
         "partial_holds": stats["partial_holds"],
@@ -205,4 +229,33 @@ def figures(results: dict[str, Any], owed_after_ms: int) -> dict[str, Any]:
         "deadlocks": sum(len(w["deadlocks"]) for w in results["clients"] + results["sweepers"]),
         "load_seconds": max(c["stats"]["load_seconds"] for c in results["clients"]),
         "client_seconds": max(c["stats"]["seconds"] for c in results["clients"]),
+        "call_ms": _timings(results["clients"]),
     }
+
+
+def _timings(clients: Iterable[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per service call: how many, mean and longest milliseconds, over all clients."""
+    total: dict[str, list[float]] = {}
+    for client in clients:
+        for what, (count, seconds, longest) in client["timings"].items():
+            mine = total.setdefault(what, [0, 0.0, 0.0])
+            mine[0], mine[1], mine[2] = mine[0] + count, mine[1] + seconds, max(mine[2], longest)
+    return {what: [int(n), round(1000 * s / n, 1), round(1000 * m, 1)] for what, (n, s, m) in sorted(total.items())}
+
+
+def crossing_at_once(clients: list[dict[str, Any]]) -> dict[str, int]:
+    """How many times two processes were inside acquisitions of the same limits in different
+    orders at the same moment (A+B beside B+A; each from its first call to its end), by size."""
+    calls = [
+        (tuple(o["limits"]), o["began_at"], o["ended_at"], client["index"])
+        for client in clients
+        for o in client["outcomes"]
+        if len(o["limits"]) > 1
+    ]
+    found: Counter[str] = Counter()
+    for i, (names, began, ended, who) in enumerate(calls):
+        for other, other_began, other_ended, other_who in calls[i + 1 :]:
+            crossed = sorted(names) == sorted(other) and names != other and who != other_who
+            if crossed and began < other_ended and other_began < ended:
+                found[f"{len(names)} limits"] += 1
+    return dict(found)

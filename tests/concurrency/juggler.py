@@ -38,17 +38,21 @@ class Flight:
     state: str = "new"  # new, waiting, held
     slot_ids: list[str] = field(default_factory=list)  # the handles, in the order of names
     unreleased: list[str] = field(default_factory=list)
+    told: list[str] = field(default_factory=list)  # the limits of the handles, as answered
     hold_until: float = 0.0
     tied: bool = False
+    ended_run: bool = False  # its run was ended while it waited
     polls: int = 0
     waited: float | None = None  # seconds from the first call to the grant
+    next_call: float = 0.0  # a waiting run calls again when woken; here, every 10-30 ms
+    began_at: float = field(default_factory=time.time)  # wall clock, to compare across processes
 
 
 class Juggler:
     """One process playing several runs at once (up to `in_flight`), on a keyed limit and on
-    acquisitions of two and three limits in random order, so A+B and B+A (and every order of
-    three) are taken at once by different processes. Runs are named q<index>-r<n>, one per
-    acquire call; requests <run>:0.
+    acquisitions of two and three limits in random order, so A+B and B+A (the first two limits,
+    drawn most often) and every order of three are taken at once by different processes. Runs
+    are named q<index>-r<n>, one per acquire call; requests <run>:0.
 
     Each step does one of: start an acquire call (one limit with a key drawn from `keys`, a few
     of them hot so their pools fill; one limit without a key; or a group of two or three limits,
@@ -73,6 +77,7 @@ class Juggler:
         self.min_ops: int = params["min_ops"]
         self.drain: float = params["drain"]
         self.operator: bool = params["operator"]
+        self.capacities: list[int | None] = params["capacities"]  # an operator's choices for the keyed limit
         self.rng = random.Random(params["seed"])
         self.run_number = 0
         self.flights: list[Flight] = []
@@ -80,6 +85,7 @@ class Juggler:
         self.deadlocks: list[str] = []
         self.problems: list[str] = []
         self.starved: list[dict[str, Any]] = []
+        self.timings: dict[str, list[float]] = {}  # per call: [count, seconds, longest]
         self.stats: dict[str, float] = {
             "operations": 0,
             "started": 0,
@@ -121,6 +127,7 @@ class Juggler:
             "deadlocks": self.deadlocks,
             "problems": self.problems,
             "starved": self.starved,
+            "timings": self.timings,
         }
 
     def step(self, loading: bool) -> None:
@@ -136,7 +143,7 @@ class Juggler:
             self.operate()
         else:
             now = time.monotonic()
-            due = [f for f in self.flights if f.state == "waiting" or f.hold_until <= now]
+            due = [f for f in self.flights if (f.next_call if f.state != "held" else f.hold_until) <= now]
             if due:
                 self.advance(self.rng.choice(due))
 
@@ -145,6 +152,7 @@ class Juggler:
         rolled back: the same call is made again later)."""
         from django.db import DatabaseError
 
+        began = time.monotonic()
         try:
             return fn(*args, **kwargs)
         except DatabaseError as error:
@@ -152,6 +160,10 @@ class Juggler:
                 raise
             self.deadlocks.append(f"{what}: {error}".splitlines()[0][:300])
             raise Deadlock from error
+        finally:
+            spent = self.timings.setdefault(what, [0, 0.0, 0.0])
+            took = time.monotonic() - began
+            spent[0], spent[1], spent[2] = spent[0] + 1, spent[1] + took, max(spent[2], took)
 
     # Acquire calls ----------------------------------------------------------------------------
 
@@ -165,12 +177,17 @@ class Juggler:
 
     def start(self) -> None:
         roll = self.rng.random()
-        if roll < 0.35:
+        if roll < 0.3:
             names, key = [self.keyed], self.draw_key()
-        elif roll < 0.45:
+        elif roll < 0.4:
             names, key = [self.rng.choice([n for n in self.limits if n != self.keyed])], None
         else:
-            names = self.rng.sample(self.limits, 2 if roll < 0.75 else 3)
+            if roll < 0.55:
+                names = self.rng.sample(self.limits[:2], 2)  # the crossing pair: A+B and B+A
+            elif roll < 0.75:
+                names = self.rng.sample(self.limits, 2)
+            else:
+                names = self.rng.sample(self.limits, 3)
             key = self.draw_key() if self.rng.random() < 0.6 else None
         self.run_number += 1
         run_id = f"q{self.index}-r{self.run_number}"
@@ -214,6 +231,7 @@ class Juggler:
         if flight.state == "new":
             flight.state = "waiting"
         if got.state == "waiting":
+            flight.next_call = time.monotonic() + self.rng.uniform(0.01, 0.03)
             return
         if got.state == "busy":
             self.hold(flight, got)
@@ -229,6 +247,7 @@ class Juggler:
             if [name for name, _ in got.slots] != flight.names:
                 self.problems.append(f"{flight.request}: handles {got.slots} not in the order {flight.names}")
             flight.slot_ids = [slot_id for _, slot_id in got.slots]
+            flight.told = [name for name, _ in got.slots]
         flight.unreleased = list(flight.slot_ids)
         flight.waited = time.monotonic() - flight.started
         flight.state = "held"
@@ -255,13 +274,11 @@ class Juggler:
             if (reserved and self.rng.random() < 0.7) or self.rng.random() < 0.05:
                 self.call("end_run", services.end_run, flight.run_id)
                 self.stats["ended_runs"] += 1
-                flight.may_end_run = False
-                self.ask(flight)
+                flight.may_end_run, flight.ended_run = False, True
+                self.ask(flight)  # answers cancelled (the wait, or the reservation, ended with the run)
                 if flight in self.flights:
                     self.problems.append(f"{flight.request}: still {flight.state} after its run ended")
                     self.finish(flight, flight.state)
-                else:
-                    self.outcomes[-1]["ended_run"] = True
                 return
         self.ask(flight)
 
@@ -304,8 +321,11 @@ class Juggler:
                 **self._shown(flight),
                 "state": state,
                 "slot_ids": flight.slot_ids if state == "busy" else [],
-                "ended_run": ended_run,
+                "handle_limits": (flight.told or flight.names) if state == "busy" else [],
+                "ended_run": ended_run or flight.ended_run,
                 "waited": round(time.monotonic() - flight.started if flight.waited is None else flight.waited, 3),
+                "began_at": flight.began_at,
+                "ended_at": time.time(),
             }
         )
 
@@ -354,7 +374,7 @@ class Juggler:
             value = self.rng.choice([1, 2, 3, 4, None])
             self.call("set_per_key", services.set_per_key, self.keyed, value, key=key, actor="stress")
         else:
-            value = self.rng.choice([14, 20, None])
+            value = self.rng.choice(self.capacities)
             self.call("set_capacity", services.set_capacity, self.keyed, value, actor="stress")
         self.stats["operator_actions"] += 1
 

@@ -13,6 +13,10 @@ JSON document on stdout. Roles:
 - ``enqueuer``: queues runs one by one, announcing each commit, then parks inside an open
   transaction holding the limit's lock until it is killed.
 - ``reader``: a fresh process that reports the queues as it finds them.
+
+`python -m tests.concurrency.worker zygote {}` sets Django up once and forks a worker per order
+it reads on stdin (tests.concurrency.processes.Crew starts its workers so: nine interpreters that
+each set Django up cost a loaded 2-core machine many seconds per test).
 """
 
 from __future__ import annotations
@@ -34,6 +38,13 @@ def main() -> None:
     import django
 
     django.setup()
+    if role == "zygote":
+        zygote()
+    else:
+        play(role, params)
+
+
+def play(role: str, params: dict[str, Any]) -> None:
     if "owed_after_ms" in params:
         # Compressed time: a passed-over run becomes owed after this instead of 2 minutes, so a
         # run of a few seconds goes through the owed rule (SPEC 10.4); the rule itself is unchanged.
@@ -47,6 +58,74 @@ def main() -> None:
             time.sleep(0.005)
     result = ROLES[role](params)
     print(json.dumps(result), flush=True)
+
+
+def zygote() -> None:
+    """Fork workers for the parent, one JSON order a line on stdin, each answered on stdout:
+
+    - ``{"role", "params", "out", "err", "rc"}``: fork a worker that writes its stdout and stderr
+      to the files `out` and `err`; answers ``{"pid": n}``. Once it exits, its exit code (as
+      subprocess reports it: -9 when SIGKILLed) is written to the file `rc`.
+    - ``{"kill": pid}``: SIGKILL that worker if it has not exited yet; answers ``{"killed": bool}``.
+      Only this process kills its children: it knows which pids are still its own.
+
+    Django is set up before the forks, but no database connection is opened here: each worker
+    opens its own. When stdin closes, it waits for its workers and exits."""
+    import select
+    import signal
+
+    from django.db import connections
+
+    children: dict[int, str] = {}
+    reading = True
+    while reading or children:
+        if reading and select.select([sys.stdin], [], [], 0.02)[0]:
+            line = sys.stdin.readline()  # the parent sends one order and waits for its answer
+            if not line:
+                reading = False
+            elif "kill" in (order := json.loads(line)):
+                pid = order["kill"]
+                if pid in children:
+                    os.kill(pid, signal.SIGKILL)
+                print(json.dumps({"killed": pid in children}), flush=True)
+            else:
+                assert all(c.connection is None for c in connections.all()), "a fork would share it"
+                sys.stdout.flush()
+                pid = os.fork()
+                if pid == 0:
+                    _forked(order)
+                children[pid] = order["rc"]
+                print(json.dumps({"pid": pid}), flush=True)
+        elif not reading:
+            time.sleep(0.02)
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            rc = Path(children.pop(pid))
+            rc.with_suffix(".tmp").write_text(str(os.waitstatus_to_exitcode(status)))
+            rc.with_suffix(".tmp").replace(rc)  # whole, or not there yet
+
+
+def _forked(order: dict[str, Any]) -> None:
+    """The forked worker: stdout and stderr to its files, play its role, exit without returning
+    to the zygote's loop."""
+    import traceback
+
+    code = 1
+    try:
+        with open(order["out"], "w") as out, open(order["err"], "w") as err, open(os.devnull) as null:
+            os.dup2(null.fileno(), 0)
+            os.dup2(out.fileno(), 1)
+            os.dup2(err.fileno(), 2)
+        play(order["role"], order["params"])
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 # --- client -------------------------------------------------------------------------------------
@@ -269,12 +348,18 @@ GROUP BY limit_id, key
 # Groups: per acquisition of several limits, its live slots and waiting entries.
 GROUPS_SQL = """
 SELECT request, MAX(group_size), COUNT(*) FILTER (WHERE kind = 'reserved'), COUNT(*) FILTER (WHERE kind = 'busy'),
-       COUNT(*) FILTER (WHERE kind = 'waiting')
-FROM (SELECT request, group_size, state AS kind FROM limits_slot
+       COUNT(*) FILTER (WHERE kind = 'waiting'), COALESCE(BOOL_AND(deadline <= clock_timestamp()), false)
+FROM (SELECT request, group_size, state AS kind, NULL::timestamptz AS deadline FROM limits_slot
       WHERE state IN ('busy', 'reserved') AND group_size > 1
       UNION ALL
-      SELECT request, group_size, 'waiting' FROM limits_queueentry WHERE state = 'waiting' AND group_size > 1) x
+      SELECT request, group_size, 'waiting', deadline FROM limits_queueentry
+      WHERE state = 'waiting' AND group_size > 1) x
 GROUP BY request
+"""
+# The latest entries of a group found waiting in some of its queues only.
+GROUP_ENTRIES_SQL = """
+SELECT l.name, q.state, q.position, q.enqueued_at, q.deadline, q.finished_at FROM limits_queueentry q
+JOIN limits_limit l ON l.id = q.limit_id WHERE q.request = %s ORDER BY q.id DESC LIMIT %s
 """
 
 
@@ -295,14 +380,20 @@ class Ceiling:
 
 
 def monitor(params: dict[str, Any]) -> dict[str, Any]:
-    """Sample every limit, key pool and group in one snapshot (a REPEATABLE READ transaction),
-    in a loop. Never: counters that differ from the live rows (limit, keyed, group and pool
-    counters); busy + reserved above a limit's capacity or a key pool's size in force (the pool
-    row's own size, else the limit's per_key; the no-key pool: per_key), unless a lowering left
-    it there (`Ceiling`); one request with two live slots of a limit; a group (an acquisition of
-    several limits) that holds a slot while it waits, waits in some of its queues but not all,
-    or holds some of its reservations but not all (its busy slots may be released one by one:
-    SPEC 10.1)."""
+    """Sample every limit, key pool and group in one snapshot (a REPEATABLE READ transaction), in
+    a loop. Never, in any sample:
+
+    - counters (a limit's, its keyed and group ones, a key pool's) that differ from the rows;
+    - busy + reserved above a limit's capacity, or above a key pool's size in force (the key's
+      own size, else the limit's per_key; the no-key pool: per_key), unless a lowering left it
+      there (`Ceiling`);
+    - one request with two live slots of a limit;
+    - a group (an acquisition of several limits) that holds a slot while it waits, holds some of
+      its reservations but not all (its busy slots it may release one by one: SPEC 10.1), or
+      waits in some of its queues but not all with its deadline to come.
+
+    A group left waiting in some queues after its deadline passed is only counted (and one
+    example kept): timed out in part, it can no longer be granted, and a sweep ends the rest."""
     from django.db import connection, transaction
 
     samples, violations = 0, []
@@ -311,6 +402,7 @@ def monitor(params: dict[str, Any]) -> dict[str, Any]:
     most_waiting_groups = 0
     ceilings = Ceiling()
     changes_seen: dict[str, int] = {}
+    splits_seen: dict[str, list[str]] = {}
     stop = Path(params["stop_file"])
     while not stop.exists():
         with transaction.atomic(), connection.cursor() as cursor:
@@ -323,6 +415,15 @@ def monitor(params: dict[str, Any]) -> dict[str, Any]:
             pool_live = {(limit_id, key): row for limit_id, key, *row in cursor.fetchall()}
             cursor.execute(GROUPS_SQL)
             groups = cursor.fetchall()
+            split = {}
+            for request, size, _, _, waiting, _ in groups:
+                if waiting not in (0, size) and request not in splits_seen:
+                    cursor.execute(GROUP_ENTRIES_SQL, [request, size])
+                    split[request] = [
+                        f"{name} #{pos} {state} enqueued {enq:%H:%M:%S.%f} deadline {dl:%H:%M:%S.%f} "
+                        f"finished {fin and f'{fin:%H:%M:%S.%f}'}"
+                        for name, state, pos, enq, dl, fin in cursor.fetchall()
+                    ]
         samples += 1
         changed: dict[int, bool] = {}
         per_keys: dict[int, tuple[str, int | None]] = {}
@@ -365,11 +466,16 @@ def monitor(params: dict[str, Any]) -> dict[str, Any]:
                 violations.append(f"{name}: key {key!r} holds {live[0]} busy + {live[1]} reserved > pool {size}")
             if size:
                 pool_peak[name] = max(pool_peak.get(name, 0), (live[0] + live[1]) / size)
-        for request, size, reserved, busy, waiting in groups:
+        for request, size, reserved, busy, waiting, past_deadline in groups:
             if reserved not in (0, size):
                 violations.append(f"group {request}: {reserved} of its {size} slots reserved")
-            if waiting not in (0, size):
-                violations.append(f"group {request}: waiting in {waiting} of its {size} queues")
+            if waiting not in (0, size) and not past_deadline:
+                violations.append(f"group {request}: waiting in {waiting} of its {size} queues: {split.get(request)}")
+            elif waiting not in (0, size) and request not in splits_seen:
+                # Its deadline has passed: timed out in some queues, not yet in the others (a
+                # settle that had only some of its limits locked). Never granted like this (a
+                # group is granted only with all its entries waiting); the sweep ends the rest.
+                splits_seen[request] = split.get(request, [])
             if waiting and reserved + busy:
                 violations.append(f"group {request}: holds {reserved + busy} slot(s) while it waits")
         most_waiting_groups = max(most_waiting_groups, sum(1 for g in groups if g[4]))
@@ -381,6 +487,8 @@ def monitor(params: dict[str, Any]) -> dict[str, Any]:
         "peak": peak,
         "pool_peak": pool_peak,
         "most_waiting_groups": most_waiting_groups,
+        "groups_timed_out_in_part": len(splits_seen),
+        "split_examples": dict(list(splits_seen.items())[:3]),
     }
 
 
