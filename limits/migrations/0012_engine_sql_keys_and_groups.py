@@ -11,7 +11,7 @@ from django.db import migrations
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "43884d488c395e7d37145b37b696114e22eeb3a07106cd5c55d68b7388a3b6a0"
+ENGINE_SQL_FINGERPRINT = "3c8662df271f9dd9cd14874fe6d152b6c68dc0433fbd60e86ab24bb5be2c94bf"
 
 
 def install(apps, schema_editor) -> None:

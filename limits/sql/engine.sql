@@ -7,6 +7,12 @@
 -- not plain or a slot with a key or a group: SPEC 9, 10) answers 'slow' (limits.engine.server: NOT_HANDLED_HERE)
 -- before it changes anything, and the service goes on in Python in the same transaction.
 --
+-- A function that answers 'slow' after it took a limit's row lock gives the lock back first: the
+-- lock is taken inside a BEGIN ... EXCEPTION block (a subtransaction), and 'slow' is raised out of
+-- it (SQLSTATE LMSLW), which rolls the subtransaction and its row locks back. The Python rules
+-- then lock every limit they need in id order (limits.engine.keys.lock); a lock kept from here
+-- could be out of that order, and two such transactions deadlock (found by the chaos run).
+--
 -- Times: the caller passes timezone.now() read before the call, so a function writes
 -- limits_clock(that, limits_limit.last_event_at): one limit's timestamps never go back in lock order
 -- (limits.verify relies on it), and tests can still move the clock.
@@ -176,13 +182,17 @@ BEGIN
     IF v_group > 1 THEN
         RETURN 'slow';  -- a group is confirmed together: the Python rules
     END IF;
-    SELECT limits_clock(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = v_limit FOR UPDATE;
-    SELECT state, reserved_until INTO v_state, v_reserved_until FROM limits_slot WHERE id = p_slot;
+    BEGIN
+        SELECT limits_clock(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = v_limit FOR UPDATE;
+        SELECT state, reserved_until INTO v_state, v_reserved_until FROM limits_slot WHERE id = p_slot;
+        IF v_state = 'reserved' AND v_now > v_reserved_until THEN
+            RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- late: the Python rules lapse it
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
+        RETURN 'slow';
+    END;
     IF v_state <> 'reserved' THEN
         RETURN 'gone';
-    END IF;
-    IF v_now > v_reserved_until THEN
-        RETURN 'slow';
     END IF;
     UPDATE limits_slot SET state = 'busy', confirmed_at = v_now WHERE id = p_slot;
     UPDATE limits_limit
@@ -218,13 +228,18 @@ BEGIN
         outcome := 'gone';
         RETURN;
     END IF;
-    SELECT * INTO l FROM limits_limit WHERE id = v_limit FOR UPDATE;
-    v_now := limits_clock(p_now, l.last_event_at);
-    SELECT state, key INTO v_state, v_key FROM limits_slot WHERE id = p_slot;
-    IF v_state = 'reserved' OR (l.waiting_count > 0 AND NOT limits_is_plain(l)) THEN
-        outcome := 'slow';  -- the freed capacity goes by the rules of keys and groups (Python)
+    BEGIN
+        SELECT * INTO l FROM limits_limit WHERE id = v_limit FOR UPDATE;
+        SELECT state, key INTO v_state, v_key FROM limits_slot WHERE id = p_slot;
+        IF v_state = 'reserved' OR (l.waiting_count > 0 AND NOT limits_is_plain(l)) THEN
+            -- a reservation, or freed capacity that goes by the rules of keys and groups (Python)
+            RAISE EXCEPTION USING ERRCODE = 'LMSLW';
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
+        outcome := 'slow';
         RETURN;
-    END IF;
+    END;
+    v_now := limits_clock(p_now, l.last_event_at);
     IF v_state <> 'busy' THEN
         outcome := 'gone';
         RETURN;
@@ -271,13 +286,17 @@ BEGIN
         outcome := 'slow';
         RETURN;
     END IF;
-    SELECT * INTO l FROM limits_limit WHERE name = p_name FOR UPDATE;
-    IF NOT FOUND OR NOT l.declared OR NOT limits_is_plain(l)
-       OR (l.waiting_count > 0
-           AND l.busy_count + l.reserved_count < limits_capacity(l)) THEN
+    BEGIN
+        SELECT * INTO l FROM limits_limit WHERE name = p_name FOR UPDATE;
+        IF NOT FOUND OR NOT l.declared OR NOT limits_is_plain(l)
+           OR (l.waiting_count > 0
+               AND l.busy_count + l.reserved_count < limits_capacity(l)) THEN
+            RAISE EXCEPTION USING ERRCODE = 'LMSLW';
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
         outcome := 'slow';
         RETURN;
-    END IF;
+    END;
     limit_name := l.name;
     v_now := limits_clock(p_now, l.last_event_at);
     IF l.busy_count + l.reserved_count < limits_capacity(l) THEN
@@ -328,18 +347,22 @@ BEGIN
        OR EXISTS (SELECT 1 FROM limits_queueentry WHERE request = p_request) THEN
         RETURN;
     END IF;
-    FOR l IN SELECT * FROM limits_limit WHERE name = ANY (p_names) ORDER BY id FOR UPDATE LOOP
-        IF NOT l.declared OR l.waiting_count > 0
-           OR l.busy_count + l.reserved_count >= limits_capacity(l)
-           OR NOT limits_pool_room(l, p_key) THEN
-            RETURN;
+    BEGIN
+        FOR l IN SELECT * FROM limits_limit WHERE name = ANY (p_names) ORDER BY id FOR UPDATE LOOP
+            IF NOT l.declared OR l.waiting_count > 0
+               OR l.busy_count + l.reserved_count >= limits_capacity(l)
+               OR NOT limits_pool_room(l, p_key) THEN
+                RAISE EXCEPTION USING ERRCODE = 'LMSLW';
+            END IF;
+            v_now := limits_clock(v_now, l.last_event_at);
+            v_count := v_count + 1;
+        END LOOP;
+        IF v_count <> v_size THEN
+            RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- an unknown name (or a repeated one): Python says which
         END IF;
-        v_now := limits_clock(v_now, l.last_event_at);
-        v_count := v_count + 1;
-    END LOOP;
-    IF v_count <> v_size THEN
-        RETURN;  -- an unknown name (or a repeated one): the Python rules say which
-    END IF;
+    EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
+        RETURN;  -- outcome is 'slow'
+    END;
     FOR i IN 1 .. v_size LOOP
         SELECT * INTO l FROM limits_limit WHERE name = p_names[i];
         v_slot := limits_new_slot_id();

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from limits import services
@@ -139,3 +139,48 @@ def test_a_limits_timestamps_never_go_back_whatever_the_clock_says(clock) -> Non
     services.release(second.slot_id)
     assert Slot.objects.get(id=second.slot_id).freed_at == START + dt.timedelta(seconds=25)
     assert_counters_match_rows("calls")
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_function_that_answers_slow_inside_a_transaction_keeps_no_limit_locked() -> None:
+    """Each function that takes a limit's row lock and then leaves the case to Python gives the
+    lock back first (engine.sql: the lock is taken in a subtransaction that 'slow' rolls back):
+    the Python rules lock every limit they need in id order, and a lock kept from the function
+    could be out of that order (two such transactions deadlocked in the chaos run)."""
+    import psycopg
+
+    declare(a={"capacity": 1, "max_hold": "1h"}, b={"capacity": 2, "max_hold": "1h", "per_key": 1})
+    blocker = services.acquire("a", run_id="blocker").slot_id
+    keyed = services.acquire("b", run_id="holder", key="k1").slot_id
+    services.acquire_group(["a", "b"], run_id="group", request="group", key="k2")  # b is not plain now
+    b = Limit.objects.get(name="b")
+    settings = connection.settings_dict
+    other = psycopg.connect(
+        host=settings["HOST"], port=settings["PORT"], user=settings["USER"], dbname=settings["NAME"], autocommit=True
+    )
+
+    def locked(limit_id: int) -> bool:
+        try:
+            other.execute("SELECT 1 FROM limits_limit WHERE id = %s FOR UPDATE NOWAIT", [limit_id])
+        except psycopg.errors.LockNotAvailable:
+            return True
+        return False
+
+    calls = {
+        "limits_release": ("SELECT outcome FROM limits_release(%s, now(), 120000)", [keyed]),
+        "limits_acquire": ("SELECT outcome FROM limits_acquire('b', 'r', 'req-1', '', 1000, now())", []),
+        "limits_acquire_group": (
+            "SELECT outcome FROM limits_acquire_group('{a,b}', 'r', 'req-2', '', 'k9', now())",
+            [],
+        ),
+    }
+    try:
+        for name, (sql, params) in calls.items():
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                assert cursor.fetchone()[0] == "slow", name
+                assert not locked(b.id) and not locked(Limit.objects.get(name="a").id), f"{name} kept a lock"
+    finally:
+        other.close()
+    assert blocker
