@@ -43,9 +43,7 @@ def test_a_partner_call_takes_both_limits_with_the_accounts_key_and_gives_them_b
     ]
 
 
-def test_a_busy_accounts_partner_call_waits_for_both_holding_neither_while_others_go_on(
-    demo_limits, no_worker
-) -> None:
+def test_a_busy_accounts_partner_call_waits_for_both_holding_neither_while_others_go_on(demo_limits, no_worker) -> None:
     sessions = [start_run("open_session", {"label": f"s{i}", "account": "acme", "demo": True}) for i in range(2)]
     for session in sessions:
         assert advance(session.id) == "completed"

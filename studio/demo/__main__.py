@@ -4,12 +4,15 @@
   slot from another run), one in ten never ends and is taken back by max hold (45 s);
 - a partner session every 2 s (`open_session`, 10 s timeout), released after 3-15 s, so the
   5 sessions fill, a queue forms and some waits time out;
-- a partner call about every 4 s (`partner_call`): `with_limits` over `partner-api` and
-  `voice-calls`, so runs wait for two limits at once, holding neither (SPEC 10).
+- a partner call about every 5 s (`partner_call`), for a busy account: `with_limits` over
+  `partner-api` and `voice-calls`, so runs wait for two limits at once, holding neither (SPEC 10)
+  while their account's pool is full.
 
 Every run is for one of a handful of accounts, its key (SPEC 9), two of them busy: `partner-api`
 gives each account at most 2 sessions, so the busy accounts fill their pools and wait while the
-others go on. Arrivals pause while a queue is longer than 40, so the demo never runs away.
+others go on. Arrivals pause while a queue is longer than 40, so the demo never runs away, and
+while more than 8 runs wait for the worker: the box's sweep (sent every 15 s, dropped after 14 s
+in the broker's queue) must not be stuck behind the demo's runs on a slow machine.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from studio.workflows import start_run  # noqa: E402
 
 logger = logging.getLogger("studio.demo")
 MAX_QUEUE = 40
+MAX_BEHIND = 8  # runs dispatched to the worker and not yet taken up
 # The demo's tenants and how much of the traffic each brings: acme and globex are the busy ones.
 ACCOUNTS = {"acme": 40, "globex": 25, "initech": 15, "umbrella": 10, "hooli": 10}
+BUSY_ACCOUNTS = ("acme", "acme", "globex")
 
 
 def main() -> None:
@@ -50,22 +55,25 @@ def main() -> None:
         waiting = dict(
             Limit.objects.filter(name__in=["voice-calls", "partner-api"]).values_list("name", "waiting_count")
         )
-        if now >= next_call and waiting.get("voice-calls", 0) < MAX_QUEUE:
+        # The worker is behind: no arrivals for now (the releases below still go out).
+        behind = Run.objects.filter(status__in=["pending", "running"], suspended=False).count() > MAX_BEHIND
+        if not behind and now >= next_call and waiting.get("voice-calls", 0) < MAX_QUEUE:
             calls += 1
             call = {"call_id": f"demo-{calls}", "account": account(), "timeout": "2m", "demo": True}
             run = start_run("place_call", call)
             holding[run.id] = None if rng.random() < 0.1 else rng.uniform(5, 40)
             next_call = now + rng.uniform(0.6, 1.4)
-        if now >= next_session and waiting.get("partner-api", 0) < MAX_QUEUE:
+        if not behind and now >= next_session and waiting.get("partner-api", 0) < MAX_QUEUE:
             session = {"label": f"session-{calls}", "account": account(), "timeout": "10s", "demo": True}
             run = start_run("open_session", session)
             holding[run.id] = rng.uniform(3, 15)
             next_session = now + 2
-        if now >= next_partner_call and max(waiting.values(), default=0) < MAX_QUEUE:
-            seconds = round(rng.uniform(1, 3), 1)
-            bridged = {"call_id": f"bridge-{calls}", "account": account(), "seconds": seconds, "timeout": "90s"}
+        if not behind and now >= next_partner_call and max(waiting.values(), default=0) < MAX_QUEUE:
+            seconds = round(rng.uniform(0.2, 0.8), 1)  # short: the step holds a worker process
+            busy_account = rng.choice(BUSY_ACCOUNTS)
+            bridged = {"call_id": f"bridge-{calls}", "account": busy_account, "seconds": seconds, "timeout": "90s"}
             start_run("partner_call", {**bridged, "demo": True})
-            next_partner_call = now + rng.uniform(3, 5)
+            next_partner_call = now + rng.uniform(4, 6)
         finished = Run.objects.filter(id__in=list(holding), status__in=["completed", "failed", "cancelled"])
         for run_id, output in finished.values_list("id", "output"):
             hold = holding.pop(run_id)

@@ -65,6 +65,7 @@ FINISHED = ("completed", "failed", "cancelled")
 SINGLE_WORKFLOWS = ("chaos_with_limit", "chaos_acquire")
 GUARDED_WORKFLOWS = (*SINGLE_WORKFLOWS, "chaos_with_limits", "chaos_acquire_slots")
 GUARDED_LIMITS = ("guarded-work", "guarded-keyed")
+STALL_SECONDS = 120.0  # the load gives up when no run could be started for this long
 
 
 @dataclass(frozen=True)
@@ -526,14 +527,22 @@ class Load:
         self.holding: dict[str, float | None] = {}  # run id -> hold before release (None: never)
         self.releases: list[tuple[float, str]] = []  # (when, slot id)
         self.recent: list[str] = []
+        self.last_error = ""
+        self.stalled = ""  # why the load gave up (no run could be started for STALL_SECONDS)
 
     def run(self) -> None:
-        next_start = time.monotonic()
-        while sum(self.started[w] for w in self.started if w != "call_ended") < self.args.runs:
+        next_start = last_started = time.monotonic()
+        while (done := sum(self.started[w] for w in self.started if w != "call_ended")) < self.args.runs:
             now = time.monotonic()
             if now >= next_start:
                 self.guard(self.start_one)
                 next_start += self.rng.expovariate(self.args.rate)
+            if sum(self.started[w] for w in self.started if w != "call_ended") > done:
+                last_started = now
+            elif now - last_started > STALL_SECONDS:  # bounded: a load that cannot start fails the run
+                self.stalled = f"no run could be started for {STALL_SECONDS:.0f} s: {self.last_error}"
+                log(f"load: {self.stalled}")
+                return
             self.guard(self.follow_up)
             time.sleep(max(0.0, min(next_start - time.monotonic(), 0.05)))
 
@@ -544,7 +553,11 @@ class Load:
         try:
             work()
         except Exception as error:
-            self.errors[type(error).__name__] += 1
+            name = type(error).__name__
+            self.errors[name] += 1
+            self.last_error = f"{name}: {str(error).strip()[:200]}"
+            if self.errors[name] in (1, 10, 100):  # say what it is, without a line per failure
+                log(f"load: {name} ({self.errors[name]}): {str(error).strip()[:200]}")
             connections.close_all()
             time.sleep(0.5)
 
@@ -565,7 +578,7 @@ class Load:
             sync = {"label": f"sync-{n}", "timeout": rng.choice(["1s", "3s", "10s"]), "account": self.account()}
             run = start_run("sync_partner", sync)
         elif pick < 0.64:  # partner-api (the account's pool) and voice-calls at once
-            call = {"call_id": f"bridge-{n}", "account": self.account() or "acct-0", "timeout": "10s"}
+            call = {"call_id": f"bridge-{n}", "account": self.account() or "acct-1", "timeout": "10s"}
             run = start_run("partner_call", {**call, "seconds": round(rng.uniform(0, 0.3), 3)})
         elif pick < 0.84:
             report = {"report_id": f"report-{n}", "seconds": round(rng.uniform(0, 0.3), 3), "timeout": "60s"}
@@ -693,6 +706,31 @@ def outcomes() -> tuple[Counter[str], list[str]]:
             counts["stranded"] += 1
             problems.append(f"{run_id} ({workflow}) stranded: {status}")
     return counts, problems
+
+
+def database_figures() -> tuple[dict[str, int], list[str]]:
+    """Deadlocks in the chaos database, from PostgreSQL's own count (pg_stat_database, kept across
+    a clean restart): the engine takes the row locks of limits in id order (limits.engine.keys),
+    so two acquisitions, even of crossing limits, never deadlock. A deadlock's victim is retried
+    (an interruption) and nothing shows in the rows, hence this count."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+        (deadlocks,) = cursor.fetchone()
+    problems = [f"{deadlocks} deadlock(s) in the chaos database (pg_stat_database)"] if deadlocks else []
+    return {"deadlocks": int(deadlocks)}, problems
+
+
+def sweep_figures(records: Records, began: float, ended: float) -> dict[str, float]:
+    """How many sweeps began (from the side files), and the longest time without one: beat sends
+    one every 15 s, and one that waits more than 14 s behind other tasks expires unrun."""
+    starts = sorted(task["t"] for task in records.tasks if task["task"] == "limits.tasks.sweep")
+    moments = [began, *starts, ended]
+    return {
+        "sweeps": len(starts),
+        "longest_without_sweep_s": round(max(b - a for a, b in zip(moments, moments[1:], strict=False)), 1),
+    }
 
 
 def wait_figures() -> dict[str, int]:
@@ -1066,7 +1104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     port = free_port()
     box = Box(env, logs, port)
-    began = time.monotonic()
+    began, began_wall = time.monotonic(), time.time()
     figures: dict[str, Any] = {"seed": seed}
     problems: list[str] = []
     try:
@@ -1097,6 +1135,8 @@ def main(argv: list[str] | None = None) -> int:
 
         counts, run_problems = outcomes()
         problems += run_problems
+        if load.stalled:
+            problems.append(f"the load stopped: {load.stalled}")
         if not calm:
             problems.append(f"not quiet after {args.quiet_timeout:.0f} s: {quiet(load)}")
         if quiet(load)["reserved"] or quiet(load)["queued"]:
@@ -1117,6 +1157,8 @@ def main(argv: list[str] | None = None) -> int:
         problems += guarded_problems
         workers, worker_problems = worker_figures(chaos, records, time.time())
         problems += worker_problems
+        database, database_problems = database_figures()
+        problems += database_problems
         figures.update(
             {
                 "runs": sum(load.started.values()),
@@ -1138,7 +1180,9 @@ def main(argv: list[str] | None = None) -> int:
                 "load_seconds": round(load_seconds),
                 "quiet_after_s": round(quiet_seconds),
                 **hand_off_figures(),
+                **sweep_figures(records, began_wall, time.time()),
                 **wait_figures(),
+                **database,
                 "violations": violations,
                 "stranded": counts["stranded"],
                 "verify": verify_lines[-1] if verify_lines else "",

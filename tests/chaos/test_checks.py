@@ -227,3 +227,35 @@ def test_a_worker_that_exited_fails_the_run(tmp_path: Path) -> None:
     assert counted["worker_exits"] == 1
     assert problems[0] == "worker-1 exited on its own"
     assert problems[1].startswith("worker-1 (pid 101) exited after the Redis restart")
+
+
+def test_the_longest_time_without_a_sweep_counts_from_the_start_to_the_end(tmp_path: Path) -> None:
+    from tests.chaos.__main__ import sweep_figures
+
+    records = Records(tmp_path)
+    sweep = "limits.tasks.sweep"
+    records.tasks = [{"event": "task", "task": sweep, "t": T0 + t, "pid": 7, "ppid": 1} for t in (5, 20, 70)]
+    records.tasks.append({"event": "task", "task": "studio.tasks.advance_run", "t": T0 + 40, "pid": 7, "ppid": 1})
+
+    assert sweep_figures(records, began=T0, ended=T0 + 80) == {"sweeps": 3, "longest_without_sweep_s": 50.0}
+
+
+def test_a_load_that_cannot_start_any_run_gives_up_instead_of_looping(monkeypatch) -> None:
+    import argparse
+    import random
+
+    from tests.chaos import __main__ as chaos
+
+    monkeypatch.setattr(chaos, "STALL_SECONDS", 0.3)
+    load = chaos.Load(random.Random(1), argparse.Namespace(runs=5, rate=50.0))
+
+    def start_one() -> None:
+        raise RuntimeError("no broker")
+
+    monkeypatch.setattr(load, "start_one", start_one)
+    monkeypatch.setattr(time, "sleep", lambda seconds: None)
+
+    load.run()
+
+    assert load.stalled == "no run could be started for 0 s: RuntimeError: no broker"
+    assert load.errors["RuntimeError"] > 0
