@@ -44,6 +44,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--runs", type=int, default=None, help="timed runs per figure in scenarios 1, 5, 7, 8 (default 3, quick 1)"
     )
     parser.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        help="ms each cycle of scenarios 1, 5, 7, 8 (and their references) holds its slots (default 0)",
+    )
+    parser.add_argument(
         "--handoffs", type=int, default=None, help="hand-offs measured in scenario 2 (default 200, quick 50)"
     )
     parser.add_argument(

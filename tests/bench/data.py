@@ -91,10 +91,11 @@ def waiting_entries(limit: int, count: int, *, tag: str, with_runs: bool) -> Non
                 """
                 INSERT INTO studio_run (id, workflow, input, status, output, error, suspended, waiting_for,
                     wait_deadline, lease_owner, lease_until, dispatched_at, created_at, started_at, finished_at,
-                    updated_at)
+                    updated_at, bounds, concurrency_key)
                 SELECT 'run_' || %(tag)s || '_w' || g, 'bench_take_slot', '{"limit": "bench-sweep"}'::jsonb, 'running',
                     NULL, '', true, 'run_' || %(tag)s || '_w' || g || ':1', now() + interval '1 day', '', NULL,
-                    now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour', NULL, now()
+                    now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour', NULL, now(),
+                    '[]'::jsonb, ''
                 FROM generate_series(1, %(count)s) AS g
                 """,
                 {"tag": tag, "count": count},

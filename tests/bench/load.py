@@ -14,6 +14,7 @@ import os
 import random
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ class Load:
     seconds: float
     capacity: int = 4
     keys: int = 0
+    hold_ms: float = 0.0  # between holding the slot(s) and releasing them (--hold)
 
     @property
     def total(self) -> int:
@@ -57,6 +59,10 @@ def repeat(load: Load, runs: int) -> dict[str, Any]:
     if load.kind == "reference":
         reset_semaphore(len(load.limits))
     ctx = multiprocessing.get_context("spawn")
+    # Run ids, and so requests, of this load only: a request is answered once, so a process that
+    # reused another load's request names would be handed that request's old outcome (a released
+    # slot, no write, no lock) instead of acquiring.
+    tag = uuid.uuid4().hex[:6]
     barrier = ctx.Barrier(load.total + 1)
     results = ctx.Queue()
     target = _reference_child if load.kind == "reference" else _engine_child
@@ -64,6 +70,7 @@ def repeat(load: Load, runs: int) -> dict[str, Any]:
         ctx.Process(
             target=target,
             args=(
+                f"bench-{tag}-p{index}",
                 index,
                 load.limits[index % len(load.limits)],
                 index % len(load.limits) + 1,
@@ -82,7 +89,7 @@ def repeat(load: Load, runs: int) -> dict[str, Any]:
     latencies: list[float] = []
     lock_waits: list[float] = []
     errors: dict[str, int] = {}
-    queued = cycles_done = 0
+    queued = begun = cycles_done = 0
     try:
         for number in range(runs):
             barrier.wait(timeout=180)  # every child is connected and warm, and done with the last run
@@ -95,6 +102,7 @@ def repeat(load: Load, runs: int) -> dict[str, Any]:
             figures.append(cycles / load.seconds)
             cycles_done += cycles
             queued += sum(o.get("queued", 0) for o in outcomes)
+            begun += sum(o.get("begun", 0) for o in outcomes)
             for outcome in outcomes:
                 latencies += outcome["latencies"]
                 for name, count in outcome.get("errors", {}).items():
@@ -121,6 +129,7 @@ def repeat(load: Load, runs: int) -> dict[str, Any]:
         "p95": percentile(latencies, 95),
         "max_ms": max(latencies, default=float("nan")),
         "queued": queued,
+        "begun": begun,
         "cycles": cycles_done,
         "lock_waits": median(lock_waits),
         "deadlocks": _deadlocks() - deadlocks_before,
@@ -191,7 +200,9 @@ def reset_semaphore(rows: int) -> None:
             conn.execute(f"INSERT INTO {SEMAPHORE_TABLE} (id, busy) VALUES (%s, 0)", [row])
 
 
-def _reference_child(index: int, limit: str, row: int, load: Load, runs: int, barrier: Any, results: Any) -> None:
+def _reference_child(
+    run_id: str, index: int, limit: str, row: int, load: Load, runs: int, barrier: Any, results: Any
+) -> None:
     """The bare semaphore: two autocommit UPDATEs on one hot row per cycle, each a durable commit;
     a process that finds the row full retries at once."""
     import psycopg
@@ -215,6 +226,8 @@ def _reference_child(index: int, limit: str, row: int, load: Load, runs: int, ba
                         continue
                     latencies.append((time.perf_counter() - started) * 1000)
                     started = None
+                    if load.hold_ms:
+                        time.sleep(load.hold_ms / 1000)
                     cur.execute(give, [row], prepare=True)
                     cycles += 1
             results.put({"cycles": cycles, "retries": retries, "latencies": latencies})
@@ -226,7 +239,9 @@ def _reference_child(index: int, limit: str, row: int, load: Load, runs: int, ba
 # --- the engine ----------------------------------------------------------------------------------
 
 
-def _engine_child(index: int, limit: str, row: int, load: Load, runs: int, barrier: Any, results: Any) -> None:
+def _engine_child(
+    run_id: str, index: int, limit: str, row: int, load: Load, runs: int, barrier: Any, results: Any
+) -> None:
     """The engine, the way runs use it: acquire (busy slots at once, or join the queue); a queued
     request waits to be woken and calls acquire again with the same request (and key), which
     confirms the reservation; then release (each slot of a group: a busy slot of a group is
@@ -247,10 +262,9 @@ def _engine_child(index: int, limit: str, row: int, load: Load, runs: int, barri
         from django.db import OperationalError, connection
 
         from limits import services
-        from limits.engine.results import Acquisition
+        from limits.services import Acquisition
         from limits.signals import runs_woken
 
-        run_id = f"bench-p{index}"
         side = psycopg.connect(psycopg_dsn(os.environ["DATABASE_URL"]), autocommit=True)
         side.execute("SET synchronous_commit = off")
         side.execute(f"LISTEN {_channel(run_id)}")
@@ -286,7 +300,7 @@ def _engine_child(index: int, limit: str, row: int, load: Load, runs: int, barri
 
         number = 0
         for _ in range(runs):
-            cycles = queued = wakes = 0
+            cycles = queued = wakes = begun = 0
             wait_s = 0.0
             latencies: list[float] = []
             errors.clear()
@@ -294,6 +308,7 @@ def _engine_child(index: int, limit: str, row: int, load: Load, runs: int, barri
             deadline = time.monotonic() + load.seconds
             while time.monotonic() < deadline:
                 number += 1
+                begun += 1
                 request = f"{run_id}:{number}"
                 key = f"key-{draw.randrange(load.keys)}" if load.kind == "keyed" else None
                 started = time.perf_counter()
@@ -310,7 +325,11 @@ def _engine_child(index: int, limit: str, row: int, load: Load, runs: int, barri
                     wait_s += time.monotonic() - waited
                 if got.state != "busy":
                     raise RuntimeError(f"acquire ended {got.state}")
+                if load.kind == "group" and len(got.slots) != len(group):
+                    raise RuntimeError(f"a group was granted {got.slots}, not a slot of each of {group}")
                 latencies.append((time.perf_counter() - started) * 1000)
+                if load.hold_ms:
+                    time.sleep(load.hold_ms / 1000)
                 for slot_id in [slot for _, slot in got.slots] or [got.slot_id]:
                     retried(lambda slot_id=slot_id: services.release(slot_id))
                 if time.monotonic() < deadline:
@@ -318,6 +337,7 @@ def _engine_child(index: int, limit: str, row: int, load: Load, runs: int, barri
             results.put(
                 {
                     "cycles": cycles,
+                    "begun": begun,
                     "queued": queued,
                     "wakes": wakes,
                     "wait_s": wait_s,

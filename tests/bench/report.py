@@ -26,6 +26,8 @@ def table(machine: dict[str, str], rows: list[Row], args: argparse.Namespace, se
         flags.append("--quick")
     if args.processes != 8:
         flags.append(f"--processes {args.processes}")
+    if args.hold:
+        flags.append(f"--hold {args.hold:g}")
     mode = " ".join(flags) or "full"
     head = (
         f"Machine: {machine['cores']} cores, PostgreSQL {machine['postgres']} "

@@ -83,15 +83,15 @@ def hot_limits(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
     load.reset_semaphore(1)
     if 1 in args.only:
         hold, ref_ms = statements.lock_hold(HOT), statements.reference_cycle_ms()  # before any load
-    one = load.repeat(load.Load("engine", (HOT,), procs, args.seconds), args.runs)
-    ref_one = load.repeat(load.Load("reference", (HOT,), procs, args.seconds), args.runs)
+    one = load.repeat(load.Load("engine", (HOT,), procs, args.seconds, hold_ms=args.hold), args.runs)
+    ref_one = load.repeat(load.Load("reference", (HOT,), procs, args.seconds, hold_ms=args.hold), args.runs)
     ratio = one["median"] / ref_one["median"]
     if 1 in args.only:
         rows.append(
             Row(
-                f"1. Hot limit: capacity 4, {procs} processes, acquire → release (cycles/s, median of {args.runs}; "
-                "acquire → busy, wait and confirm included)",
-                f"{_spread(one)}; {_waits(one)}",
+                f"1. Hot limit: capacity 4, {procs} processes, acquire → {_hold(args)}release (cycles/s, median of "
+                f"{args.runs}; acquire → busy, wait and confirm included)",
+                f"{_spread(one)}; {_waits(one)}; {_queued(one)}",
                 f"{_spread(ref_one)}; {_waits(ref_one)} (bare semaphore, first try → taken)",
                 f"{ratio:.2f}",
                 "≥ 0.6",
@@ -108,7 +108,7 @@ def hot_limits(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
             )
         )
         figures = statements.per_operation(HOT, 4)
-        queued = sum(total for name, (total, _) in figures.items() if "nobody" not in name and "at once" not in name)
+        queued = sum(f[0] for name, f in figures.items() if "nobody" not in name and "at once" not in name)
         rows.append(
             Row(
                 "1. Statements per engine operation (round trips; BEGIN and COMMIT included)",
@@ -129,8 +129,8 @@ def hot_limits(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
         )
     elif 5 in args.only:
         log(f"scenario 5: two limits at once, {procs} processes each")
-        two = load.repeat(load.Load("engine", (HOT, HOT_2), procs, args.seconds), args.runs)
-        ref_two = load.repeat(load.Load("reference", (HOT, HOT_2), procs, args.seconds), args.runs)
+        two = load.repeat(load.Load("engine", (HOT, HOT_2), procs, args.seconds, hold_ms=args.hold), args.runs)
+        ref_two = load.repeat(load.Load("reference", (HOT, HOT_2), procs, args.seconds, hold_ms=args.hold), args.runs)
         scale, ref_scale = two["median"] / one["median"], ref_two["median"] / ref_one["median"]
         rows.append(
             Row(
@@ -159,15 +159,16 @@ def keyed_and_groups(args: argparse.Namespace, one: dict[str, Any]) -> list[Row]
        order (crossing orders must neither deadlock nor grant half a group); release both.
     """
     procs, rows = args.processes, []
-    reference = f"{_spread(one)}; {_waits(one)} (scenario 1: one plain limit, capacity 4)"
+    reference = f"{_spread(one)}; {_waits(one)}; {_queued(one)} (scenario 1: one plain limit, capacity 4)"
     if 7 in args.only:
         for name, capacity, binds in ((KEYED, KEYED_CAPACITY, "the keys bind"), (KEYED_TOTAL, 4, "the total binds")):
             log(f"scenario 7: keyed limit, capacity {capacity}, per_key 1, {KEYS:,} keys, {procs} processes")
-            keyed = load.repeat(load.Load("keyed", (name,), procs, args.seconds, keys=KEYS), args.runs)
+            keyed_load = load.Load("keyed", (name,), procs, args.seconds, keys=KEYS, hold_ms=args.hold)
+            keyed = load.repeat(keyed_load, args.runs)
             rows.append(
                 Row(
                     f"7. Keyed limit, {binds}: capacity {capacity:,}, per_key 1, {KEYS:,} keys, {procs} processes, "
-                    f"acquire(key=random) → release (cycles/s, median of {args.runs})",
+                    f"acquire(key=random) → {_hold(args)}release (cycles/s, median of {args.runs})",
                     f"{_spread(keyed)}; {_waits(keyed)}; {_queued(keyed)}; {_trouble(keyed, one)}",
                     reference,
                     f"{keyed['median'] / one['median']:.2f}",
@@ -177,19 +178,20 @@ def keyed_and_groups(args: argparse.Namespace, one: dict[str, Any]) -> list[Row]
         total_figures = statements.per_operation(KEYED_TOTAL, 4, key=lambda n: f"key-{n}")
         rows.append(
             Row(
-                "7. Statements per keyed operation (round trips; BEGIN and COMMIT included)",
-                f"keys bind (a second run on a held key): {statements.summary(figures)}. "
-                f"Total binds: {statements.summary(total_figures)}",
-                "scenario 1 (plain limit): 1 per operation",
+                "7. Statements per keyed operation (round trips, BEGIN and COMMIT included; ms of one call)",
+                f"keys bind (a second run on a held key): {statements.summary(figures, timed=True)}. "
+                f"Total binds: {statements.summary(total_figures, timed=True)}",
+                "scenario 1 (plain limit): 1 per operation; ms: one uncontended call each",
             )
         )
     if 8 in args.only:
         log(f"scenario 8: acquire_group over {GROUP_A} + {GROUP_B} (half reversed), {procs} processes")
-        both = load.repeat(load.Load("group", (GROUP_A, GROUP_B), procs, args.seconds), args.runs)
+        both = load.repeat(load.Load("group", (GROUP_A, GROUP_B), procs, args.seconds, hold_ms=args.hold), args.runs)
         rows.append(
             Row(
                 f"8. Two limits per acquisition: acquire_group([a, b]) in half the processes, [b, a] in the other "
-                f"half, capacity 4 each, {procs} processes, → release both (cycles/s, median of {args.runs})",
+                f"half, capacity 4 each, {procs} processes, → {_hold(args)}release both "
+                f"(cycles/s, median of {args.runs})",
                 f"{_spread(both)}; {_waits(both)}; {_queued(both)}; {_trouble(both, one)}",
                 reference,
                 f"{both['median'] / one['median']:.2f}",
@@ -198,12 +200,16 @@ def keyed_and_groups(args: argparse.Namespace, one: dict[str, Any]) -> list[Row]
         figures = statements.per_operation(GROUP_A, 4, group=(GROUP_A, GROUP_B))
         rows.append(
             Row(
-                "8. Statements per group operation (two limits; round trips; BEGIN and COMMIT included)",
-                statements.summary(figures),
-                "scenario 1 (plain limit): 1 per operation",
+                "8. Statements per group operation, 2 limits (round trips, BEGIN and COMMIT included; ms of one call)",
+                statements.summary(figures, timed=True),
+                "scenario 1 (plain limit): 1 per operation; ms: one uncontended call each",
             )
         )
     return rows
+
+
+def _hold(args: argparse.Namespace) -> str:
+    return f"hold {args.hold:g} ms → " if args.hold else ""
 
 
 def _waits(figures: dict[str, Any]) -> str:
@@ -211,7 +217,7 @@ def _waits(figures: dict[str, Any]) -> str:
 
 
 def _queued(figures: dict[str, Any]) -> str:
-    share = figures["queued"] / figures["cycles"] if figures["cycles"] else 0.0
+    share = figures["queued"] / figures["begun"] if figures["begun"] else 0.0
     return f"{share:.0%} of cycles queued"
 
 

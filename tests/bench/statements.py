@@ -10,21 +10,33 @@ from collections.abc import Callable
 from typing import Any
 
 # Statements that take a limit's row lock: the ORM's, and the database functions of
-# limits/migrations/0006 (which lock inside the server; outside a transaction they are their own,
+# limits/sql/engine.sql (which lock inside the server; outside a transaction they are their own,
 # so the lock ends with the statement's commit).
-LOCKING = ("FOR UPDATE", "limits_acquire(", "limits_release(", "limits_confirm(", "limits_settle(")
+LOCKING = (
+    "FOR UPDATE",
+    "limits_acquire(",
+    "limits_acquire_group(",
+    "limits_release(",
+    "limits_confirm(",
+    "limits_settle(",
+)
 
 
 def _takes_lock(sql: str) -> bool:
     return any(marker in sql for marker in LOCKING)
 
 
-def _count(operation: Callable[[], Any]) -> tuple[Any, int, int]:
+def _count(operation: Callable[[], Any]) -> tuple[Any, int, int, float]:
+    """The operation's result, its statements, how many ran under the lock, and its ms."""
+    import time
+
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as captured:
+        started = time.perf_counter()
         result = operation()
+        ms = (time.perf_counter() - started) * 1000
     sqls = [q["sql"] for q in captured.captured_queries]
     in_transaction, locked, under = False, False, 0
     for sql in sqls:
@@ -36,7 +48,7 @@ def _count(operation: Callable[[], Any]) -> tuple[Any, int, int]:
             under += 1
         if sql.startswith("COMMIT"):
             in_transaction = locked = False
-    return result, len(sqls), under
+    return result, len(sqls), under, ms
 
 
 def per_operation(
@@ -45,8 +57,8 @@ def per_operation(
     *,
     key: Callable[[int], str | None] = lambda n: None,
     group: tuple[str, ...] = (),
-) -> dict[str, tuple[int, int]]:
-    """(statements, under the lock) for: an acquire granted at once and its release; a queued
+) -> dict[str, tuple[int, int, float]]:
+    """(statements, under the lock, ms of this one call) for: an acquire granted at once and its release; a queued
     acquire, the release that hands the slot over, and the woken run's confirming acquire.
     Leaves the limit empty.
 
@@ -67,25 +79,30 @@ def per_operation(
 
     tag = uuid.uuid4().hex[:8]
     plural = "s" if group else ""
-    figures: dict[str, tuple[int, int]] = {}
-    got, total, under = _count(lambda: take("stmt-a", capacity))
-    figures["acquire, granted at once"] = (total, under)
-    _, total, under = _count(lambda: free(got))
-    figures[f"release{plural}, nobody waiting"] = (total, under)
+    figures: dict[str, tuple[int, int, float]] = {}
+
+    def measure(name: str, operation: Callable[[], Any]) -> Any:
+        result, total, under, ms = _count(operation)
+        figures[name] = (total, under, ms)
+        return result
+
+    got = measure("acquire, granted at once", lambda: take("stmt-a", capacity))
+    measure(f"release{plural}, nobody waiting", lambda: free(got))
     holders = [take(f"stmt-h{n}", n) for n in range(capacity)]
-    _, total, under = _count(lambda: take("stmt-w", -1))
-    figures["acquire, queued"] = (total, under)
-    _, total, under = _count(lambda: free(holders[0]))
-    figures[f"release{plural}, handing the slot{plural} over"] = (total, under)
-    mine, total, under = _count(lambda: take("stmt-w", -1))
-    figures["acquire again by the woken run (confirm)"] = (total, under)
+    measure("acquire, queued", lambda: take("stmt-w", -1))
+    measure(f"release{plural}, handing the slot{plural} over", lambda: free(holders[0]))
+    mine = measure("acquire again by the woken run (confirm)", lambda: take("stmt-w", -1))
     for other in [*holders[1:], mine]:
         free(other)
     return figures
 
 
-def summary(figures: dict[str, tuple[int, int]]) -> str:
-    return "; ".join(f"{name}: {total} ({under} under lock)" for name, (total, under) in figures.items())
+def summary(figures: dict[str, tuple[int, int, float]], *, timed: bool = False) -> str:
+    """Each operation's statements (and, timed, the ms of its one uncontended call)."""
+    return "; ".join(
+        f"{name}: {total} ({under} under lock{f'; {ms:.1f} ms' if timed else ''})"
+        for name, (total, under, ms) in figures.items()
+    )
 
 
 def lock_hold(limit: str, cycles: int = 200) -> dict[str, float]:
