@@ -65,6 +65,7 @@ FINISHED = ("completed", "failed", "cancelled")
 SINGLE_WORKFLOWS = ("chaos_with_limit", "chaos_acquire")
 GUARDED_WORKFLOWS = (*SINGLE_WORKFLOWS, "chaos_with_limits", "chaos_acquire_slots")
 GUARDED_LIMITS = ("guarded-work", "guarded-keyed")
+BOUNDED_WORKFLOW = "chaos_bounded"  # tests/chaos/workflows.py: guarded work under a whole-run bound
 STALL_SECONDS = 120.0  # the load gives up when no run could be started for this long
 
 
@@ -583,8 +584,12 @@ class Load:
         elif pick < 0.84:
             report = {"report_id": f"report-{n}", "seconds": round(rng.uniform(0, 0.3), 3), "timeout": "60s"}
             run = start_run("export_report", report)
-        else:  # guarded steps long enough for a connection kill to land in them
+        elif pick < 0.93:  # guarded steps long enough for a connection kill to land in them
             run = start_run(*self.guarded(n))
+        else:  # the same under a whole-run bound: queued before its first step (SPEC 11)
+            key = self.rng.choice([None, "tenant-1", "tenant-1", "tenant-2"])
+            bounded = {"label": f"bounded-{n}", "seconds": round(rng.uniform(0.5, 1.5), 3), "key": key}
+            run = start_run(BOUNDED_WORKFLOW, bounded, concurrency_key=key)
         self.started[run.workflow] += 1
         self.recent = [*self.recent[-200:], run.id]
         if rng.random() < 0.03 and self.recent:
@@ -611,7 +616,9 @@ class Load:
         from studio.models import Run
 
         waiting = list(
-            Run.objects.filter(id__in=self.recent, status="running", suspended=True).values_list("id", flat=True)[:5]
+            Run.objects.filter(id__in=self.recent, status__in=["running", "queued"], suspended=True).values_list(
+                "id", flat=True
+            )[:5]
         )
         if waiting and cancel_run(self.rng.choice(waiting)):
             self.cancels += 1

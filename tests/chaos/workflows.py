@@ -127,3 +127,15 @@ def chaos_acquire_slots(input: dict[str, Any]) -> dict[str, Any]:
     for slot in slots:
         release_slot(slot.id)
     return {"slot_id": slots[0].id, **result}
+
+
+BOUNDED_WORKFLOW = "chaos_bounded"
+BOUND = f"workflow.{BOUNDED_WORKFLOW}"  # its own bound (SPEC 11): two runs at once, one per key
+
+
+@workflow(name=BOUNDED_WORKFLOW, concurrency={"total": 2, "per_key": 1})
+def chaos_bounded(input: dict[str, Any]) -> dict[str, Any]:
+    """Guarded work under a whole-run bound: the run queues before its first step, and its step
+    must lie inside the slot the run holds of its bound (found by run, no handle names it)."""
+    done: dict[str, Any] = guarded_work([BOUND], float(input["seconds"]), [[BOUND, None]], input.get("key"))
+    return done
