@@ -8,6 +8,10 @@
   `partner-api` and `voice-calls`, so runs wait for two limits at once, holding neither (SPEC 10)
   while their account's pool is full.
 
+- whole runs under a bound (SPEC 11): every 8 s two `sync_tenant` runs for one account
+  (`per_key: 1`: the second is `queued` until the first ends), and every 12 s a `partner_export`
+  that holds a `partner-api` slot for its whole run, from the same pool the sessions take from.
+
 Every run is for one of a handful of accounts, its key (SPEC 9), two of them busy: `partner-api`
 gives each account at most 2 sessions, so the busy accounts fill their pools and wait while the
 others go on. Arrivals pause while a queue is longer than 40, so the demo never runs away, and
@@ -47,7 +51,7 @@ def main() -> None:
 
     holding: dict[str, float | None] = {}  # run id -> seconds to hold its slot (None: never release)
     releases: list[tuple[float, str]] = []  # (when, slot id)
-    next_call = next_session = next_partner_call = time.monotonic()
+    next_call = next_session = next_partner_call = next_sync = next_export = time.monotonic()
     calls = 0
     print("demo: starting example runs against voice-calls and partner-api", flush=True)
     while True:
@@ -74,6 +78,16 @@ def main() -> None:
             bridged = {"call_id": f"bridge-{calls}", "account": busy_account, "seconds": seconds, "timeout": "90s"}
             start_run("partner_call", {**bridged, "demo": True})
             next_partner_call = now + rng.uniform(4, 6)
+        if not behind and now >= next_sync:
+            tenant = rng.choice(BUSY_ACCOUNTS)
+            for _ in range(2):  # one at a time per tenant: the second waits queued
+                sync = {"tenant": tenant, "seconds": round(rng.uniform(1, 3), 1), "demo": True}
+                start_run("sync_tenant", sync, concurrency_key=tenant)
+            next_sync = now + 8
+        if not behind and now >= next_export and waiting.get("partner-api", 0) < MAX_QUEUE:
+            export = {"name": f"export-{calls}", "seconds": round(rng.uniform(1, 2), 1), "demo": True}
+            start_run("partner_export", export)
+            next_export = now + 12
         finished = Run.objects.filter(id__in=list(holding), status__in=["completed", "failed", "cancelled"])
         for run_id, output in finished.values_list("id", "output"):
             hold = holding.pop(run_id)
