@@ -1,4 +1,4 @@
-"""python -m tests.bench [--quick] [--processes 32] [--only 1,2,...] [--whole-wake] [--keep-db]
+"""python -m tests.bench [--quick] [--processes 32] [--only 1,2,...] [--workflow-runs N] [--whole-wake] [--keep-db]
 
 Runs the benchmark scenarios against PostgreSQL + Redis (DATABASE_URL, CELERY_BROKER_URL) in a
 database of its own (<name>_bench, created, migrated and dropped), and prints one markdown table
@@ -29,7 +29,9 @@ from tests.bench.common import (
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__.splitlines()[2])
     parser.add_argument(
-        "--quick", action="store_true", help="a short run (~2 min): 1 run of 3 s, 50 hand-offs, 1/10 of the rows"
+        "--quick",
+        action="store_true",
+        help="a short run (~3 min): 1 run of 3 s, 50 hand-offs, 1/10 of the rows, 200 workflow runs",
     )
     parser.add_argument(
         "--processes",
@@ -59,8 +61,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="fraction of the row counts of scenarios 3 and 4 (default 1, quick 0.1)",
     )
     parser.add_argument(
+        "--workflow-runs",
+        type=int,
+        default=None,
+        help="runs of each workflow in scenario 9, plain and bounded (default 1000, quick 200)",
+    )
+    parser.add_argument(
         "--only",
-        default="1,2,3,4,5,6,7,8",
+        default="1,2,3,4,5,6,7,8,9",
         help="comma-separated scenario numbers (default all; 7 and 8 also run scenario 1's load, their reference)",
     )
     parser.add_argument(
@@ -76,6 +84,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.runs = args.runs or (1 if args.quick else 3)
     args.handoffs = args.handoffs or (50 if args.quick else 200)
     args.scale = args.scale or (0.1 if args.quick else 1.0)
+    args.workflow_runs = args.workflow_runs or (200 if args.quick else 1000)
     args.only = {int(n) for n in args.only.split(",") if n.strip()}
     return args
 

@@ -1,4 +1,4 @@
-"""The eight scenarios, in the order they run, each returning its rows of the table."""
+"""The nine scenarios, in the order they run, each returning its rows of the table."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
-from tests.bench import data, handoff, load, statements, sweeps
+from tests.bench import data, handoff, load, runs, statements, sweeps
 from tests.bench.common import log, percentile
 from tests.bench.report import Row, verdict
 from tests.bench.workspace import (
@@ -30,16 +30,18 @@ KEYS = 1_000  # scenario 7: the keys a process draws from
 
 def run_all(args: argparse.Namespace) -> list[Row]:
     """1, 5, 7 and 8 first (an empty box; 7 and 8 beside scenario 1's figure of the same run,
-    which runs whenever one of them does); the idle sweep on small tables; 2, then the big sweep
-    as the Celery task, with one worker (stopped after the sweep: the pass dispatched one advance
-    task per woken run, which nobody must run); 4 in a web process of its own; the idle sweep
-    again on big tables."""
+    which runs whenever one of them does); 9 with two workers of its own; the idle sweep on small
+    tables; 2, then the big sweep as the Celery task, with one worker (stopped after the sweep:
+    the pass dispatched one advance task per woken run, which nobody must run); 4 in a web
+    process of its own; the idle sweep again on big tables."""
     rows: list[Row] = []
     memory: list[Row] = []
     if args.only & {1, 5, 7, 8}:
         hot_rows, one = hot_limits(args)
         rows += hot_rows
         rows += keyed_and_groups(args, one)
+    if 9 in args.only:
+        rows += run_throughput(args)
     data.many_limits(MANY_LIMITS)
     idle_small = sweeps.idle() if 3 in args.only else None
     if args.only & {2, 3, 6}:
@@ -242,6 +244,44 @@ def _spread(figures: dict[str, float]) -> str:
     if figures["min"] == figures["max"]:
         return f"{figures['median']:,.0f}"
     return f"{figures['median']:,.0f} ({figures['min']:,.0f}–{figures['max']:,.0f})"
+
+
+# --- 9: runs/s with and without a bound on the whole run ------------------------------------------
+
+
+def run_throughput(args: argparse.Namespace) -> list[Row]:
+    n = args.workflow_runs
+    log(f"scenario 9: {n} runs of a one-step workflow, plain then bounded (total 4), 2 Celery workers")
+    result = runs.run(n, workers_count=2)
+    plain, bounded, checked = result["plain"], result["bounded"], result["verify"]
+    ratio = bounded["per_s"] / plain["per_s"]
+    return [
+        Row(
+            f"9. Run throughput: {n:,} runs of a one-step workflow, 2 Celery workers (solo pool); "
+            f'bounded `concurrency={{"total": 4}}` vs plain (runs/s, first start → last finished)',
+            f"{_throughput(bounded)}; {bounded['queued_at_start']:,} created queued",
+            f"plain: {_throughput(plain)}",
+            f"{ratio:.2f}",
+            "—",
+            "—",
+        ),
+        Row(
+            "9. After both loads: every run completed; `limits.verify.verify()` over every limit",
+            f"{2 * n:,} of {2 * n:,} completed; verify {checked.summary()}",
+            f"workers' peak RSS {result['peak_rss_mb']:.0f} MiB",
+            "—",
+            "verify ok",
+            verdict(checked.ok),
+        ),
+    ]
+
+
+def _throughput(figures: dict[str, Any]) -> str:
+    return (
+        f"{figures['per_s']:,.1f} runs/s ({figures['seconds']:.1f} s, of which starting them "
+        f"{figures['enqueue_s']:.1f} s); created → finished p50 {figures['p50_ms']:,.0f} / "
+        f"p95 {figures['p95_ms']:,.0f} ms; at most {figures['max_running']} running at once"
+    )
 
 
 # --- 2: hand-off latency ------------------------------------------------------------------------------
