@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -481,22 +481,28 @@ class History:
     # --- g. groups ----------------------------------------------------------------------------
 
     def partial_groups(self, cutoff: dt.datetime) -> list[str]:
-        """Each grant of a group gave one slot of every limit of the acquisition in one instant."""
+        """Each grant of a group gave one slot of every limit of the acquisition in one instant.
+        At one instant a group may be granted, sent back (an operator's release of its
+        reservation) and granted again: then every limit of it has the same number of slots."""
         grants = {(slot["request"], slot["granted_at"]) for slot in self.slots if slot["group_size"] > 1}
         if not grants:
             return []
         sizes = {(slot["request"], slot["granted_at"]): slot["group_size"] for slot in self.slots}
-        found: dict[tuple[str, dt.datetime], int] = defaultdict(int)
-        for request, granted_at in Slot.objects.filter(request__in={r for r, _ in grants}).values_list(
-            "request", "granted_at"
+        found: dict[tuple[str, dt.datetime], Counter[int]] = defaultdict(Counter)
+        for request, granted_at, limit_id in Slot.objects.filter(request__in={r for r, _ in grants}).values_list(
+            "request", "granted_at", "limit_id"
         ):
-            found[(request, granted_at)] += 1
-        return [
-            f"{self.limit.name}: group {request} was granted {found[(request, at)]} of its "
-            f"{sizes[(request, at)]} slots at {_iso(at)}"
-            for request, at in sorted(grants)
-            if found[(request, at)] != sizes[(request, at)] and at >= cutoff
-        ]
+            found[(request, granted_at)][limit_id] += 1
+        violations = []
+        for request, at in sorted(grants):
+            per_limit = found[(request, at)]
+            whole = len(per_limit) == sizes[(request, at)] and len(set(per_limit.values())) == 1
+            if not whole and at >= cutoff:
+                violations.append(
+                    f"{self.limit.name}: group {request} was granted {sum(per_limit.values())} slots on "
+                    f"{len(per_limit)} of its {sizes[(request, at)]} limits at {_iso(at)}"
+                )
+        return violations
 
     # --- e. slots tied to their run ----------------------------------------------------------
 

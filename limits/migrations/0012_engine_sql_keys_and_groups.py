@@ -11,7 +11,7 @@ from django.db import migrations
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "3c8662df271f9dd9cd14874fe6d152b6c68dc0433fbd60e86ab24bb5be2c94bf"
+ENGINE_SQL_FINGERPRINT = "e9a03b68d9f7c8cd6bc989bb6ba5bdb386e39c7e58d810818d8f1286e00ec567"
 
 
 def install(apps, schema_editor) -> None:

@@ -231,8 +231,13 @@ BEGIN
     BEGIN
         SELECT * INTO l FROM limits_limit WHERE id = v_limit FOR UPDATE;
         SELECT state, key INTO v_state, v_key FROM limits_slot WHERE id = p_slot;
-        IF v_state = 'reserved' OR (l.waiting_count > 0 AND NOT limits_is_plain(l)) THEN
-            -- a reservation, or freed capacity that goes by the rules of keys and groups (Python)
+        IF v_state = 'reserved' OR (l.waiting_count > 0 AND NOT limits_is_plain(l))
+           OR EXISTS (
+               SELECT 1 FROM limits_slot
+               WHERE limit_id = v_limit AND state = 'reserved' AND group_size > 1
+           ) THEN
+            -- a reservation, freed capacity that goes by the rules of keys and groups, or a
+            -- group reserved from this limit (Python settles its other limits with it)
             RAISE EXCEPTION USING ERRCODE = 'LMSLW';
         END IF;
     EXCEPTION WHEN SQLSTATE 'LMSLW' THEN

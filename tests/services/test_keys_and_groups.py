@@ -316,7 +316,7 @@ def test_verify_holds_after_keys_and_groups_and_catches_a_partial_group_and_a_po
     # A group slot of b alone (a partial group), and a second live slot in t1's pool of one.
     Slot.objects.filter(request="g", limit__name="a").delete()
     found = verify().violations
-    assert any("group g was granted 1 of its 2 slots" in v for v in found), found
+    assert any("group g was granted 1 slots on 1 of its 2 limits" in v for v in found), found
     Slot.objects.filter(run_id="r1").update(key="t2")
     assert any("key" in v for v in verify().violations)
 
