@@ -277,7 +277,10 @@ def _previous_group_outcome(request: str, order: list[str] | None = None) -> Acq
         kept = _in_order([slot for slot in ever_confirmed if slot.granted_at == newest], order)
         return _busy([slot.limit.name for slot in kept], request, kept[0].key, [slot.id for slot in kept])
     if slots:
-        return Acquisition("cancelled", slots[0].limit.name, request)
+        newest = max(slot.granted_at for slot in slots)
+        ended = _in_order([slot for slot in slots if slot.granted_at == newest], order)
+        names = [slot.limit.name for slot in ended]
+        return Acquisition("cancelled", names[0], request, limits=tuple(names), key=ended[0].key)
     return None
 
 
