@@ -23,7 +23,7 @@ runs requeued together, and what a replayed request answers.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 RESERVATION = timedelta(minutes=2)  # 3.5
@@ -142,6 +142,14 @@ class Tally:
     granted: int = 0
 
 
+# An engine behaviour the model can mirror (Model.mirror), so that a run against today's engine
+# goes on looking for other disagreements; tests/model/test_found_fast_release.py reproduces it.
+FAST_RELEASE_SETTLES_ONE_LIMIT = "fast-release-settles-one-limit"
+"""PostgreSQL only: a workflow's release of a busy slot of a limit that is plain or has nobody
+waiting (limits_release in limits/sql/engine.sql) settles that limit alone, not the other limits
+of the groups reserved from it as the Python rules do (their stale waits time out later)."""
+
+
 # (action, actor, limit, slot, old value, new value, at, key)
 AuditRow = tuple[str, str, str, MSlot | None, str, str, datetime, str]
 
@@ -159,6 +167,7 @@ class Model:
     asked: dict[str, tuple[str, ...]] = field(default_factory=dict)  # request: its limits, as given
     tally: Tally = field(default_factory=Tally)
     next_arrival: int = 1
+    mirror: frozenset[str] = frozenset()  # engine behaviours to mirror (above)
 
     # --- what the engine's counters must say --------------------------------------------------
 
@@ -195,11 +204,6 @@ class Model:
     def waiting_of(self, request: str) -> list[MEntry]:
         return sorted((e for e in self.entries if e.request == request and e.state == "waiting"), key=self._order)
 
-    def owed(self, request: str, now: datetime) -> bool:
-        """10.4: the run has been passed over and has waited more than 2 minutes."""
-        entries = self.waiting_of(request)
-        return bool(entries) and entries[0].passed_over_at is not None and now - entries[0].enqueued_at > OWED_AFTER
-
     # --- the operations -----------------------------------------------------------------------
 
     def acquire(
@@ -217,7 +221,12 @@ class Model:
         for it); a new request gets a busy slot if nobody waits and one is free, else queues. With
         a key, or on a limit with key pools or groups waiting, the rules of 9 and 10 apply."""
         if key is not None or not self.plain(name):
-            return self.acquire_group([name], run_id=run_id, request=request, label=label, timeout_ms=timeout_ms, key=key, now=now)
+            # One slot's handle is its slot id (on PostgreSQL a replay holding a live slot is
+            # answered without `slots`): the slots are not part of this answer.
+            answer = self.acquire_group(
+                [name], run_id=run_id, request=request, label=label, timeout_ms=timeout_ms, key=key, now=now
+            )
+            return replace(answer, slots=None)
         previous = self._previous(request, now)
         if previous is not None:
             return previous
@@ -312,7 +321,11 @@ class Model:
             self._take_back(together, "released", now, freed_by=actor or "")
         else:
             slot.state, slot.freed_at, slot.freed_by = "released", now, actor or ""
-        self._settle_all(locked, now)
+        fast = FAST_RELEASE_SETTLES_ONE_LIMIT in self.mirror and actor is None and old == "busy"
+        if fast and (not self.waiting(limit.name) or self.plain(limit.name)):
+            self._settle_one(limit, now)
+        else:
+            self._settle_all(locked, now)
         if actor is not None:
             self.audit.append(("release", actor, limit.name, slot, old, "released", now, ""))
         return True
@@ -395,9 +408,7 @@ class Model:
                 continue
             limit.declared, limit.declared_capacity, limit.declared_max_hold_ms, limit.declared_per_key = after
             self._settle_all(self._lock([name]), now)
-            self.audit.append(
-                ("sync", "deploy", name, None, _declared_text(*before), _declared_text(*after), now, "")
-            )
+            self.audit.append(("sync", "deploy", name, None, _declared_text(*before), _declared_text(*after), now, ""))
         for name, limit in self.limits.items():
             if name not in declared and limit.declared:
                 limit.declared = False
@@ -433,7 +444,9 @@ class Model:
             # Engine choice: single runs go back to the end of the queue first, then groups.
             self._take_back([s for s in lapsed if s.group_size == 1], "lapsed", now)
             for request in dict.fromkeys(s.request for s in lapsed if s.group_size > 1):
-                self._take_back([s for s in self.slots if s.request == request and s.state == "reserved"], "lapsed", now)
+                self._take_back(
+                    [s for s in self.slots if s.request == request and s.state == "reserved"], "lapsed", now
+                )
             self._time_out(limit, now)
             self._settle_all(locked, now)
             report.limits += 1
@@ -545,7 +558,9 @@ class Model:
         self._touch(limit.name, key)
         return slot
 
-    def _confirm_together(self, slots: list[MSlot], locked: list[MLimit], now: datetime, *, settle_each: bool = False) -> bool:
+    def _confirm_together(
+        self, slots: list[MSlot], locked: list[MLimit], now: datetime, *, settle_each: bool = False
+    ) -> bool:
         """3.5, 3.6, 10.2 and docs/engine.md: the reservations of one acquisition turn busy
         together within their 2 minutes; a confirm after them is refused even before the sweep:
         they all lapse, the run goes to the end of each queue, and the freed capacity is handed
@@ -598,7 +613,17 @@ class Model:
         timeout_ms: int,
     ) -> MEntry:
         entry = MEntry(
-            limit.name, limit.next_position, run_id, request, label, now, deadline, timeout_ms, key, size, self.next_arrival
+            limit.name,
+            limit.next_position,
+            run_id,
+            request,
+            label,
+            now,
+            deadline,
+            timeout_ms,
+            key,
+            size,
+            self.next_arrival,
         )
         limit.next_position += 1
         self.next_arrival += 1
@@ -655,7 +680,10 @@ class Model:
     def _settle_keys(self, locked: list[MLimit], now: datetime) -> None:
         """9.3, 10.2-10.4: time out the waits past their deadline (engine choice: on every settled
         limit), then take the waiting runs oldest first, once each, and grant each that can be
-        granted now (`_grantable`). A run that cannot does not stop younger runs."""
+        granted now: every limit it needs has room in its total and in the run's key pool, and no
+        owed run older than it waits on any of them. A run that cannot does not stop younger
+        runs. Engine choice: a group with a limit that is not being settled waits for the next
+        settle of it."""
         for limit in locked:
             self._time_out(limit, now)
         names = {limit.name for limit in locked}
@@ -664,35 +692,38 @@ class Model:
         )
         for first in candidates:
             entries = self.waiting_of(first.request)
-            if self._grantable(entries, names, now):
+            if len(entries) == entries[0].group_size and all(self._open_to(e, names, now) for e in entries):
                 self._reserve(entries, now)
 
-    def _grantable(self, entries: list[MEntry], locked: set[str], now: datetime) -> bool:
-        """10.2: every limit the run needs has room in its total and in the run's key pool, and
-        no owed run older than it waits on any of them (10.4). Engine choice: a group with a limit
-        that is not being settled waits for the next settle of it."""
-        if len(entries) != entries[0].group_size or any(e.limit not in locked for e in entries):
-            return False
-        for entry in entries:
-            limit = self.limits[entry.limit]
-            if self.in_use(limit.name) >= limit.capacity or not self.pool_room(limit.name, entry.key):
-                return False
-            if any(
-                other.position < entry.position and self.owed(other.request, now) for other in self.waiting(limit.name)
-            ):
-                return False
-        return True
+    def _open_to(self, entry: MEntry, settled: set[str], now: datetime) -> bool:
+        """The entry's limit can give it a slot now: it is being settled, has room in its total
+        and in the entry's key pool, and no owed run older than it waits on it (10.4)."""
+        limit = self.limits[entry.limit]
+        return (
+            limit.name in settled
+            and self.in_use(limit.name) < limit.capacity
+            and self.pool_room(limit.name, entry.key)
+            and not any(
+                other.position < entry.position and self._owed(other, now) for other in self.waiting(limit.name)
+            )
+        )
+
+    def _owed(self, entry: MEntry, now: datetime) -> bool:
+        """10.4: the entry's run has been passed over (on any of its limits) and has waited more
+        than 2 minutes."""
+        passed = any(e.passed_over_at is not None for e in self.waiting_of(entry.request))
+        return passed and now - entry.enqueued_at > OWED_AFTER
 
     def _reserve(self, entries: list[MEntry], now: datetime) -> None:
         """3.5, 10.2: a slot of each limit reserved for the run, together, for 2 minutes. Each
-        older run waiting on one of these limits whose key pool there had room is passed over
-        (10.4)."""
+        older run waiting on one of these limits whose key pool there had room (before this
+        grant) is passed over (10.4): the mark is the run's, on all its entries."""
         for entry in entries:
             limit = self.limits[entry.limit]
             passed = [
-                other
-                for other in self.waiting(limit.name)
-                if other.position < entry.position and self.pool_room(limit.name, other.key)
+                e.request
+                for e in self.waiting(limit.name)
+                if e.position < entry.position and self.pool_room(limit.name, e.key)
             ]
             entry.state, entry.finished_at = "granted", now
             self.slots.append(
@@ -710,8 +741,8 @@ class Model:
                     group_size=entry.group_size,
                 )
             )
-            for other in passed:
-                for waiting in self.waiting_of(other.request):
+            for request in passed:
+                for waiting in self.waiting_of(request):
                     if waiting.passed_over_at is None:
                         waiting.passed_over_at = now
         self.woken.append(entries[0].run_id)

@@ -1,18 +1,22 @@
-"""Model-based test of the limits engine (issue 8, part 1).
+"""Model-based test of the limits engine (issue 8, part 1; keys and groups: issue 13).
 
-Hypothesis drives limits.services with random sequences of: acquire (several runs, two limits,
-with and without timeouts, and a limit that is unknown or undeclared), re-acquire with the same
-request (a woken run's replay, which confirms a reservation), confirm, release (own, repeated,
-unknown, and operators' releases of reserved slots), a run ending while it waits, is reserved
-or holds a busy slot, set/reset capacity, set/reset max hold, the clock moving (milliseconds to a
-day), the sweep, and a deploy (sync) with changed declared values or a limit left out.
+Hypothesis drives limits.services with random sequences of: acquire (several runs, three limits,
+with and without keys, with and without timeouts, and a limit that is unknown or undeclared),
+acquire_group over two or three limits in any order (with and without a key), re-acquire with the
+same request (a woken run's replay, which confirms a reservation, a group's together), confirm,
+release (own, repeated, unknown, and operators' releases of reserved slots), a run ending while it
+waits, is reserved or holds a busy slot, set/reset capacity, max hold, per_key and one key's pool
+size, the clock moving (milliseconds to a day, and to the instants where a rule flips), the sweep,
+and a deploy (sync) with changed declared values (per_key too) or a limit left out.
 
 The pure-Python model in tests/model/reference.py runs beside it. After every step the engine
-must equal the model in everything it keeps: each limit's settings and counters (equal to the
-model's row counts), every slot and queue entry with its state and timestamps (so who holds,
-who is reserved and the queue order), the audit trail, the runs woken, and the return value of
-the step (what each acquire returned, released True/False, confirm, end_run count, the sweep's
-report).
+must equal the model in everything it keeps: each limit's settings and counters, keyed and group
+counters included (equal to the model's row counts), each key pool's row, every slot and queue
+entry with its key, group, state and timestamps (so who holds, who is reserved and the queue
+order), which waiting runs were passed over and when, the audit trail, the runs woken, and the
+return value of the step (what each acquire returned, its slots in the order given, released
+True/False, confirm, end_run count, the sweep's report); and `limits verify` finds every rule
+held.
 
 Bounded in the normal suite; set STACKBONE_HYPOTHESIS_EXAMPLES for a longer run (CI does on
 PostgreSQL).
@@ -22,11 +26,13 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 from collections import Counter
 from typing import Any
 
 import pytest
 import time_machine
+from django.db import connection
 from django.test import TestCase
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -35,25 +41,44 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from limits import services
 from limits.config import define_workspace
 from limits.durations import parse_duration
-from limits.models import AuditEvent, Limit, QueueEntry, Slot
+from limits.models import AuditEvent, Limit, LimitKey, QueueEntry, Slot
 from limits.services import LimitsError
 from limits.signals import runs_woken
+from limits.verify import verify
 from tests.conftest import START
-from tests.model.reference import MAcquisition, Model, ModelError, MSlot
+from tests.model.reference import OWED_AFTER, MAcquisition, Model, ModelError, MSlot
 
-LIMITS = ("a", "b")
+LIMITS = ("a", "b", "c")
+KEYS = (None, None, "t1", "t2")
 TIMEOUTS = (None, None, 500, "30s", "2m", "1h")
 MAX_HOLDS = ("500ms", "90s", "45m", "2h", 60_000)
 CAPACITIES = (1, 1, 2, 3)
 CLOCK_STEPS_MS = (1, 500, 15_000, 60_000, 119_999, 120_000, 121_000, 45 * 60_000, 2 * 3_600_000, 24 * 3_600_000)
 OPERATOR = "user:op"
 SEEN: Counter[str] = Counter()
+# On PostgreSQL, the fast path of a release settles one limit (tests/model/test_found_fast_release.py).
+MIRRORED: frozenset[str] = frozenset()  # every disagreement found is fixed (tests/model/test_found_*.py)
+
+Declared = dict[str, tuple[int, int, int | None]]
+# `limits verify` counts a group's slots per (request, instant): a group released and granted again
+# in one instant reads as 4 slots of 2 (tests/model/test_found_verify_regrant.py). Passed over
+# here until verify tells the two grants apart; remove with that test's xfail marker.
+REGRANTED_IN_ONE_INSTANT = re.compile(r"^\S+: group \S+ was granted (\d+) of its (\d+) slots at \S+$")
+
+
+def regranted_in_one_instant(violation: str) -> bool:
+    found = REGRANTED_IN_ONE_INSTANT.match(violation)
+    return (
+        found is not None
+        and int(found.group(1)) > int(found.group(2))
+        and not int(found.group(1)) % int(found.group(2))
+    )
 
 
 def describe(outcome: Any) -> str:
     """What a step amounted to, for Hypothesis's statistics (--hypothesis-show-statistics)."""
     if isinstance(outcome, services.Acquisition):
-        return f"acquire: {outcome.state}"
+        return f"acquire{' group' if len(outcome.slots) > 1 or len(outcome.limits) > 1 else ''}: {outcome.state}"
     if isinstance(outcome, services.SweepReport):
         return "sweep: " + (
             ", ".join(k for k in ("expired", "lapsed", "timed_out", "granted") if getattr(outcome, k)) or "idle"
@@ -68,6 +93,10 @@ def quietly(call: Any, *args: Any, **kwargs: Any) -> None:
     call(*args, **kwargs)
 
 
+def per_key_for(capacity: int) -> st.SearchStrategy[int | None]:
+    return st.one_of(st.none(), st.none(), st.integers(1, capacity))
+
+
 class EngineAgainstModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -75,13 +104,15 @@ class EngineAgainstModel(RuleBasedStateMachine):
         Slot.objects.all().delete()
         QueueEntry.objects.all().delete()
         AuditEvent.objects.all().delete()
+        LimitKey.objects.all().delete()
         Limit.objects.all().delete()
         self.traveller = time_machine.travel(START, tick=False)
         self.clock = self.traveller.start()
-        self.model = Model()
+        self.model = Model(mirror=MIRRORED if connection.vendor == "postgresql" else frozenset())
         self.runs = ["r1", "r2", "r3", "r4"]
         self.next_run = 5
-        self.requests: list[tuple[str, str, str]] = []  # (request, limit, run) of every acquire
+        # Every acquire call: (request, its limits as given, run, key, whether acquire_group).
+        self.requests: list[tuple[str, tuple[str, ...], str, str | None, bool]] = []
         self.woken: list[str] = []
         runs_woken.connect(self._on_woken, weak=False, dispatch_uid="model-woken")
 
@@ -114,8 +145,10 @@ class EngineAgainstModel(RuleBasedStateMachine):
         except ModelError as error:
             return error
 
-    def compare(self) -> None:
-        """The engine's rows against the model's, slot ids matched by (request, queue position)."""
+    def compare(self, changed: list[str]) -> None:
+        """The engine's rows against the model's, slot ids matched by (request, limit, queue
+        position); then `limits verify` on the limits `changed` names (it judges a limit from its
+        rows alone, so the verdict on the others stands)."""
         model = self.model
         engine_limits = [
             (
@@ -123,71 +156,118 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 lim.declared,
                 lim.declared_capacity,
                 lim.declared_max_hold_ms,
+                lim.declared_per_key,
                 lim.capacity_override,
                 lim.max_hold_override_ms,
+                lim.per_key_override,
                 lim.busy_count,
                 lim.reserved_count,
                 lim.waiting_count,
                 lim.next_position,
+                lim.keyed_busy_count,
+                lim.keyed_reserved_count,
+                lim.keyed_waiting_count,
+                lim.group_waiting_count,
             )
             for lim in Limit.objects.order_by("name")
         ]
-        model_limits = [
-            (
-                lim.name,
-                lim.declared,
-                lim.declared_capacity,
-                lim.declared_max_hold_ms,
-                lim.capacity_override,
-                lim.max_hold_override_ms,
-                len(model.live(lim.name, "busy")),
-                len(model.live(lim.name, "reserved")),
-                len(model.waiting(lim.name)),
-                lim.next_position,
+        model_limits = []
+        for lim in sorted(model.limits.values(), key=lambda lim: lim.name):
+            busy, reserved, waiting = (
+                model.live(lim.name, "busy"),
+                model.live(lim.name, "reserved"),
+                model.waiting(lim.name),
             )
-            for lim in sorted(model.limits.values(), key=lambda lim: lim.name)
-        ]
+            model_limits.append(
+                (
+                    lim.name,
+                    lim.declared,
+                    lim.declared_capacity,
+                    lim.declared_max_hold_ms,
+                    lim.declared_per_key,
+                    lim.capacity_override,
+                    lim.max_hold_override_ms,
+                    lim.per_key_override,
+                    len(busy),
+                    len(reserved),
+                    len(waiting),
+                    lim.next_position,
+                    sum(1 for s in busy if s.key),
+                    sum(1 for s in reserved if s.key),
+                    sum(1 for e in waiting if e.key),
+                    sum(1 for e in waiting if e.group_size > 1),
+                )
+            )
         assert engine_limits == model_limits
 
-        engine_entries = sorted(
-            QueueEntry.objects.values_list(
-                "limit__name",
-                "position",
-                "run_id",
-                "request",
-                "label",
-                "state",
-                "enqueued_at",
-                "deadline",
-                "timeout_ms",
-                "finished_at",
+        engine_pools = sorted(
+            LimitKey.objects.values_list(
+                "limit__name", "key", "busy_count", "reserved_count", "waiting_count", "pool_override"
             )
         )
+        model_pools = sorted(
+            (
+                name,
+                key,
+                sum(1 for s in model.live(name, "busy") if s.key == key),
+                sum(1 for s in model.live(name, "reserved") if s.key == key),
+                sum(1 for e in model.waiting(name) if e.key == key),
+                size,
+            )
+            for (name, key), size in model.pools.items()
+        )
+        assert engine_pools == model_pools
+
+        # 10.4: passed_over_at is the run's mark, on all its entries: when it was first passed over.
+        fields = (
+            "limit__name",
+            "position",
+            "run_id",
+            "request",
+            "label",
+            "key",
+            "group_size",
+            "state",
+            "enqueued_at",
+            "deadline",
+            "timeout_ms",
+            "finished_at",
+            "passed_over_at",
+        )
+        engine_entries = sorted(QueueEntry.objects.values_list(*fields), key=repr)
         model_entries = sorted(
             (
-                e.limit,
-                e.position,
-                e.run_id,
-                e.request,
-                e.label,
-                e.state,
-                e.enqueued_at,
-                e.deadline,
-                e.timeout_ms,
-                e.finished_at,
-            )
-            for e in model.entries
+                (
+                    e.limit,
+                    e.position,
+                    e.run_id,
+                    e.request,
+                    e.label,
+                    e.key,
+                    e.group_size,
+                    e.state,
+                    e.enqueued_at,
+                    e.deadline,
+                    e.timeout_ms,
+                    e.finished_at,
+                    e.passed_over_at,
+                )
+                for e in model.entries
+            ),
+            key=repr,
         )
         assert engine_entries == model_entries
 
         rows = {
-            (row["request"], row["queue_entry__position"]): row
+            (row["request"], row["limit__name"], row["queue_entry__position"]): row
             for row in Slot.objects.values(
                 "id",
                 "limit__name",
                 "run_id",
                 "request",
                 "label",
+                "key",
+                "group_size",
                 "state",
                 "queue_entry__position",
                 "granted_at",
@@ -199,16 +279,17 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 "ends_with_run",
             )
         }
-        assert sorted(rows, key=repr) == sorted((slot.key for slot in model.slots), key=repr)
+        assert sorted(rows, key=repr) == sorted((slot.ident for slot in model.slots), key=repr)
         for slot in model.slots:
-            row = rows[slot.key]
+            row = rows[slot.ident]
             if slot.engine_id is None:
                 slot.engine_id = row["id"]
             assert row["id"] == slot.engine_id
             engine_slot = (
-                row["limit__name"],
                 row["run_id"],
                 row["label"],
+                row["key"],
+                row["group_size"],
                 row["state"],
                 row["granted_at"],
                 row["reserved_until"],
@@ -219,9 +300,10 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 row["ends_with_run"],
             )
             model_slot = (
-                slot.limit,
                 slot.run_id,
                 slot.label,
+                slot.key,
+                slot.group_size,
                 slot.state,
                 slot.granted_at,
                 slot.reserved_until,
@@ -231,19 +313,22 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 slot.freed_by,
                 slot.ends_with_run,
             )
-            assert engine_slot == model_slot, slot.key
+            assert engine_slot == model_slot, slot.ident
 
         engine_audit = list(
             AuditEvent.objects.order_by("id").values_list(
-                "action", "actor", "limit__name", "slot_id", "old_value", "new_value", "at"
+                "action", "actor", "limit__name", "slot_id", "old_value", "new_value", "at", "key"
             )
         )
         model_audit = [
-            (action, actor, limit, slot.engine_id if slot else "", old, new, at)
-            for action, actor, limit, slot, old, new, at in model.audit
+            (action, actor, limit, slot.engine_id if slot else "", old, new, at, key)
+            for action, actor, limit, slot, old, new, at, key in model.audit
         ]
         assert engine_audit == model_audit
         assert sorted(set(self.woken)) == sorted(set(model.woken))
+        if changed:
+            violations = [v for v in verify(changed).violations if not regranted_in_one_instant(v)]
+            assert not violations, violations
 
     def same_outcome(self, got: Any, expected: Any) -> None:
         """An engine return value against the model's, after compare() matched the slot ids."""
@@ -261,6 +346,9 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 expected.timeout_ms,
                 expected.deadline,
             )
+            if expected.slots is not None and expected.state == "busy":
+                # 10.1: the handles in the order given.
+                assert got.slots == tuple((slot.limit, slot.engine_id) for slot in expected.slots)
         elif isinstance(got, services.SweepReport):
             assert (got.limits, got.expired, got.lapsed, got.timed_out, got.granted) == (
                 expected.limits,
@@ -272,67 +360,144 @@ class EngineAgainstModel(RuleBasedStateMachine):
         else:
             assert got == expected
 
+    def judged(self) -> dict[str, int]:
+        """What can change the verdict of `limits verify` on each limit: its grants (slots), its
+        settings and key pools, and its audit events (capacity changes). Queue entries alone
+        cannot: verify judges grants against them."""
+        model = self.model
+        seen: dict[str, list[object]] = {
+            name: [limit.declared, limit.capacity, limit.declared_per_key, limit.per_key_override]
+            for name, limit in model.limits.items()
+        }
+        for slot in model.slots:
+            seen[slot.limit].append(slot.ident)
+        for action, _, name, _, _, _, at, _ in model.audit:
+            seen[name].append((action, at))
+        for (name, key), size in model.pools.items():
+            seen[name].append((key, size))
+        return {name: hash(repr(found)) for name, found in seen.items()}
+
     def step(self, engine_call: Any, model_call: Any) -> None:
+        before = self.judged()
         got = self.engine(engine_call)
         expected = self.modelled(model_call)
-        self.compare()
+        after = self.judged()
+        self.compare(sorted(name for name in after if before.get(name) != after[name]))
         self.same_outcome(got, expected)
         event(describe(got))
         SEEN[describe(got)] += 1
+        passed = [e for e in self.model.entries if e.state == "waiting" and e.passed_over_at is not None]
+        if passed:  # the statistics say how often 10.4 was in play
+            SEEN["model: a run passed over waits"] += 1
+            if any(self.now() - e.enqueued_at > OWED_AFTER for e in passed):
+                SEEN["model: an owed run waits"] += 1
 
     def slot_by_id(self, slot_id: str | None) -> MSlot | None:
         return next((slot for slot in self.model.slots if slot.engine_id == slot_id), None)
 
     # --- the rules -------------------------------------------------------------------------------
 
-    @initialize(cap_a=st.sampled_from(CAPACITIES), cap_b=st.sampled_from(CAPACITIES), hold=st.sampled_from(MAX_HOLDS))
-    def declare(self, cap_a: int, cap_b: int, hold: str | int) -> None:
-        declared = {"a": (cap_a, parse_duration(hold)), "b": (cap_b, parse_duration("45m"))}
+    @initialize(data=st.data(), hold=st.sampled_from(MAX_HOLDS))
+    def declare(self, data: st.DataObject, hold: str | int) -> None:
+        declared: Declared = {}
+        for name in LIMITS:
+            capacity = data.draw(st.sampled_from(CAPACITIES))
+            max_hold = parse_duration(hold if name == "a" else "45m")
+            declared[name] = (capacity, max_hold, data.draw(per_key_for(capacity)))
         self.sync_to(declared)
 
-    def sync_to(self, declared: dict[str, tuple[int, int]]) -> None:
+    def sync_to(self, declared: Declared) -> None:
         workspace = define_workspace(
-            limits={name: {"capacity": cap, "max_hold": hold} for name, (cap, hold) in declared.items()}
+            limits={
+                name: {"capacity": cap, "max_hold": hold} | ({} if per_key is None else {"per_key": per_key})
+                for name, (cap, hold, per_key) in declared.items()
+            }
         )
         self.step(lambda: quietly(services.sync_workspace, workspace), lambda: self.model.sync(declared, self.now()))
 
     @rule(
         calls=st.lists(
             st.tuples(
-                st.sampled_from((*LIMITS, *LIMITS, *LIMITS, *LIMITS, "nope")),
+                st.sampled_from((*LIMITS, *LIMITS, *LIMITS, "nope")),
                 st.integers(0, 3),
                 st.sampled_from(TIMEOUTS),
                 st.booleans(),
+                st.sampled_from(KEYS),
             ),
             min_size=1,
             max_size=3,
         )
     )
-    def acquire(self, calls: list[tuple[str, int, str | int | None, bool]]) -> None:
-        """New acquire calls, one to three in a row, by runs of the pool (a limit may be unknown,
-        or undeclared after a deploy)."""
-        for limit, run, timeout, labelled in calls:
+    def acquire(self, calls: list[tuple[str, int, str | int | None, bool, str | None]]) -> None:
+        """New acquire calls, one to three in a row, by runs of the pool, with or without a key
+        (a limit may be unknown, or undeclared after a deploy)."""
+        for limit, run, timeout, labelled, key in calls:
             run_id = self.runs[run]
             request = f"{run_id}:{len(self.requests)}"
             label = f"order-{len(self.requests)}" if labelled else None
-            self.requests.append((request, limit, run_id))
+            self.requests.append((request, (limit,), run_id, key, False))
             timeout_ms = None if timeout is None else parse_duration(timeout)
             self.step(
-                lambda limit=limit, run_id=run_id, request=request, label=label, timeout=timeout: services.acquire(
-                    limit, run_id=run_id, request=request, label=label, timeout=timeout
+                lambda limit=limit, run_id=run_id, request=request, label=label, timeout=timeout, key=key: (
+                    services.acquire(limit, run_id=run_id, request=request, label=label, timeout=timeout, key=key)
                 ),
-                lambda limit=limit, run_id=run_id, request=request, label=label, timeout_ms=timeout_ms: (
+                lambda limit=limit, run_id=run_id, request=request, label=label, timeout_ms=timeout_ms, key=key: (
                     self.model.acquire(
-                        limit, run_id=run_id, request=request, label=label or "", timeout_ms=timeout_ms, now=self.now()
+                        limit,
+                        run_id=run_id,
+                        request=request,
+                        label=label or "",
+                        timeout_ms=timeout_ms,
+                        now=self.now(),
+                        key=key,
                     )
                 ),
             )
 
-    def replay_request(self, request: str, limit: str, run_id: str) -> None:
+    @rule(
+        limits=st.lists(st.sampled_from((*LIMITS, *LIMITS, "nope")), min_size=2, max_size=3, unique=True),
+        run=st.integers(0, 3),
+        timeout=st.sampled_from(TIMEOUTS),
+        labelled=st.booleans(),
+        key=st.sampled_from(KEYS),
+    )
+    def acquire_group(
+        self, limits: list[str], run: int, timeout: str | int | None, labelled: bool, key: str | None
+    ) -> None:
+        """A run takes one slot of each of two or three limits, in any order, all or nothing."""
+        run_id = self.runs[run]
+        request = f"{run_id}:{len(self.requests)}"
+        label = f"order-{len(self.requests)}" if labelled else None
+        self.requests.append((request, tuple(limits), run_id, key, True))
+        timeout_ms = None if timeout is None else parse_duration(timeout)
         self.step(
-            lambda: services.acquire(limit, run_id=run_id, request=request),
+            lambda: services.acquire_group(
+                limits, run_id=run_id, request=request, label=label, timeout=timeout, key=key
+            ),
+            lambda: self.model.acquire_group(
+                limits,
+                run_id=run_id,
+                request=request,
+                label=label or "",
+                timeout_ms=timeout_ms,
+                now=self.now(),
+                key=key,
+            ),
+        )
+
+    def replay_request(self, request: str, limits: tuple[str, ...], run_id: str, key: str | None, group: bool) -> None:
+        if group:
+            self.step(
+                lambda: services.acquire_group(list(limits), run_id=run_id, request=request, key=key),
+                lambda: self.model.acquire_group(
+                    list(limits), run_id=run_id, request=request, label="", timeout_ms=None, now=self.now(), key=key
+                ),
+            )
+            return
+        self.step(
+            lambda: services.acquire(limits[0], run_id=run_id, request=request, key=key),
             lambda: self.model.acquire(
-                limit, run_id=run_id, request=request, label="", timeout_ms=None, now=self.now()
+                limits[0], run_id=run_id, request=request, label="", timeout_ms=None, now=self.now(), key=key
             ),
         )
 
@@ -345,10 +510,10 @@ class EngineAgainstModel(RuleBasedStateMachine):
     @precondition(lambda self: any(slot.state == "reserved" for slot in self.model.slots))
     @rule(data=st.data())
     def woken_run_resumes(self, data: st.DataObject) -> None:
-        """A run woken with a reservation resumes and re-calls acquire, which confirms it (or, if
-        the 2 minutes passed, sends it to the end of the queue)."""
+        """A run woken with a reservation resumes and re-calls acquire, which confirms it (with
+        the rest of its group; or, if the 2 minutes passed, sends it to the end of each queue)."""
         slot = data.draw(st.sampled_from([slot for slot in self.model.slots if slot.state == "reserved"]))
-        self.replay_request(slot.request, slot.limit, slot.run_id)
+        self.replay_request(*next(call for call in self.requests if call[0] == slot.request))
 
     def known_slot_ids(self) -> list[str]:
         return [slot.engine_id for slot in self.model.slots if slot.engine_id] + ["slot_unknown", ""]
@@ -379,7 +544,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
     @rule(data=st.data(), operator=st.booleans())
     def release_live(self, data: st.DataObject, operator: bool) -> None:
         """A workflow or an operator releases a busy or reserved slot (an operator's release of a
-        reservation sends its run back to the end of the queue)."""
+        reservation sends its run back to the end of the queue; a group's, the whole group)."""
         self.release_slot(data.draw(st.sampled_from(self.live_slot_ids())), operator)
 
     @rule(data=st.data(), release=st.booleans(), operator=st.booleans())
@@ -422,42 +587,62 @@ class EngineAgainstModel(RuleBasedStateMachine):
 
     @rule(
         change=st.one_of(
-            st.tuples(st.just("capacity"), st.sampled_from(LIMITS), st.sampled_from((*CAPACITIES, 4, None))),
-            st.tuples(st.just("max_hold"), st.sampled_from(LIMITS), st.sampled_from((*MAX_HOLDS, None))),
+            st.tuples(st.just("capacity"), st.sampled_from(LIMITS), st.sampled_from((*CAPACITIES, 4, None)), st.none()),
+            st.tuples(st.just("max_hold"), st.sampled_from(LIMITS), st.sampled_from((*MAX_HOLDS, None)), st.none()),
             st.tuples(
-                st.just("deploy"),
-                st.tuples(st.sampled_from(CAPACITIES), st.sampled_from(MAX_HOLDS)),
-                st.one_of(st.none(), st.sampled_from(CAPACITIES)),
+                st.just("per_key"),
+                st.sampled_from((*LIMITS, *LIMITS, "nope")),
+                st.sampled_from((None, None, 1, 1, 2, 3)),
+                st.sampled_from((None, None, "t1", "t2")),
             ),
         )
     )
-    def operate(self, change: tuple[str, Any, Any]) -> None:
-        """An operator sets or resets (None) a capacity or a max hold, or a deploy syncs new
-        declared values (with b left out of the config, b becomes undeclared until it returns)."""
-        kind, first, second = change
+    def operate(self, change: tuple[str, str, Any, str | None]) -> None:
+        """An operator sets or resets (None) a capacity, a max hold, a limit's per_key or one key's
+        pool size (9.4; a pool size above the capacity is refused)."""
+        kind, name, value, key = change
         if kind == "capacity":
             self.step(
-                lambda: quietly(services.set_capacity, first, second, actor=OPERATOR),
-                lambda: self.model.set_capacity(first, second, actor=OPERATOR, now=self.now()),
+                lambda: quietly(services.set_capacity, name, value, actor=OPERATOR),
+                lambda: self.model.set_capacity(name, value, actor=OPERATOR, now=self.now()),
             )
         elif kind == "max_hold":
-            value_ms = None if second is None else parse_duration(second)
+            value_ms = None if value is None else parse_duration(value)
             self.step(
-                lambda: quietly(services.set_max_hold, first, second, actor=OPERATOR),
-                lambda: self.model.set_max_hold(first, value_ms, actor=OPERATOR, now=self.now()),
+                lambda: quietly(services.set_max_hold, name, value, actor=OPERATOR),
+                lambda: self.model.set_max_hold(name, value_ms, actor=OPERATOR, now=self.now()),
             )
         else:
-            declared = {"a": (first[0], parse_duration(first[1]))}
-            if second is not None:
-                declared["b"] = (second, self.model.limits["b"].declared_max_hold_ms)
-            self.sync_to(declared)
+            self.step(
+                lambda: quietly(services.set_per_key, name, value, key=key, actor=OPERATOR),
+                lambda: self.model.set_per_key(name, value, key=key, actor=OPERATOR, now=self.now()),
+            )
+
+    @rule(data=st.data(), hold=st.sampled_from(MAX_HOLDS), keep_b=st.booleans())
+    def deploy(self, data: st.DataObject, hold: str | int, keep_b: bool) -> None:
+        """A deploy syncs new declared values (capacity, max hold, per_key); with b left out of
+        the config, b becomes undeclared until it returns."""
+        declared: Declared = {}
+        for name in LIMITS:
+            if name == "b" and not keep_b:
+                continue
+            capacity = data.draw(st.sampled_from(CAPACITIES))
+            max_hold = parse_duration(hold) if name == "a" else self.model.limits[name].declared_max_hold_ms
+            declared[name] = (capacity, max_hold, data.draw(per_key_for(capacity)))
+        self.sync_to(declared)
 
     def edges(self) -> list[dt.datetime]:
-        """Instants where a rule flips: reservations' 2 minutes, busy slots' expiry, deadlines."""
+        """Instants where a rule flips: reservations' 2 minutes, busy slots' expiry, deadlines,
+        and passed-over runs becoming owed."""
         now, model = self.now(), self.model
         instants = [slot.reserved_until for slot in model.slots if slot.state == "reserved" and slot.reserved_until]
         instants += [slot.expires_at for slot in model.slots if slot.state == "busy"]
         instants += [entry.deadline for entry in model.entries if entry.state == "waiting"]
+        instants += [
+            entry.enqueued_at + OWED_AFTER
+            for entry in model.entries
+            if entry.state == "waiting" and entry.passed_over_at is not None
+        ]
         return sorted(instant for instant in instants if instant >= now - dt.timedelta(milliseconds=1))
 
     @precondition(lambda self: self.edges())
@@ -493,8 +678,10 @@ def test_the_engine_behaves_as_the_model() -> None:
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
             database=None,
+            report_multiple_bugs=False,
         ),
     )
     # The run must have exercised the engine, not only refusals (pytest -s shows the tally).
     print("engine steps:", dict(sorted(SEEN.items())))
     assert SEEN["acquire: busy"] and SEEN["acquire: waiting"] and SEEN["returned True"], SEEN
+    assert SEEN["acquire group: busy"] and SEEN["acquire group: waiting"], SEEN
