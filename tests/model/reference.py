@@ -142,14 +142,6 @@ class Tally:
     granted: int = 0
 
 
-# An engine behaviour the model can mirror (Model.mirror), so that a run against today's engine
-# goes on looking for other disagreements; tests/model/test_found_fast_release.py reproduces it.
-FAST_RELEASE_SETTLES_ONE_LIMIT = "fast-release-settles-one-limit"
-"""PostgreSQL only: a workflow's release of a busy slot of a limit that is plain or has nobody
-waiting (limits_release in limits/sql/engine.sql) settles that limit alone, not the other limits
-of the groups reserved from it as the Python rules do (their stale waits time out later)."""
-
-
 # (action, actor, limit, slot, old value, new value, at, key)
 AuditRow = tuple[str, str, str, MSlot | None, str, str, datetime, str]
 
@@ -167,7 +159,6 @@ class Model:
     asked: dict[str, tuple[str, ...]] = field(default_factory=dict)  # request: its limits, as given
     tally: Tally = field(default_factory=Tally)
     next_arrival: int = 1
-    mirror: frozenset[str] = frozenset()  # engine behaviours to mirror (above)
 
     # --- what the engine's counters must say --------------------------------------------------
 
@@ -265,6 +256,8 @@ class Model:
         nobody waits on any of them and each has room in its total and the key's pool; otherwise
         the run joins every queue and may be granted (then confirms at once) or waits holding
         none of its slots."""
+        if key is not None:
+            _check_key(key)
         previous = self._previous_group(request, now)
         if previous is not None:
             return previous
@@ -321,11 +314,7 @@ class Model:
             self._take_back(together, "released", now, freed_by=actor or "")
         else:
             slot.state, slot.freed_at, slot.freed_by = "released", now, actor or ""
-        fast = FAST_RELEASE_SETTLES_ONE_LIMIT in self.mirror and actor is None and old == "busy"
-        if fast and (not self.waiting(limit.name) or self.plain(limit.name)):
-            self._settle_one(limit, now)
-        else:
-            self._settle_all(locked, now)
+        self._settle_all(locked, now)
         if actor is not None:
             self.audit.append(("release", actor, limit.name, slot, old, "released", now, ""))
         return True
@@ -377,6 +366,8 @@ class Model:
     def set_per_key(self, name: str, value: int | None, *, key: str | None, actor: str, now: datetime) -> None:
         """9.4: per_key for the whole limit, or one key's pool size, from 1 to the capacity; None
         resets it. Audited; raising grants at once, lowering takes nothing back."""
+        if key is not None:
+            _check_key(key)
         limit = self.limits.get(name)
         if limit is None:
             raise ModelError("limit")
@@ -635,13 +626,20 @@ class Model:
         if key:
             self.pools.setdefault((limit, key), None)
 
-    def _time_out(self, limit: MLimit, now: datetime) -> None:
-        """3.3: waits past their deadline leave the queue; their runs are woken."""
+    def _time_out(self, limit: MLimit, now: datetime, settled: set[str] | None = None) -> None:
+        """3.3: waits past their deadline leave the queue; their runs are woken. A group's entries
+        share their deadline and leave every queue together. Engine choice: only in a settle of
+        all of the group's limits (`settled`); until then they wait, never granted."""
         late = [e for e in self.waiting(limit.name) if e.deadline <= now]
-        for entry in late:
+        leaving = [e for e in late if e.group_size == 1]
+        for request in dict.fromkeys(e.request for e in late if e.group_size > 1):
+            together = self.waiting_of(request)
+            if settled is not None and all(e.limit in settled for e in together):
+                leaving += together
+        for entry in leaving:
             entry.state, entry.finished_at = "timed_out", now
             self.woken.append(entry.run_id)
-        self.tally.timed_out += len(late)
+        self.tally.timed_out += len(leaving)
 
     def _settle_all(self, locked: list[MLimit], now: datetime) -> None:
         """Hand the free capacity of the settled limits to their queues: one limit at a time by
@@ -684,9 +682,9 @@ class Model:
         owed run older than it waits on any of them. A run that cannot does not stop younger
         runs. Engine choice: a group with a limit that is not being settled waits for the next
         settle of it."""
-        for limit in locked:
-            self._time_out(limit, now)
         names = {limit.name for limit in locked}
+        for limit in locked:
+            self._time_out(limit, now, names)
         candidates = sorted(
             {e.request: e for e in self.entries if e.state == "waiting" and e.limit in names}.values(), key=self._order
         )
@@ -763,6 +761,12 @@ class Model:
     def _expiry(limit: MLimit, now: datetime) -> datetime:
         """4.3: grant time + the max hold in force at grant; never changes."""
         return now + timedelta(milliseconds=limit.max_hold_ms)
+
+
+def _check_key(key: str) -> None:
+    """9.2: a key is a string of 1 to 128 characters without control characters."""
+    if not 1 <= len(key) <= 128 or any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in key):
+        raise ModelError("key")
 
 
 def _size_text(size: int | None) -> str:

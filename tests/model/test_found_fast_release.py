@@ -1,29 +1,21 @@
-"""A disagreement between the two databases that the model test found: docs/engine.md, "the
-service tests and the Hypothesis model test run on both databases, so both paths are held to the
-same rules".
-
-A workflow's release of a busy slot of a limit where nobody waits (or a plain limit) is, on
-PostgreSQL, the fast path limits_release (limits/sql/engine.sql): it settles that limit alone.
-The Python rules (SQLite, and PostgreSQL whenever the fast path declines) settle it with the other
-limits of the groups reserved from it (limits.engine.keys.lock), so the waits past their deadline
-on those limits time out at once on SQLite and only at the next sweep on PostgreSQL.
-
-xfail(strict=True) on PostgreSQL while the paths differ; the model test mirrors the fast path there
-(FAST_RELEASE_SETTLES_ONE_LIMIT in tests/model/reference.py) until it is fixed.
+"""docs/engine.md: "the service tests and the Hypothesis model test run on both databases, so both
+paths are held to the same rules". Found by the model test (tests/model/test_engine_model.py),
+kept as a regression test: a workflow's release of a busy slot of a plain limit (or one where
+nobody waits) was, on PostgreSQL, the fast path limits_release (limits/sql/engine.sql), which
+settled that limit alone; the Python rules settle it with the other limits of the groups reserved
+from it (limits.engine.keys.lock), so a stale wait on those limits timed out at once on SQLite and
+only at the next sweep on PostgreSQL.
 """
 
 from __future__ import annotations
 
 import pytest
-from django.conf import settings
 
 from limits.models import QueueEntry
 from limits.services import acquire, acquire_group, release
 from tests.factories import declare
 
 pytestmark = pytest.mark.django_db
-
-ON_POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 
 
 def test_a_release_settles_the_limits_of_the_groups_reserved_from_it_on_both_databases(clock) -> None:

@@ -58,8 +58,8 @@ def test_a_run_that_waited_for_several_limits_gets_each_handle_under_its_own_lim
 @pytest.mark.django_db
 def test_the_replay_of_a_group_whose_run_ended_while_reserved_names_its_limits_in_the_order_given(clock) -> None:
     """Like every other answer to a group's replay (waiting, timed out, busy): `limit` is the first
-    limit given and `limits` all of them, in the order given. (The engine answers the id order's
-    first limit and no `limits`: the last branch of _previous_group_outcome.)"""
+    limit given and `limits` all of them, in the order given. (Found: the id order's first limit,
+    and no `limits`.)"""
     declare(a=ONE, b=ONE)
     blocker = services.acquire("a", run_id="blocker").slot_id
     services.acquire_group(["b", "a"], run_id="g", request="g")

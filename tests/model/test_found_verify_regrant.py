@@ -1,16 +1,13 @@
-"""A history the engine writes by the rules, which `limits verify` reports as broken: found by the
-model test (tests/model/test_engine_model.py).
+"""A history the engine writes by the rules, which `limits verify` reported as broken. Found by the
+model test (tests/model/test_engine_model.py), kept as a regression test.
 
 A group whose reservation is released by an operator goes back to the end of its queues (10.2)
 and, when nobody else can take its slots, is reserved them again in the same transaction. When
 that release shares an instant with the first grant (transactions can share a timestamp: the
 engine's clock never goes back, so it repeats one when the system clock does; verify promises
-the engine "the benefit of the doubt" then), verify's check g counts the group's slots by
-(request, granted_at) and finds 4 slots for a group of 2: "a: group g was granted 4 of its 2
-slots at ..." (limits.verify.History.partial_groups).
-
-xfail(strict=True) while verify reports it; the model test passes over that message
-(test_engine_model.REGRANTED_IN_ONE_INSTANT) until then: remove both together.
+the engine "the benefit of the doubt" then), verify's check g counted the group's slots by
+(request, granted_at) and found 4 slots for a group of 2: "a: group g was granted 4 of its 2
+slots at ...".
 """
 
 from __future__ import annotations
