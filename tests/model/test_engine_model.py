@@ -18,8 +18,8 @@ return value of the step (what each acquire returned, its slots in the order giv
 True/False, confirm, end_run count, the sweep's report); and `limits verify` finds every rule
 held.
 
-Bounded in the normal suite; set STACKBONE_HYPOTHESIS_EXAMPLES for a longer run (CI does on
-PostgreSQL).
+Bounded in the normal suite; set STACKBONE_MODEL_EXAMPLES (or STACKBONE_HYPOTHESIS_EXAMPLES) for a
+longer run (CI does on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -669,7 +669,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
 
 
 def examples() -> int:
-    return int(os.environ.get("STACKBONE_HYPOTHESIS_EXAMPLES", "40"))
+    return int(os.environ.get("STACKBONE_MODEL_EXAMPLES") or os.environ.get("STACKBONE_HYPOTHESIS_EXAMPLES", "40"))
 
 
 @pytest.mark.django_db
