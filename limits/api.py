@@ -15,7 +15,8 @@ the actor `api:<username>`.
     GET  /api/limits/<name>/slots/?page=1&size=100  {"limit", "key", "slots", "page", "size", "total", "has_next",
          "now"}
     GET  /api/limits/<name>/queue/?page=1&size=100  {"limit", "key", "queue", "page", ...}; positions count from 1
-         (both take &key=K: only that key's rows; queue positions then count within the key's queue)
+         (both take &key=K: only that key's rows; queue positions then count within the key's queue);
+         each row's eta_seconds is its estimated wait (limits.eta), null when unknown
     GET  /api/limits/<name>/keys/?page=1&size=100   {"limit", "per_key", "key", "search", "keys", "no_key",
          "page", ...}; busiest first; &key=K: only that key; &search=S: keys containing S (any case)
     GET  /api/limits/slots/<slot_id>/               slot, with its "limit"
@@ -262,7 +263,11 @@ def limit_queue(request: ApiRequest, name: str) -> JsonResponse:
         if offset < total:
             rows = selectors.queue_page(limit, number=page, size=size).items
     groups = serializers.entry_groups(rows)
-    queue = [serializers.queue_entry_summary(entry, offset + index + 1, groups) for index, entry in enumerate(rows)]
+    etas = selectors.queue_etas(limit, rows, first_place=None if key is not None else offset + 1)
+    queue = [
+        serializers.queue_entry_summary(entry, offset + index + 1, groups, eta_seconds=eta)
+        for index, (entry, eta) in enumerate(zip(rows, etas, strict=True))
+    ]
     return _page_answer(limit, "queue", queue, page, size, total, {"key": key})
 
 

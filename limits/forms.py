@@ -1,5 +1,10 @@
 """Studio forms. They only turn what the browser sent into Python values; the rules (1..100000,
-at most 30 days) are checked by limits.services, whose LimitsError lands next to the field."""
+at most 30 days) are checked by limits.services, whose LimitsError lands next to the field. So a
+bad capacity reads as it does in the CLI and the API ("capacity must be a whole number from 1 to
+100000, not -1"): one function holds each message (limits.config.check_capacity,
+check_per_key; limits.durations.parse_duration). No field has a `maxlength`: a browser would cut
+a 26-digit number silently; a value longer than VALUE_MAX_LENGTH is refused with the same
+message, shown shortened."""
 
 from __future__ import annotations
 
@@ -10,57 +15,64 @@ from django import forms
 from limits.config import CAPACITY_HELP, KEY_MAX_LENGTH
 from limits.durations import DURATION_HELP
 
-_WHOLE_NUMBER = re.compile(r"[0-9]{1,12}")
+# Signed, so '-1' reaches the range check ("..., not -1") as it does from the CLI. At most 30
+# digits: int() of thousands of digits is slow (and refused past 4300); the check refuses the
+# text as it is anyway.
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]{1,30}")
+VALUE_MAX_LENGTH = 64  # longer text is shown cut, with its length, in the message
 
 CAPACITY_REQUIRED = f"Enter a capacity: {CAPACITY_HELP}."
-CAPACITY_NOT_A_NUMBER = "{value!r} is not a whole number; capacity must be " + CAPACITY_HELP + "."
 MAX_HOLD_REQUIRED = f"Enter a max hold: {DURATION_HELP}."
 POOL_HELP = "a whole number from 1 to the limit's capacity"
 PER_KEY_REQUIRED = f"Enter a pool size per key: {POOL_HELP}."
-PER_KEY_NOT_A_NUMBER = "{value!r} is not a whole number; a pool size per key must be " + POOL_HELP + "."
 POOL_REQUIRED = f"Enter a pool size for this key: {POOL_HELP}."
-POOL_NOT_A_NUMBER = "{value!r} is not a whole number; a key's pool size must be " + POOL_HELP + "."
+
+
+def number_or_text(raw: str) -> int | str:
+    """What a number field sent, as the CLI reads its argument: a whole number (signed) as an
+    int, anything else as it is (shortened past VALUE_MAX_LENGTH), for the service to refuse
+    with the message of the CLI and the API."""
+    if _WHOLE_NUMBER.fullmatch(raw):
+        return int(raw)
+    return shortened(raw)
+
+
+def shortened(raw: str) -> str:
+    if len(raw) <= VALUE_MAX_LENGTH:
+        return raw
+    return f"{raw[:VALUE_MAX_LENGTH]}… ({len(raw)} characters)"
 
 
 class CapacityForm(forms.Form):
     capacity = forms.CharField(
-        max_length=20,
         error_messages={"required": CAPACITY_REQUIRED},
         widget=forms.TextInput(attrs={"inputmode": "numeric", "autocomplete": "off"}),
     )
 
-    def clean_capacity(self) -> int:
-        raw: str = self.cleaned_data["capacity"]
-        if _WHOLE_NUMBER.fullmatch(raw) is None:
-            raise forms.ValidationError(CAPACITY_NOT_A_NUMBER.format(value=raw))
-        return int(raw)
+    def clean_capacity(self) -> int | str:
+        return number_or_text(self.cleaned_data["capacity"])
 
 
 class MaxHoldForm(forms.Form):
     max_hold = forms.CharField(
-        max_length=32,
         error_messages={"required": MAX_HOLD_REQUIRED},
         widget=forms.TextInput(attrs={"autocomplete": "off", "placeholder": "e.g. 45m"}),
     )
 
-    def clean_max_hold(self) -> int | str:
-        raw: str = self.cleaned_data["max_hold"]
-        # A bare number is milliseconds, as in the config; the service checks the range.
-        return int(raw) if _WHOLE_NUMBER.fullmatch(raw) else raw
+    def clean_max_hold(self) -> str:
+        # Always text: a bare number ('45') is refused by the service with a message naming the
+        # units, never taken as milliseconds.
+        return shortened(self.cleaned_data["max_hold"])
 
 
 class PerKeyForm(forms.Form):
     per_key = forms.CharField(
-        max_length=20,
         error_messages={"required": PER_KEY_REQUIRED},
         widget=forms.TextInput(attrs={"inputmode": "numeric", "autocomplete": "off"}),
     )
 
-    def clean_per_key(self) -> int:
-        raw: str = self.cleaned_data["per_key"]
-        if _WHOLE_NUMBER.fullmatch(raw) is None:
-            raise forms.ValidationError(PER_KEY_NOT_A_NUMBER.format(value=raw))
-        return int(raw)
+    def clean_per_key(self) -> int | str:
+        return number_or_text(self.cleaned_data["per_key"])
 
 
 class KeyForm(forms.Form):
@@ -71,16 +83,12 @@ class KeyForm(forms.Form):
 
 class KeyPoolForm(KeyForm):
     pool = forms.CharField(
-        max_length=20,
         error_messages={"required": POOL_REQUIRED},
         widget=forms.TextInput(attrs={"inputmode": "numeric", "autocomplete": "off", "size": "4"}),
     )
 
-    def clean_pool(self) -> int:
-        raw: str = self.cleaned_data["pool"]
-        if _WHOLE_NUMBER.fullmatch(raw) is None:
-            raise forms.ValidationError(POOL_NOT_A_NUMBER.format(value=raw))
-        return int(raw)
+    def clean_pool(self) -> int | str:
+        return number_or_text(self.cleaned_data["pool"])
 
 
 class ResetForm(forms.Form):

@@ -392,6 +392,102 @@ class SweepState(models.Model):
 
     last_run_at = models.DateTimeField()
     last_report = models.JSONField(default=dict)
+    last_duration_ms = models.FloatField(null=True, blank=True, help_text="How long the last pass took.")
+    sampled_minute = models.DateTimeField(
+        null=True, blank=True, help_text="The latest minute whose counters were sampled (limits.insights)."
+    )
+    rolled_until = models.DateTimeField(
+        null=True, blank=True, help_text="Every minute before this one is rolled up (limits.insights)."
+    )
 
     def __str__(self) -> str:
         return f"sweep at {self.last_run_at:%Y-%m-%d %H:%M:%S}"
+
+
+# --- insights: the per-minute rollup the sweep writes (limits.insights) -------------------------
+
+# Upper bounds (seconds) of the time-to-grant buckets: each rollup row counts the grants whose
+# wait was <= each bound and > the one before; the rest (> the last bound) is `grants` minus
+# their sum. 0 holds the grants made at once (no wait). limits.insights explains the choice.
+WAIT_BUCKETS_S = (0, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
+
+
+def _bucket_fields() -> dict[str, models.PositiveIntegerField[int, int]]:
+    return {f"wait_le_{bound}": models.PositiveIntegerField(default=0, db_default=0) for bound in WAIT_BUCKETS_S}
+
+
+class LimitMinute(models.Model):
+    """One limit's minute (UTC, its start in `minute`): the counters sampled once at the minute's
+    first sweep (null: no sweep ran in it), and what happened in it, counted from the history
+    rows once the minute is over (limits.insights.roll_up). Kept 7 days (INSIGHTS_RETENTION)."""
+
+    pk = models.CompositePrimaryKey("limit_id", "minute")
+    limit = models.ForeignKey(Limit, on_delete=models.CASCADE, related_name="minutes", db_index=False)
+    minute = models.DateTimeField()
+    busy = models.PositiveIntegerField(null=True)
+    reserved = models.PositiveIntegerField(null=True)
+    waiting = models.PositiveIntegerField(null=True)
+    capacity = models.PositiveIntegerField(null=True)
+    grants = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="Slots handed out (at once or from the queue)."
+    )
+    queue_grants = models.PositiveIntegerField(default=0, db_default=0, help_text="Of those, granted from the queue.")
+    released_by_workflow = models.PositiveIntegerField(default=0, db_default=0)
+    released_by_operator = models.PositiveIntegerField(default=0, db_default=0)
+    released_by_max_hold = models.PositiveIntegerField(default=0, db_default=0)
+    released_by_run_end = models.PositiveIntegerField(default=0, db_default=0)
+    lapses = models.PositiveIntegerField(default=0, db_default=0)
+    timeouts = models.PositiveIntegerField(default=0, db_default=0)
+    wait_ms_sum = models.BigIntegerField(default=0, db_default=0, help_text="Sum of the waits of `grants`, in ms.")
+    locals().update(_bucket_fields())
+
+    class Meta:
+        indexes = [models.Index(fields=["minute"], name="limitminute_age")]
+
+    def __str__(self) -> str:
+        return f"{self.limit_id}@{self.minute:%Y-%m-%d %H:%M}"
+
+
+class LimitTotals(models.Model):
+    """Each limit's running totals since insights began counting (Prometheus counters): the sum
+    of every rolled-up minute, added once per minute in the transaction that marks the minute
+    rolled up, so they never go back, even when old minutes are purged."""
+
+    limit = models.OneToOneField(Limit, on_delete=models.CASCADE, primary_key=True, related_name="totals")
+    grants = models.BigIntegerField(default=0, db_default=0)
+    queue_grants = models.BigIntegerField(default=0, db_default=0)
+    released_by_workflow = models.BigIntegerField(default=0, db_default=0)
+    released_by_operator = models.BigIntegerField(default=0, db_default=0)
+    released_by_max_hold = models.BigIntegerField(default=0, db_default=0)
+    released_by_run_end = models.BigIntegerField(default=0, db_default=0)
+    lapses = models.BigIntegerField(default=0, db_default=0)
+    timeouts = models.BigIntegerField(default=0, db_default=0)
+    wait_ms_sum = models.BigIntegerField(default=0, db_default=0)
+    locals().update({f"wait_le_{bound}": models.BigIntegerField(default=0, db_default=0) for bound in WAIT_BUCKETS_S})
+
+    class Meta:
+        verbose_name_plural = "limit totals"
+
+    def __str__(self) -> str:
+        return f"totals of {self.limit_id}"
+
+
+class LimitKeySpan(models.Model):
+    """One key's grants under a limit over 10 minutes (`span`, its start), added minute by minute
+    by the rollup in the transaction that claims each minute (limits.insights). Only keys that
+    were granted a slot have rows; kept 25 hours (the per-key figures cover the last 24)."""
+
+    pk = models.CompositePrimaryKey("limit_id", "key", "span")
+    limit = models.ForeignKey(Limit, on_delete=models.CASCADE, related_name="key_spans", db_index=False)
+    key = models.CharField(max_length=KEY_MAX_LENGTH)
+    span = models.DateTimeField()
+    grants = models.PositiveIntegerField(default=0, db_default=0)
+    queue_grants = models.PositiveIntegerField(default=0, db_default=0)
+    wait_ms_sum = models.BigIntegerField(default=0, db_default=0)
+    locals().update(_bucket_fields())
+
+    class Meta:
+        indexes = [models.Index(fields=["span"], name="limitkeyspan_age")]
+
+    def __str__(self) -> str:
+        return f"{self.limit_id}:{self.key}@{self.span:%Y-%m-%d %H:%M}"

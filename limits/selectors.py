@@ -6,12 +6,14 @@ The JSON shapes of these rows (for the API and the CLI) are limits.serializers.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
-from django.db.models import Case, IntegerField, QuerySet, Value, When
+from django.db.models import Case, Func, IntegerField, OuterRef, QuerySet, Subquery, Value, When
 from django.utils import timezone
 
+from limits import eta, insights
 from limits.engine import keys as engine_keys
 from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot, is_storable_text
 
@@ -133,6 +135,58 @@ def queue_page(limit: Limit, *, number: int, size: int) -> Page[QueueEntry]:
 
 def recent_activity(limit: Limit, *, size: int) -> list[AuditEvent]:
     return list(activity(limit)[:size])
+
+
+# How far back the activity's feed of releases looks: among the box's latest RECENT_FREES_SCANNED
+# freed slots (every limit's), those of this limit. The slot_history_age index hands them newest
+# first, so a page load reads at most this many index entries whatever the history holds.
+RECENT_FREES_SCANNED = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class SlotEvent:
+    """One line of a limit's activity feed, from a Slot row (not from the audit log): a grant
+    (`granted`, or `handed` when it came from the queue) or a slot freed by its run (`released`),
+    by its reservation lapsing (`lapsed`) or by its run ending (`run_ended`)."""
+
+    at: datetime
+    action: str
+    slot_id: str
+    run_id: str
+    label: str
+    key: str
+
+    is_slot_event = True
+
+
+def slot_feed(limit: Limit, *, size: int) -> list[SlotEvent]:
+    """The newest `size` grants and frees of a limit, newest first, in two bounded queries: the
+    grants of its live slots (the slot_live_by_limit index; at most the slots it holds now), and
+    its slots among the box's latest RECENT_FREES_SCANNED freed ones (slot_history_age). Frees an
+    operator made and max-hold take-backs are left out: the audit log shows them already."""
+    live = Slot.objects.filter(limit=limit, state__in=LIVE_SLOT_STATES).order_by("-granted_at", "-id")[:size]
+    # The window is a subquery in FROM with its own LIMIT, so no planner can fold the limit's
+    # filter into it and read the limit's whole history instead (PostgreSQL did, through the
+    # foreign key's index, when the window was an IN (...) subquery).
+    freed = Slot.objects.raw(
+        f"""
+        SELECT * FROM (
+            SELECT * FROM {Slot._meta.db_table} WHERE freed_at IS NOT NULL ORDER BY freed_at DESC LIMIT %s
+        ) recent
+        WHERE limit_id = %s AND state <> %s AND NOT (state = %s AND freed_by <> '')
+        ORDER BY freed_at DESC, id DESC
+        LIMIT %s
+        """,
+        [RECENT_FREES_SCANNED, limit.pk, Slot.State.EXPIRED, Slot.State.RELEASED, size],
+    )
+    events: list[SlotEvent] = []
+    for slot in [*live, *freed]:
+        granted = "handed" if slot.queue_entry_id is not None else "granted"
+        events.append(SlotEvent(slot.granted_at, granted, slot.id, slot.run_id, slot.label, slot.key))
+        if slot.freed_at is not None:
+            events.append(SlotEvent(slot.freed_at, slot.state, slot.id, slot.run_id, slot.label, slot.key))
+    events.sort(key=lambda event: event.at, reverse=True)
+    return events[:size]
 
 
 # --- keys and groups (SPEC 9, 10) -----------------------------------------------------------------
@@ -258,21 +312,103 @@ def live_slots_of_run(run_id: str) -> list[Slot]:
     )
 
 
+# COUNT(*), not COUNT(id): the count then reads only the index (an index-only scan on PostgreSQL),
+# never the rows; a plain Func, not the Count aggregate, so the subquery gets no GROUP BY.
+COUNT_ROWS = Func(template="COUNT(*)", output_field=IntegerField())
+
+
 def waits_of_run(run_id: str) -> list[QueueEntry]:
-    """The queues a run waits in, each with its 1-based position (one query per wait)."""
-    entries = list(
+    """The queues a run waits in (oldest wait first), in two queries whatever the length of the
+    queues and the number of waits (a run waits for a few limits at most):
+
+    1. its waiting entries, each annotated with `place` (1-based, in the limit's whole queue),
+       and for an entry with a key whose pool applies (the limit's per_key, or the key's own pool
+       size), `key_place` (in its key's queue; else None) and `key_waiting` (from the key's
+       counter row). Each place is a correlated COUNT of the entries ahead of it, which
+       walks the partial index queue_waiting_order (or queue_waiting_by_key) up to the entry: its
+       cost grows with the place, not with the table (docs/performance.md);
+    2. the recent grant rate of those limits (recent_grant_rates), from which each entry gets
+       `eta_seconds` (limits.eta.eta_seconds, unknown: None).
+    """
+    ahead = QueueEntry.objects.filter(
+        limit=OuterRef("limit"), state=QueueEntry.State.WAITING, position__lt=OuterRef("position")
+    ).order_by()
+    key_ahead = ahead.filter(key=OuterRef("key")).exclude(key="")  # exclude: the partial index's condition
+    key_row = LimitKey.objects.filter(limit=OuterRef("limit"), key=OuterRef("key"))
+    rows = list(
         QueueEntry.objects.filter(run_id=run_id, state=QueueEntry.State.WAITING)
         .select_related("limit")
+        .annotate(
+            ahead=Subquery(ahead.annotate(n=COUNT_ROWS).values("n")),
+            key_ahead=Subquery(key_ahead.annotate(n=COUNT_ROWS).values("n")),
+            key_waiting=Subquery(key_row.values("waiting_count")[:1]),
+            key_pool_override=Subquery(key_row.values("pool_override")[:1]),
+        )
         .order_by("enqueued_at", "id")
     )
-    for entry in entries:
-        entry.place = (  # type: ignore[attr-defined]  # for the template, not a field
-            QueueEntry.objects.filter(
-                limit_id=entry.limit_id, state=QueueEntry.State.WAITING, position__lt=entry.position
-            ).count()
-            + 1
-        )
+    rates = recent_grant_rates({row.limit_id for row in rows}) if rows else {}
+    for row in rows:  # for the template, not fields
+        row.place = row.ahead + 1  # type: ignore[attr-defined]
+        pooled = row.key and (row.limit.per_key is not None or row.key_pool_override is not None)
+        row.key_place = row.key_ahead + 1 if pooled else None  # type: ignore[attr-defined]
+        row.eta_seconds = eta.eta_seconds(row.ahead + 1, rates.get(row.limit_id))  # type: ignore[attr-defined]
+    entries: list[QueueEntry] = [*rows]
     return entries
+
+
+def queue_etas(limit: Limit, entries: Sequence[QueueEntry], *, first_place: int | None) -> list[int | None]:
+    """eta_seconds (limits.eta) of a page of a limit's queue, in the rows' order: the same figure
+    the run page shows for the same entry. `first_place` is the place of entries[0] when the rows
+    follow each other in the limit's queue (a page of it: the places are first_place, + 1, ...);
+    None when they are one key's rows, in key order, whose places in the limit's whole queue are
+    then read in one query (limit_places). At most two queries (the rate, then the places); none
+    for an empty page, one when the limit granted nothing recently (every row is unknown)."""
+    if not entries:
+        return []
+    rate = recent_grant_rates([limit.id]).get(limit.id)
+    if rate is None:
+        return [None] * len(entries)
+    if first_place is not None:
+        places = [first_place + index for index in range(len(entries))]
+    else:
+        found = limit_places(limit, entries)
+        places = [found[entry.id] for entry in entries]
+    return [eta.eta_seconds(place, rate) for place in places]
+
+
+PLACES_PER_QUERY = 200
+
+
+def limit_places(limit: Limit, entries: Sequence[QueueEntry]) -> dict[int, int]:
+    """The 1-based places in the limit's whole queue of `entries`, one key's rows in position
+    order (a page of its queue). One query: a COUNT(*) of the waiting entries before the first,
+    then one of those between each row and the next, each a range of the queue_waiting_order
+    index, summed up here; so the index is read once from the head to the last row, as far as
+    the last row's own place (more than PLACES_PER_QUERY rows: one query per that many)."""
+    waiting = QueueEntry.objects.filter(limit_id=limit.id, state=QueueEntry.State.WAITING).order_by()
+    positions = [entry.position for entry in entries]
+    ahead, places = 0, {}
+    for first in range(0, len(positions), PLACES_PER_QUERY):
+        chunk = positions[first : first + PLACES_PER_QUERY]
+        low = positions[first - 1] if first else None
+        counts = {}
+        for index, position in enumerate(chunk):
+            span = waiting.filter(position__lt=position)
+            if low is not None:
+                span = span.filter(position__gte=low)
+            counts[f"span_{index}"] = Subquery(span.annotate(n=COUNT_ROWS).values("n"))
+            low = position
+        spans = Limit.objects.filter(id=limit.id).annotate(**counts).values_list(*counts).get()
+        for entry, span in zip(entries[first : first + PLACES_PER_QUERY], spans, strict=True):
+            ahead += int(span)
+            places[entry.id] = ahead + 1
+    return places
+
+
+def recent_grant_rates(limit_ids: Iterable[int]) -> dict[int, float | None]:
+    """Grants per second of each limit over the last 10 complete minutes (None: none granted),
+    from the per-minute rollup the sweep writes: one query. The one place the ETA reads it."""
+    return insights.grant_rates(limit_ids)
 
 
 # --- the CLI and the JSON API (issue 5) ----------------------------------------------------------

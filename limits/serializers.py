@@ -78,10 +78,14 @@ def slot_summary(slot: Slot, groups: Groups | None = None, *, bound: bool = Fals
     }
 
 
-def queue_entry_summary(entry: QueueEntry, position: int, groups: Groups | None = None) -> dict[str, object]:
+def queue_entry_summary(
+    entry: QueueEntry, position: int, groups: Groups | None = None, *, eta_seconds: int | None = None
+) -> dict[str, object]:
     """A waiting run as the CLI and the API print it; `position` is 1 for the head of the queue
     (of the key's queue, when the list is filtered by key). `group` names the limits the run
-    waits for together (from entry_groups) when it waits for several."""
+    waits for together (from entry_groups) when it waits for several. `eta_seconds` is its
+    estimated wait in this limit's queue (limits.selectors.queue_etas, the rule in limits.eta),
+    null when unknown (the limit granted nothing in the last 10 minutes)."""
     return {
         "position": position,
         "run": entry.run_id,
@@ -91,6 +95,7 @@ def queue_entry_summary(entry: QueueEntry, position: int, groups: Groups | None 
         "group": _group(entry.request, entry.group_size, groups),
         "waiting_since": _iso(entry.enqueued_at),
         "deadline": _iso(entry.deadline),
+        "eta_seconds": eta_seconds,
     }
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from limits import views
+from limits import insights_views, views
 
 app_name = "limits"
 
@@ -14,6 +14,7 @@ urlpatterns = [
     path("<str:name>/max-hold/", views.set_max_hold, name="max-hold"),
     path("<str:name>/per-key/", views.set_per_key, name="per-key"),
     path("<str:name>/reset/", views.reset_limit, name="reset"),
+    path("<str:name>/insights/", insights_views.limit_insights, name="insights"),
     path("<str:name>/key-pool/", views.set_key_pool, name="key-pool"),
     path("<str:name>/key-pool/reset/", views.reset_key_pool, name="key-pool-reset"),
 ]

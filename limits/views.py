@@ -28,7 +28,7 @@ from limits.forms import (
     ResetForm,
     duration_input,
 )
-from limits.models import Limit
+from limits.models import AuditEvent, Limit
 from limits.printable import printable
 from studio.plumbing.access import (
     NEEDS_OPERATE_LIMIT,
@@ -395,11 +395,23 @@ def _live_context(
         "queue_pager": Pager(queue, "Queue pages", "#live", lambda number: replace(here, queue=number).link(limit)),
         "keys_pager": Pager(keys, "Key pages", "#live", lambda number: replace(here, keys=number).link(limit)),
         "refused_pool": refused_pool,
-        "activity": selectors.recent_activity(limit, size=ACTIVITY_SIZE),
+        "activity": _activity(limit),
+        "frees_scanned": f"{selectors.RECENT_FREES_SCANNED:,}",
         "can_operate": request.user.has_perm(OPERATE_LIMIT),
         "notice": notice,
         "live_url": here.link(limit),
     }
+
+
+def _activity(limit: Limit) -> list[AuditEvent | selectors.SlotEvent]:
+    """The audit log (operator actions, deploys, max-hold take-backs) and the feed of grants and
+    frees from the slots (selectors.slot_feed), newest first, ACTIVITY_SIZE in all: three
+    queries, whatever the history holds."""
+    events: list[AuditEvent | selectors.SlotEvent] = [
+        *selectors.recent_activity(limit, size=ACTIVITY_SIZE),
+        *selectors.slot_feed(limit, size=ACTIVITY_SIZE),
+    ]
+    return sorted(events, key=lambda event: event.at, reverse=True)[:ACTIVITY_SIZE]
 
 
 def _edit_context(

@@ -1,6 +1,7 @@
 """The `stackbone` console script: one top-level parser with a subcommand group per area.
 
     stackbone limits list|slots|release|capacity|max-hold ...   (limits.cli)
+    stackbone runs start|list|show|cancel ...                   (studio.runs_cli)
     stackbone dev [--demo] [--port N]                            (studio.dev)
 
 To add a group (say `stackbone dev`), write `add_<group>(groups)` that adds its parser and sets
@@ -52,6 +53,19 @@ def add_limits(groups: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(handler=lambda options: limits_cli.run(options, setup=setup_django))
 
 
+def add_runs(groups: argparse._SubParsersAction[Any]) -> None:
+    from studio import runs_cli
+
+    parser = groups.add_parser(
+        "runs",
+        help="start, list, show and cancel workflow runs (this installation only)",
+        description="Start and watch workflow runs. Exit codes: 0 done; 1 not found or nothing cancelled; "
+        "2 bad usage or bad value.",
+    )
+    runs_cli.add_verbs(parser)
+    parser.set_defaults(handler=lambda options: runs_cli.run(options, setup=setup_django))
+
+
 def add_dev(groups: argparse._SubParsersAction[Any]) -> None:
     from studio import dev
 
@@ -64,7 +78,7 @@ def add_dev(groups: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(handler=dev.run)
 
 
-GROUPS: list[Callable[[argparse._SubParsersAction[Any]], None]] = [add_limits, add_dev]
+GROUPS: list[Callable[[argparse._SubParsersAction[Any]], None]] = [add_limits, add_runs, add_dev]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ import datetime as dt
 
 from django.utils import timezone
 
+from limits import eta
 from limits.engine.keys import OWED_AFTER_MS
 from limits.models import QueueEntry
 from studio.models import Run, Step
@@ -35,13 +36,31 @@ def run_steps(run: Run) -> list[Step]:
 
 
 def describe_waits(entries: list[QueueEntry]) -> list[QueueEntry]:
-    """For a run's waits: the other limits of the same acquisition (`partners`, SPEC 10.5), and
-    whether the run is owed (SPEC 10.4: passed over and waiting longer than 2 minutes, so the
-    free capacity of its limits is held for it). No query: the entries are the run's own."""
+    """For a run's waits (limits.selectors.waits_of_run, which reads their places and estimates):
+    the other limits of the same acquisition (`partners`, SPEC 10.5), whether the run is owed
+    (SPEC 10.4: passed over and waiting longer than 2 minutes, so the free capacity of its limits
+    is held for it), and the figures in words: `place_text` ("3rd of 41"), `key_place_text`
+    ("2nd of 5 for key acme", "" without a key) and `eta_text` ("about 4 min", "unknown"). No
+    query: the entries are the run's own."""
     owed_before = timezone.now() - dt.timedelta(milliseconds=OWED_AFTER_MS)
-    for entry in entries:
-        entry.partners = [  # type: ignore[attr-defined]  # for the template, not a field
+    for entry in entries:  # for the template, not fields
+        entry.partners = [  # type: ignore[attr-defined]
             other.limit.name for other in entries if other.request == entry.request and other.id != entry.id
         ]
         entry.owed = entry.passed_over_at is not None and entry.enqueued_at < owed_before  # type: ignore[attr-defined]
+        place: int = entry.place  # type: ignore[attr-defined]
+        entry.place_text = f"{eta.ordinal(place)} of {max(entry.limit.waiting_count, place)}"  # type: ignore[attr-defined]
+        key_place: int | None = entry.key_place  # type: ignore[attr-defined]
+        entry.key_place_text = (  # type: ignore[attr-defined]
+            "" if key_place is None else f"{eta.ordinal(key_place)} of {max(entry.key_waiting or 0, key_place)}"  # type: ignore[attr-defined]
+        )
+        entry.eta_text = eta.eta_words(entry.eta_seconds)  # type: ignore[attr-defined]
     return entries
+
+
+def run_eta_text(entries: list[QueueEntry]) -> str:
+    """The estimate of a run waiting for several limits at once: the longest of theirs (limits.eta
+    .run_eta_seconds), in words; "" when it waits for one limit or none (its row says it all)."""
+    if len(entries) < 2:
+        return ""
+    return eta.eta_words(eta.run_eta_seconds(entry.eta_seconds for entry in entries))  # type: ignore[attr-defined]

@@ -226,6 +226,9 @@ STACKBONE_WORKFLOWS = env_list("STACKBONE_WORKFLOWS", ["studio.workflows"])
 # How long freed slots and finished queue entries are kept as history (the sweep deletes older
 # ones in bounded batches): a duration like "7d" or "12h".
 STACKBONE_HISTORY_RETENTION = os.environ.get("STACKBONE_HISTORY_RETENTION", "7d")
+# The bearer token Prometheus sends to /metrics (docs/insights.md); unset: /metrics answers 404
+# (outside DEBUG).
+STACKBONE_METRICS_TOKEN = os.environ.get("STACKBONE_METRICS_TOKEN", "")
 
 LOGGING = {
     "version": 1,

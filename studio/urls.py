@@ -9,6 +9,8 @@ from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_safe
 from django.views.generic import RedirectView
 
+from limits.metrics import metrics
+from studio import runs_screen
 from studio import views as studio_views
 from studio.health import healthz
 from studio.plumbing.throttle import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
@@ -25,6 +27,7 @@ def favicon(request: HttpRequest) -> FileResponse:
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("accounts/login/", LoginView.as_view(authentication_form=ThrottledAuthenticationForm), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -35,6 +38,9 @@ urlpatterns = [
     # GET and HEAD (uptime checks, link previews) both redirect to the Limits screen.
     path("", require_safe(RedirectView.as_view(pattern_name="limits:list")), name="home"),
     path("studio/limits/", include("limits.urls")),
+    path("studio/runs/", runs_screen.run_list_view, name="runs"),
+    path("studio/runs/start/", runs_screen.start_run, name="runs-start"),
+    path("studio/runs/cancel/", runs_screen.cancel_run, name="runs-cancel"),
     path("studio/runs/<str:run_id>/", studio_views.run_detail, name="run-detail"),
     path("studio/runs/<str:run_id>/cancel/", studio_views.cancel_run, name="run-cancel"),
 ]

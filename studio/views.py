@@ -61,11 +61,13 @@ def _run_or_404(run_id: str) -> Run:
 
 
 def _run_context(request: HtmxHttpRequest, run: Run, notice: dict[str, str] | None = None) -> dict[str, Any]:
+    waits = selectors.describe_waits(limit_selectors.waits_of_run(run.id))
     return {
         "run": run,
         "steps": selectors.run_steps(run),
         "held_slots": limit_selectors.live_slots_of_run(run.id),
-        "waits": selectors.describe_waits(limit_selectors.waits_of_run(run.id)),
+        "waits": waits,
+        "waits_eta": selectors.run_eta_text(waits),
         "input_json": json.dumps(run.input, indent=2, sort_keys=True, ensure_ascii=False),
         "output_json": ""
         if run.output is None

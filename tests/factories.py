@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django.db.models import F
 
 from limits import services
@@ -64,3 +67,16 @@ def assert_counters_match_rows(name: str) -> None:
             QueueEntry.objects.filter(limit=limit, key=pool.key, state="waiting").count(),
         )
         assert (pool.busy_count, pool.reserved_count, pool.waiting_count) == rows, pool.key
+
+
+def rolled_up_grants(clock: Any, make_grants: Callable[[], object]) -> None:
+    """Let the sweep's per-minute rollup (limits.insights) count what `make_grants` does, as in
+    production: a sweep starts the rollup, `make_grants` runs 10 s into that minute, and a sweep
+    1 min 50 s after the start rolls the minute up. The clock must start on a whole minute; the
+    grant rate then reads (grants made by `make_grants`) / 600 s per limit (insights.grant_rates
+    counts the last 10 rolled-up minutes)."""
+    services.sweep()
+    clock.advance(seconds=10)
+    make_grants()
+    clock.advance(seconds=100)
+    services.sweep()

@@ -92,3 +92,12 @@ def test_manage_py_check_reports_a_bad_workspace(settings, tmp_path, monkeypatch
     settings.STACKBONE_WORKSPACE = "bad_workspace"
     with pytest.raises(SystemCheckError, match="limit 'voice-calls': max_hold is required"):
         call_command("check")
+
+
+@pytest.mark.parametrize(("value", "number"), [("45", 45), (" 90 ", 90), ("+7", 7), ("2592000000", 2592000000)])
+def test_a_bare_number_in_text_needs_a_unit(value: str, number: int) -> None:
+    """Issue 15, item 3: text never means milliseconds; an int (as in the config) still does."""
+    with pytest.raises(DurationError) as caught:
+        parse_duration(value)
+    assert str(caught.value) == f"'{value.strip()}' needs a unit: {number}s, {number}m, {number}h"
+    assert parse_duration(45) == 45

@@ -19,12 +19,15 @@ EMPTY_AGENT = "--agent needs an agent id, not an empty value (leave --agent out 
 
 
 class CliError(Exception):
-    """A failure the user can act on: one line on stderr and an exit code."""
+    """A failure the user can act on: one line on stderr and an exit code. `field` names the
+    argument at fault as the API does (`limit`, `slot_id`, `capacity`, `max_hold`, `per_key`,
+    `key`, ...), or None; with `--json` the line is `{"error": message, "field": field}`."""
 
-    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+    def __init__(self, message: str, code: int = EXIT_USAGE, *, field: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
+        self.field = field
 
 
 def one_line(text: str) -> str:

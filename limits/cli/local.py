@@ -60,8 +60,10 @@ class LocalBackend:
         slot_groups, entry_groups = serializers.slot_groups(slot_list), serializers.entry_groups(entry_list)
         bound = limit.is_workflow_bound
         slots = [serializers.slot_summary(slot, slot_groups, bound=bound) for slot in slot_list]
+        etas = selectors.queue_etas(limit, entry_list, first_place=None if key is not None else 1)
         queue = [
-            serializers.queue_entry_summary(entry, index + 1, entry_groups) for index, entry in enumerate(entry_list)
+            serializers.queue_entry_summary(entry, index + 1, entry_groups, eta_seconds=eta)
+            for index, (entry, eta) in enumerate(zip(entry_list, etas, strict=True))
         ]
         return SlotsView(
             limit=serializers.limit_summary(limit),
@@ -96,7 +98,7 @@ class LocalBackend:
 
         slot = selectors.get_slot(slot_id)
         if slot is None:
-            raise CliError(UNKNOWN_SLOT.format(slot_id=slot_id), EXIT_NOT_FOUND)
+            raise CliError(UNKNOWN_SLOT.format(slot_id=slot_id), EXIT_NOT_FOUND, field="slot_id")
         return {**serializers.slot_summary(slot, bound=slot.limit.is_workflow_bound), "limit": slot.limit.name}
 
     def release(self, slot_id: str) -> tuple[bool, dict[str, Any]]:
@@ -150,7 +152,7 @@ class LocalBackend:
 
         limit = selectors.get_limit(name)
         if limit is None:
-            raise CliError(UNKNOWN_LIMIT.format(name=name), EXIT_NOT_FOUND)
+            raise CliError(UNKNOWN_LIMIT.format(name=name), EXIT_NOT_FOUND, field="limit")
         return limit
 
 

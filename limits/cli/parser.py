@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
 from limits.cli.errors import BAD_CUT, BAD_KIND, BAD_SEARCH, EXIT_USAGE, CliError
 from limits.cli.remote import AGENTS_FILE_ENV
@@ -48,14 +50,17 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     release.add_argument("slot_id", help="the slot's id (slot_...)")
     release.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     capacity = verbs.add_parser("capacity", help="override a limit's capacity, or reset it", **kwargs)
+    _values_may_start_with_a_minus(capacity)
     capacity.add_argument("limit", help="the limit's name")
     capacity.add_argument("value", help="a whole number from 1 to 100000, or 'reset' for the declared value")
     max_hold = verbs.add_parser("max-hold", help="override a limit's max hold, or reset it", **kwargs)
+    _values_may_start_with_a_minus(max_hold)
     max_hold.add_argument("limit", help="the limit's name")
     max_hold.add_argument("value", help=f"{DURATION_HELP}; or 'reset' for the declared value")
     per_key = verbs.add_parser(
         "per-key", help="override a limit's per-key pool size (or one key's pool), or reset it", **kwargs
     )
+    _values_may_start_with_a_minus(per_key)
     per_key.add_argument("limit", help="the limit's name")
     per_key.add_argument(
         "value",
@@ -69,7 +74,46 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
         **kwargs,
     )
     verify.add_argument("limits", nargs="*", metavar="limit", help="the limits to check (default: every limit)")
+    for verb in (listing, slots, keys, release, capacity, max_hold, per_key, verify):
+        _json_usage_errors(verb)
     return verbs
+
+
+# A value that starts with '-' and a digit ('-5s', '-1') is the verb's value, not an unknown
+# option: argparse alone takes only '-5' and '-1.5' as values, so `max-hold voice-calls -5s` was
+# "the following arguments are required: value". Now it reaches the service, which says what is
+# allowed ("max hold must be more than 0, not '-5s'"). `--` works too.
+_NEGATIVE_VALUE = re.compile(r"^-[0-9]")
+
+
+def _values_may_start_with_a_minus(parser: argparse.ArgumentParser) -> None:
+    parser._negative_number_matcher = _NEGATIVE_VALUE
+
+
+def _json_usage_errors(parser: argparse.ArgumentParser) -> None:
+    """With `--json` among a verb's arguments, argparse's own errors of that verb (a missing
+    argument, a bad `--limit`) are one line of JSON on stderr too, exit 2, like every other
+    error. Only for plain argparse parsers: `manage.py limits` (Django's CommandParser) keeps
+    Django's handling."""
+    if type(parser) is not argparse.ArgumentParser:
+        return
+    parse_known_args, error = parser.parse_known_args, parser.error
+    wants_json = False
+
+    def parse_known_args_noting_json(args: Any = None, namespace: Any = None) -> Any:
+        nonlocal wants_json
+        given = list(args) if args is not None else []
+        wants_json = "--json" in (given[: given.index("--")] if "--" in given else given)
+        return parse_known_args(args, namespace)
+
+    def json_error(message: str) -> NoReturn:
+        if wants_json:
+            sys.stderr.write(json.dumps({"error": f"{parser.prog}: {message}", "field": None}) + "\n")
+            parser.exit(EXIT_USAGE)
+        error(message)
+
+    parser.parse_known_args = parse_known_args_noting_json  # type: ignore[method-assign]
+    parser.error = json_error  # type: ignore[method-assign]
 
 
 def build_parser(prog: str = "stackbone limits") -> argparse.ArgumentParser:
@@ -106,7 +150,7 @@ def key_option(value: str | None) -> str | None:
     try:
         return check_key(value)
     except ValueError as error:
-        raise CliError(str(error), EXIT_USAGE) from None
+        raise CliError(str(error), EXIT_USAGE, field="key") from None
 
 
 def kind_option(value: str | None) -> str | None:
@@ -116,7 +160,7 @@ def kind_option(value: str | None) -> str | None:
     if value is None:
         return None
     if value not in KINDS:
-        raise CliError(BAD_KIND.format(value=value), EXIT_USAGE)
+        raise CliError(BAD_KIND.format(value=value), EXIT_USAGE, field="kind")
     return value
 
 
@@ -126,18 +170,19 @@ def search_option(value: str | None) -> str:
     try:
         value.encode("utf-8")  # a non-UTF-8 argument arrives with lone surrogates: no database stores them
     except UnicodeEncodeError:
-        raise CliError(BAD_SEARCH, EXIT_USAGE) from None
+        raise CliError(BAD_SEARCH, EXIT_USAGE, field="search") from None
     if len(value) > KEY_MAX_LENGTH or "\x00" in value:
-        raise CliError(BAD_SEARCH, EXIT_USAGE)
+        raise CliError(BAD_SEARCH, EXIT_USAGE, field="search")
     return value
 
 
-def max_hold_value(text: str) -> int | str | None:
-    """'reset' → None; bare digits are milliseconds, as in the config; else a duration string."""
+def max_hold_value(text: str) -> str | None:
+    """'reset' → None; else the text, always: a bare number ('45') is refused by the service with
+    a message naming the units (`'45' needs a unit: 45s, 45m, 45h`), never read as milliseconds."""
     text = _argument_text(text)
     if text.strip().lower() == "reset":
         return None
-    return int(text) if re.fullmatch(r"[+-]?[0-9]{1,15}", text.strip()) else text
+    return text
 
 
 def _argument_text(value: object) -> str:

@@ -55,20 +55,22 @@ def load_agent(agent_id: str) -> Agent:
             f"or point {AGENTS_FILE_ENV} at one)"
         ) from None
     except (OSError, tomllib.TOMLDecodeError) as error:
-        raise CliError(f"--agent {agent_id}: cannot read the agents file {path}: {error}") from None
+        raise CliError(f"--agent {agent_id}: cannot read the agents file {path}: {error}", field="agent") from None
     agents = config.get("agents")
     entry = agents.get(agent_id) if isinstance(agents, dict) else None
     if not isinstance(entry, dict):
         known = ", ".join(sorted(agents)) if isinstance(agents, dict) and agents else "none"
-        raise CliError(f"--agent {agent_id}: unknown agent in {path} (known: {known})")
+        raise CliError(f"--agent {agent_id}: unknown agent in {path} (known: {known})", field="agent")
     url = entry.get("url")
     if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        raise CliError(f"--agent {agent_id}: 'url' in {path} must be an http:// or https:// address")
+        raise CliError(f"--agent {agent_id}: 'url' in {path} must be an http:// or https:// address", field="agent")
     token = entry.get("token")
     if token is None and isinstance(entry.get("token_env"), str):
         token = os.environ.get(entry["token_env"])
     if not isinstance(token, str) or not token:
-        raise CliError(f"--agent {agent_id}: no 'token' (or 'token_env' naming a set variable) in {path}")
+        raise CliError(
+            f"--agent {agent_id}: no 'token' (or 'token_env' naming a set variable) in {path}", field="agent"
+        )
     return Agent(agent_id, url.rstrip("/"), token)
 
 
@@ -197,8 +199,11 @@ class AgentBackend:
             ) from None
 
     def _refusal(self, error: urllib.error.HTTPError, where: str, not_found: str) -> CliError:
+        field: str | None = None
         try:
-            message = str(json.loads(error.read()).get("error") or "")
+            body = json.loads(error.read())
+            message = str(body.get("error") or "")
+            field = body.get("field") if isinstance(body.get("field"), str) else None
         except (ValueError, AttributeError, OSError):
             message = ""
         if error.code == 401:
@@ -206,9 +211,9 @@ class AgentBackend:
         if error.code == 403:
             return CliError(f"{where} refused: {message or 'forbidden'}", EXIT_USAGE)
         if error.code == 404:
-            return CliError(message or not_found, EXIT_NOT_FOUND)
+            return CliError(message or not_found, EXIT_NOT_FOUND, field=field)
         if error.code == 400:
-            return CliError(message or "bad request", EXIT_USAGE)
+            return CliError(message or "bad request", EXIT_USAGE, field=field)
         return CliError(f"{where} answered {error.code} {error.reason}", EXIT_NOT_FOUND)
 
 

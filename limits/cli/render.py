@@ -14,6 +14,7 @@ from typing import IO, Any
 
 from limits.cli.backend import KeysView, SlotsView
 from limits.durations import format_duration
+from limits.eta import eta_words
 from limits.printable import printable
 
 
@@ -199,13 +200,14 @@ def render_slots(io: Streams, view: SlotsView) -> None:
                 entry["run"],
                 entry["label"] or "-",
                 *more,
+                eta_words(entry.get("eta_seconds")),  # .get: a server from before eta_seconds
                 _ago(entry["waiting_since"], now),
                 _until(entry["deadline"], now, passed="passed"),
             ]
             for entry, more in zip(view.queue, cells, strict=True)
         ]
         since = "QUEUED SINCE" if bound else "WAITING SINCE"
-        for line in table(["POSITION", "RUN", "LABEL", *extra, since, "DEADLINE IN"], rows):
+        for line in table(["POSITION", "RUN", "LABEL", *extra, "ETA", since, "DEADLINE IN"], rows):
             io.out(line)
     else:
         io.out("no runs queued" if bound else "no runs waiting")

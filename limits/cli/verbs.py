@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
 
 from limits.cli.backend import Backend
@@ -34,6 +35,10 @@ from limits.durations import format_duration
 from limits.printable import printable
 
 LIVE_STATES = ("busy", "reserved")
+# The `reason` of `release --json`'s {"released": false}: no such slot, or it was free already
+# (released, taken back past its max hold, its reservation lapsed, its run ended: `state` says).
+UNKNOWN = "unknown"
+FREE = "already free"
 
 
 def list_limits(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
@@ -81,12 +86,12 @@ def release(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
         released, slot = backend.release(slot_id)
     except CliError as error:
         if options.json and error.code == EXIT_NOT_FOUND:
-            io.json({"released": False})
+            io.json({"released": False, "reason": UNKNOWN})
         raise
     if options.json:
-        io.json({"released": released})
+        io.json({"released": True} if released else {"released": False, "reason": FREE, "state": slot["state"]})
     if not released:
-        raise CliError(ALREADY_FREE.format(slot_id=slot_id, state=slot["state"]), EXIT_NOT_FOUND)
+        raise CliError(ALREADY_FREE.format(slot_id=slot_id, state=slot["state"]), EXIT_NOT_FOUND, field="slot_id")
     if not options.json:
         io.out(printable(f"released {slot_id} of {slot['limit']} (was {slot['state']}, run {slot['run']})"))
     return EXIT_OK
@@ -184,7 +189,10 @@ def run(
     try:
         return execute(options, io=io, setup=setup, actor=actor)
     except CliError as error:
-        io.err(f"error: {printable(error.message)}")
+        if getattr(options, "json", False):  # one line of JSON, like the API's errors
+            io.err(json.dumps({"error": error.message, "field": error.field}))
+        else:
+            io.err(f"error: {printable(error.message)}")
         return error.code
 
 
@@ -199,7 +207,7 @@ def execute(
     CommandError with the same exit code)."""
     handler = HANDLERS[options.verb]
     if options.agent is not None and not options.agent.strip():
-        raise CliError(EMPTY_AGENT, EXIT_USAGE)  # an unset $TARGET must not mean "this installation"
+        raise CliError(EMPTY_AGENT, EXIT_USAGE, field="agent")  # an unset $TARGET must not mean "this installation"
     if options.agent:
         return handler(AgentBackend(load_agent(options.agent)), options, io)
     if setup is not None:
@@ -212,7 +220,7 @@ def execute(
         return handler(LocalBackend(actor or local_actor()), options, io)
     except LimitsError as error:
         code = EXIT_NOT_FOUND if error.field == "limit" else EXIT_USAGE
-        raise CliError(error.message, code) from None
+        raise CliError(error.message, code, field=error.field) from None
     except (DatabaseError, InterfaceError) as error:
         raise CliError(database_error_message(error), EXIT_NOT_FOUND) from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from datetime import datetime, timedelta
 
@@ -10,6 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from limits import insights
 from limits.durations import parse_duration
 from limits.engine import keys, rules
 from limits.engine.results import SweepReport
@@ -35,8 +37,12 @@ def sweep() -> SweepReport:
     already done and changes nothing.
     3. Delete history older than STACKBONE_HISTORY_RETENTION (default 7 days): freed slots and
        finished queue entries, a bounded batch of each per pass.
-    4. Record when it ran (limits.models.SweepState), for /healthz.
+    4. Insights (limits.insights.record): sample this minute's counters once, roll up the minutes
+       that ended, purge old minutes, a bounded number of statements.
+    5. Record when it ran and how long it took (limits.models.SweepState), for /healthz and
+       /metrics.
     """
+    started = time.perf_counter()
     now, report = timezone.now(), SweepReport()
     limit_ids = set(
         Slot.objects.filter(state=Slot.State.BUSY, expires_at__lte=now).values_list("limit_id", flat=True).distinct()
@@ -95,9 +101,15 @@ def sweep() -> SweepReport:
         report.timed_out += changes.timed_out
         report.granted += changes.granted
     report.purged = purge_history(now - timedelta(milliseconds=history_retention_ms()))
-    if not SweepState.objects.filter(id=1).update(last_run_at=now, last_report=asdict(report)):
-        SweepState.objects.get_or_create(id=1, defaults={"last_run_at": now, "last_report": asdict(report)})
+    insights.record(timezone.now())
+    done = {"last_run_at": now, "last_report": asdict(report), "last_duration_ms": _ms_since(started)}
+    if not SweepState.objects.filter(id=1).update(**done):
+        SweepState.objects.get_or_create(id=1, defaults=done)
     return report
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
 
 
 def history_retention_ms() -> int:

@@ -59,6 +59,11 @@ class Run(models.Model):
                 condition=Q(status__in=["running", "queued"], suspended=True),
                 name="run_suspended",
             ),
+            # The Runs screen and `stackbone runs list`: newest first, by status, by workflow
+            # (studio/run_list.py: keyset pages in each index's order, never OFFSET or COUNT).
+            models.Index(fields=["created_at", "id"], name="run_newest"),
+            models.Index(fields=["status", "created_at", "id"], name="run_by_status"),
+            models.Index(fields=["workflow", "created_at", "id"], name="run_by_workflow"),
         ]
 
     def __str__(self) -> str:

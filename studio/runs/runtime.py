@@ -133,6 +133,13 @@ def get_workflow(name: str) -> Workflow:
         raise WorkflowError(UNKNOWN_WORKFLOW.format(name=name)) from None
 
 
+def workflow_names() -> list[str]:
+    """Every workflow this installation can start (the modules settings.STACKBONE_WORKFLOWS names,
+    imported on first use), sorted."""
+    discover()
+    return sorted(_registry)
+
+
 def discover() -> None:
     """Import the modules settings.STACKBONE_WORKFLOWS names (packages with their submodules)."""
     global _discovered

@@ -236,3 +236,13 @@ def test_an_unknown_api_path_is_a_json_404_and_a_path_without_its_slash_is_redir
     assert anonymous.status_code == 401  # like every API path: the token first
     response = api.get("voice-calls")
     assert (response.status_code, response["Location"]) == (301, "/api/limits/voice-calls/")
+
+
+def test_a_max_hold_of_digits_in_text_needs_a_unit_while_a_json_number_is_milliseconds(calls) -> None:
+    """Issue 15, item 3: text always needs a unit; only a JSON number is milliseconds (as an int
+    in the workspace config is)."""
+    _, token = operator()
+    response = Api(token).post("voice-calls/max-hold/", {"max_hold": "45"})
+    assert response.status_code == 400
+    assert response.json() == {"error": "max hold '45' needs a unit: 45s, 45m, 45h", "field": "max_hold"}
+    assert Limit.objects.get(name="voice-calls").max_hold_override_ms is None

@@ -81,8 +81,11 @@ def test_release_through_an_agent_records_the_token_owner(box) -> None:
     assert holders("voice-calls") == [("r2", "busy"), ("r3", "reserved")]
     assert AuditEvent.objects.get(action="release").actor == "api:ops"
     again = run_cli("release", box[0], "--yes", "--agent", "box", "--json")
-    assert (again.code, json.loads(again.out)) == (1, {"released": False})
-    assert "already free" in again.err
+    assert (again.code, json.loads(again.out)) == (
+        1,
+        {"released": False, "reason": "already free", "state": "released"},
+    )
+    assert json.loads(again.err)["field"] == "slot_id" and "already free" in json.loads(again.err)["error"]
 
 
 def test_release_of_an_unknown_slot_through_an_agent_exits_1(box) -> None:

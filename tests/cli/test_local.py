@@ -113,6 +113,7 @@ def test_slots_json_lists_slots_busy_first_then_the_queue_in_order(calls) -> Non
             "group": None,
             "waiting_since": payload["queue"][0]["waiting_since"],
             "deadline": payload["queue"][0]["deadline"],
+            "eta_seconds": None,  # nothing granted in the last 10 minutes
         }
     ]
     assert payload["queue"][0]["deadline"].endswith("+00:00")
@@ -172,8 +173,17 @@ def test_release_json_says_whether_it_released(calls) -> None:
     again = run_cli("release", calls[0], "--yes", "--json")
     unknown = run_cli("release", "slot_nope", "--yes", "--json")
     assert (first.code, json.loads(first.out)) == (0, {"released": True})
-    assert (again.code, json.loads(again.out)) == (1, {"released": False})
-    assert (unknown.code, json.loads(unknown.out)) == (1, {"released": False})
+    assert (again.code, json.loads(again.out)) == (
+        1,
+        {"released": False, "reason": "already free", "state": "released"},
+    )
+    assert (unknown.code, json.loads(unknown.out)) == (1, {"released": False, "reason": "unknown"})
+    # The error is JSON on stderr too, naming the field as the API does.
+    assert json.loads(again.err) == {
+        "error": f"{calls[0]} was already free (released): nothing released",
+        "field": "slot_id",
+    }
+    assert json.loads(unknown.err) == {"error": "unknown slot 'slot_nope'", "field": "slot_id"}
 
 
 def test_release_of_an_unknown_slot_exits_1(calls) -> None:
@@ -253,11 +263,76 @@ def test_max_hold_prints_old_and_new_durations(calls) -> None:
     assert (event.actor, event.old_value, event.new_value) == (ACTOR, str(45 * 60_000), str(2 * 3_600_000))
 
 
-def test_max_hold_takes_milliseconds_and_resets_to_the_declared_value(calls) -> None:
-    assert run_cli("max-hold", "voice-calls", "2650000").out == "voice-calls max hold: 45m → 44m 10s\n"
+def test_max_hold_resets_to_the_declared_value(calls) -> None:
+    assert run_cli("max-hold", "voice-calls", "2650s").out == "voice-calls max hold: 45m → 44m 10s\n"
     result = run_cli("max-hold", "voice-calls", "reset")
     assert (result.code, result.out) == (0, "voice-calls max hold: 44m 10s → 45m (declared)\n")
     assert Limit.objects.get(name="voice-calls").max_hold_override_ms is None
+
+
+@pytest.mark.parametrize(("value", "number"), [("45", "45"), ("2650000", "2650000"), (" 45 ", "45"), ("+45", "45")])
+def test_max_hold_refuses_a_bare_number_naming_the_units(calls, value: str, number: str) -> None:
+    """Issue 15, item 3: '45' meant 45 ms by surprise, and the next sweep took 15 slots back."""
+    result = run_cli("max-hold", "voice-calls", value)
+    assert (result.code, result.out) == (2, "")
+    assert result.err == f"error: max hold '{value.strip()}' needs a unit: {number}s, {number}m, {number}h\n"
+    assert Limit.objects.get(name="voice-calls").max_hold_override_ms is None
+    assert not AuditEvent.objects.filter(action="max_hold").exists()
+
+
+def test_a_negative_max_hold_is_a_value_not_an_option(calls) -> None:
+    """Issue 15, item 14: `max-hold voice-calls -5s` was read as an unknown option."""
+    for argv in (("max-hold", "voice-calls", "-5s"), ("max-hold", "voice-calls", "--", "-5s")):
+        result = run_cli(*argv)
+        assert result.code == 2
+        assert result.err.startswith("error: max hold must be more than 0, not '-5s'"), result.err
+    capacity = run_cli("capacity", "voice-calls", "-1")
+    assert capacity.err == "error: capacity must be a whole number from 1 to 100000, not -1\n"
+    per_key = run_cli("per-key", "voice-calls", "-2x")
+    assert (per_key.code, per_key.err.startswith("error: per_key must be")) == (2, True), per_key.err
+    assert Limit.objects.get(name="voice-calls").max_hold_override_ms is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "error", "field"),
+    [
+        (("list", "--kind", "nope"), 2, "--kind must be 'limit' or 'workflow', not 'nope'", "kind"),
+        (("slots", "nope"), 1, "unknown limit 'nope'", "limit"),
+        (("slots", "voice-calls", "--key", "a\x01"), 2, "key must not contain control characters", "key"),
+        (("keys", "nope"), 1, "unknown limit 'nope'", "limit"),
+        (("keys", "voice-calls", "--search", "x" * 129), 2, None, "search"),
+        (("release", "slot_nope", "--yes"), 1, "unknown slot 'slot_nope'", "slot_id"),
+        (("capacity", "voice-calls", "0"), 2, "capacity must be a whole number from 1 to 100000, not 0", "capacity"),
+        (("capacity", "nope", "3"), 1, "unknown limit 'nope'", "limit"),
+        (("max-hold", "voice-calls", "45"), 2, "max hold '45' needs a unit: 45s, 45m, 45h", "max_hold"),
+        (("per-key", "voice-calls", "0"), 2, None, "per_key"),
+        (("slots", "voice-calls", "--agent", " "), 2, None, "agent"),
+    ],
+)
+def test_with_json_every_verbs_error_is_one_json_line_on_stderr(
+    calls, argv: tuple[str, ...], code: int, error: str | None, field: str
+) -> None:
+    """Issue 15, item 14: not only release's. stdout stays empty (release's own answer aside)."""
+    result = run_cli(*argv, "--json")
+    assert result.code == code
+    assert result.out == ("" if argv[0] != "release" else '{\n  "released": false,\n  "reason": "unknown"\n}\n')
+    assert result.err.count("\n") == 1
+    payload = json.loads(result.err)
+    assert set(payload) == {"error", "field"} and payload["field"] == field
+    assert payload["error"] == error if error is not None else payload["error"]
+    plain = run_cli(*argv)  # without --json: the one `error:` line, as before
+    assert plain.err.startswith("error: ") and plain.code == code
+
+
+def test_with_json_argparses_own_errors_of_a_verb_are_json_too(calls, capsys) -> None:
+    result = run_cli("slots", "voice-calls", "--limit", "0", "--json")
+    assert result.code == 2
+    assert json.loads(capsys.readouterr().err) == {
+        "error": "stackbone limits slots: argument --limit: --limit must be a whole number of at least 1, not '0'",
+        "field": None,
+    }
+    assert run_cli("slots", "voice-calls", "--limit", "0").code == 2  # without --json: usage text
+    assert "usage: stackbone limits slots" in capsys.readouterr().err
 
 
 def test_max_hold_json_prints_the_limit_as_in_list(calls) -> None:

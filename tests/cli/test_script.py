@@ -136,3 +136,21 @@ def test_release_without_yes_asks_on_a_real_terminal(calls) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr.startswith(f"Release {calls[0]} of voice-calls (busy, run r1, label call-1)? [y/N] ")
     assert Slot.objects.get(id=calls[0]).state == "released"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_script_reads_a_negative_value_as_the_value_and_answers_json_errors_in_json(calls) -> None:
+    """Issue 15, item 14, through the real console script: `-5s` was an unknown option."""
+    env = {"DATABASE_URL": database_url_of_the_tests()}
+    negative = stackbone("limits", "max-hold", "voice-calls", "-5s", env=env)
+    assert negative.returncode == 2
+    assert negative.stderr.startswith("error: max hold must be more than 0, not '-5s'"), negative.stderr
+    in_json = stackbone("limits", "max-hold", "voice-calls", "45", "--json", env=env)
+    assert (in_json.returncode, in_json.stdout) == (2, "")
+    assert json.loads(in_json.stderr) == {"error": "max hold '45' needs a unit: 45s, 45m, 45h", "field": "max_hold"}
+    usage = stackbone("limits", "capacity", "voice-calls", "--json", env=env)
+    assert usage.returncode == 2
+    assert json.loads(usage.stderr) == {
+        "error": "stackbone limits capacity: the following arguments are required: value",
+        "field": None,
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -36,7 +37,16 @@ def assert_clean_failure(code: int, err: str) -> None:
     assert code in (1, 2), code
     assert "Traceback" not in err
     lines = err.split("\n")  # not splitlines(): an argument may hold \x1e or \x85
-    assert any(line.startswith(("error: ", "stackbone limits")) for line in lines), err[-500:]
+    assert any(line.startswith(("error: ", "stackbone limits")) or json_error(line) for line in lines), err[-500:]
+
+
+def json_error(line: str) -> bool:
+    """With --json, an error is one line of JSON: {"error": ..., "field": ...}."""
+    try:
+        payload = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and set(payload) == {"error", "field"} and bool(payload["error"])
 
 
 @fuzz
@@ -74,7 +84,7 @@ def test_no_argument_is_a_traceback_and_a_refusal_writes_nothing(
 @pytest.mark.parametrize("value", [v for v in NASTY_ARGV if v.strip().lower() != "reset"])
 @pytest.mark.parametrize("verb", ["capacity", "max-hold"])
 def test_a_nasty_value_is_exit_2_naming_the_field(calls, verb: str, value: str) -> None:
-    if verb == "max-hold" and value in ("0", "+5", "45m ", "2592000001"[:-1]):
+    if verb == "max-hold" and value in ("45m ",):
         pytest.skip("a valid max hold")
     if verb == "capacity" and value in ("+5",):
         pytest.skip("a valid capacity")

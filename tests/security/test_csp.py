@@ -33,7 +33,14 @@ def signed_in(busy_limit) -> Client:
 
 @pytest.mark.parametrize(
     "path",
-    ["/accounts/login/", "/studio/limits/", "/studio/limits/voice-calls/", "/studio/runs/run-0/", "/admin/"],
+    [
+        "/accounts/login/",
+        "/studio/limits/",
+        "/studio/limits/voice-calls/",
+        "/studio/runs/",
+        "/studio/runs/run-0/",
+        "/admin/",
+    ],
 )
 def test_every_page_carries_the_strict_policy(signed_in, path: str) -> None:
     response = signed_in.get(path)

@@ -94,7 +94,7 @@ def test_studio_and_the_admin_work_under_the_policy_with_no_violation(live_serve
     expect(page.locator("#edit-panel")).to_contain_text("Capacity is now 3")
     page.get_by_label("Capacity").fill("zero")
     page.locator("#edit-panel form").first.get_by_role("button", name="Save").click()
-    expect(page.locator("#edit-panel")).to_contain_text("not a whole number")
+    expect(page.locator("#edit-panel")).to_contain_text("Capacity must be a whole number from 1 to 100000, not 'zero'")
     page.get_by_role("button", name="Reset to declared (2)").click()
     expect(page.locator("#edit-panel")).to_contain_text("Capacity reset to the declared 2")
     assert page.evaluate("window.__noReload === true")

@@ -88,6 +88,7 @@ class Row(NamedTuple):
 
 DETAIL = "/studio/limits/{limit}/?slots=1&queue=1"
 RUN = "/studio/runs/{run}/"
+RUNS = "/studio/runs/"
 LIMIT_SAVED = done("/admin/limits/limit/")
 RELEASED = done("/admin/limits/slot/")
 KEY_SAVED = done("/admin/limits/limitkey/")  # the Slots list's action "Release selected slots"
@@ -100,6 +101,9 @@ MATRIX: list[Row] = [
     Row("POST", "/healthz",                               WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/favicon.ico",                           OK,           OK,           OK,                 OK),
     Row("POST", "/favicon.ico",                           WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    # Prometheus: its own bearer token (tests/insights/test_metrics.py); none set here: not found
+    Row("GET",  "/metrics",                               NOT_FOUND,    NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
+    Row("POST", "/metrics",                               WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/",                                      TO_LIMITS,    TO_LIMITS,    TO_LIMITS,          TO_LIMITS),
     Row("POST", "/",                                      WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/accounts/login/",                       OK,           OK,           OK,                 OK),
@@ -115,6 +119,8 @@ MATRIX: list[Row] = [
     Row("POST", "/studio/limits/",                        WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/studio/limits/{limit}/",                LOGIN,        OK,           OK,                 OK),
     Row("POST", "/studio/limits/{limit}/",                WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("GET",  "/studio/limits/{limit}/insights/",       LOGIN,        OK,           OK,                 OK),
+    Row("POST", "/studio/limits/{limit}/insights/",       WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/studio/limits/{limit}/release/",        WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("POST", "/studio/limits/{limit}/release/",        LOGIN,        DENIED,       done(DETAIL),       done(DETAIL)),
     Row("GET",  "/studio/limits/{limit}/capacity/",       WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
@@ -129,6 +135,12 @@ MATRIX: list[Row] = [
     Row("POST", "/studio/limits/{limit}/key-pool/reset/", LOGIN,        DENIED,       done(DETAIL),       done(DETAIL)),
     Row("GET",  "/studio/limits/{limit}/reset/",          WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("POST", "/studio/limits/{limit}/reset/",          LOGIN,        DENIED,       done(DETAIL),       done(DETAIL)),
+    Row("GET",  "/studio/runs/",                          LOGIN,        OK,           OK,                 OK),
+    Row("POST", "/studio/runs/",                          WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("GET",  "/studio/runs/start/",                    WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("POST", "/studio/runs/start/",                    LOGIN,        DENIED,       done(RUNS),         done(RUNS)),
+    Row("GET",  "/studio/runs/cancel/",                   WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("POST", "/studio/runs/cancel/",                   LOGIN,        DENIED,       done(RUNS),         done(RUNS)),
     Row("GET",  "/studio/runs/{run}/",                    LOGIN,        OK,           OK,                 OK),
     Row("POST", "/studio/runs/{run}/",                    WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/studio/runs/{run}/cancel/",             WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
@@ -239,6 +251,8 @@ FORMS: dict[str, dict[str, Any]] = {
     "/studio/limits/{limit}/per-key/": {"per_key": "1"},
     "/studio/limits/{limit}/key-pool/": {"key": "acme", "pool": "1"},
     "/studio/limits/{limit}/key-pool/reset/": {"key": "acme"},
+    "/studio/runs/start/": {"workflow": "export_report", "input": '{{"report_id": "r-1"}}'},  # {{: World.fill
+    "/studio/runs/cancel/": {"run": "{run}"},
     "/admin/limits/limit/{limit_pk}/change/": {"capacity": "3", "max_hold": ""},
     "/admin/limits/slot/": {"action": "release_selected", "_selected_action": ["{slot}"]},
     "/admin/limits/limitkey/{limitkey_pk}/change/": {"pool": "2"},

@@ -109,10 +109,13 @@ def test_a_release_without_htmx_redirects_back_with_a_message(busy_limit, operat
     [
         ("0", "Capacity must be a whole number from 1 to 100000, not 0"),
         ("100001", "Capacity must be a whole number from 1 to 100000, not 100001"),
-        ("abc", "&#x27;abc&#x27; is not a whole number"),
-        ("45x", "&#x27;45x&#x27; is not a whole number"),
-        ("-3", "&#x27;-3&#x27; is not a whole number"),
-        ("2.0", "&#x27;2.0&#x27; is not a whole number"),
+        # The CLI's words (issue 15, item 8), from the one function that holds them.
+        ("abc", "Capacity must be a whole number from 1 to 100000, not &#x27;abc&#x27;"),
+        ("45x", "Capacity must be a whole number from 1 to 100000, not &#x27;45x&#x27;"),
+        ("-1", "Capacity must be a whole number from 1 to 100000, not -1"),
+        ("2.0", "Capacity must be a whole number from 1 to 100000, not &#x27;2.0&#x27;"),
+        ("1" * 26, "Capacity must be a whole number from 1 to 100000, not " + "1" * 26),
+        ("9" * 100, "Capacity must be a whole number from 1 to 100000, not &#x27;" + "9" * 64 + "… (100 characters)"),
         ("", "Enter a capacity"),
         ("   ", "Enter a capacity"),
     ],
@@ -178,7 +181,10 @@ def test_resetting_capacity_goes_back_to_the_declared_value(busy_limit, operator
         ("abc", "Max hold &#x27;abc&#x27; is not a duration"),
         ("45x", "Max hold &#x27;45x&#x27; is not a duration"),
         ("31d", "Max hold must be at most 30 days"),
-        ("2592000001", "Max hold must be at most 30 days"),
+        ("31d", "Max hold must be at most 30 days"),
+        ("45", "Max hold &#x27;45&#x27; needs a unit: 45s, 45m, 45h"),  # issue 15, item 3: never 45 ms
+        ("2592000001", "Max hold &#x27;2592000001&#x27; needs a unit"),
+        ("-5s", "Max hold must be more than 0, not &#x27;-5s&#x27;"),
         ("0", "Max hold must be more than 0"),
         ("0s", "Max hold must be more than 0"),
         ("", "Enter a max hold"),
@@ -196,7 +202,7 @@ def test_a_bad_max_hold_is_rejected_next_to_the_field_and_changes_nothing(
     assert _snapshot(busy_limit) == before
 
 
-@pytest.mark.parametrize(("value", "ms"), [("10m", 600_000), ("30d", 2_592_000_000), ("90000", 90_000), ("500ms", 500)])
+@pytest.mark.parametrize(("value", "ms"), [("10m", 600_000), ("30d", 2_592_000_000), ("90s", 90_000), ("500ms", 500)])
 def test_a_good_max_hold_is_saved_and_audited(busy_limit, operator_client, htmx, value: str, ms: int) -> None:
     response = operator_client.post("/studio/limits/voice-calls/max-hold/", {"max_hold": value}, headers=htmx)
     assert response.status_code == 200 and json.loads(response["HX-Trigger"]) == {"limit-changed": {}}
@@ -230,3 +236,12 @@ def test_an_edit_without_htmx_shows_the_whole_page_with_the_error(busy_limit, op
 
 def test_an_edit_of_an_unknown_limit_is_a_404(db, operator_client, htmx) -> None:
     assert operator_client.post("/studio/limits/nope/capacity/", {"capacity": "3"}, headers=htmx).status_code == 404
+
+
+def test_the_number_fields_have_no_maxlength_to_cut_a_value_silently(busy_limit, operator_client) -> None:
+    """Issue 15, item 8: a 26-digit capacity was cut to 20 digits by the browser, then called
+    "not a whole number"; now the whole value reaches the check and its message."""
+    page = operator_client.get("/studio/limits/voice-calls/").content.decode()
+    for name in ("capacity", "max_hold", "per_key"):
+        field = re.search(rf'<input type="text" name="{name}"[^>]*>', page)
+        assert field is not None and "maxlength" not in field[0], name

@@ -47,7 +47,7 @@ def test_the_run_page_shows_status_input_and_steps_in_order(waiting_run, operato
     names = re.findall(r'<span class="step-name">(.*?)</span>', page, re.S)
     assert names[0] == "lookup_number"
     assert names[1] == 'Esperando hueco · <a href="/studio/limits/voice-calls/">voice-calls</a>'
-    assert "#4 in the queue" in page and "order-77" in page
+    assert "<strong>4th of 4</strong> in the queue" in page and "order-77" in page
 
 
 def test_a_running_run_polls_and_offers_cancel(waiting_run, operator_client) -> None:

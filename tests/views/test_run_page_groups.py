@@ -39,8 +39,8 @@ def test_the_hook_step_links_each_limit_and_the_page_lists_each_wait(group_run, 
     page = operator_client.get(f"/studio/runs/{group_run.id}/").content.decode()
     (name,) = re.findall(r'<span class="step-name">(.*?)</span>', page, re.S)
     assert name == ('Esperando hueco · <a href="/studio/limits/a/">a</a> + <a href="/studio/limits/b/">b</a>')
-    assert "#2 in the queue" in page  # behind first-in-a on a
-    assert "#1 in the queue" in page  # alone on b
+    assert "<strong>2nd of 2</strong> in the queue" in page  # behind first-in-a on a
+    assert "<strong>1st of 1</strong> in the queue" in page  # alone on b
     assert "with b, all or nothing" in page and "with a, all or nothing" in page
     assert "key <span" in page and "acme" in page
     assert ">owed<" not in page

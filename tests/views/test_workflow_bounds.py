@@ -317,7 +317,7 @@ def test_the_run_page_says_a_queued_run_waits_to_start_and_a_bound_holds_until_t
     queued = operator_client.get(f"/studio/runs/{runs[1].id}/").content.decode()
     assert 'class="badge status-queued" id="run-status">queued<' in queued
     assert "waits to start: its concurrency bounds are full" in queued
-    assert "#1 in the queue" in queued
+    assert "<strong>1st of 1</strong> in the queue" in queued
 
 
 # --- the admin ------------------------------------------------------------------------------------
@@ -326,7 +326,7 @@ def test_the_run_page_says_a_queued_run_waits_to_start_and_a_bound_holds_until_t
 def test_the_admin_lists_and_filters_limits_by_kind(bound, admin_client) -> None:
     page = admin_client.get("/admin/limits/limit/?kind__exact=workflow").content.decode()
     assert f">{BOUND}</a>" in page and ">voice-calls</a>" not in page
-    assert re.search(r'<td class="field-kind">Workflow</td>', page)
+    assert re.search(r'<td class="field-notes">workflow bound</td>', page)
     assert re.search(r'<td class="field-max_hold">—</td>', page)
 
 

@@ -1,0 +1,148 @@
+"""`/metrics`: the limits' figures for Prometheus, in its text exposition format.
+
+Built with the official prometheus_client, from the database at each scrape: a custom collector
+in a CollectorRegistry made for the request, no process-global counters, so every web process
+answers the same. Three queries whatever the number of limits or slots (limits.insights.
+metric_rows): the limits' counters (gauges, live), their running totals (counters and the
+time-to-grant histogram, from the sweep's per-minute rollup, so 30-45 s behind the end of each
+minute) and the sweep's state.
+
+Access: a bearer token, settings.STACKBONE_METRICS_TOKEN (env var). Wrong or missing: 401.
+No token set: 404, unless DEBUG (then it answers anyone: a developer's box).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+from django.http import Http404, HttpRequest, HttpResponse
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from limits import insights
+from limits.models import WAIT_BUCKETS_S
+
+RELEASE_CAUSES = (
+    ("workflow", "released_by_workflow"),
+    ("operator", "released_by_operator"),
+    ("max_hold", "released_by_max_hold"),
+    ("run_end", "released_by_run_end"),
+)
+
+
+class LimitsCollector(Collector):
+    """Every metric of /metrics, read from the database when collected."""
+
+    def collect(self) -> Iterator[Metric]:
+        limits, totals, sweep = insights.metric_rows()
+        gauges = {
+            "capacity": GaugeMetricFamily(
+                "stackbone_limit_capacity", "Slots a limit hands out at once.", labels=["limit"]
+            ),
+            "busy": GaugeMetricFamily("stackbone_limit_busy", "Confirmed slots in use.", labels=["limit"]),
+            "reserved": GaugeMetricFamily(
+                "stackbone_limit_reserved", "Slots reserved for a woken run, not yet confirmed.", labels=["limit"]
+            ),
+            "waiting": GaugeMetricFamily("stackbone_limit_waiting", "Runs waiting in the queue.", labels=["limit"]),
+        }
+        for name, busy, reserved, waiting, capacity_override, declared_capacity in limits:
+            label = [name]
+            gauges["capacity"].add_metric(
+                label, float(capacity_override if capacity_override is not None else declared_capacity)
+            )
+            gauges["busy"].add_metric(label, float(busy))
+            gauges["reserved"].add_metric(label, float(reserved))
+            gauges["waiting"].add_metric(label, float(waiting))
+        yield from gauges.values()
+
+        by_name = {str(row["limit__name"]): row for row in totals}
+        names = sorted({str(row[0]) for row in limits} | set(by_name))
+        zero: dict[str, Any] = dict.fromkeys(insights.COUNT_FIELDS, 0)
+        grants = CounterMetricFamily(
+            "stackbone_limit_grants", "Slots handed out, at once or from the queue.", labels=["limit"]
+        )
+        queue_grants = CounterMetricFamily(
+            "stackbone_limit_queue_grants", "Slots handed out to a run that waited in the queue.", labels=["limit"]
+        )
+        releases = CounterMetricFamily(
+            "stackbone_limit_releases",
+            "Slots freed, by whom: the workflow, an operator, max hold (the sweep), the run's end.",
+            labels=["limit", "by"],
+        )
+        lapses = CounterMetricFamily(
+            "stackbone_limit_lapses",
+            "Reservations not confirmed in time (the run went back to the queue).",
+            labels=["limit"],
+        )
+        timeouts = CounterMetricFamily(
+            "stackbone_limit_timeouts", "Waits that passed their deadline.", labels=["limit"]
+        )
+        waits = HistogramMetricFamily(
+            "stackbone_limit_time_to_grant_seconds",
+            "Time from joining the queue to the grant; a slot granted at once counts as 0.",
+            labels=["limit"],
+        )
+        for name in names:
+            row = by_name.get(name, zero)
+            grants.add_metric([name], float(row["grants"]))
+            queue_grants.add_metric([name], float(row["queue_grants"]))
+            for cause, field in RELEASE_CAUSES:
+                releases.add_metric([name, cause], float(row[field]))
+            lapses.add_metric([name], float(row["lapses"]))
+            timeouts.add_metric([name], float(row["timeouts"]))
+            cumulative, buckets = 0, []
+            for bound, field in zip(WAIT_BUCKETS_S, insights.BUCKET_FIELDS, strict=True):
+                cumulative += int(row[field])
+                buckets.append((f"{float(bound)}", float(cumulative)))
+            buckets.append(("+Inf", float(row["grants"])))
+            waits.add_metric([name], buckets, sum_value=int(row["wait_ms_sum"]) / 1000)
+        yield from (grants, queue_grants, releases, lapses, timeouts, waits)
+
+        duration = GaugeMetricFamily("stackbone_sweep_last_duration_seconds", "How long the last sweep pass took.")
+        last_run = GaugeMetricFamily(
+            "stackbone_sweep_last_run_timestamp_seconds", "When the last sweep pass ran (Unix time)."
+        )
+        rolled = GaugeMetricFamily(
+            "stackbone_insights_rolled_until_timestamp_seconds",
+            "Every minute before this time (Unix) is counted in the counters and the histogram.",
+        )
+        if sweep is not None:
+            if sweep.last_duration_ms is not None:
+                duration.add_metric([], sweep.last_duration_ms / 1000)
+            last_run.add_metric([], sweep.last_run_at.timestamp())
+            if sweep.rolled_until is not None:
+                rolled.add_metric([], sweep.rolled_until.timestamp())
+        yield from (duration, last_run, rolled)
+
+
+def token_matches(header: str, token: str) -> bool:
+    """Whether an Authorization header carries `token` as a bearer token, compared in constant
+    time (digests of both, so not even the length leaks)."""
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        return False
+    digest = hashlib.sha256
+    return hmac.compare_digest(digest(given.strip().encode()).digest(), digest(token.encode()).digest())
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    token = settings.STACKBONE_METRICS_TOKEN
+    if not token and not settings.DEBUG:
+        raise Http404("No metrics token set (STACKBONE_METRICS_TOKEN).")
+    if token and not token_matches(request.headers.get("Authorization", ""), token):
+        response = HttpResponse("A valid bearer token is needed.\n", status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LimitsCollector())
+    response = HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    add_never_cache_headers(response)
+    return response

@@ -1,0 +1,461 @@
+"""Runs as the Runs screen (studio.runs_screen) and `stackbone runs` (studio.runs_cli) see them:
+a page of runs, newest first, filtered and searched in a constant number of queries at any
+number of runs; and starting and cancelling one with the checks both share.
+
+Pages are keyset pages ("older than this run", "newer than this run"), never OFFSET and never
+COUNT(*): at a million runs both cost a walk over every row before the page. Each filter has an
+index that yields its rows in page order (studio/migrations/0005_run_list_indexes.py):
+
+    no filter          run_newest          (created_at, id)
+    ?status=           run_by_status       (status, created_at, id)
+    ?workflow=         run_by_workflow     (workflow, created_at, id)
+
+A page is at most seven queries: with "waiting for", the limit's id and its queue's run ids (two,
+see _waiting_for); with a search, its matches (one); when those narrow the runs to a known few,
+their (created_at, id) keys (one, by primary key); then the page of runs, the waits of its runs
+and the slots they hold (each through a partial index on run_id).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from limits import run_bounds
+from limits.config import check_key
+from limits.models import LIVE_SLOT_STATES, Limit, QueueEntry, Slot
+from studio.runs import runtime
+from studio.runs.models import Run
+
+RUNS_PER_PAGE = 50
+STATUSES: tuple[str, ...] = tuple(status.value for status in Run.Status)
+SEARCH_MAX_LENGTH = 128
+FINISHED_STATUSES = (Run.Status.COMPLETED.value, Run.Status.FAILED.value, Run.Status.CANCELLED.value)
+WAITING_AS_LIST = 5_000  # a queue at most this long is paged as a list of run ids (runs_page)
+SEARCH_MATCHES = 500  # runs a label search can find (the labels of live slots and waiting runs)
+INPUT_MAX_LENGTH = 64 * 1024
+
+# Messages (tests assert on them). Each error names its field.
+UNKNOWN_WORKFLOW = "unknown workflow {name!r} (known: {known})"
+NO_WORKFLOWS = "none: no module in STACKBONE_WORKFLOWS registers one"
+BAD_JSON = "input is not valid JSON: {error}"
+NOT_AN_OBJECT = "input must be a JSON object ({{...}}), not {kind}"
+NOT_TEXT = "input must be UTF-8 text"
+INPUT_TOO_LONG = "input must be at most {limit} characters of JSON, not {length}"
+KEY_WITHOUT_BOUNDS = (
+    "key: workflow {name!r} caps no runs (no @workflow(concurrency=...) or limits=...), so a concurrency "
+    "key means nothing for it; put a key its body reads into the input instead"
+)
+BAD_STATUS = "status must be one of {statuses}, not {value!r}"
+UNKNOWN_RUN = "unknown run {run_id!r}"
+
+
+class RunsError(Exception):
+    """A start or a filter that cannot be done as asked: the message names the field."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+# --- workflows ----------------------------------------------------------------------------------
+
+
+def workflow_names() -> list[str]:
+    """The workflows this installation can start: every @workflow in the modules
+    settings.STACKBONE_WORKFLOWS names (imported on first use), sorted."""
+    return runtime.workflow_names()
+
+
+# --- starting and cancelling --------------------------------------------------------------------
+
+
+def parse_input(text: str | None) -> dict[str, Any]:
+    """A run's input as typed: a JSON object (an empty text is `{}`)."""
+    if text is None or not text.strip():
+        return {}
+    if not _is_utf8(text):  # a non-UTF-8 argument arrives with lone surrogates: no database stores them
+        raise RunsError(NOT_TEXT, "input")
+    if len(text) > INPUT_MAX_LENGTH:
+        raise RunsError(INPUT_TOO_LONG.format(limit=INPUT_MAX_LENGTH, length=len(text)), "input")
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise RunsError(BAD_JSON.format(error=error), "input") from None
+    if not isinstance(value, dict):
+        raise RunsError(NOT_AN_OBJECT.format(kind=_json_kind(value)), "input")
+    return value
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "true or false"
+    if value is None:
+        return "null"
+    return "a number"
+
+
+def check_start(workflow: str, key: str | None) -> str | None:
+    """Refuse, before anything is created, an unknown workflow, a bad key, or a key for a workflow
+    whose runs have no bounds (start_run would drop it without a word). Returns the key."""
+    names = workflow_names()
+    if workflow not in names:
+        known = ", ".join(names) if names else NO_WORKFLOWS
+        raise RunsError(UNKNOWN_WORKFLOW.format(name=workflow, known=known), "workflow")
+    if key is None or key == "":
+        return None
+    try:
+        check_key(key)
+    except ValueError as error:
+        raise RunsError(str(error), "key") from None
+    try:
+        bounds, _key = run_bounds.bounds_for_run(workflow)
+    except runtime.WorkflowError as error:
+        raise RunsError(str(error), "workflow") from None
+    if not bounds:
+        raise RunsError(KEY_WITHOUT_BOUNDS.format(name=workflow), "key")
+    return key
+
+
+def start(workflow: str, input: dict[str, Any], key: str | None = None) -> Run:
+    """Start a run through the public studio.workflows.start_run, after check_start. A refusal
+    of start_run itself (a bound's limit no longer declared) is a RunsError, nothing created."""
+    from studio.workflows import start_run  # imports the workflows' package: only when starting
+
+    key = check_start(workflow, key)
+    try:
+        return start_run(workflow, input, concurrency_key=key)
+    except runtime.WorkflowError as error:
+        field = "input" if "input" in str(error) else "workflow"
+        raise RunsError(str(error), field) from None
+
+
+def cancel(run_id: str) -> tuple[bool, Run]:
+    """Cancel a run through studio.workflows.cancel_run (the run page's service): (cancelled?,
+    the run as it is now). An unknown run is a RunsError (field 'run')."""
+    from studio.workflows import cancel_run
+
+    run = get_run(run_id)
+    if run is None:
+        raise RunsError(UNKNOWN_RUN.format(run_id=run_id), "run")
+    cancelled = cancel_run(run.id)
+    run.refresh_from_db()
+    return cancelled, run
+
+
+def get_run(run_id: str) -> Run | None:
+    if "\x00" in run_id or len(run_id) > 64 or not _is_utf8(run_id):
+        return None  # no run has such an id (and PostgreSQL cannot compare a NUL)
+    return Run.objects.filter(id=run_id).first()
+
+
+# --- the list -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    """What the list shows: a status, a workflow, a limit the runs wait for, a search (a run's
+    whole id, or part of the label of a slot it holds or of a queue it waits in, any case)."""
+
+    status: str = ""
+    workflow: str = ""
+    waiting_for: str = ""
+    search: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status and self.status not in STATUSES:
+            raise RunsError(BAD_STATUS.format(statuses=", ".join(STATUSES), value=self.status), "status")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.status or self.workflow or self.waiting_for or self.search)
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """A place in the newest-first order: a run's creation time and id."""
+
+    created_at: dt.datetime
+    run_id: str
+
+    def encode(self) -> str:
+        text = f"{self.created_at.isoformat()}|{self.run_id}"
+        return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str | None) -> Cursor | None:
+        """A cursor from a link, or None for anything that is not one (a filter, not a form)."""
+        if not text or len(text) > 200:
+            return None
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+            moment, _, run_id = raw.partition("|")
+            created_at = dt.datetime.fromisoformat(moment)
+        except (ValueError, binascii.Error, UnicodeDecodeError):
+            return None
+        if created_at.tzinfo is None or not run_id or "\x00" in run_id:
+            return None
+        return cls(created_at, run_id)
+
+    @classmethod
+    def of(cls, run: Run) -> Cursor:
+        return cls(run.created_at, run.id)
+
+
+@dataclass(slots=True)
+class RunRow:
+    """A run on a page, with the limits it waits for and the slots it holds."""
+
+    run: Run
+    waits: list[QueueEntry] = field(default_factory=list)
+    holds: list[Slot] = field(default_factory=list)
+
+    @property
+    def labels(self) -> list[str]:
+        labels = [slot.label for slot in self.holds] + [entry.label for entry in self.waits]
+        return list(dict.fromkeys(label for label in labels if label))
+
+
+@dataclass(slots=True)
+class RunPage:
+    rows: list[RunRow]
+    newer: Cursor | None  # the link to the page before (newer runs), if there are any
+    older: Cursor | None  # the link to the page after (older runs), if there are any
+    at_start: bool  # this page starts with the newest run that matches
+
+
+def runs(run_filter: RunFilter) -> tuple[QuerySet[Run], list[str] | None]:
+    """The runs that match the filter: a query, and when a search or a short queue ("waiting
+    for") narrows them to a known few, their ids (at most WAITING_AS_LIST or SEARCH_MATCHES);
+    None when they are not narrowed so."""
+    query = Run.objects.all()
+    if run_filter.status:
+        query = query.filter(status=run_filter.status)
+    if run_filter.workflow:
+        query = query.filter(workflow=run_filter.workflow)
+    candidates: list[str] | None = None
+    if run_filter.waiting_for:
+        query, candidates = _waiting_for(query, run_filter)
+    if run_filter.search:
+        found = search_matches(run_filter.search)
+        candidates = found if candidates is None else sorted(set(candidates) & set(found))
+    return query, candidates
+
+
+def _waiting_for(query: QuerySet[Run], run_filter: RunFilter) -> tuple[QuerySet[Run], list[str] | None]:
+    """The runs waiting in a limit's queue, in two small queries before the page's:
+
+    1. The limit's id, so the page's query names it as a value (PostgreSQL then estimates the
+       queue's size from its statistics instead of guessing).
+    2. Up to WAITING_AS_LIST + 1 run ids of its queue (its partial index). A short queue gives
+       that list (a page of it is primary-key lookups, runs_page); a long one is a semi-join that
+       walks the page's index newest first and stops after a page of waiting runs.
+
+    A finished run waits for nothing (a run that ends leaves every queue), so a finished status
+    with this filter is empty without asking."""
+    limit_id = Limit.objects.filter(name=run_filter.waiting_for).values_list("id", flat=True).first()
+    if limit_id is None or run_filter.status in FINISHED_STATUSES:
+        return query.none(), []
+    entries = QueueEntry.objects.filter(limit_id=limit_id, state=QueueEntry.State.WAITING).order_by()
+    run_ids = list(entries.values_list("run_id", flat=True)[: WAITING_AS_LIST + 1])
+    if len(run_ids) <= WAITING_AS_LIST:
+        return query, run_ids
+    return query.filter(id__in=entries.values("run_id")), None
+
+
+def search_matches(text: str) -> list[str]:
+    """The runs a search finds: the run with that whole id, and the runs that hold a live slot or
+    wait in a queue whose label contains the text (any case), at most SEARCH_MATCHES. Labels of
+    finished work are history and are not searched: a finished run is found by its id."""
+    text = text.strip()[:SEARCH_MAX_LENGTH]
+    if not text or "\x00" in text:
+        return []
+    slots = Slot.objects.filter(state__in=LIVE_SLOT_STATES, label__icontains=text).order_by().values("run_id")
+    waits = QueueEntry.objects.filter(state=QueueEntry.State.WAITING, label__icontains=text).order_by()
+    whole_id = Run.objects.filter(id=text).order_by().values("id")
+    found = slots.union(waits.values("run_id"), whole_id)[:SEARCH_MATCHES]
+    return [row["run_id"] for row in found]
+
+
+type Key = tuple[dt.datetime, str]
+
+
+def runs_page(
+    run_filter: RunFilter,
+    *,
+    older_than: Cursor | None = None,
+    newer_than: Cursor | None = None,
+    size: int | None = None,
+) -> RunPage:
+    """One page of the matching runs, newest first: the first page, or the page of runs older
+    (newer) than a cursor. One more row than the page is read to know whether there is more.
+
+    Runs narrowed to a known few ids (runs()) are paged from their (created_at, id) keys, read by
+    primary key and sorted here, then the page's rows are read by id: an ORDER BY ... LIMIT over
+    them would let PostgreSQL walk the newest-first index until it met them, which at a million
+    runs is a walk over nearly all of them when the few are old."""
+    size = size or RUNS_PER_PAGE
+    query, candidates = runs(run_filter)
+    query = query.defer("input", "output", "error")  # a row shows none of them
+    if candidates is not None:
+        keys = sorted(query.filter(id__in=candidates).order_by().values_list("created_at", "id"), reverse=True)
+        window, newer, older, at_start = _window(keys, older_than, newer_than, size)
+        by_id = query.in_bulk([run_id for _created_at, run_id in window])
+        return RunPage(_with_limits([by_id[run_id] for _created_at, run_id in window]), newer, older, at_start)
+    if newer_than is not None:
+        # Oldest first from the cursor up, then turned round.
+        edge = newer_than.created_at
+        after = Q(created_at__gt=edge) | Q(created_at=edge, id__gt=newer_than.run_id)
+        found = list(query.filter(Q(created_at__gte=edge) & after).order_by("created_at", "id")[: size + 1])
+        if len(found) > size:
+            page = found[:size][::-1]
+            return RunPage(_with_limits(page), newer=Cursor.of(page[0]), older=Cursor.of(page[-1]), at_start=False)
+        # At most a page of newer runs: the first page, newest first.
+        older_than = None
+    if older_than is not None:
+        edge = older_than.created_at
+        before = Q(created_at__lt=edge) | Q(created_at=edge, id__lt=older_than.run_id)
+        query = query.filter(Q(created_at__lte=edge) & before)
+    found = list(query.order_by("-created_at", "-id")[: size + 1])
+    page = found[:size]
+    older = Cursor.of(page[-1]) if len(found) > size else None
+    newer = Cursor.of(page[0]) if page and older_than is not None else None
+    return RunPage(_with_limits(page), newer=newer, older=older, at_start=older_than is None)
+
+
+def _window(
+    keys: list[Key], older_than: Cursor | None, newer_than: Cursor | None, size: int
+) -> tuple[list[Key], Cursor | None, Cursor | None, bool]:
+    """The page of `keys` (newest first) the cursors ask for, as runs_page's SQL path reads it:
+    (its keys, the newer cursor, the older cursor, whether it starts with the newest)."""
+    if newer_than is not None:
+        newer_keys = [key for key in keys if key > (newer_than.created_at, newer_than.run_id)]
+        if len(newer_keys) > size:
+            window = newer_keys[-size:]
+            return window, Cursor(*window[0]), Cursor(*window[-1]), False
+        older_than = None
+    if older_than is not None:
+        keys = [key for key in keys if key < (older_than.created_at, older_than.run_id)]
+    window = keys[:size]
+    older = Cursor(*window[-1]) if len(keys) > size else None
+    newer = Cursor(*window[0]) if window and older_than is not None else None
+    return window, newer, older, older_than is None
+
+
+def _with_limits(page: list[Run]) -> list[RunRow]:
+    """The page's runs with their waits and live slots: two queries, whatever the page size."""
+    rows = {run.id: RunRow(run) for run in page}
+    if not rows:
+        return []
+    for entry in (
+        QueueEntry.objects.filter(run_id__in=list(rows), state=QueueEntry.State.WAITING)
+        .select_related("limit")
+        .order_by("enqueued_at", "id")
+    ):
+        rows[entry.run_id].waits.append(entry)
+    for slot in (
+        Slot.objects.filter(run_id__in=list(rows), state__in=LIVE_SLOT_STATES)
+        .select_related("limit")
+        .order_by("granted_at", "id")
+    ):
+        rows[slot.run_id].holds.append(slot)
+    return list(rows.values())
+
+
+def limit_names() -> list[str]:
+    """The limits a run can wait for, for the "waiting for" filter: one query."""
+    return list(Limit.objects.order_by("name").values_list("name", flat=True))
+
+
+# --- JSON shapes (the CLI's --json) ---------------------------------------------------------------
+
+
+def _iso(moment: dt.datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+def run_summary(row: RunRow) -> dict[str, Any]:
+    """A run as `stackbone runs list --json` prints it. `key` is "" for a run without one."""
+    run = row.run
+    return {
+        "id": run.id,
+        "workflow": run.workflow,
+        "status": run.status,
+        "key": run.concurrency_key,
+        "suspended": run.suspended,
+        "created_at": _iso(run.created_at),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "waiting_for": [entry.limit.name for entry in row.waits],
+        "holding": [slot.limit.name for slot in row.holds],
+        "labels": row.labels,
+    }
+
+
+def run_details(row: RunRow) -> dict[str, Any]:
+    """A run as `stackbone runs show --json` prints it: the summary, its input, output, error,
+    the waits and slots in full, and its steps."""
+    run = row.run
+    steps = list(run.step_records.order_by("seq"))
+    return {
+        **run_summary(row),
+        "input": run.input,
+        "output": run.output,
+        "error": run.error,
+        "waits": [
+            {
+                "limit": entry.limit.name,
+                "label": entry.label,
+                "key": entry.key,
+                "waiting_since": _iso(entry.enqueued_at),
+                "deadline": _iso(entry.deadline),
+            }
+            for entry in row.waits
+        ],
+        "slots": [
+            {
+                "id": slot.id,
+                "limit": slot.limit.name,
+                "state": slot.state,
+                "label": slot.label,
+                "key": slot.key,
+                "granted_at": _iso(slot.granted_at),
+            }
+            for slot in row.holds
+        ],
+        "steps": [
+            {
+                "seq": step.seq,
+                "name": step.name,
+                "kind": step.kind,
+                "status": step.status,
+                "error": step.error,
+                "started_at": _iso(step.started_at),
+                "finished_at": _iso(step.finished_at),
+            }
+            for step in steps
+        ],
+    }
+
+
+def run_row(run: Run) -> RunRow:
+    return _with_limits([run])[0]

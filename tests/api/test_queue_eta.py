@@ -1,0 +1,90 @@
+"""The JSON API's queue rows carry `position` (1-based) and `eta_seconds` (limits.eta, null when
+unknown): the figures the run page shows, for the same run, in a constant number of queries."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from limits import services
+from tests.api.conftest import Api, reader
+from tests.factories import declare, rolled_up_grants
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def viewer() -> Api:
+    return Api(reader()[1])
+
+
+@pytest.fixture
+def tenants(clock) -> None:
+    """partner-api (capacity 3, 1 per key, max hold 1h) granted 3 slots in the last 10 rolled-up
+    minutes (one every 200 s); then 5 runs wait: acme, globex, acme, (no key), acme."""
+    declare(partner_api={"capacity": 3, "max_hold": "1h", "per_key": 1})
+
+    def grants() -> None:
+        for key in ("acme", "globex", "initech"):
+            services.acquire("partner-api", run_id=f"holder-{key}", key=key)
+
+    rolled_up_grants(clock, grants)
+    for run_id, key in [("w1", "acme"), ("w2", "globex"), ("w3", "acme"), ("w4", None), ("w5", "acme")]:
+        assert services.acquire("partner-api", run_id=run_id, key=key, timeout="1h").state == "waiting"
+
+
+def _queue(api: Api, **params: object) -> list[dict[str, object]]:
+    response = api.get("partner-api/queue/", **params)
+    assert response.status_code == 200, response.content
+    return response.json()["queue"]
+
+
+def test_queue_rows_carry_their_position_and_eta(tenants, viewer) -> None:
+    rows = _queue(viewer)
+    assert [(row["run"], row["position"], row["eta_seconds"]) for row in rows] == [
+        ("w1", 1, 200),
+        ("w2", 2, 400),
+        ("w3", 3, 600),
+        ("w4", 4, 800),
+        ("w5", 5, 1000),
+    ]
+
+
+def test_a_later_page_counts_from_its_offset(tenants, viewer) -> None:
+    rows = _queue(viewer, page=2, size=2)
+    assert [(row["run"], row["position"], row["eta_seconds"]) for row in rows] == [("w3", 3, 600), ("w4", 4, 800)]
+
+
+def test_a_keys_rows_count_their_position_in_the_key_and_their_eta_in_the_limit(tenants, viewer) -> None:
+    """The same run has the same eta_seconds whether the list is filtered by its key or not."""
+    rows = _queue(viewer, key="acme")
+    assert [(row["run"], row["position"], row["eta_seconds"]) for row in rows] == [
+        ("w1", 1, 200),
+        ("w3", 2, 600),
+        ("w5", 3, 1000),
+    ]
+    rows = _queue(viewer, key="acme", page=2, size=2)
+    assert [(row["run"], row["position"], row["eta_seconds"]) for row in rows] == [("w5", 3, 1000)]
+
+
+def test_eta_seconds_is_null_when_nothing_was_granted_in_the_last_10_minutes(tenants, viewer, clock) -> None:
+    clock.advance(minutes=12)
+    services.sweep()
+    rows = _queue(viewer)
+    assert [row["eta_seconds"] for row in rows] == [None] * 5
+    assert [row["position"] for row in rows] == [1, 2, 3, 4, 5]
+
+
+def _count(api: Api, **params: object) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        assert api.get("partner-api/queue/", **params).status_code == 200
+    return len(captured.captured_queries)
+
+
+@pytest.mark.parametrize("params", [{"size": 3}, {"size": 3, "page": 2}, {"size": 3, "key": "acme"}])
+def test_a_page_of_the_queue_reads_as_many_queries_whatever_its_length(tenants, viewer, params) -> None:
+    short = _count(viewer, **params)
+    for n in range(60):
+        services.acquire("partner-api", run_id=f"more-{n}", key="acme" if n % 3 else None, timeout="1h")
+    assert _count(viewer, **params) == short

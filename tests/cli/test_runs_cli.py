@@ -1,0 +1,342 @@
+"""`stackbone runs start|list|show|cancel` in-process: what each verb prints (table and JSON), its
+exit code (0 done, 1 not found or nothing cancelled, 2 bad usage or value), and that a refused
+start or cancel changes nothing. The console script itself: tests/cli/test_runs_script.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+from dataclasses import dataclass
+
+import pytest
+from django.utils import timezone
+
+from limits import run_bounds, services
+from limits.cli import Streams
+from limits.models import QueueEntry
+from studio import run_list, runs_cli
+from studio.models import Run
+from tests.factories import declare
+
+pytestmark = pytest.mark.django_db
+
+SUMMARY_KEYS = {
+    "id",
+    "workflow",
+    "status",
+    "key",
+    "suspended",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "waiting_for",
+    "holding",
+    "labels",
+}
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def runs(*argv: str) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    code = runs_cli.main(list(argv), streams=Streams(stdin=io.StringIO(), stdout=out, stderr=err))
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def make_run(workflow: str = "place_call", status: str = "pending", *, seconds_ago: int = 0, **fields: object) -> Run:
+    now = timezone.now() - dt.timedelta(seconds=seconds_ago)
+    return Run.objects.create(workflow=workflow, status=status, created_at=now, updated_at=now, **fields)
+
+
+def assert_one_error_line(result: Result, code: int, *, contains: str) -> None:
+    assert result.code == code, (result.out, result.err)
+    assert result.err.count("\n") == 1 and result.err.startswith("error: "), result.err
+    assert contains in result.err, result.err
+    assert "Traceback" not in result.err
+
+
+def json_error(result: Result) -> dict[str, object]:
+    assert result.err.count("\n") == 1, result.err
+    error: dict[str, object] = json.loads(result.err)
+    assert set(error) == {"error", "field"}
+    return error
+
+
+# --- start --------------------------------------------------------------------------------------
+
+
+def test_start_creates_a_run_with_the_input_and_prints_its_id() -> None:
+    result = runs("start", "place_call", "--input", '{"call_id": "c-1"}')
+
+    assert result.code == 0, result.err
+    run = Run.objects.get()
+    assert (run.workflow, run.input, run.status) == ("place_call", {"call_id": "c-1"}, "pending")
+    assert result.out == f"started {run.id} (place_call): pending\n"
+
+
+def test_start_without_input_gives_the_run_an_empty_object() -> None:
+    assert runs("start", "export_report").code == 0
+    assert Run.objects.get().input == {}
+
+
+def test_start_json_prints_the_run_summary() -> None:
+    result = runs("start", "place_call", "--input", '{"call_id": "c-2"}', "--json")
+
+    assert result.code == 0, result.err
+    answer = json.loads(result.out)
+    assert set(answer) == SUMMARY_KEYS
+    assert (answer["id"], answer["workflow"], answer["status"], answer["key"]) == (
+        Run.objects.get().id,
+        "place_call",
+        "pending",
+        "",
+    )
+
+
+def test_the_key_is_the_runs_concurrency_key() -> None:
+    run_bounds.sync(["sync_tenant"])
+    first = runs("start", "sync_tenant", "--input", '{"tenant": "acme"}', "--key", "acme", "--json")
+    second = runs("start", "sync_tenant", "--input", '{"tenant": "acme"}', "--key", "acme", "--json")
+
+    assert (first.code, second.code) == (0, 0), (first.err, second.err)
+    assert [run.concurrency_key for run in Run.objects.all()] == ["acme", "acme"]
+    assert json.loads(first.out)["key"] == "acme"
+    # sync_tenant runs one at a time per tenant: the second waits for acme's pool.
+    assert json.loads(second.out)["status"] == "queued"
+    assert json.loads(second.out)["waiting_for"] == ["workflow.sync_tenant"]
+
+
+BAD_STARTS = [
+    pytest.param(
+        ["start", "no_such_flow"], "workflow", "unknown workflow 'no_such_flow' (known: ", id="unknown-workflow"
+    ),
+    pytest.param(["start", "place_call", "--input", '{"call_id": '], "input", "input is not valid JSON", id="bad-json"),
+    pytest.param(["start", "place_call", "--input", "[1, 2]"], "input", "input must be a JSON object", id="a-list"),
+    pytest.param(["start", "place_call", "--input", '"text"'], "input", "not a string", id="a-string"),
+    pytest.param(["start", "place_call", "--input", "null"], "input", "not null", id="null"),
+    pytest.param(["start", "place_call", "--key", "acme"], "key", "caps no runs", id="key-without-bounds"),
+    pytest.param(["start", "sync_tenant", "--key", "a\x1bb"], "key", "control characters", id="control-key"),
+    pytest.param(["start", "sync_tenant", "--key", "k" * 129], "key", "1 to 128 characters", id="long-key"),
+]
+
+
+@pytest.mark.parametrize(("argv", "field", "message"), BAD_STARTS)
+def test_a_bad_start_is_one_line_exit_2_and_creates_nothing(argv: list[str], field: str, message: str) -> None:
+    run_bounds.sync(["sync_tenant"])
+    result = runs(*argv)
+
+    assert_one_error_line(result, 2, contains=message)
+    assert result.out == ""
+    assert not Run.objects.exists()
+    assert not QueueEntry.objects.exists()
+
+
+@pytest.mark.parametrize(("argv", "field", "message"), BAD_STARTS)
+def test_with_json_a_bad_starts_error_is_json_on_stderr_naming_the_field(
+    argv: list[str], field: str, message: str
+) -> None:
+    run_bounds.sync(["sync_tenant"])
+    result = runs(*argv, "--json")
+
+    assert result.code == 2
+    error = json_error(result)
+    assert error["field"] == field
+    assert message in str(error["error"])
+    assert not Run.objects.exists()
+
+
+def test_the_unknown_workflow_message_lists_the_known_ones() -> None:
+    result = runs("start", "nope")
+    for name in ("place_call", "sync_tenant", "export_report"):
+        assert name in result.err
+
+
+def test_agent_is_not_supported_for_runs_yet() -> None:
+    result = runs("start", "place_call", "--agent", "prod")
+    assert_one_error_line(result, 2, contains="--agent is not supported yet")
+    assert not Run.objects.exists()
+    assert json_error(runs("list", "--agent", "prod", "--json"))["field"] == "agent"
+
+
+# --- list ---------------------------------------------------------------------------------------
+
+
+def test_list_shows_runs_newest_first_with_what_they_wait_for_and_hold() -> None:
+    declare(voice_calls={"capacity": 1, "max_hold": "45m"})
+    old = make_run(seconds_ago=30)
+    holder = make_run(seconds_ago=20, status="running")
+    waiter = make_run(seconds_ago=10, status="running")
+    services.acquire("voice-calls", run_id=holder.id, label="call-1")
+    services.acquire("voice-calls", run_id=waiter.id, label="call-2", timeout="1h")
+
+    result = runs("list")
+
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0].split() == ["RUN", "WORKFLOW", "STATUS", "KEY", "CREATED", "LIMITS"]
+    assert [line.split()[0] for line in lines[1:]] == [waiter.id, holder.id, old.id]
+    assert lines[1].endswith("waits voice-calls")
+    assert lines[2].endswith("holds voice-calls")
+
+
+def test_list_json_has_one_summary_per_run_and_says_if_there_are_more() -> None:
+    declare(voice_calls={"capacity": 1, "max_hold": "45m"})
+    made = [make_run(seconds_ago=10 - n) for n in range(3)]
+    services.acquire("voice-calls", run_id=made[0].id, label="call-0")
+
+    result = runs("list", "--json", "--limit", "2")
+
+    answer = json.loads(result.out)
+    assert set(answer) == {"runs", "more"}
+    assert answer["more"] is True
+    assert [run["id"] for run in answer["runs"]] == [made[2].id, made[1].id]
+    assert all(set(run) == SUMMARY_KEYS for run in answer["runs"])
+    everything = json.loads(runs("list", "--json").out)
+    assert everything["more"] is False
+    assert everything["runs"][-1]["holding"] == ["voice-calls"] and everything["runs"][-1]["labels"] == ["call-0"]
+
+
+def test_list_filters_by_status_workflow_and_the_limit_runs_wait_for() -> None:
+    declare(voice_calls={"capacity": 1, "max_hold": "45m"}, partner_api={"capacity": 1, "max_hold": "10m"})
+    done = make_run("export_report", "completed", seconds_ago=5)
+    running = make_run("place_call", "running", seconds_ago=4)
+    waiting = make_run("place_call", "running", seconds_ago=3)
+    services.acquire("voice-calls", run_id=running.id)
+    services.acquire("voice-calls", run_id=waiting.id, timeout="1h")
+
+    def ids(*argv: str) -> list[str]:
+        result = runs("list", "--json", *argv)
+        assert result.code == 0, result.err
+        return [run["id"] for run in json.loads(result.out)["runs"]]
+
+    assert ids("--status", "completed") == [done.id]
+    assert ids("--workflow", "place_call") == [waiting.id, running.id]
+    assert ids("--waiting-for", "voice-calls") == [waiting.id]
+    assert ids("--waiting-for", "partner-api") == []
+    assert ids("--status", "running", "--workflow", "export_report") == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "field", "message"),
+    [
+        (["--status", "done"], "status", "status must be one of queued, pending, running"),
+        (["--limit", "0"], "limit", "--limit must be a whole number from 1 to 1000, not '0'"),
+        (["--limit", "1001"], "limit", "not '1001'"),
+        (["--limit", "ten"], "limit", "not 'ten'"),
+    ],
+)
+def test_a_bad_list_filter_is_exit_2(argv: list[str], field: str, message: str) -> None:
+    assert_one_error_line(runs("list", *argv), 2, contains=message)
+    assert json_error(runs("list", *argv, "--json"))["field"] == field
+
+
+def test_list_without_runs_says_so() -> None:
+    assert runs("list").out == "no runs yet\n"
+    assert runs("list", "--status", "failed").out == "no runs match\n"
+
+
+# --- show ---------------------------------------------------------------------------------------
+
+
+def test_show_prints_the_run_its_waits_and_steps() -> None:
+    declare(voice_calls={"capacity": 1, "max_hold": "45m"})
+    holder = make_run(status="running")
+    run = make_run(status="running", input={"call_id": "c-9"})
+    services.acquire("voice-calls", run_id=holder.id)
+    services.acquire("voice-calls", run_id=run.id, label="c-9", timeout="1h")
+    run.step_records.create(seq=1, name="Esperando hueco · voice-calls", kind="hook", status="waiting",
+                            started_at=timezone.now())  # fmt: skip
+
+    text = runs("show", run.id)
+    details = json.loads(runs("show", run.id, "--json").out)
+
+    assert text.code == 0, text.err
+    assert text.out.splitlines()[0] == f"{run.id}  place_call  running"
+    assert '  input:     {"call_id": "c-9"}' in text.out
+    assert "  waits for: voice-calls (label c-9)" in text.out
+    assert "Esperando hueco · voice-calls" in text.out
+    assert set(details) == SUMMARY_KEYS | {"input", "output", "error", "waits", "slots", "steps"}
+    assert details["input"] == {"call_id": "c-9"}
+    assert [wait["limit"] for wait in details["waits"]] == ["voice-calls"]
+    assert [step["name"] for step in details["steps"]] == ["Esperando hueco · voice-calls"]
+
+
+def test_show_of_an_unknown_run_is_exit_1() -> None:
+    assert_one_error_line(runs("show", "run_nope"), 1, contains="unknown run 'run_nope'")
+    assert json_error(runs("show", "run_nope", "--json")) == {"error": "unknown run 'run_nope'", "field": "run"}
+
+
+# --- cancel -------------------------------------------------------------------------------------
+
+
+def test_cancel_ends_the_run_and_takes_it_out_of_every_queue() -> None:
+    declare(voice_calls={"capacity": 1, "max_hold": "45m"})
+    holder = make_run(status="running")
+    run = make_run(status="running")
+    services.acquire("voice-calls", run_id=holder.id)
+    services.acquire("voice-calls", run_id=run.id, timeout="1h")
+
+    result = runs("cancel", run.id)
+
+    assert result.code == 0, result.err
+    assert result.out.startswith(f"cancelled {run.id} (place_call)")
+    assert Run.objects.get(id=run.id).status == "cancelled"
+    assert QueueEntry.objects.get(run_id=run.id).state == "cancelled"
+    assert Run.objects.get(id=holder.id).status == "running"
+
+
+def test_cancel_json_says_what_happened() -> None:
+    run = make_run()
+    first = runs("cancel", run.id, "--json")
+    again = runs("cancel", run.id, "--json")
+    unknown = runs("cancel", "run_nope", "--json")
+
+    assert (first.code, json.loads(first.out)) == (0, {"cancelled": True, "id": run.id, "status": "cancelled"})
+    assert again.code == 1
+    assert json.loads(again.out) == {
+        "cancelled": False,
+        "id": run.id,
+        "status": "cancelled",
+        "reason": "already finished",
+    }
+    assert json_error(again)["field"] == "run"
+    assert unknown.code == 1
+    assert json.loads(unknown.out) == {"cancelled": False, "reason": "unknown"}
+    assert json_error(unknown)["error"] == "unknown run 'run_nope'"
+
+
+def test_cancelling_a_finished_run_changes_nothing() -> None:
+    run = make_run(status="completed", finished_at=timezone.now())
+    before = Run.objects.filter(id=run.id).values().get()
+
+    result = runs("cancel", run.id)
+
+    assert_one_error_line(result, 1, contains=f"{run.id} had already finished (completed): nothing cancelled")
+    assert Run.objects.filter(id=run.id).values().get() == before
+
+
+def test_a_nul_or_non_utf8_in_a_run_id_is_unknown_not_a_crash() -> None:
+    for run_id in ("run_\x00x", "run_\udcff"):  # a non-UTF-8 argument arrives with lone surrogates
+        assert_one_error_line(runs("show", run_id), 1, contains="unknown run")
+        assert_one_error_line(runs("cancel", run_id), 1, contains="unknown run")
+
+
+def test_non_utf8_input_is_refused_and_creates_nothing() -> None:
+    assert_one_error_line(runs("start", "place_call", "--input", '{"call_id": "\udcff"}'), 2, contains="UTF-8")
+    assert not Run.objects.exists()
+
+
+def test_the_runs_of_the_list_are_those_of_run_list() -> None:
+    """The CLI and the Runs screen read the same way: one page of run_list.runs_page."""
+    made = [make_run(seconds_ago=5 - n) for n in range(3)]
+    page = run_list.runs_page(run_list.RunFilter(), size=2)
+    assert [row.run.id for row in page.rows] == [
+        run["id"] for run in json.loads(runs("list", "--json", "--limit", "2").out)["runs"]
+    ]
+    assert [row.run.id for row in page.rows] == [made[2].id, made[1].id]

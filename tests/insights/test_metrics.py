@@ -1,0 +1,150 @@
+"""/metrics: the names and values after scripted operations, the token, constant queries."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+
+from limits import insights
+from limits.models import SweepState
+from limits.services import acquire, release, sweep
+from limits.verify import verify
+from tests.factories import declare
+from tests.insights.helpers import roll_up_all, start_insights
+
+pytestmark = pytest.mark.django_db
+
+TOKEN = "metrics-token-for-tests"
+
+
+@pytest.fixture
+def scraper(settings) -> Client:
+    settings.STACKBONE_METRICS_TOKEN = TOKEN
+    return Client(headers={"Authorization": f"Bearer {TOKEN}"})
+
+
+def scrape(client: Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=")
+    samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def one(samples, name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def test_the_figures_after_scripted_operations(scraper, clock) -> None:
+    """Every kind of event once or more, then the rollup: each counter counts it."""
+    declare(m={"capacity": 1, "max_hold": "10m"}, other={"capacity": 3, "max_hold": "1h"})
+    start_insights(clock)
+    first = acquire("m", run_id="r1").slot_id  # grant at once (0 s)
+    assert acquire("m", run_id="r2", request="q2").state == "waiting"
+    clock.advance(seconds=10)
+    assert release(first)  # the workflow's release; r2 is granted after 10 s
+    second = acquire("m", run_id="r2", request="q2").slot_id  # confirms
+    assert release(second, actor="alice")  # an operator's release
+    acquire("m", run_id="r3")  # at once
+    clock.advance(minutes=10)
+    assert sweep().expired == 1  # max hold
+    fourth = acquire("m", run_id="r4").slot_id  # at once
+    assert acquire("m", run_id="r5", request="q5").state == "waiting"
+    clock.advance(seconds=5)
+    assert release(fourth)  # the workflow's release; r5 granted after 5 s ...
+    clock.advance(minutes=2, seconds=1)
+    report = sweep()  # ... does not confirm: the reservation lapses, r5 is granted again at once
+    assert (report.lapsed, report.granted) == (1, 1)
+    assert acquire("m", run_id="r5", request="q5").state == "busy"
+    assert acquire("m", run_id="r6", timeout="1m").state == "waiting"
+    clock.advance(seconds=61)
+    assert sweep().timed_out == 1
+    roll_up_all(clock)
+
+    samples = scrape(scraper)
+    assert one(samples, "stackbone_limit_capacity", limit="m") == 1
+    assert one(samples, "stackbone_limit_busy", limit="m") == 1
+    assert one(samples, "stackbone_limit_reserved", limit="m") == 0
+    assert one(samples, "stackbone_limit_waiting", limit="m") == 0
+    assert one(samples, "stackbone_limit_capacity", limit="other") == 3
+    # r1, r2 (queue), r3, r4, r5 (queue), r5 again after its lapse (queue)
+    assert one(samples, "stackbone_limit_grants_total", limit="m") == 6
+    assert one(samples, "stackbone_limit_queue_grants_total", limit="m") == 3
+    assert one(samples, "stackbone_limit_releases_total", limit="m", by="workflow") == 2
+    assert one(samples, "stackbone_limit_releases_total", limit="m", by="operator") == 1
+    assert one(samples, "stackbone_limit_releases_total", limit="m", by="max_hold") == 1
+    assert one(samples, "stackbone_limit_releases_total", limit="m", by="run_end") == 0
+    assert one(samples, "stackbone_limit_lapses_total", limit="m") == 1
+    assert one(samples, "stackbone_limit_timeouts_total", limit="m") == 1
+    assert one(samples, "stackbone_limit_grants_total", limit="other") == 0
+    # waits: 0, 10, 0, 0, 5, 0 s
+    histogram = "stackbone_limit_time_to_grant_seconds"
+    assert one(samples, f"{histogram}_bucket", limit="m", le="0.0") == 4
+    assert one(samples, f"{histogram}_bucket", limit="m", le="1.0") == 4
+    assert one(samples, f"{histogram}_bucket", limit="m", le="5.0") == 5
+    assert one(samples, f"{histogram}_bucket", limit="m", le="15.0") == 6
+    assert one(samples, f"{histogram}_bucket", limit="m", le="+Inf") == 6
+    assert one(samples, f"{histogram}_count", limit="m") == 6
+    assert one(samples, f"{histogram}_sum", limit="m") == 15
+    state = SweepState.objects.get()
+    assert one(samples, "stackbone_sweep_last_run_timestamp_seconds") == state.last_run_at.timestamp()
+    assert one(samples, "stackbone_sweep_last_duration_seconds") == pytest.approx(state.last_duration_ms / 1000)
+    assert one(samples, "stackbone_insights_rolled_until_timestamp_seconds") == state.rolled_until.timestamp()
+    # The rollup only reads the engine's rows: `limits verify` finds the history as it was.
+    verification = verify()
+    assert verification.ok, verification.violations
+    assert verification.slots == 6
+
+
+def test_counters_never_go_back_when_old_minutes_are_purged(scraper, clock) -> None:
+    declare(m={"capacity": 1, "max_hold": "1h"})
+    start_insights(clock)
+    release(acquire("m", run_id="r1").slot_id)
+    roll_up_all(clock)
+    before = one(scrape(scraper), "stackbone_limit_grants_total", limit="m")
+    insights.purge(clock.now() + insights.INSIGHTS_RETENTION + insights.MINUTE)  # every minute row
+    assert one(scrape(scraper), "stackbone_limit_grants_total", limit="m") == before == 1
+
+
+@pytest.mark.parametrize("limits", [2, 30])
+def test_a_scrape_is_three_queries_whatever_the_number_of_limits(
+    scraper, clock, django_assert_num_queries, limits
+) -> None:
+    declare(**{f"l{i}": {"capacity": 2, "max_hold": "1h"} for i in range(limits)})
+    start_insights(clock)
+    for i in range(limits):
+        acquire(f"l{i}", run_id=f"a{i}")
+        acquire(f"l{i}", run_id=f"b{i}")
+        acquire(f"l{i}", run_id=f"c{i}")  # waits
+    roll_up_all(clock)
+    with django_assert_num_queries(3):  # the limits, their totals, the sweep's state
+        samples = scrape(scraper)
+    assert one(samples, "stackbone_limit_grants_total", limit=f"l{limits - 1}") == 2
+    assert one(samples, "stackbone_limit_waiting", limit="l0") == 1
+
+
+def test_no_token_or_a_wrong_one_is_refused(settings, clock) -> None:
+    settings.STACKBONE_METRICS_TOKEN = TOKEN
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": TOKEN}, {"Authorization": "Basic x"}):
+        response = Client(headers=headers).get("/metrics")
+        assert response.status_code == 401
+        assert response["WWW-Authenticate"] == 'Bearer realm="metrics"'
+        assert b"stackbone_" not in response.content
+    assert Client(headers={"Authorization": f"bearer {TOKEN}"}).get("/metrics").status_code == 200
+
+
+def test_without_a_token_set_it_is_not_found_outside_debug(settings) -> None:
+    settings.STACKBONE_METRICS_TOKEN = ""
+    settings.DEBUG = False
+    assert Client().get("/metrics").status_code == 404
+    assert Client(headers={"Authorization": "Bearer "}).get("/metrics").status_code == 404
+    settings.DEBUG = True
+    assert Client().get("/metrics").status_code == 200
+
+
+def test_it_rejects_post(scraper) -> None:
+    assert scraper.post("/metrics").status_code == 405
