@@ -35,6 +35,7 @@ from studio.plumbing.access import (
     OPERATE_LIMIT,
     HtmxHttpRequest,
     actor,
+    holds_permission,
     permission_required,
     studio_login_required,
 )
@@ -397,7 +398,7 @@ def _live_context(
         "refused_pool": refused_pool,
         "activity": _activity(limit),
         "frees_scanned": f"{selectors.RECENT_FREES_SCANNED:,}",
-        "can_operate": request.user.has_perm(OPERATE_LIMIT),
+        "can_operate": holds_permission(request, OPERATE_LIMIT),
         "notice": notice,
         "live_url": here.link(limit),
     }

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.contrib.auth.models import Permission
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import add_never_cache_headers
 from django_htmx.http import HttpResponseClientRedirect
@@ -73,6 +75,22 @@ def permission_required(perm: str, reason: str) -> Callable[[ViewFunc], ViewFunc
         return studio_login_required(wrapper)
 
     return decorator
+
+
+def holds_permission(request: HttpRequest, perm: str) -> bool:
+    """`request.user.has_perm(perm)` in one query instead of ModelBackend's two (its user and group
+    permission reads), for pages with a query budget. Same answer as ModelBackend, the only
+    authentication backend the project configures: an active superuser holds every permission;
+    otherwise the permission must be granted to the user or to one of their groups."""
+    user = request.user
+    if not user.is_active:
+        return False
+    if user.is_superuser:
+        return True
+    app_label, codename = perm.split(".", 1)
+    return Permission.objects.filter(
+        Q(user=user) | Q(group__user=user), content_type__app_label=app_label, codename=codename
+    ).exists()
 
 
 def actor(request: HttpRequest) -> str:

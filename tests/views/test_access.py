@@ -4,11 +4,13 @@ POST that carries the CSRF token."""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
+from django.contrib.auth.models import Group, Permission, User
+from django.test import Client, RequestFactory
 from django.utils.html import escape
 
 from limits.models import AuditEvent, Limit, Slot
-from studio.plumbing.access import NEEDS_OPERATE_LIMIT
+from studio.plumbing.access import NEEDS_OPERATE_LIMIT, OPERATE_LIMIT, holds_permission
+from tests.views.conftest import make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -149,3 +151,27 @@ def test_the_front_door_leads_to_limits(db) -> None:
     response = Client().get("/")
     assert response.status_code == 302
     assert response["Location"] == "/studio/limits/"
+
+
+def test_the_one_query_permission_check_answers_as_django_does() -> None:
+    """holds_permission (the limit page's query budget) must give has_perm's answer for every kind
+    of holder: direct, through a group, a superuser, an inactive user, nobody."""
+    operate = Permission.objects.get(content_type__app_label="limits", codename="operate_limit")
+    group = Group.objects.create(name="ops")
+    group.permissions.add(operate)
+    direct = make_user("direct", OPERATE_LIMIT)
+    grouped = make_user("grouped")
+    grouped.groups.add(group)
+    inactive = make_user("inactive", OPERATE_LIMIT)
+    inactive.is_active = False
+    inactive.save()
+    root = User.objects.create_superuser("root", password="a-long-password")
+    nobody = make_user("nobody", "limits.view_slot")
+    answers = {}
+    for user in [direct, grouped, inactive, root, nobody]:
+        user = User.objects.get(pk=user.pk)  # no permission cache
+        request = RequestFactory().get("/")
+        request.user = user
+        answers[user.username] = holds_permission(request, OPERATE_LIMIT)
+        assert answers[user.username] == User.objects.get(pk=user.pk).has_perm(OPERATE_LIMIT), user.username
+    assert answers == {"direct": True, "grouped": True, "inactive": False, "root": True, "nobody": False}
