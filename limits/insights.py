@@ -5,19 +5,39 @@ The 15-second sweep (limits.engine.sweeper) calls `record` once per pass; it doe
 1. **Sample** (once per minute, at the minute's first pass): one ``INSERT ... SELECT`` copies every
    limit's busy, reserved and waiting counters and its capacity into that minute's `LimitMinute`
    row. These are the backlog chart's points: the state about 0-15 s after the minute began.
-2. **Roll up** each minute that ended at least ROLLUP_GRACE ago, oldest first, at most
-   MAX_MINUTES_PER_PASS per pass. For minute [a, b), in one transaction:
-   a. compare-and-set SweepState.rolled_until from a to b (0 rows: another sweep did it: stop);
-   b. one ``INSERT ... SELECT ... GROUP BY limit_id ... ON CONFLICT DO UPDATE`` counts, from the
-      history rows, every limit's grants, releases (by the workflow, an operator, max hold, the
-      run's end), lapses, time-outs and time-to-grant buckets into its minute row;
-   c. one ``INSERT ... SELECT ... ON CONFLICT DO UPDATE`` adds those counts to `LimitTotals`;
-   d. one more adds the minute's grants with a key to their key's 10-minute `LimitKeySpan`.
+2. **Roll up** the minutes that ended at least ROLLUP_GRACE ago (and, by the database's own
+   clock, too), oldest first, at most MAX_MINUTES_PER_PASS per pass, all in one transaction:
+   a. lock the SweepState row (SELECT ... FOR UPDATE): sweeps at once roll up one after the
+      other, the second sees what the first did (nothing is left: it adds nothing);
+   b. recount, from the history rows, the trailing RECOUNT_WINDOW (15 minutes) up to the new
+      rolled_until, the new minutes included: one ``INSERT ... SELECT ... GROUP BY limit_id,
+      minute`` adds to `LimitTotals` the recount minus what the minute rows hold already
+      (field by field), then one more sets the minute rows to the recount;
+   c. one ``INSERT ... SELECT ... ON CONFLICT DO UPDATE`` sets every key's 10-minute
+      `LimitKeySpan` rows, from the start of the span holding the window's start, to the
+      recount of their grants with a key (whole spans: setting them is idempotent);
+   d. move SweepState.rolled_until.
    Then at most four statements purge minutes older than INSIGHTS_RETENTION (7 days) and key
    spans older than KEY_RETENTION (25 h), in batches.
 
-So the number of statements per rolled-up minute is constant (4) whatever the number of limits,
-and nothing is written on the hot path (acquire, confirm, release stay as they were).
+So the number of statements per pass is constant whatever the number of limits or of minutes
+caught up (5 to roll up on PostgreSQL, where one data-modifying WITH does both parts of step b
+with one scan of the history; 6 on SQLite), and nothing is written on the hot path (acquire,
+confirm, release stay as they were). Each pass scans the history of the window (up to 25
+minutes, for the key spans), not of one minute: docs/insights.md has the measured cost.
+
+Late commits: an event is stamped with its transaction's clock and becomes visible when it
+commits; a caller's open transaction, a lock wait or a slow host clock can commit it after its
+minute was rolled up. The recount finds it at the next pass that rolls up a new minute, as long
+as its minute is still among the last RECOUNT_WINDOW rolled up (the bound: an event committed
+within 14 minutes of its time is always counted, one committed more than 16 minutes after it
+is not, with the sweep on time; in between it depends on where in its minute it fell), and
+adds it once: the totals take only the difference between the recount and the minute row, and
+the minute row is then set to the recount.
+Counters still never go backwards: history is kept longer than the window (the sweep never
+purges history the window still covers: history_needed_from), so a recount is never smaller
+than the row; each field's difference is clamped at 0 all the same (it could only be negative
+if history had been deleted by hand).
 
 Where the counts come from (each a range scan of an existing partial index):
 - queue grants and time-outs: QueueEntry rows finished in [a, b) (``queue_history_age``); the
@@ -28,34 +48,44 @@ Where the counts come from (each a range scan of an existing partial index):
   run's end (with_limit); ``lapsed`` a reservation not confirmed in time;
 - grants made at once (no queue entry) in [a, b): those still live (``slot_live_by_limit``, a
   scan of the live slots, bounded by the total capacity, not by history) and those freed since a
-  (``slot_history_age``, bounded by the rollup lag).
+  (``slot_history_age``, bounded by the rollup lag and the window).
 
 Decisions:
 - A grant made at once counts in time to grant as 0 s (bucket ``le 0``): the figures answer "how
   long did an acquisition take to get its slot", so the histogram's count equals the grants.
-  The limit page also shows how many of the grants had to wait.
+  Where most grants are made at once that reads 0 s even when runs waited, so the limit page
+  also shows the percentiles of the queue grants only (the runs that waited, from joining the
+  queue to the grant): the same buckets less the grants made at once (all in ``le 0``), over
+  queue_grants (WaitFigures.queued_p50/p95). Prometheus keeps one histogram, over all grants.
 - Percentiles come from the bucket counts (WAIT_BUCKETS_S): p-th percentile = the smallest bucket
   bound with at least ceil(p x count) grants at or under it (the nearest-rank rule). The true
   value lies between the bound before and that bound; the page shows "≤ bound". When every wait
   falls on a bound (tests do that) the figure is exact. Beyond the last bound (24 h): "> 24 h".
 - Rollup lag: a minute is rolled up ROLLUP_GRACE (30 s) after it ends, so transactions that read
-  their clock inside it have committed; with the 15 s sweep, the counts and counters are 30-45 s
-  behind the end of their minute (up to 1 min 45 s behind real time).
+  their clock inside it have mostly committed (the later ones: the recount above); with the
+  15 s sweep, the counts and counters are 30-45 s behind the end of their minute (up to 1 min
+  45 s behind real time).
+- Clocks: rolled_until never passes the database's clock minus ROLLUP_GRACE (read in the
+  locking statement), so a sweep host whose clock jumped hours ahead cannot move it into the
+  future (events stamped before it would never be counted). A host clock behind the others
+  stamps its events late: within RECOUNT_WINDOW they are recounted. The sample step still uses
+  the sweep host's clock (a jump ahead skips the chart's samples until real time catches up).
 - Per key: 10-minute spans, not minutes (10,000 keys x 1,440 minutes a day would dwarf the
   per-limit rows), only for keys granted something, kept 25 h; the page shows the KEYS_SHOWN
   keys with the most runs waiting now (two queries, at most 5 x 145 rows). A key's "last hour"
   is the spans that started in it: up to 10 minutes more.
-- Counting starts at the first sweep that runs with insights (no history before it is rolled up).
-  A sweep that was stopped for longer than MAX_BACKFILL (1 h) starts again from MAX_BACKFILL ago:
-  the minutes before are skipped (counted nowhere), so a restart never scans days of history.
+- Counting starts at the first sweep that runs with insights: its first roll-up also recounts
+  the RECOUNT_WINDOW before (no history older than that is rolled up). A sweep that was stopped
+  for longer than MAX_BACKFILL (1 h) starts again from MAX_BACKFILL ago: the minutes before are
+  skipped (counted nowhere), so a restart never scans days of history.
 
 What must never happen (tests/insights/ checks each):
-- a minute counted twice into LimitTotals or a key's span (the compare-and-set of step 2a, in
-  the same transaction as the counts: a second sweep finds rolled_until moved and adds nothing);
-- a counter going backwards (totals only ever add a minute's counts; the purge deletes
+- a minute counted twice into LimitTotals or a key's span (the row lock of step 2a; the totals
+  add differences, the minute rows and spans are set: a recount adds nothing new);
+- a counter going backwards (totals only ever add differences clamped at 0; the purge deletes
   LimitMinute rows, never totals);
-- a grant counted in two minutes, or none (each is counted once, in the minute of its grant
-  time: exactly one of the live and the freed arms sees a slot);
+- a grant counted in two minutes, or none while it commits within the window (each is counted
+  in the minute of its grant time: exactly one of the live and the freed arms sees a slot);
 - the rollup writing to a limit, slot or queue row (it only reads them).
 """
 
@@ -68,7 +98,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q, Sum
+from django.db.models import Q, Subquery, Sum
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from limits.models import (
@@ -88,6 +119,7 @@ ROLLUP_GRACE = timedelta(seconds=30)
 SWEEP_PERIOD = timedelta(seconds=15)
 MAX_MINUTES_PER_PASS = 10
 MAX_BACKFILL = timedelta(hours=1)
+RECOUNT_WINDOW = timedelta(minutes=15)
 INSIGHTS_RETENTION = timedelta(days=7)
 KEY_SPAN = timedelta(minutes=10)
 KEY_RETENTION = timedelta(hours=25)
@@ -132,28 +164,33 @@ def floor_span(moment: datetime) -> datetime:
 
 def grant_rates(limit_ids: Iterable[int], *, now: datetime | None = None) -> dict[int, float | None]:
     """Each limit's recent grant rate, in grants per second: its grants in the last
-    RATE_WINDOW_MINUTES (10) rolled-up minutes divided by their 600 s; None when nothing was
-    granted then. One query, whatever the number of ids.
+    RATE_WINDOW_MINUTES (10) rolled-up minutes divided by the seconds those minutes cover; None
+    when nothing was granted then. One query, whatever the number of ids.
 
     The window ends at the last minute the rollup has surely done while the sweep runs (the one
-    that ended ROLLUP_GRACE + SWEEP_PERIOD ago), so a minute not rolled up yet never reads as 0.
-    In the first 10 minutes after insights began counting, the rate reads low (the minutes
-    before count as 0 grants).
+    that ended ROLLUP_GRACE + SWEEP_PERIOD ago), or earlier, at SweepState.rolled_until, when
+    the rollup lags: a minute not rolled up yet never reads as 0 grants; the rate is then over
+    the part of the window the rollup covered (None when it covered none of it). In the first
+    10 minutes after insights began counting, the rate reads low (the minutes before count as
+    0 grants).
     """
     ids = list(dict.fromkeys(limit_ids))
     if not ids:
         return {}
     end = floor_minute((now or timezone.now()) - ROLLUP_GRACE - SWEEP_PERIOD)
     start = end - RATE_WINDOW_MINUTES * MINUTE
+    rolled_until = Subquery(SweepState.objects.filter(id=1).values("rolled_until")[:1])
     rows = (
         LimitMinute.objects.filter(limit_id__in=ids, minute__gte=start, minute__lt=end, grants__gt=0)
+        .filter(minute__lt=rolled_until)
         .values("limit_id")
-        .annotate(granted=Sum("grants"))
-        .values_list("limit_id", "granted")
+        .annotate(granted=Sum("grants"), until=rolled_until)
+        .values_list("limit_id", "granted", "until")
     )
     rates: dict[int, float | None] = dict.fromkeys(ids)
-    for limit_id, granted in rows:
-        rates[limit_id] = granted / (RATE_WINDOW_MINUTES * 60)
+    for limit_id, granted, until in rows:
+        covered = (min(end, until) - start).total_seconds()
+        rates[limit_id] = granted / covered
     return rates
 
 
@@ -201,32 +238,43 @@ _SAMPLE_SQL = f"""
 
 
 def roll_up(now: datetime, *, state: SweepState | None = None, max_minutes: int = MAX_MINUTES_PER_PASS) -> int:
-    """Roll up the minutes that ended ROLLUP_GRACE before `now`, oldest first, at most
-    `max_minutes`, each in its own transaction (the module docstring, step 2)."""
+    """Roll up the minutes that ended ROLLUP_GRACE before `now` (and before the database's own
+    clock), oldest first, at most `max_minutes`, recounting the RECOUNT_WINDOW before them, all
+    in one transaction under the SweepState row's lock (the module docstring, step 2). Returns
+    how many new minutes it rolled up."""
     ready_before = floor_minute(now - ROLLUP_GRACE)  # minutes that start before this are done
-    start = (state or _state(now)).rolled_until
-    rolled = 0
-    while start is not None and start < ready_before and rolled < max_minutes:
-        if start < ready_before - MAX_BACKFILL:
-            # Stopped for long: skip ahead (compare-and-set too), never scan days of history.
-            SweepState.objects.filter(id=1, rolled_until=start).update(rolled_until=ready_before - MAX_BACKFILL)
-        else:
-            end = start + MINUTE
-            with transaction.atomic():
-                if SweepState.objects.filter(id=1, rolled_until=start).update(rolled_until=end):
-                    _count_minute(start, end)
-                    _add_to_totals(start)
-                    _add_to_key_spans(start, end)
-                    rolled += 1
-                    start = end
-                    continue
-        start = SweepState.objects.filter(id=1).values_list("rolled_until", flat=True).first()
-    return rolled
+    until = (state or _state(now)).rolled_until
+    if until is None or until >= ready_before:
+        return 0  # idle: no query
+    with transaction.atomic():
+        row = SweepState.objects.select_for_update().filter(id=1).annotate(db_now=Now())
+        locked = row.values_list("rolled_until", "db_now").first()
+        if locked is None:
+            return 0
+        until, db_now = locked
+        if until is None:
+            return 0
+        # Never past the database's clock: an app host whose clock jumped ahead must not move
+        # rolled_until past minutes that are still to come (their events would never count).
+        ready = min(ready_before, floor_minute(db_now - ROLLUP_GRACE))
+        if until >= ready:
+            return 0
+        start = max(until, ready - MAX_BACKFILL)  # stopped for long: skip ahead
+        end = min(start + max_minutes * MINUTE, ready)
+        recount_from = min(start, max(end - RECOUNT_WINDOW, ready - MAX_BACKFILL))
+        params = {"a": _db_time(recount_from), "b": _db_time(end)}
+        with connection.cursor() as cursor:
+            for statement in _recount_statements():  # b, c: the totals' differences, the minutes
+                cursor.execute(statement, params)
+            spans = {"a": _db_time(floor_span(recount_from)), "b": params["b"]}
+            cursor.execute(_key_spans_sql(), spans)  # d: the key spans, set
+        SweepState.objects.filter(id=1).update(rolled_until=end)
+    return (end - start) // MINUTE
 
 
 def _state(now: datetime) -> SweepState:
     """The SweepState row, created if need be with rolled_until set: insights count from the
-    first sweep that runs with them (the minute after it)."""
+    first sweep that runs with them (its first pass also recounts the RECOUNT_WINDOW before)."""
     state = SweepState.objects.filter(id=1).first()
     if state is None or state.rolled_until is None:
         start = floor_minute(now - ROLLUP_GRACE)
@@ -237,25 +285,13 @@ def _state(now: datetime) -> SweepState:
     return state
 
 
-def _count_minute(start: datetime, end: datetime) -> None:
-    """Step 2b: (re)count minute [start, end) into its rows. Idempotent: the counts are set."""
-    with connection.cursor() as cursor:
-        cursor.execute(_count_sql(), {"a": _db_time(start), "b": _db_time(end)})
-
-
-def _add_to_totals(start: datetime) -> None:
-    """Step 2c: add minute `start`'s counts to the totals. Not idempotent: only ever called in
-    the transaction whose compare-and-set claimed the minute."""
-    with connection.cursor() as cursor:
-        cursor.execute(_TOTALS_SQL, [_db_time(start)])
-
-
-def _add_to_key_spans(start: datetime, end: datetime) -> None:
-    """Step 2d: add minute [start, end)'s grants with a key to their key's 10-minute span. Not
-    idempotent either: only in the transaction that claimed the minute."""
-    params = {"a": _db_time(start), "b": _db_time(end), "span": _db_time(floor_span(start))}
-    with connection.cursor() as cursor:
-        cursor.execute(_key_spans_sql(), params)
+def history_needed_from(rolled_until: datetime | None) -> datetime | None:
+    """The oldest moment whose history rows the next rollup may read (the start of the key span
+    holding rolled_until - RECOUNT_WINDOW); None when insights have not started. The sweep never
+    purges history newer than this (limits.engine.sweeper)."""
+    if rolled_until is None:
+        return None
+    return floor_span(rolled_until - RECOUNT_WINDOW)
 
 
 def _db_time(moment: datetime) -> Any:
@@ -277,52 +313,54 @@ def _sqlite_ms(column: str) -> str:
     )
 
 
-def _bucket_sums() -> str:
+def _minute_of(column: str) -> str:
+    """SQL: the start of the minute holding `column`, as the backend stores a minute."""
+    if connection.vendor == "postgresql":
+        return f"date_trunc('minute', {column})"
+    return f"strftime('%%Y-%%m-%%d %%H:%%M:00', {column})"
+
+
+def _span_of(column: str) -> str:
+    """SQL: the start of the 10-minute span holding `column`, as the backend stores it."""
+    if connection.vendor == "postgresql":
+        return f"(date_trunc('hour', {column}) + floor(extract(minute from {column}) / 10) * interval '10 minutes')"
+    return f"(strftime('%%Y-%%m-%%d %%H:', {column}) || (CAST(strftime('%%M', {column}) AS INTEGER) / 10) || '0:00')"
+
+
+def _bucket_sums() -> list[str]:
     """SQL: per bucket, how many of the rows' waits `w` (ms) fall in it (above the bound before)."""
     buckets, previous = [], None
     for bound in WAIT_BUCKETS_S:
         low = "w IS NOT NULL" if previous is None else f"w > {previous * 1000}"
         buckets.append(f"sum(CASE WHEN {low} AND w <= {bound * 1000} THEN 1 ELSE 0 END)")
         previous = bound
-    return ", ".join(buckets)
+    return buckets
 
 
 KEY_FIELDS = ("grants", "queue_grants", "wait_ms_sum", *BUCKET_FIELDS)
+EVENT_FIELDS = (
+    "grants",
+    "released_by_workflow",
+    "released_by_operator",
+    "released_by_max_hold",
+    "released_by_run_end",
+    "lapses",
+    "timeouts",
+)
 
 
-def _key_spans_sql() -> str:
-    """Grants with a key in minute [%(a)s, %(b)s), one row per (limit, key), added to the span."""
+def _events_sql(*, keyed: bool) -> str:
+    """SQL: every event in [%(a)s, %(b)s), one row each: limit_id (and key, for grants with a
+    key), `at` (its time), g (a grant), qg (from the queue), rw, ro, rm, rr (a release by the
+    workflow, an operator, max hold, the run's end), lp (a lapse), t (a time-out), w (the wait
+    in ms of a grant, else NULL). Each a range scan of an existing index (module docstring)."""
     wait = _wait_ms("finished_at", "enqueued_at")
-    at_once = "queue_entry_id IS NULL AND granted_at >= %(a)s AND granted_at < %(b)s AND key <> ''"
+    key = "key, " if keyed else ""
+    with_key = " AND key <> ''" if keyed else ""
+    at_once = f"queue_entry_id IS NULL AND granted_at >= %(a)s AND granted_at < %(b)s{with_key}"
+    grant = "1, 0, 0, 0, 0, 0, 0, 0"
     events = f"""
-        SELECT limit_id, key, 1 AS qg, {wait} AS w
-        FROM {_QUEUE_TABLE}
-        WHERE state <> 'waiting' AND finished_at >= %(a)s AND finished_at < %(b)s AND state = 'granted'
-          AND key <> ''
-        UNION ALL
-        SELECT limit_id, key, 0, 0 FROM {_SLOT_TABLE} WHERE state IN ('reserved', 'busy') AND {at_once}
-        UNION ALL
-        SELECT limit_id, key, 0, 0 FROM {_SLOT_TABLE} WHERE freed_at IS NOT NULL AND freed_at >= %(a)s AND {at_once}
-    """
-    columns = ", ".join(KEY_FIELDS)
-    adds = ", ".join(f"{name} = {_KEY_SPAN_TABLE}.{name} + excluded.{name}" for name in KEY_FIELDS)
-    return f"""
-        INSERT INTO {_KEY_SPAN_TABLE} (limit_id, key, span, {columns})
-        SELECT limit_id, key, %(span)s, count(*), sum(qg), coalesce(sum(w), 0), {_bucket_sums()}
-        FROM ({events}) AS events
-        WHERE true
-        GROUP BY limit_id, key
-        ON CONFLICT (limit_id, key, span) DO UPDATE SET {adds}
-    """
-
-
-def _count_sql() -> str:
-    """Every event of minute [%(a)s, %(b)s), one row per limit with any, into its minute row."""
-    wait = _wait_ms("finished_at", "enqueued_at")
-    at_once = "queue_entry_id IS NULL AND granted_at >= %(a)s AND granted_at < %(b)s"
-    freed_in = "freed_at < %(b)s"
-    events = f"""
-        SELECT limit_id,
+        SELECT limit_id, {key}finished_at AS at,
                CASE WHEN state = 'granted' THEN 1 ELSE 0 END AS g,
                CASE WHEN state = 'granted' THEN 1 ELSE 0 END AS qg,
                0 AS rw, 0 AS ro, 0 AS rm, 0 AS rr, 0 AS lp,
@@ -330,48 +368,116 @@ def _count_sql() -> str:
                CASE WHEN state = 'granted' THEN {wait} END AS w
         FROM {_QUEUE_TABLE}
         WHERE state <> 'waiting' AND finished_at >= %(a)s AND finished_at < %(b)s
-          AND state IN ('granted', 'timed_out')
+          AND state IN ({"'granted'" if keyed else "'granted', 'timed_out'"}){with_key}
         UNION ALL
-        SELECT limit_id, 1, 0, 0, 0, 0, 0, 0, 0, 0
-        FROM {_SLOT_TABLE}
+        SELECT limit_id, {key}granted_at, {grant}, 0 FROM {_SLOT_TABLE}
         WHERE state IN ('reserved', 'busy') AND {at_once}
         UNION ALL
-        SELECT limit_id,
-               CASE WHEN {at_once} THEN 1 ELSE 0 END,
-               0,
-               CASE WHEN {freed_in} AND state = 'released' AND freed_by = '' THEN 1 ELSE 0 END,
-               CASE WHEN {freed_in} AND state = 'released' AND freed_by <> '' THEN 1 ELSE 0 END,
-               CASE WHEN {freed_in} AND state = 'expired' THEN 1 ELSE 0 END,
-               CASE WHEN {freed_in} AND state = 'run_ended' THEN 1 ELSE 0 END,
-               CASE WHEN {freed_in} AND state = 'lapsed' THEN 1 ELSE 0 END,
-               0,
-               CASE WHEN {at_once} THEN 0 END
-        FROM {_SLOT_TABLE}
-        WHERE freed_at IS NOT NULL AND freed_at >= %(a)s
+        SELECT limit_id, {key}granted_at, {grant}, 0 FROM {_SLOT_TABLE}
+        WHERE freed_at IS NOT NULL AND freed_at >= %(a)s AND {at_once}
     """
+    if not keyed:
+        events += f"""
+        UNION ALL
+        SELECT limit_id, freed_at, 0, 0,
+               CASE WHEN state = 'released' AND freed_by = '' THEN 1 ELSE 0 END,
+               CASE WHEN state = 'released' AND freed_by <> '' THEN 1 ELSE 0 END,
+               CASE WHEN state = 'expired' THEN 1 ELSE 0 END,
+               CASE WHEN state = 'run_ended' THEN 1 ELSE 0 END,
+               CASE WHEN state = 'lapsed' THEN 1 ELSE 0 END,
+               0, NULL
+        FROM {_SLOT_TABLE}
+        WHERE freed_at IS NOT NULL AND freed_at >= %(a)s AND freed_at < %(b)s
+    """
+    return events
+
+
+def _per_minute_sql() -> str:
+    """SQL: each (limit, minute) of [%(a)s, %(b)s) with any event, its counts (COUNT_FIELDS)."""
+    sums = ["sum(g)", "sum(qg)", "sum(rw)", "sum(ro)", "sum(rm)", "sum(rr)", "sum(lp)", "sum(t)", "coalesce(sum(w), 0)"]
+    columns = ", ".join(f"{expr} AS {name}" for expr, name in zip([*sums, *_bucket_sums()], COUNT_FIELDS, strict=True))
+    minute = _minute_of("at")
+    return f"""
+        SELECT limit_id, {minute} AS m, {columns}
+        FROM ({_events_sql(keyed=False)}) AS events
+        GROUP BY limit_id, {minute}
+        HAVING sum(g) + sum(rw) + sum(ro) + sum(rm) + sum(rr) + sum(lp) + sum(t) > 0
+    """
+
+
+def _recount_statements() -> list[str]:
+    """Steps b and c: the totals' differences first, then the minute rows. On PostgreSQL one
+    statement scans the history once for both (a data-modifying WITH: its parts see the same
+    snapshot, so the totals read the minute rows as they were before); on SQLite two."""
+    if connection.vendor != "postgresql":
+        counted = f"({_per_minute_sql()})"
+        return [_totals_sql(counted), _minutes_sql(counted)]
+    return [
+        f"""
+        WITH counted AS MATERIALIZED ({_per_minute_sql()}),
+             added AS ({_totals_sql("counted")})
+        {_minutes_sql("counted")}
+        """
+    ]
+
+
+def _minutes_sql(counted: str) -> str:
+    """Step b: set the minute rows of [%(a)s, %(b)s) to `counted`, their recount (idempotent;
+    rows the recount does not change are not written)."""
     columns = ", ".join(COUNT_FIELDS)
     updates = ", ".join(f"{name} = excluded.{name}" for name in COUNT_FIELDS)
     return f"""
         INSERT INTO {_MINUTE_TABLE} (limit_id, minute, {columns})
-        SELECT limit_id, %(a)s, sum(g), sum(qg), sum(rw), sum(ro), sum(rm), sum(rr), sum(lp), sum(t),
-               coalesce(sum(w), 0), {_bucket_sums()}
-        FROM ({events}) AS events
+        SELECT limit_id, m, {columns} FROM {counted} AS n
         WHERE true
-        GROUP BY limit_id
-        HAVING sum(g) + sum(rw) + sum(ro) + sum(rm) + sum(rr) + sum(lp) + sum(t) > 0
         ON CONFLICT (limit_id, minute) DO UPDATE SET {updates}
+        WHERE {_changed(_MINUTE_TABLE, COUNT_FIELDS)}
     """
 
 
-_TOTALS_SQL = f"""
-    INSERT INTO {_TOTALS_TABLE} (limit_id, {", ".join(COUNT_FIELDS)})
-    SELECT limit_id, {", ".join(COUNT_FIELDS)}
-    FROM {_MINUTE_TABLE}
-    WHERE minute = %s AND grants + released_by_workflow + released_by_operator + released_by_max_hold
-          + released_by_run_end + lapses + timeouts > 0
-    ON CONFLICT (limit_id) DO UPDATE SET
-        {", ".join(f"{name} = {_TOTALS_TABLE}.{name} + excluded.{name}" for name in COUNT_FIELDS)}
-"""
+def _changed(table: str, fields: Sequence[str]) -> str:
+    """SQL: the row differs from the recount (an unchanged row is not written again)."""
+    return " OR ".join(f"{table}.{name} <> excluded.{name}" for name in fields)
+
+
+def _totals_sql(counted: str) -> str:
+    """Step c: add to each limit's totals `counted`, the recount of [%(a)s, %(b)s), minus what
+    its minute rows hold already (each field's difference clamped at 0: see the module docstring). Run
+    before step b, in the same transaction."""
+
+    def diff(name: str) -> str:
+        old = f"coalesce(o.{name}, 0)"
+        return f"sum(CASE WHEN n.{name} > {old} THEN n.{name} - {old} ELSE 0 END)"
+
+    columns = ", ".join(COUNT_FIELDS)
+    adds = ", ".join(f"{name} = {_TOTALS_TABLE}.{name} + excluded.{name}" for name in COUNT_FIELDS)
+    return f"""
+        INSERT INTO {_TOTALS_TABLE} (limit_id, {columns})
+        SELECT n.limit_id, {", ".join(diff(name) for name in COUNT_FIELDS)}
+        FROM {counted} AS n
+        LEFT JOIN {_MINUTE_TABLE} AS o ON o.limit_id = n.limit_id AND o.minute = n.m
+        WHERE true
+        GROUP BY n.limit_id
+        HAVING {" + ".join(diff(name) for name in EVENT_FIELDS)} > 0
+        ON CONFLICT (limit_id) DO UPDATE SET {adds}
+    """
+
+
+def _key_spans_sql() -> str:
+    """Step d: set the key spans of [%(a)s, %(b)s) (a starts a span) to their recount: every
+    grant with a key, one row per (limit, key, span) (idempotent)."""
+    span = _span_of("at")
+    columns = ", ".join(KEY_FIELDS)
+    updates = ", ".join(f"{name} = excluded.{name}" for name in KEY_FIELDS)
+    return f"""
+        INSERT INTO {_KEY_SPAN_TABLE} (limit_id, key, span, {columns})
+        SELECT limit_id, key, {span}, count(*), sum(qg), coalesce(sum(w), 0), {", ".join(_bucket_sums())}
+        FROM ({_events_sql(keyed=True)}) AS events
+        WHERE true
+        GROUP BY limit_id, key, {span}
+        ON CONFLICT (limit_id, key, span) DO UPDATE SET {updates}
+        WHERE {_changed(_KEY_SPAN_TABLE, KEY_FIELDS)}
+    """
 
 
 def purge(cutoff: datetime, key_cutoff: datetime | None = None) -> int:
@@ -395,14 +501,19 @@ def purge(cutoff: datetime, key_cutoff: datetime | None = None) -> int:
 
 @dataclass(frozen=True, slots=True)
 class WaitFigures:
-    """Time to grant over a window: how many grants, how many waited, p50 and p95 as bucket
-    bounds in seconds (None: no grant; math.inf: beyond the last bound)."""
+    """Time to grant over a window. Over all grants: how many, p50, p95 and the mean (a grant
+    made at once counts as 0 s). Over the grants from the queue only (the runs that waited,
+    `waited` of them): p50, p95 and the mean of their wait from joining the queue to the grant.
+    Percentiles are bucket bounds in seconds (None: no grant; math.inf: beyond the last bound)."""
 
     grants: int
     waited: int
     p50: float | None
     p95: float | None
     mean_s: float | None
+    queued_p50: float | None
+    queued_p95: float | None
+    queued_mean_s: float | None
 
 
 def percentile_bound(counts: Sequence[int], total: int, fraction: float) -> float | None:
@@ -435,13 +546,20 @@ def wait_figures(limit: Limit, *, now: datetime | None = None) -> dict[str, Wait
 
 def _figures(row: dict[str, Any], prefix: str) -> WaitFigures:
     grants = int(row[f"{prefix}grants"] or 0)
+    queued = int(row[f"{prefix}queue_grants"] or 0)
     counts = [int(row[f"{prefix}{name}"] or 0) for name in BUCKET_FIELDS]
+    # The grants made at once are all in the first bucket (0 s): without them, the queue grants.
+    queued_counts = [max(counts[0] - (grants - queued), 0), *counts[1:]]
+    wait_s = (row[f"{prefix}wait_ms_sum"] or 0) / 1000
     return WaitFigures(
         grants=grants,
-        waited=int(row[f"{prefix}queue_grants"] or 0),
+        waited=queued,
         p50=percentile_bound(counts, grants, 0.50),
         p95=percentile_bound(counts, grants, 0.95),
-        mean_s=(row[f"{prefix}wait_ms_sum"] or 0) / 1000 / grants if grants else None,
+        mean_s=wait_s / grants if grants else None,
+        queued_p50=percentile_bound(queued_counts, queued, 0.50),
+        queued_p95=percentile_bound(queued_counts, queued, 0.95),
+        queued_mean_s=wait_s / queued if queued else None,
     )
 
 

@@ -102,9 +102,14 @@ def format_wait(bound: float | None) -> str:
 
 
 def describe(figures: WaitFigures) -> dict[str, object]:
+    """The figures for the page: over all grants (p50, p95: a grant made at once is 0 s) and
+    over the runs that waited (queued_p50, queued_p95: grants from the queue only)."""
     return {
         "p50": format_wait(figures.p50),
         "p95": format_wait(figures.p95),
+        "queued_p50": format_wait(figures.queued_p50),
+        "queued_p95": format_wait(figures.queued_p95),
+        "any_waited": figures.waited > 0,
         "grants": f"{figures.grants:,}",
         "waited": f"{figures.waited:,}",
         "any": figures.grants > 0,

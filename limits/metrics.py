@@ -5,7 +5,12 @@ in a CollectorRegistry made for the request, no process-global counters, so ever
 answers the same. Three queries whatever the number of limits or slots (limits.insights.
 metric_rows): the limits' counters (gauges, live), their running totals (counters and the
 time-to-grant histogram, from the sweep's per-minute rollup, so 30-45 s behind the end of each
-minute) and the sweep's state.
+minute; a late commit is added by a later pass, within its recount window) and the sweep's state.
+
+The histogram counts every grant: a slot granted at once is an observation of 0 s, so its
+_count equals grants_total. The limit page also shows the runs that waited alone; from here,
+take the grants made at once (grants_total - queue_grants_total) off the le="0.0" bucket and
+_count (docs/insights.md).
 
 Access: a bearer token, settings.STACKBONE_METRICS_TOKEN (env var). Wrong or missing: 401.
 No token set: 404, unless DEBUG (then it answers anyone: a developer's box).

@@ -36,7 +36,8 @@ def sweep() -> SweepReport:
     Every step re-reads its rows under the lock, so a second sweep running at once finds them
     already done and changes nothing.
     3. Delete history older than STACKBONE_HISTORY_RETENTION (default 7 days): freed slots and
-       finished queue entries, a bounded batch of each per pass.
+       finished queue entries, a bounded batch of each per pass; never history the insights
+       rollup may still recount (history_cutoff).
     4. Insights (limits.insights.record): sample this minute's counters once, roll up the minutes
        that ended, purge old minutes, a bounded number of statements.
     5. Record when it ran and how long it took (limits.models.SweepState), for /healthz and
@@ -100,7 +101,7 @@ def sweep() -> SweepReport:
         report.lapsed += changes.lapsed
         report.timed_out += changes.timed_out
         report.granted += changes.granted
-    report.purged = purge_history(now - timedelta(milliseconds=history_retention_ms()))
+    report.purged = purge_history(history_cutoff(now))
     insights.record(timezone.now())
     done = {"last_run_at": now, "last_report": asdict(report), "last_duration_ms": _ms_since(started)}
     if not SweepState.objects.filter(id=1).update(**done):
@@ -115,6 +116,19 @@ def _ms_since(started: float) -> float:
 def history_retention_ms() -> int:
     """settings.STACKBONE_HISTORY_RETENTION in ms (checked at start by limits.checks)."""
     return parse_duration(settings.STACKBONE_HISTORY_RETENTION, maximum=None)
+
+
+def history_cutoff(now: datetime) -> datetime:
+    """History older than this may go: STACKBONE_HISTORY_RETENTION before `now`, but never
+    history the insights rollup may still read (limits.insights.history_needed_from: its trailing
+    recount window before rolled_until). With a retention longer than the most the rollup reads
+    back (MAX_BACKFILL + RECOUNT_WINDOW + a span + a sweep, about 1 h 30 min) no query is needed."""
+    cutoff = now - timedelta(milliseconds=history_retention_ms())
+    if now - cutoff > insights.MAX_BACKFILL + insights.RECOUNT_WINDOW + insights.KEY_SPAN + insights.SWEEP_PERIOD:
+        return cutoff
+    rolled_until = SweepState.objects.filter(id=1).values_list("rolled_until", flat=True).first()
+    needed = insights.history_needed_from(rolled_until)
+    return cutoff if needed is None else min(cutoff, needed)
 
 
 def purge_history(cutoff: datetime) -> int:

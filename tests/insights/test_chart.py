@@ -95,7 +95,9 @@ def test_the_fragment_shows_the_percentiles_and_the_chart(api, clock, viewer_cli
     html = response.content.decode()
     assert "Time to grant · Last hour" in html
     assert "p50 <b data-p50>≤ 1 min</b>" in html  # 3 of 4 waited 60 s: the 2nd is 60 s
-    assert "4 grants, 3 after waiting" in html
+    assert "All 4 grants (granted at once: 0 s)" in html
+    assert "The 3 that waited in the queue (joining it to the grant)" in html
+    assert "p50 <b data-queued-p50>≤ 1 min</b>" in html and "p95 <b data-queued-p95>≤ 1 min</b>" in html
     assert html.count("<svg") == 4 and 'class="area busy"' in html
     assert "style=" not in html and "<script" not in html  # the CSP forbids inline style and script
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
 from limits import insights
@@ -47,6 +48,9 @@ def test_p50_and_p95_are_exact_on_a_known_history(api, clock) -> None:
         # nearest rank: the 10th of 20 waits is 5 s, the 19th is 60 s
         assert (got.grants, got.waited, got.p50, got.p95) == (20, 16, 5.0, 60.0)
         assert got.mean_s == pytest.approx((14 * 5 + 2 * 60) / 20)
+        # the 16 that waited: the 8th is 5 s, the 16th (ceil 0.95 x 16) 60 s
+        assert (got.queued_p50, got.queued_p95) == (5.0, 60.0)
+        assert got.queued_mean_s == pytest.approx((14 * 5 + 2 * 60) / 16)
 
 
 def test_grants_made_at_once_count_as_no_wait(api, clock) -> None:
@@ -57,6 +61,24 @@ def test_grants_made_at_once_count_as_no_wait(api, clock) -> None:
     roll_up_all(clock)
     hour = insights.wait_figures(api, now=clock.now())["hour"]
     assert (hour.grants, hour.waited, hour.p50, hour.p95) == (20, 1, 0.0, 0.0)
+    # ... while the run that waited shows its 30 s in the queue's own percentiles
+    assert (hour.queued_p50, hour.queued_p95, hour.queued_mean_s) == (30.0, 30.0, 30.0)
+
+
+def test_the_queue_percentiles_leave_out_only_the_grants_made_at_once(api, clock) -> None:
+    """10 at once, then 2 queue grants with no wait (0 s), 7 after 1 s, 1 after 15 s: over all
+    20 grants p50 is 0 s (the 12 at 0 s), p95 1 s; over the 10 that waited, p50 1 s (the 5th:
+    2 at 0 s, then 1 s) and p95 15 s (the 10th)."""
+    history = History("api", clock)
+    for _ in range(10):
+        history.at_once()
+    for seconds in (0, 0, 1, 1, 1, 1, 1, 1, 1, 15):
+        history.waits(seconds)
+    roll_up_all(clock)
+    hour = insights.wait_figures(api, now=clock.now())["hour"]
+    assert (hour.grants, hour.waited, hour.p50, hour.p95) == (20, 10, 0.0, 1.0)
+    assert (hour.queued_p50, hour.queued_p95) == (1.0, 15.0)
+    assert hour.queued_mean_s == pytest.approx(22 / 10)
 
 
 def test_the_windows_keep_only_their_minutes(api, clock) -> None:
@@ -84,14 +106,15 @@ def test_each_minute_is_rolled_up_once_and_totals_add_it_once(api, clock) -> Non
     assert (totals.grants, totals.queue_grants) == (20, 16)
     assert insights.roll_up(clock.now()) == 0
     sweep()
-    # Rolling a minute up again by hand (as a racing sweep that lost the compare-and-set would,
-    # were it not stopped) changes no minute row: the counts are recomputed, not added.
+    # Rolling the minutes up again (rolled_until moved back, as if a racing sweep had not seen
+    # the last pass) recounts them: the minute rows are set to the same counts, and the totals
+    # add only the differences (none).
     rows = list(LimitMinute.objects.filter(limit=api).order_by("minute").values())
-    first = LimitMinute.objects.filter(limit=api, grants__gt=0).order_by("minute").first()
-    insights._count_minute(first.minute, first.minute + insights.MINUTE)
+    SweepState.objects.update(rolled_until=F("rolled_until") - insights.MINUTE)
+    assert insights.roll_up(clock.now()) == 1
     assert list(LimitMinute.objects.filter(limit=api).order_by("minute").values()) == rows
     totals.refresh_from_db()
-    assert totals.grants == 20
+    assert (totals.grants, totals.queue_grants) == (20, 16)
 
 
 def test_catch_up_is_bounded_per_pass_and_complete_in_the_end(api, clock) -> None:
