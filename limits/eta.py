@@ -66,5 +66,12 @@ def ordinal(number: int) -> str:
     return f"{number}{suffix}"
 
 
+def place_words(place: int, total: int, *, approximate: bool = False) -> str:
+    """A place for people: "3rd of 41", "12,345th of 1,000,000", and an estimated one (limits
+    .selectors.queue_place) "about 500,000th of 1,000,000". `total` is never shown below `place`."""
+    words = f"{place:,}{ordinal(place)[len(str(place)) :]} of {max(total, place):,}"
+    return f"about {words}" if approximate else words
+
+
 def _nearest(seconds: int, unit: int) -> int:
     return max((seconds + unit // 2) // unit, 1)

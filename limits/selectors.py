@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Case, Func, IntegerField, OuterRef, QuerySet, Subquery, Value, When
+from django.db.models import Case, F, Func, IntegerField, OuterRef, QuerySet, Subquery, Value, When
 from django.utils import timezone
 
 from limits import eta, insights
@@ -316,44 +316,132 @@ def live_slots_of_run(run_id: str) -> list[Slot]:
 # never the rows; a plain Func, not the Count aggregate, so the subquery gets no GROUP BY.
 COUNT_ROWS = Func(template="COUNT(*)", output_field=IntegerField())
 
+# A place is counted exactly up to this many runs from the head or from the tail of a queue;
+# deeper than that from both ends it is an estimate from the tickets (queue_place).
+EXACT_PLACES = 10_000
+
+
+class CappedCount(Subquery):
+    """How many rows a subquery has, counting at most as many as its slice: `(SELECT COUNT(*)
+    FROM (... LIMIT n))`, so the count stops after n index entries."""
+
+    template = "(SELECT COUNT(*) FROM (%(subquery)s) AS capped_rows)"
+
+
+def _capped(rows: QuerySet[QueueEntry], cap: int) -> CappedCount:
+    return CappedCount(rows.values("position")[:cap], output_field=IntegerField())
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """A run's place in a queue: 1-based, exact unless `approximate` (queue_place)."""
+
+    number: int
+    approximate: bool = False
+
+
+def queue_place(
+    *, ahead: int, behind: int, waiting: int | None, position: int, head: int, tail: int, cap: int
+) -> Place:
+    """The rule of a waiting run's place, from what one query read of its queue (waits_of_run):
+
+    - `ahead` and `behind`: the waiting runs before and after it, each counted up to `cap`
+      (EXACT_PLACES) and no further, so a place never costs more than 2 x cap index entries;
+    - `waiting`: the queue's counter (the limit's waiting_count, a key's LimitKey.waiting_count;
+      None when the key has no row), read in the same statement;
+    - `position`, `head`, `tail`: its ticket and the first and last waiting tickets.
+
+    Fewer than cap ahead: the place is ahead + 1, exact. Else fewer than cap behind: it is
+    waiting - behind, exact (counted from the tail). Else it is deeper than cap from both ends,
+    and the place is estimated from the tickets: its share of the way from the head's ticket to
+    the tail's, times the queue's length, rounded to cap / 10 and kept deeper than cap from
+    both ends (`approximate`: shown as "about 500,000th"). Tickets of runs that left leave gaps,
+    so the estimate is off by the gaps' unevenness, never by more than the queue's length."""
+    if ahead < cap:
+        return Place(ahead + 1)
+    total = max(waiting or 0, ahead + behind + 1)
+    if behind < cap:
+        return Place(max(total - behind, cap + 1))
+    share = (position - head) / (tail - head) if tail > head else 0.5
+    unit = max(cap // 10, 1)
+    estimate = round((1 + share * (total - 1)) / unit) * unit
+    return Place(min(max(estimate, cap + 1), max(total - cap, cap + 1)), approximate=True)
+
 
 def waits_of_run(run_id: str) -> list[QueueEntry]:
     """The queues a run waits in (oldest wait first), in two queries whatever the length of the
     queues and the number of waits (a run waits for a few limits at most):
 
-    1. its waiting entries, each annotated with `place` (1-based, in the limit's whole queue),
-       and for an entry with a key whose pool applies (the limit's per_key, or the key's own pool
-       size), `key_place` (in its key's queue; else None) and `key_waiting` (from the key's
-       counter row). Each place is a correlated COUNT of the entries ahead of it, which
-       walks the partial index queue_waiting_order (or queue_waiting_by_key) up to the entry: its
-       cost grows with the place, not with the table (docs/performance.md);
-    2. the recent grant rate of those limits (recent_grant_rates), from which each entry gets
-       `eta_seconds` (limits.eta.eta_seconds, unknown: None).
+    1. its waiting entries, each annotated with what queue_place needs of the limit's whole queue
+       and, for an entry with a key, of its key's queue: the runs ahead and behind it, each a
+       COUNT capped at EXACT_PLACES along the partial index queue_waiting_order (or
+       queue_waiting_by_key), and the first and last tickets; and the key's counter row. So a
+       place costs at most 2 x EXACT_PLACES index entries, at any depth (docs/performance.md);
+    2. the recent grant rate of those limits (recent_grant_rates).
+
+    Each entry gets `place` (1-based, in the limit's whole queue) and `place_approximate`
+    (queue_place); for an entry with a key whose pool applies (the limit's per_key, or the key's
+    own pool size) `key_place` and `key_place_approximate` (else None and False) and
+    `key_waiting`; and `eta_seconds` (limits.eta.eta_seconds of `place`, unknown: None).
     """
-    ahead = QueueEntry.objects.filter(
-        limit=OuterRef("limit"), state=QueueEntry.State.WAITING, position__lt=OuterRef("position")
-    ).order_by()
-    key_ahead = ahead.filter(key=OuterRef("key")).exclude(key="")  # exclude: the partial index's condition
+    cap = EXACT_PLACES
+    waiting = QueueEntry.objects.filter(limit=OuterRef("limit"), state=QueueEntry.State.WAITING).order_by()
+    keyed = waiting.filter(key=OuterRef("key")).exclude(key="")  # exclude: the partial index's condition
     key_row = LimitKey.objects.filter(limit=OuterRef("limit"), key=OuterRef("key"))
+
+    def ends(rows: QuerySet[QueueEntry], prefix: str) -> dict[str, Subquery]:
+        return {
+            f"{prefix}head": Subquery(rows.order_by("position").values("position")[:1]),
+            f"{prefix}tail": Subquery(rows.order_by("-position").values("position")[:1]),
+            f"{prefix}ahead": _capped(rows.filter(position__lt=OuterRef("position")).order_by("position"), cap),
+        }
+
+    def behind(rows: QuerySet[QueueEntry], prefix: str) -> dict[str, Case]:
+        # Only counted when there can be cap runs ahead (tickets are unique, so no more runs are
+        # ahead than tickets between the head's and its own): near the head it costs nothing.
+        count = _capped(rows.filter(position__gt=OuterRef("position")).order_by("-position"), cap)
+        deep = When(position__gte=F(f"{prefix}head") + cap, then=count)
+        return {f"{prefix}behind": Case(deep, default=Value(0), output_field=IntegerField())}
+
     rows = list(
         QueueEntry.objects.filter(run_id=run_id, state=QueueEntry.State.WAITING)
         .select_related("limit")
         .annotate(
-            ahead=Subquery(ahead.annotate(n=COUNT_ROWS).values("n")),
-            key_ahead=Subquery(key_ahead.annotate(n=COUNT_ROWS).values("n")),
+            **ends(waiting, ""),
+            **ends(keyed, "key_"),
             key_waiting=Subquery(key_row.values("waiting_count")[:1]),
             key_pool_override=Subquery(key_row.values("pool_override")[:1]),
         )
+        .annotate(**behind(waiting, ""), **behind(keyed, "key_"))
         .order_by("enqueued_at", "id")
     )
     rates = recent_grant_rates({row.limit_id for row in rows}) if rows else {}
     for row in rows:  # for the template, not fields
-        row.place = row.ahead + 1  # type: ignore[attr-defined]
+        place = _place_of(row, "", row.limit.waiting_count, cap)
+        row.place, row.place_approximate = place.number, place.approximate  # type: ignore[attr-defined]
         pooled = row.key and (row.limit.per_key is not None or row.key_pool_override is not None)
-        row.key_place = row.key_ahead + 1 if pooled else None  # type: ignore[attr-defined]
-        row.eta_seconds = eta.eta_seconds(row.ahead + 1, rates.get(row.limit_id))  # type: ignore[attr-defined]
+        key_place = _place_of(row, "key_", row.key_waiting, cap) if pooled else None
+        row.key_place = key_place.number if key_place else None  # type: ignore[attr-defined]
+        row.key_place_approximate = bool(key_place and key_place.approximate)  # type: ignore[attr-defined]
+        row.eta_seconds = eta.eta_seconds(place.number, rates.get(row.limit_id))  # type: ignore[attr-defined]
     entries: list[QueueEntry] = [*rows]
     return entries
+
+
+def _place_of(row: QueueEntry, prefix: str, waiting: int | None, cap: int) -> Place:
+    def value(name: str) -> int:
+        found = getattr(row, prefix + name)
+        return row.position if found is None else int(found)  # head/tail: the run itself at least
+
+    return queue_place(
+        ahead=int(getattr(row, prefix + "ahead") or 0),
+        behind=int(getattr(row, prefix + "behind") or 0),
+        waiting=waiting,
+        position=row.position,
+        head=value("head"),
+        tail=value("tail"),
+        cap=cap,
+    )
 
 
 def queue_etas(limit: Limit, entries: Sequence[QueueEntry], *, first_place: int | None) -> list[int | None]:
@@ -373,7 +461,33 @@ def queue_etas(limit: Limit, entries: Sequence[QueueEntry], *, first_place: int 
     else:
         found = limit_places(limit, entries)
         places = [found[entry.id] for entry in entries]
-    return [eta.eta_seconds(place, rate) for place in places]
+    shown = places_as_shown(limit, entries, places)
+    return [eta.eta_seconds(place.number, rate) for place in shown]
+
+
+def places_as_shown(limit: Limit, entries: Sequence[QueueEntry], places: Sequence[int]) -> list[Place]:
+    """Exact places of a page of the limit's queue as the run page shows them (queue_place), so a
+    run's estimated wait is the same figure on its page, in the CLI and in the API: a place
+    deeper than EXACT_PLACES from both ends becomes the run page's estimate (one more query, for
+    the first and last tickets; none when every place is within the cap of an end)."""
+    cap, waiting = EXACT_PLACES, limit.waiting_count
+    if all(place <= cap or waiting - place < cap for place in places):
+        return [Place(place) for place in places]
+    tickets = QueueEntry.objects.filter(limit_id=limit.id, state=QueueEntry.State.WAITING).order_by()
+    head = tickets.order_by("position").values_list("position", flat=True).first()
+    tail = tickets.order_by("-position").values_list("position", flat=True).first()
+    return [
+        queue_place(
+            ahead=min(place - 1, cap),
+            behind=min(max(waiting - place, 0), cap),
+            waiting=waiting,
+            position=entry.position,
+            head=entry.position if head is None else head,
+            tail=entry.position if tail is None else tail,
+            cap=cap,
+        )
+        for entry, place in zip(entries, places, strict=True)
+    ]
 
 
 PLACES_PER_QUERY = 200

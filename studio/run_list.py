@@ -10,8 +10,9 @@ index that yields its rows in page order (studio/migrations/0005_run_list_indexe
     ?status=           run_by_status       (status, created_at, id)
     ?workflow=         run_by_workflow     (workflow, created_at, id)
 
-A page is at most seven queries: with "waiting for", the limit's id and its queue's run ids (two,
-see _waiting_for); with a search, its matches (one); when those narrow the runs to a known few,
+A page is at most nine queries: with "waiting for", the limit's id and its queue's run ids (two,
+see _waiting_for); with a search, whether it is a run's whole id, and if not its matches (three,
+search_matches); when those narrow the runs to a known few,
 their (created_at, id) keys (one, by primary key); then the page of runs, the waits of its runs
 and the slots they hold (each through a partial index on run_id).
 """
@@ -39,6 +40,7 @@ SEARCH_MAX_LENGTH = 128
 FINISHED_STATUSES = (Run.Status.COMPLETED.value, Run.Status.FAILED.value, Run.Status.CANCELLED.value)
 WAITING_AS_LIST = 5_000  # a queue at most this long is paged as a list of run ids (runs_page)
 SEARCH_MATCHES = 500  # runs a label search can find (the labels of live slots and waiting runs)
+SEARCH_SCANNED = 5_000  # matching run ids a label search reads before it pages the runs instead
 INPUT_MAX_LENGTH = 64 * 1024
 
 # Messages (tests assert on them). Each error names its field.
@@ -241,24 +243,33 @@ class RunPage:
     newer: Cursor | None  # the link to the page before (newer runs), if there are any
     older: Cursor | None  # the link to the page after (older runs), if there are any
     at_start: bool  # this page starts with the newest run that matches
+    capped: bool = False  # a search matched more than SEARCH_MATCHES runs: only the newest are listed
 
 
 def runs(run_filter: RunFilter) -> tuple[QuerySet[Run], list[str] | None]:
     """The runs that match the filter: a query, and when a search or a short queue ("waiting
     for") narrows them to a known few, their ids (at most WAITING_AS_LIST or SEARCH_MATCHES);
     None when they are not narrowed so."""
+    query, candidates, _capped = _runs(run_filter)
+    return query, candidates
+
+
+def _runs(run_filter: RunFilter) -> tuple[QuerySet[Run], list[str] | None, bool]:
+    """runs(), and whether a search's matches were capped (Matches.capped)."""
     query = Run.objects.all()
     if run_filter.status:
         query = query.filter(status=run_filter.status)
     if run_filter.workflow:
         query = query.filter(workflow=run_filter.workflow)
     candidates: list[str] | None = None
+    capped = False
     if run_filter.waiting_for:
         query, candidates = _waiting_for(query, run_filter)
     if run_filter.search:
-        found = search_matches(run_filter.search)
+        matches = search_matches(run_filter.search)
+        found, capped = matches.run_ids, matches.capped
         candidates = found if candidates is None else sorted(set(candidates) & set(found))
-    return query, candidates
+    return query, candidates, capped
 
 
 def _waiting_for(query: QuerySet[Run], run_filter: RunFilter) -> tuple[QuerySet[Run], list[str] | None]:
@@ -282,18 +293,43 @@ def _waiting_for(query: QuerySet[Run], run_filter: RunFilter) -> tuple[QuerySet[
     return query.filter(id__in=entries.values("run_id")), None
 
 
-def search_matches(text: str) -> list[str]:
-    """The runs a search finds: the run with that whole id, and the runs that hold a live slot or
-    wait in a queue whose label contains the text (any case), at most SEARCH_MATCHES. Labels of
-    finished work are history and are not searched: a finished run is found by its id."""
+@dataclass(frozen=True, slots=True)
+class Matches:
+    """What a search found: run ids, newest first by (created_at, id); `capped` when more runs
+    matched than SEARCH_MATCHES and these are only the newest of them."""
+
+    run_ids: list[str]
+    capped: bool = False
+
+
+def search_matches(text: str) -> Matches:
+    """The runs a search finds: the run with that whole id, or else the runs that hold a live slot
+    or wait in a queue whose label contains the text (any case), the newest SEARCH_MATCHES of them
+    by (created_at, id), so every request (and every page) sees the same matches. Labels of
+    finished work are history and are not searched: a finished run is found by its id.
+
+    An existing run's whole id is one primary-key lookup and no label is scanned (a label that
+    contains another run's id is not looked for then). A label search is a scan of the live
+    slots and the waiting entries (no index serves "contains"): its cost grows with the queues,
+    docs/operations.md gives the figures."""
     text = text.strip()[:SEARCH_MAX_LENGTH]
-    if not text or "\x00" in text:
-        return []
+    if not text or "\x00" in text or not _is_utf8(text):
+        return Matches([])
+    if len(text) <= 64 and Run.objects.filter(id=text).exists():
+        return Matches([text])
     slots = Slot.objects.filter(state__in=LIVE_SLOT_STATES, label__icontains=text).order_by().values("run_id")
     waits = QueueEntry.objects.filter(state=QueueEntry.State.WAITING, label__icontains=text).order_by()
-    whole_id = Run.objects.filter(id=text).order_by().values("id")
-    found = slots.union(waits.values("run_id"), whole_id)[:SEARCH_MATCHES]
-    return [row["run_id"] for row in found]
+    # First the matching run ids, up to SEARCH_SCANNED (the scan stops there); when that is all
+    # of them, the newest are picked from them by primary key. Only a search matching more
+    # looks the other way round: the runs newest first, kept while they match (the scan's run
+    # ids hashed once), which stops after SEARCH_MATCHES + 1 of them.
+    scanned = list(slots.union(waits.values("run_id"), all=True)[: SEARCH_SCANNED + 1])
+    if len(scanned) <= SEARCH_SCANNED:
+        matching = Run.objects.filter(id__in={row["run_id"] for row in scanned})
+    else:
+        matching = Run.objects.filter(Q(id__in=slots) | Q(id__in=waits.values("run_id")))
+    found = list(matching.order_by("-created_at", "-id").values_list("id", flat=True)[: SEARCH_MATCHES + 1])
+    return Matches(found[:SEARCH_MATCHES], capped=len(found) > SEARCH_MATCHES)
 
 
 type Key = tuple[dt.datetime, str]
@@ -314,13 +350,14 @@ def runs_page(
     them would let PostgreSQL walk the newest-first index until it met them, which at a million
     runs is a walk over nearly all of them when the few are old."""
     size = size or RUNS_PER_PAGE
-    query, candidates = runs(run_filter)
+    query, candidates, capped = _runs(run_filter)
     query = query.defer("input", "output", "error")  # a row shows none of them
     if candidates is not None:
         keys = sorted(query.filter(id__in=candidates).order_by().values_list("created_at", "id"), reverse=True)
         window, newer, older, at_start = _window(keys, older_than, newer_than, size)
         by_id = query.in_bulk([run_id for _created_at, run_id in window])
-        return RunPage(_with_limits([by_id[run_id] for _created_at, run_id in window]), newer, older, at_start)
+        rows = _with_limits([by_id[run_id] for _created_at, run_id in window])
+        return RunPage(rows, newer, older, at_start, capped=capped)
     if newer_than is not None:
         # Oldest first from the cursor up, then turned round.
         edge = newer_than.created_at

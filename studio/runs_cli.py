@@ -1,7 +1,7 @@
 """`stackbone runs start|list|show|cancel`: start and watch workflow runs from a terminal.
 
     stackbone runs start <workflow> [--input JSON] [--key K] [--json]
-    stackbone runs list [--status S] [--workflow W] [--waiting-for LIMIT] [--limit N] [--json]
+    stackbone runs list [--status S] [--workflow W] [--limit L] [--rows N] [--json]
     stackbone runs show <run id> [--json]
     stackbone runs cancel <run id> [--json]
 
@@ -32,7 +32,7 @@ VERBS = ("start", "list", "show", "cancel")
 DEFAULT_LIST_SIZE = 20
 MAX_LIST_SIZE = 1000
 AGENT_NOT_SUPPORTED = "runs: --agent is not supported yet; run `stackbone runs` on that installation"
-BAD_LIST_SIZE = "--limit must be a whole number from 1 to {max}, not {value!r}"
+BAD_LIST_SIZE = "--rows must be a whole number from 1 to {max}, not {value!r}"
 NOT_CANCELLED = "{run_id} had already finished ({status}): nothing cancelled"
 # The `reason` of `cancel --json`'s {"cancelled": false}: no such run, or it had finished already.
 UNKNOWN = "unknown"
@@ -65,9 +65,13 @@ def add_verbs(parser: argparse.ArgumentParser) -> None:
     listing = verbs.add_parser("list", help="runs, newest first", **kwargs)
     listing.add_argument("--status", metavar="S", help="only runs in this status (queued, pending, running, ...)")
     listing.add_argument("--workflow", metavar="W", help="only runs of this workflow")
-    listing.add_argument("--waiting-for", metavar="LIMIT", help="only runs waiting in this limit's queue")
+    # --limit L is the issue's name for "the limit a run waits for" (--waiting-for: the same, the
+    # older name); the number of rows shown is --rows.
     listing.add_argument(
-        "--limit",
+        "--limit", "--waiting-for", dest="waiting_for", metavar="L", help="only runs waiting in limit L's queue"
+    )
+    listing.add_argument(
+        "--rows",
         dest="size",
         metavar="N",
         default=str(DEFAULT_LIST_SIZE),
@@ -157,7 +161,7 @@ def list_runs(options: argparse.Namespace, io: Streams) -> int:
     for line in table(["RUN", "WORKFLOW", "STATUS", "KEY", "CREATED", "LIMITS"], rows):
         io.out(line)
     if page.older is not None:
-        io.out(f"… more runs: raise --limit (at most {MAX_LIST_SIZE}) or filter")
+        io.out(f"… more runs: raise --rows (at most {MAX_LIST_SIZE}) or filter")
     return EXIT_OK
 
 
@@ -231,7 +235,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, Streams], int]] = {
 
 def _list_size(text: str) -> int:
     if not re.fullmatch(r"[0-9]{1,9}", text) or not 1 <= int(text) <= MAX_LIST_SIZE:
-        raise RunsCliError(BAD_LIST_SIZE.format(max=MAX_LIST_SIZE, value=text), EXIT_USAGE, "limit")
+        raise RunsCliError(BAD_LIST_SIZE.format(max=MAX_LIST_SIZE, value=text), EXIT_USAGE, "rows")
     return int(text)
 
 

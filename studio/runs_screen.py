@@ -175,6 +175,7 @@ def _context(
         "filter": run_filter,
         "statuses": run_list.STATUSES,
         "limits": run_list.limit_names(),
+        "search_matches": f"{run_list.SEARCH_MATCHES:,}",
         "list_url": link(**here),
         "newest_url": link(),
         "newer_url": link(newer=page.newer.encode()) if page.newer else "",

@@ -49,10 +49,13 @@ def describe_waits(entries: list[QueueEntry]) -> list[QueueEntry]:
         ]
         entry.owed = entry.passed_over_at is not None and entry.enqueued_at < owed_before  # type: ignore[attr-defined]
         place: int = entry.place  # type: ignore[attr-defined]
-        entry.place_text = f"{eta.ordinal(place)} of {max(entry.limit.waiting_count, place)}"  # type: ignore[attr-defined]
+        approximate: bool = entry.place_approximate  # type: ignore[attr-defined]
+        entry.place_text = eta.place_words(place, entry.limit.waiting_count, approximate=approximate)  # type: ignore[attr-defined]
         key_place: int | None = entry.key_place  # type: ignore[attr-defined]
         entry.key_place_text = (  # type: ignore[attr-defined]
-            "" if key_place is None else f"{eta.ordinal(key_place)} of {max(entry.key_waiting or 0, key_place)}"  # type: ignore[attr-defined]
+            ""
+            if key_place is None
+            else eta.place_words(key_place, entry.key_waiting or 0, approximate=entry.key_place_approximate)  # type: ignore[attr-defined]
         )
         entry.eta_text = eta.eta_words(entry.eta_seconds)  # type: ignore[attr-defined]
     return entries

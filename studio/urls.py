@@ -39,8 +39,11 @@ urlpatterns = [
     path("", require_safe(RedirectView.as_view(pattern_name="limits:list")), name="home"),
     path("studio/limits/", include("limits.urls")),
     path("studio/runs/", runs_screen.run_list_view, name="runs"),
-    path("studio/runs/start/", runs_screen.start_run, name="runs-start"),
-    path("studio/runs/cancel/", runs_screen.cancel_run, name="runs-cancel"),
+    # Under "-/": a run id is any text up to 64 characters (new_run_id makes "run_...", but nothing
+    # stops a row with another id), and /studio/runs/start/ would hide a run whose id is "start".
+    # "<run_id>/" never takes a slash, so "-/start/" cannot be a run's page.
+    path("studio/runs/-/start/", runs_screen.start_run, name="runs-start"),
+    path("studio/runs/-/cancel/", runs_screen.cancel_run, name="runs-cancel"),
     path("studio/runs/<str:run_id>/", studio_views.run_detail, name="run-detail"),
     path("studio/runs/<str:run_id>/cancel/", studio_views.cancel_run, name="run-cancel"),
 ]

@@ -88,3 +88,25 @@ def test_a_page_of_the_queue_reads_as_many_queries_whatever_its_length(tenants, 
     for n in range(60):
         services.acquire("partner-api", run_id=f"more-{n}", key="acme" if n % 3 else None, timeout="1h")
     assert _count(viewer, **params) == short
+
+
+def test_an_estimated_place_gives_the_run_pages_eta_and_the_exact_position(tenants, viewer, monkeypatch) -> None:
+    """w4 left (a gap in the tickets). With the cap of exact places lowered to 1, w2 and w3 are
+    estimated on their run pages (limits.selectors.queue_place: w3 is "about 2nd", its ticket
+    half way from w1's to w5's); the API's eta_seconds of each run is the run page's, with or
+    without the key filter, and `position` stays the exact one."""
+    from limits import selectors
+
+    services.end_run("w4")
+    monkeypatch.setattr(selectors, "EXACT_PLACES", 1)
+    page_etas = {}
+    for run_id in ("w1", "w2", "w3", "w5"):
+        (entry,) = selectors.waits_of_run(run_id)
+        page_etas[run_id] = entry.eta_seconds  # type: ignore[attr-defined]
+        assert entry.place_approximate == (run_id in ("w2", "w3"))  # type: ignore[attr-defined]
+    assert page_etas == {"w1": 200, "w2": 400, "w3": 400, "w5": 800}  # w3: about 2nd, not 3rd
+    rows = _queue(viewer)
+    assert [row["position"] for row in rows] == [1, 2, 3, 4]
+    assert {row["run"]: row["eta_seconds"] for row in rows} == page_etas
+    keyed = _queue(viewer, key="acme")
+    assert {row["run"]: row["eta_seconds"] for row in keyed} == {run: page_etas[run] for run in ("w1", "w3", "w5")}

@@ -1,4 +1,4 @@
-"""python -m tests.bench [--quick] [--processes 32] [--only 1,2,...] [--workflow-runs N] [--whole-wake] [--keep-db]
+"""python -m tests.bench [--quick] [--processes 32] [--only 1,2,...] [--limited-runs N] [--chart PATH] [--keep-db]
 
 Runs the benchmark scenarios against PostgreSQL + Redis (DATABASE_URL, CELERY_BROKER_URL) in a
 database of its own (<name>_bench, created, migrated and dropped), and prints one markdown table
@@ -31,7 +31,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="a short run (~3 min): 1 run of 3 s, 50 hand-offs, 1/10 of the rows, 200 workflow runs",
+        help="a short run: 1 run of 3 s, 50 hand-offs, 1/10 of the rows, 200 workflow runs, 200 runs beside DBOS",
     )
     parser.add_argument(
         "--processes",
@@ -67,8 +67,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="runs of each workflow in scenario 9, plain and bounded (default 1000, quick 200)",
     )
     parser.add_argument(
+        "--limited-runs",
+        type=int,
+        default=None,
+        help="scenario 11: runs of sync_partner, and DBOS workflows at its fastest polling (default 2000, quick 200)",
+    )
+    parser.add_argument(
+        "--dbos-default-runs",
+        type=int,
+        default=None,
+        help="scenario 11: DBOS workflows at its default 1 s polling (~4 a second; default 100, quick 20)",
+    )
+    parser.add_argument(
+        "--sweep",
+        default="1,2,4,8,16,32",
+        help="scenario 10: process counts (default 1,2,4,8,16,32; median of --runs at 8 and 32, one run elsewhere)",
+    )
+    parser.add_argument(
+        "--chart", default="", help="scenario 10: write the chart of cycles/s by processes here (.svg or .png)"
+    )
+    parser.add_argument(
         "--only",
-        default="1,2,3,4,5,6,7,8,9",
+        default="1,2,3,4,5,6,7,8,9,10,11",
         help="comma-separated scenario numbers (default all; 7 and 8 also run scenario 1's load, their reference)",
     )
     parser.add_argument(
@@ -85,6 +105,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.handoffs = args.handoffs or (50 if args.quick else 200)
     args.scale = args.scale or (0.1 if args.quick else 1.0)
     args.workflow_runs = args.workflow_runs or (200 if args.quick else 1000)
+    args.limited_runs = args.limited_runs or (200 if args.quick else 2000)
+    args.dbos_default_runs = args.dbos_default_runs or (20 if args.quick else 100)
+    args.sweep = [int(n) for n in args.sweep.split(",") if n.strip()]
     args.only = {int(n) for n in args.only.split(",") if n.strip()}
     return args
 

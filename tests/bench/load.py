@@ -1,6 +1,7 @@
 """Scenarios 1, 5, 7 and 8: OS processes looping acquire -> hold ~0 ms -> release for a fixed
 time, through the engine (a plain limit; a keyed one, a random key per cycle; a group of two
-limits), and the bare two-statement semaphore on one hot row as the reference.
+limits), the bare two-statement semaphore on one hot row (the physical ceiling) and the
+hand-written durable FIFO semaphore of tests/bench/fifo.sql (the reference of issue 17).
 
 Each function here is the body of one child process (multiprocessing, spawn): it sets Django up
 against the bench database, waits at the barrier, loops until the shared deadline, and puts
@@ -16,11 +17,29 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tests.bench.common import log, median, percentile, psycopg_dsn
 
 SEMAPHORE_TABLE = "bench_semaphore"
+RAW_TIMEOUT_MS = 24 * 60 * 60 * 1000  # engine_raw: services.acquire's default timeout
+RAW_RESERVATION_MS = 2 * 60 * 1000  # engine_raw: services.release's reservation (SPEC 3.5)
+# The tables the hot loads write, vacuumed before every timed run: the shared server this bench
+# was measured on runs with autovacuum off (its conf.d/90-ci.conf), and without a vacuum the hot
+# limit's row bloats from load to load (measured: 12 limits in 3.4 MB after scenarios 1-9, a
+# lookup by name walking 48 buffers, 3 ms) and every later load, the engine's first (it writes
+# the most row versions), ran slower than the one before. With autovacuum on, as in production,
+# the vacuum comes on its own.
+VACUUMED = (
+    "limits_limit",
+    "limits_limitkey",
+    "limits_slot",
+    "limits_queueentry",
+    SEMAPHORE_TABLE,
+    "bench_fifo_limit",
+    "bench_fifo_waiter",
+)
 # s: a lost notification costs at most this much before the process looks again. Runs are never
 # polled (they are woken, or recovered within 15 s); a short timeout here would make every waiting
 # process call acquire 20 times a second for nothing (at 32 processes that was most of the CPU).
@@ -35,7 +54,10 @@ MAX_ERRORS = 100
 class Load:
     """kind: "engine" (services.acquire on a limit), "keyed" (the same with key=a random one of
     `keys`), "group" (services.acquire_group over all of `limits`, half the processes in the
-    reverse order) or "reference" (the bare semaphore)."""
+    reverse order), "reference" (the bare semaphore) or "fifo" (the durable FIFO semaphore; "fifo_mx"
+    and "fifo_sx": its variants of tests/bench/fifo.sql, the limit's row locked as the engine does,
+    or inside the block that writes it).
+    profile: a path; process 0 runs its last timed run under cProfile and dumps the stats there."""
 
     kind: str
     limits: tuple[str, ...]  # processes are spread evenly over these (or over semaphore rows 1..n)
@@ -44,6 +66,7 @@ class Load:
     capacity: int = 4
     keys: int = 0
     hold_ms: float = 0.0  # between holding the slot(s) and releasing them (--hold)
+    profile: str = ""
 
     @property
     def total(self) -> int:
@@ -58,6 +81,8 @@ def repeat(load: Load, runs: int) -> dict[str, Any]:
     the errors the processes retried. Each run opens the barrier, then sums the processes' cycles."""
     if load.kind == "reference":
         reset_semaphore(len(load.limits))
+    if load.kind.startswith("fifo"):
+        reset_fifo(len(load.limits), load.capacity)
     ctx = multiprocessing.get_context("spawn")
     # Run ids, and so requests, of this load only: a request is answered once, so a process that
     # reused another load's request names would be handed that request's old outcome (a released
@@ -65,7 +90,8 @@ def repeat(load: Load, runs: int) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:6]
     barrier = ctx.Barrier(load.total + 1)
     results = ctx.Queue()
-    target = _reference_child if load.kind == "reference" else _engine_child
+    target = _fifo_child if load.kind.startswith("fifo") else _engine_child
+    target = {"reference": _reference_child, "engine_raw": _engine_raw_child}.get(load.kind, target)
     children = [
         ctx.Process(
             target=target,
@@ -90,8 +116,11 @@ def repeat(load: Load, runs: int) -> dict[str, Any]:
     lock_waits: list[float] = []
     errors: dict[str, int] = {}
     queued = begun = cycles_done = 0
+    cpu = {"client": 0.0, "server": 0.0}
+    spent: dict[str, list[float]] = {}  # operation -> [seconds, calls], every process, every run
     try:
         for number in range(runs):
+            vacuum()
             barrier.wait(timeout=180)  # every child is connected and warm, and done with the last run
             with _LockSampler() as sampler:
                 outcomes = [results.get(timeout=load.seconds + 180) for _ in children]
@@ -108,6 +137,13 @@ def repeat(load: Load, runs: int) -> dict[str, Any]:
                 for name, count in outcome.get("errors", {}).items():
                     errors[name] = errors.get(name, 0) + count
             lock_waits.append(sampler.mean)
+            for outcome in outcomes:
+                for side in cpu:
+                    cpu[side] += outcome.get(f"cpu_{side}", 0.0)
+                for name, (secs, calls) in outcome.get("spent", {}).items():
+                    total = spent.setdefault(name, [0.0, 0])
+                    total[0] += secs
+                    total[1] += calls
             log(
                 f"  {load.kind} {'+'.join(load.limits)}, {load.total} proc, run {number + 1}: "
                 f"{figures[-1]:.0f} cycles/s (queued {sum(o.get('queued', 0) for o in outcomes)}, "
@@ -134,7 +170,80 @@ def repeat(load: Load, runs: int) -> dict[str, Any]:
         "lock_waits": median(lock_waits),
         "deadlocks": _deadlocks() - deadlocks_before,
         "errors": errors,
+        # CPU seconds per cycle (ms), from /proc/<pid>/stat (utime + stime) of every load process
+        # ("client") and of the PostgreSQL backends serving it ("server"), summed over the runs.
+        "cpu_client_ms": 1000 * cpu["client"] / cycles_done if cycles_done else float("nan"),
+        "cpu_server_ms": 1000 * cpu["server"] / cycles_done if cycles_done else float("nan"),
+        "spent": {name: (secs, int(calls)) for name, (secs, calls) in spent.items()},
+        "processes": load.total,
+        "kind": load.kind,
     }
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int | str = "self") -> float:
+    """utime + stime of a process so far, from /proc/<pid>/stat (0.0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+class _Cpu:
+    """CPU of this process and of the given PostgreSQL backends (same host) over one timed run."""
+
+    def __init__(self, backends: list[int]) -> None:
+        self.backends = backends
+        self.start()
+
+    def start(self) -> None:
+        self.client = cpu_seconds()
+        self.server = sum(cpu_seconds(pid) for pid in self.backends)
+
+    def figures(self) -> dict[str, float]:
+        return {
+            "cpu_client": cpu_seconds() - self.client,
+            "cpu_server": sum(cpu_seconds(pid) for pid in self.backends) - self.server,
+        }
+
+
+class _Spent:
+    """Wall time per operation in one process: {name: [seconds, calls]}."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, list[float]] = {}
+
+    def add(self, name: str, since: float) -> float:
+        now = time.perf_counter()
+        total = self.totals.setdefault(name, [0.0, 0])
+        total[0] += now - since
+        total[1] += 1
+        return now
+
+
+class _Profile:
+    """cProfile around the last timed run of process 0 when load.profile names a file."""
+
+    def __init__(self, load: Load, index: int, runs: int) -> None:
+        self.path = load.profile if index == 0 else ""
+        self.runs = runs
+        self.profiler: Any = None
+
+    def begin(self, number: int) -> None:
+        if self.path and number == self.runs - 1:
+            import cProfile
+
+            self.profiler = cProfile.Profile(time.process_time)  # CPU, not waits
+            self.profiler.enable()
+
+    def end(self) -> None:
+        if self.profiler is not None:
+            self.profiler.disable()
+            self.profiler.dump_stats(self.path)
+            self.profiler = None
 
 
 class _LockSampler:
@@ -170,6 +279,21 @@ class _LockSampler:
             while not self.stop.wait(SAMPLE_EVERY):
                 row = conn.execute(self.QUERY).fetchone()
                 self.samples.append(int(row[0]) if row else 0)
+
+
+def vacuum() -> None:
+    """VACUUM the tables the hot loads write (those that exist), outside any transaction."""
+    import psycopg
+
+    with psycopg.connect(psycopg_dsn(os.environ["DATABASE_URL"]), autocommit=True) as conn:
+        present = {
+            name
+            for (name,) in conn.execute(
+                "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname = ANY(%s)", [list(VACUUMED)]
+            )
+        }
+        if present:
+            conn.execute("VACUUM " + ", ".join(sorted(present)))
 
 
 def _deadlocks() -> int:
@@ -211,11 +335,13 @@ def _reference_child(
         conn = psycopg.connect(psycopg_dsn(os.environ["DATABASE_URL"]), autocommit=True)
         take = f"UPDATE {SEMAPHORE_TABLE} SET busy = busy + 1 WHERE id = %s AND busy < %s"
         give = f"UPDATE {SEMAPHORE_TABLE} SET busy = busy - 1 WHERE id = %s"
+        cpu = _Cpu([conn.info.backend_pid])
         for _ in range(runs):
             cycles = retries = 0
             latencies: list[float] = []
             started: float | None = None
             barrier.wait(timeout=180)
+            cpu.start()
             deadline = time.monotonic() + load.seconds
             with conn.cursor() as cur:
                 while time.monotonic() < deadline:
@@ -230,10 +356,88 @@ def _reference_child(
                         time.sleep(load.hold_ms / 1000)
                     cur.execute(give, [row], prepare=True)
                     cycles += 1
-            results.put({"cycles": cycles, "retries": retries, "latencies": latencies})
+            results.put({"cycles": cycles, "retries": retries, "latencies": latencies} | cpu.figures())
         conn.close()
     except Exception as error:  # noqa: BLE001 - reported to the parent
         results.put({"error": repr(error)})
+
+
+# --- the durable FIFO reference --------------------------------------------------------------------
+
+
+def install_fifo() -> None:
+    import psycopg
+
+    from tests.bench import fifo
+
+    with psycopg.connect(psycopg_dsn(os.environ["DATABASE_URL"]), autocommit=True) as conn:
+        fifo.install(conn)
+
+
+def reset_fifo(limits: int, capacity: int) -> None:
+    import psycopg
+
+    from tests.bench import fifo
+
+    with psycopg.connect(psycopg_dsn(os.environ["DATABASE_URL"]), autocommit=True) as conn:
+        fifo.install(conn)
+        fifo.reset(conn, limits, capacity)
+
+
+def _fifo_child(
+    run_id: str, index: int, limit: str, row: int, load: Load, runs: int, barrier: Any, results: Any
+) -> None:
+    """The durable FIFO semaphore (tests/bench/fifo.sql): acquire (taken at once, or queued and
+    woken by the notification the granting release sends), hold, release; one autocommit
+    connection per process, which also LISTENs. A queued cycle is two commits."""
+    import psycopg
+
+    from tests.bench import fifo
+
+    try:
+        conn = psycopg.connect(psycopg_dsn(os.environ["DATABASE_URL"]), autocommit=True)
+        client = fifo.Client(conn, _channel(run_id), wake_timeout=WAKE_TIMEOUT, variant=load.kind[len("fifo") :])
+        cpu = _Cpu([conn.info.backend_pid])
+        profile = _Profile(load, index, runs)
+        for number in range(runs):
+            cycles = queued = begun = 0
+            latencies: list[float] = []
+            spent = _Spent()
+            barrier.wait(timeout=180)
+            cpu.start()
+            profile.begin(number)
+            deadline = time.monotonic() + load.seconds
+            while time.monotonic() < deadline:
+                begun += 1
+                started = time.perf_counter()
+                ticket, was_queued = client.acquire(row)
+                now = spent.add("fifo acquire (join or take, and the wait)", started)
+                queued += was_queued
+                latencies.append((now - started) * 1000)
+                if load.hold_ms:
+                    time.sleep(load.hold_ms / 1000)
+                now = time.perf_counter()
+                client.release(row, ticket)
+                spent.add("fifo release", now)
+                if time.monotonic() < deadline:
+                    cycles += 1
+            profile.end()
+            results.put(
+                {
+                    "cycles": cycles,
+                    "begun": begun,
+                    "queued": queued,
+                    "wakes": client.wakes,
+                    "latencies": latencies,
+                    "spent": spent.totals,
+                }
+                | cpu.figures()
+            )
+        conn.close()
+    except Exception as error:  # noqa: BLE001 - reported to the parent
+        import traceback
+
+        results.put({"error": traceback.format_exc() or repr(error)})
 
 
 # --- the engine ----------------------------------------------------------------------------------
@@ -278,6 +482,9 @@ def _engine_child(
         runs_woken.disconnect(dispatch_uid="limits-wake-runs")
         runs_woken.connect(announce, weak=False, dispatch_uid="bench-announce")
         connection.ensure_connection()
+        backend = connection.connection.info.backend_pid
+        cpu = _Cpu([backend, side.info.backend_pid])
+        profile = _Profile(load, index, runs)
         draw = random.Random(index)
         group = list(load.limits) if index % 2 == 0 else list(reversed(load.limits))
         errors: dict[str, int] = {}
@@ -299,12 +506,15 @@ def _engine_child(
             return retried(lambda: services.acquire(limit, run_id=run_id, request=request, key=key))
 
         number = 0
-        for _ in range(runs):
+        for run_number in range(runs):
             cycles = queued = wakes = begun = 0
             wait_s = 0.0
             latencies: list[float] = []
             errors.clear()
+            spent = _Spent()
             barrier.wait(timeout=180)
+            cpu.start()
+            profile.begin(run_number)
             deadline = time.monotonic() + load.seconds
             while time.monotonic() < deadline:
                 number += 1
@@ -313,6 +523,10 @@ def _engine_child(
                 key = f"key-{draw.randrange(load.keys)}" if load.kind == "keyed" else None
                 started = time.perf_counter()
                 got = acquire(request, key)
+                now = spent.add(
+                    "engine acquire, taken at once" if got.state != "waiting" else "engine acquire, queued (join)",
+                    started,
+                )
                 if got.state == "waiting":
                     queued += 1
                     waited = time.monotonic()
@@ -320,8 +534,10 @@ def _engine_child(
                         # Collect the notifications first, then query (psycopg: no query inside
                         # the notifies() loop). A stale one only costs one extra acquire call.
                         list(side.notifies(timeout=WAKE_TIMEOUT, stop_after=1))
+                        now = spent.add("engine wait for the notification", now)
                         wakes += 1
                         got = acquire(request, key)
+                        now = spent.add("engine acquire again (confirm)", now)
                     wait_s += time.monotonic() - waited
                 if got.state != "busy":
                     raise RuntimeError(f"acquire ended {got.state}")
@@ -330,10 +546,13 @@ def _engine_child(
                 latencies.append((time.perf_counter() - started) * 1000)
                 if load.hold_ms:
                     time.sleep(load.hold_ms / 1000)
+                now = time.perf_counter()
                 for slot_id in [slot for _, slot in got.slots] or [got.slot_id]:
                     retried(lambda slot_id=slot_id: services.release(slot_id))
+                spent.add("engine release", now)
                 if time.monotonic() < deadline:
                     cycles += 1
+            profile.end()
             results.put(
                 {
                     "cycles": cycles,
@@ -343,7 +562,9 @@ def _engine_child(
                     "wait_s": wait_s,
                     "latencies": latencies,
                     "errors": dict(errors),
+                    "spent": spent.totals,
                 }
+                | cpu.figures()
             )
         side.close()
     except Exception as error:  # noqa: BLE001 - reported to the parent
@@ -354,3 +575,93 @@ def _engine_child(
 
 def _channel(run_id: str) -> str:
     return run_id.replace("-", "_")
+
+
+# --- the engine's functions without the client (an experiment: where the engine's cost lies) ----
+
+
+def _engine_raw_child(
+    run_id: str, index: int, limit: str, row: int, load: Load, runs: int, barrier: Any, results: Any
+) -> None:
+    """The engine's own SQL functions, as services.acquire/release call them on the plain path
+    (limits_acquire; a woken request's acquire again confirms its reservation; limits_release),
+    but sent straight on psycopg as prepared statements with server-side binding, the way the
+    FIFO's client sends its calls, with no Django and no Python rules: the same server work as
+    "engine", about the FIFO's client cost. Woken runs are announced as in "engine"."""
+    import datetime as dt
+
+    import psycopg
+
+    try:
+        dsn = psycopg_dsn(os.environ["DATABASE_URL"])
+        conn = psycopg.connect(dsn, autocommit=True)
+        side = psycopg.connect(dsn, autocommit=True)
+        side.execute("SET synchronous_commit = off")
+        side.execute(f"LISTEN {_channel(run_id)}")
+        cpu = _Cpu([conn.info.backend_pid, side.info.backend_pid])
+        profile = _Profile(load, index, runs)
+        acquire_sql = "SELECT outcome, slot_id FROM limits_acquire(%s, %s, %s, %s, %s, %s)"
+        release_sql = "SELECT outcome, woken FROM limits_release(%s, %s, %s)"
+
+        def call(sql: str, params: list[Any]) -> tuple[Any, ...]:
+            with conn.cursor() as cur:
+                cur.execute(sql, params, prepare=True)
+                found: tuple[Any, ...] = cur.fetchone()
+                return found
+
+        def now() -> dt.datetime:
+            return dt.datetime.now(dt.UTC)
+
+        number = 0
+        for run_number in range(runs):
+            cycles = queued = begun = 0
+            latencies: list[float] = []
+            spent = _Spent()
+            barrier.wait(timeout=180)
+            cpu.start()
+            profile.begin(run_number)
+            deadline = time.monotonic() + load.seconds
+            while time.monotonic() < deadline:
+                number += 1
+                begun += 1
+                request = f"{run_id}:{number}"
+                started = time.perf_counter()
+                params = [limit, run_id, request, "", RAW_TIMEOUT_MS, now()]
+                outcome, slot_id = call(acquire_sql, params)
+                mark = spent.add("raw acquire (taken at once or join)", started)
+                if outcome == "waiting":
+                    queued += 1
+                    outcome = "slow"
+                    # A request still waiting is answered 'slow' (the Python rules would say
+                    # 'waiting'): with the reservation's 2 minutes, it cannot be a late confirm here.
+                    while outcome == "slow":
+                        list(side.notifies(timeout=WAKE_TIMEOUT, stop_after=1))
+                        mark = spent.add("raw wait for the notification", mark)
+                        params[-1] = now()
+                        outcome, slot_id = call(acquire_sql, params)
+                        mark = spent.add("raw acquire again (confirm)", mark)
+                if outcome != "busy":
+                    raise RuntimeError(f"limits_acquire answered {outcome}")
+                latencies.append((time.perf_counter() - started) * 1000)
+                if load.hold_ms:
+                    time.sleep(load.hold_ms / 1000)
+                mark = time.perf_counter()
+                outcome, woken = call(release_sql, [slot_id, now(), RAW_RESERVATION_MS])
+                if outcome != "released":
+                    raise RuntimeError(f"limits_release answered {outcome}")
+                if woken:
+                    side.execute("SELECT pg_notify(c, '') FROM unnest(%s::text[]) AS c", [[_channel(r) for r in woken]])
+                spent.add("raw release (and the notification)", mark)
+                if time.monotonic() < deadline:
+                    cycles += 1
+            profile.end()
+            results.put(
+                {"cycles": cycles, "begun": begun, "queued": queued, "latencies": latencies, "spent": spent.totals}
+                | cpu.figures()
+            )
+        conn.close()
+        side.close()
+    except Exception as error:  # noqa: BLE001 - reported to the parent
+        import traceback
+
+        results.put({"error": traceback.format_exc() or repr(error)})

@@ -28,14 +28,15 @@ def table(machine: dict[str, str], rows: list[Row], args: argparse.Namespace, se
         flags.append(f"--processes {args.processes}")
     if args.hold:
         flags.append(f"--hold {args.hold:g}")
-    if args.only != set(range(1, 10)):
+    if args.only != set(range(1, 12)):
         flags.append("--only " + ",".join(str(n) for n in sorted(args.only)))
     mode = " ".join(flags) or "full"
     head = (
         f"Machine: {machine['cores']} cores, PostgreSQL {machine['postgres']} "
         f"(synchronous_commit={machine['synchronous_commit']}, fsync={machine['fsync']}), "
         f"Python {machine['python']}; run: {mode}, {args.runs} run(s) of {args.seconds:g} s, "
-        f"{args.handoffs} hand-offs, row scale {args.scale:g}, {args.workflow_runs} workflow runs; "
+        f"{args.handoffs} hand-offs, row scale {args.scale:g}, {args.workflow_runs} workflow runs, "
+        f"{args.limited_runs} runs beside DBOS ({args.dbos_default_runs} at its default polling); "
         f"took {seconds:.0f} s; load average (1/5/15 min) {machine['load_before']} before, {machine['load']} after."
     )
     lines = [

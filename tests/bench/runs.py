@@ -28,7 +28,7 @@ def sync_bound(workflow_name: str) -> None:
     run_bounds.sync([workflow_name])
 
 
-def measure(workflow_name: str, n: int, workers: list[Worker]) -> dict[str, Any]:
+def measure(workflow_name: str, n: int, workers: list[Worker], make_input: Any = lambda i: {"n": i}) -> dict[str, Any]:
     from django.utils import timezone
 
     from studio.runs.models import Run
@@ -36,7 +36,7 @@ def measure(workflow_name: str, n: int, workers: list[Worker]) -> dict[str, Any]
 
     t0 = timezone.now()
     started = time.monotonic()
-    runs = [start_run(workflow_name, {"n": i}) for i in range(n)]
+    runs = [start_run(workflow_name, make_input(i)) for i in range(n)]
     enqueue_s = time.monotonic() - started
     queued_at_start = sum(1 for run in runs if run.status == Run.Status.QUEUED)
     ids = [run.id for run in runs]
@@ -62,6 +62,7 @@ def measure(workflow_name: str, n: int, workers: list[Worker]) -> dict[str, Any]
         "p50_ms": percentile(latency, 50),
         "p95_ms": percentile(latency, 95),
         "max_running": _max_overlap([(s, f) for _, _, s, f in rows if s is not None]),
+        "ids": ids,
     }
 
 
@@ -109,3 +110,98 @@ def run(n: int, workers_count: int = 2) -> dict[str, Any]:
     for violation in checked.violations[:10]:
         log(f"    {violation}")
     return {"plain": result[RUN_PLAIN], "bounded": result[RUN_BOUNDED], "verify": checked, "peak_rss_mb": rss}
+
+
+# --- the run scenario of issue 17: a shipped workflow through a limit, beside DBOS's queue --------
+
+LIMITED_WORKFLOW = "sync_partner"  # studio/workflows/timeouts.py: acquire_slot -> one step -> release_slot
+LIMITED_STEP = "call_partner"
+
+
+def limited(n: int, workers_count: int = 2) -> dict[str, Any]:
+    """`n` runs of the shipped `sync_partner` on `partner-api` (capacity 4 in the bench's
+    workspace), started one after the other by this process, through `workers_count` Celery
+    workers (solo pool): runs/s from just before the first start to the last finish, and, for each
+    release (its `release_slot` step recorded), the time until the next `call_partner` step
+    started (tests.bench.dbos_queue.release_to_next_start, the same measure as DBOS's side)."""
+    from django.db.models import F
+
+    from limits import verify
+    from studio.runs.models import Step
+    from tests.bench.dbos_queue import release_to_next_start
+    from tests.bench.handoff import purge_broker
+
+    def make_input(i: int) -> dict[str, Any]:
+        return {"label": f"bench-{i}", "timeout": "1h"}
+
+    purge_broker()
+    workers = [Worker() for _ in range(workers_count)]
+    try:
+        measure(LIMITED_WORKFLOW, 20, workers, make_input)  # warm-up
+        log(f"  {n} runs of {LIMITED_WORKFLOW} (acquire_slot partner-api -> {LIMITED_STEP} -> release_slot)")
+        figures = measure(LIMITED_WORKFLOW, n, workers, make_input)
+    finally:
+        for worker in workers:
+            worker.stop()
+    ids = figures.pop("ids")
+    steps = Step.objects.filter(run_id__in=ids)
+    figures["phases"] = _phases(ids, workers_count, figures["seconds"])
+    starts = [
+        s.timestamp() * 1000 for s in steps.filter(name__endswith=LIMITED_STEP).values_list("started_at", flat=True)
+    ]
+    releases = [
+        f.timestamp() * 1000 for f in steps.filter(name__endswith="release_slot").values_list("finished_at", flat=True)
+    ]
+    if len(starts) != n or len(releases) != n:
+        raise RuntimeError(f"{len(starts)} {LIMITED_STEP} and {len(releases)} release_slot steps for {n} runs")
+    gaps = release_to_next_start(releases, starts)
+    figures["handoff_p50"] = percentile(gaps, 50)
+    figures["handoff_p95"] = percentile(gaps, 95)
+    # A run granted at once records its hook step closed in one instant; one that waited, later.
+    figures["waited"] = steps.filter(kind=Step.Kind.HOOK, finished_at__gt=F("started_at")).count()
+    figures["verify"] = verify.verify()
+    log(
+        f"    {figures['per_s']:.1f} runs/s ({figures['seconds']:.1f} s; "
+        f"starting them took {figures['enqueue_s']:.1f} s); "
+        f"release -> next step start p50 {figures['handoff_p50']:.1f} / p95 {figures['handoff_p95']:.1f} ms; "
+        f"{figures['waited']} runs waited for a slot; at most {figures['max_running']} running; "
+        f"verify {figures['verify'].summary()}"
+    )
+    return figures
+
+
+def _phases(ids: list[str], workers_count: int, seconds: float) -> dict[str, float]:
+    """Where a run of sync_partner spends its time, p50 over the runs in ms, from its rows: the
+    worker's span (started → finished) and its parts; and how busy the workers were (the sum of
+    the spans ÷ workers × the load's seconds): the rest is the workers between two runs (taking
+    the next task from the broker, loading the run)."""
+    from studio.runs.models import Run, Step
+
+    runs = {r.id: r for r in Run.objects.filter(id__in=ids).only("id", "started_at", "finished_at")}
+    by_run: dict[str, dict[str, Step]] = {}
+    for step in Step.objects.filter(run_id__in=ids).only("run_id", "name", "kind", "started_at", "finished_at"):
+        kind = "hook" if step.kind == Step.Kind.HOOK else step.name.rsplit(".", 1)[-1]
+        by_run.setdefault(step.run_id, {})[kind] = step
+    parts: dict[str, list[float]] = {}
+
+    def add(name: str, start: Any, end: Any) -> None:
+        if start is not None and end is not None:
+            parts.setdefault(name, []).append((end - start).total_seconds() * 1000)
+
+    spans = []
+    for run_id, run in runs.items():
+        got = by_run.get(run_id, {})
+        hook, work, release = got.get("hook"), got.get(LIMITED_STEP), got.get("release_slot")
+        if run.started_at and run.finished_at:
+            spans.append((run.finished_at - run.started_at).total_seconds())
+        if hook is None or work is None or release is None:
+            continue
+        add("run started → acquire_slot recorded", run.started_at, hook.finished_at)
+        add(f"acquire_slot → {LIMITED_STEP} started", hook.finished_at, work.started_at)
+        add(f"{LIMITED_STEP}", work.started_at, work.finished_at)
+        add(f"{LIMITED_STEP} → release_slot recorded", work.finished_at, release.finished_at)
+        add("release_slot → run finished", release.finished_at, run.finished_at)
+        add("the run in the worker (started → finished)", run.started_at, run.finished_at)
+    phases = {name: percentile(values, 50) for name, values in parts.items()}
+    phases["workers busy (share of the load's time)"] = sum(spans) / (workers_count * seconds) if seconds else 0.0
+    return phases

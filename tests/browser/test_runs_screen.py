@@ -146,8 +146,15 @@ def test_an_operator_lists_filters_starts_and_cancels_at_1280(live_server, page:
     page.locator("#runs-search").fill("call-1")
     expect(page.locator("tr.run-row")).to_have_count(1)
     expect(row_of(page, ids[1])).to_be_visible()
+    # A search is not polled (a label search scans the queues): no request for 4 s, two polls' time.
+    expect(page.locator("#runs-table")).not_to_have_attribute("hx-trigger", re.compile("every"))
+    polls: list[str] = []
+    page.on("request", lambda request: polls.append(request.url) if "/studio/runs/" in request.url else None)
+    page.wait_for_timeout(4000)
+    assert polls == []
     page.locator("#runs-search").fill("")
     expect(page.locator("tr.run-row")).to_have_count(3)
+    expect(page.locator("#runs-table")).to_have_attribute("hx-trigger", re.compile("every 3s"))
 
     start_then_cancel(page, "1280")
     assert refused == []

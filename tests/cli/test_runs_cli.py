@@ -190,7 +190,7 @@ def test_list_json_has_one_summary_per_run_and_says_if_there_are_more() -> None:
     made = [make_run(seconds_ago=10 - n) for n in range(3)]
     services.acquire("voice-calls", run_id=made[0].id, label="call-0")
 
-    result = runs("list", "--json", "--limit", "2")
+    result = runs("list", "--json", "--rows", "2")
 
     answer = json.loads(result.out)
     assert set(answer) == {"runs", "more"}
@@ -217,8 +217,10 @@ def test_list_filters_by_status_workflow_and_the_limit_runs_wait_for() -> None:
 
     assert ids("--status", "completed") == [done.id]
     assert ids("--workflow", "place_call") == [waiting.id, running.id]
-    assert ids("--waiting-for", "voice-calls") == [waiting.id]
-    assert ids("--waiting-for", "partner-api") == []
+    assert ids("--limit", "voice-calls") == [waiting.id]  # the issue's `--limit L`: the limit runs wait for
+    assert ids("--limit", "partner-api") == []
+    assert ids("--waiting-for", "voice-calls") == [waiting.id]  # the same, by its other name
+    assert ids("--limit", "voice-calls", "--rows", "1", "--status", "running") == [waiting.id]
     assert ids("--status", "running", "--workflow", "export_report") == []
 
 
@@ -226,9 +228,9 @@ def test_list_filters_by_status_workflow_and_the_limit_runs_wait_for() -> None:
     ("argv", "field", "message"),
     [
         (["--status", "done"], "status", "status must be one of queued, pending, running"),
-        (["--limit", "0"], "limit", "--limit must be a whole number from 1 to 1000, not '0'"),
-        (["--limit", "1001"], "limit", "not '1001'"),
-        (["--limit", "ten"], "limit", "not 'ten'"),
+        (["--rows", "0"], "rows", "--rows must be a whole number from 1 to 1000, not '0'"),
+        (["--rows", "1001"], "rows", "not '1001'"),
+        (["--rows", "ten"], "rows", "not 'ten'"),
     ],
 )
 def test_a_bad_list_filter_is_exit_2(argv: list[str], field: str, message: str) -> None:
@@ -337,6 +339,6 @@ def test_the_runs_of_the_list_are_those_of_run_list() -> None:
     made = [make_run(seconds_ago=5 - n) for n in range(3)]
     page = run_list.runs_page(run_list.RunFilter(), size=2)
     assert [row.run.id for row in page.rows] == [
-        run["id"] for run in json.loads(runs("list", "--json", "--limit", "2").out)["runs"]
+        run["id"] for run in json.loads(runs("list", "--json", "--rows", "2").out)["runs"]
     ]
     assert [row.run.id for row in page.rows] == [made[2].id, made[1].id]

@@ -72,6 +72,19 @@ def test_a_waiting_run_shows_its_place_and_estimated_wait(calls, operator_client
     assert "Key's place" not in card
 
 
+def test_deeper_than_the_cap_from_both_ends_the_place_and_its_wait_are_estimated(
+    calls, operator_client, monkeypatch
+) -> None:
+    """With the cap of exact places lowered to 2, the 3rd of 5 is 2 from the head and 2 from the
+    tail: its page says "about", and the wait counts from that estimated place."""
+    monkeypatch.setattr(selectors, "EXACT_PLACES", 2)
+    (entry,) = selectors.waits_of_run(calls.id)
+    assert entry.place_approximate and entry.place == 3  # type: ignore[attr-defined]
+    card = wait_card(operator_client.get(f"/studio/runs/{calls.id}/").content.decode(), "voice-calls")
+    assert "<strong>about 3rd of 5</strong> in the queue" in card and "estimated" in card
+    assert '<dd class="eta"><strong>about 15 min</strong></dd>' in card
+
+
 def test_the_estimate_is_unknown_when_nothing_was_granted_recently(calls, clock, operator_client) -> None:
     clock.advance(minutes=12)  # the rolled-up minute left the 10-minute window
     services.sweep()

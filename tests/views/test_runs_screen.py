@@ -143,6 +143,68 @@ def test_search_finds_a_run_by_its_whole_id_or_a_label_it_holds_or_waits_with(vi
     assert "No run matches “nothing-like-it”" in viewer_client.get(URL, {"q": "nothing-like-it"}).content.decode()
 
 
+@pytest.mark.parametrize("scanned", [5_000, 3])  # 3: more matches than the ids read first
+def test_a_capped_search_lists_the_newest_matches_and_pages_through_them_once(
+    viewer_client, monkeypatch, scanned: int
+) -> None:
+    """More runs match than SEARCH_MATCHES (lowered to 7): the matches are the 7 newest by
+    (created_at, id) whatever the order of the queue, every request the same, the pages walk them
+    once, and the page says the cap applies; the same when more match than SEARCH_SCANNED."""
+    monkeypatch.setattr(run_list, "SEARCH_MATCHES", 7)
+    monkeypatch.setattr(run_list, "SEARCH_SCANNED", scanned)
+    monkeypatch.setattr(run_list, "RUNS_PER_PAGE", 3)
+    declare(voice_calls={"capacity": 1, "max_hold": "45m"})
+    services.acquire("voice-calls", run_id="holder")
+    made = [make_run(status="running", seconds_ago=100 - n) for n in range(12)]
+    for run in reversed(made):  # queued oldest-last: the queue's order is not the list's
+        services.acquire("voice-calls", run_id=run.id, label=f"order-{run.id}", timeout="1h")
+    newest = [run.id for run in reversed(made)][:7]
+
+    assert run_list.search_matches("order-") == run_list.Matches(newest, capped=True)
+    seen, response = [], viewer_client.get(URL, {"q": "order-"})
+    assert "showing the 7 newest matches" in response.content.decode()
+    while True:
+        seen += listed(response)
+        if "Older" not in links(response):
+            break
+        response = viewer_client.get(links(response)["Older"])
+    assert seen == newest
+    narrow = viewer_client.get(URL, {"q": f"order-{made[0].id}"})
+    assert listed(narrow) == [made[0].id] and "newest matches" not in narrow.content.decode()
+
+
+def test_a_whole_run_id_is_found_without_scanning_labels(viewer_client) -> None:
+    """A search for an existing run's whole id is one lookup by primary key: no query reads the
+    slots' or the queues' labels (they would be scans of the queues)."""
+    declare(voice_calls={"capacity": 1, "max_hold": "45m"})
+    run = make_run(status="running")
+    services.acquire("voice-calls", run_id=run.id, label=f"mentions {run.id}")
+    with CaptureQueriesContext(connection) as captured:
+        assert run_list.search_matches(run.id) == run_list.Matches([run.id])
+    assert len(captured) == 1 and "label" not in captured[0]["sql"].lower(), captured.captured_queries
+    with CaptureQueriesContext(connection) as captured:
+        assert run_list.search_matches("mentions") == run_list.Matches([run.id])
+    assert any("label" in query["sql"].lower() for query in captured.captured_queries)
+
+
+def test_the_list_does_not_poll_while_a_search_is_shown(viewer_client, htmx) -> None:
+    make_run()
+    searching = viewer_client.get(URL, {"q": "order"}, headers=htmx).content.decode()
+    assert "every 3s" not in searching and "runs-changed from:body" in searching
+    assert "Not refreshed automatically while searching" in searching
+    assert "every 3s" in viewer_client.get(URL, {"status": "pending"}, headers=htmx).content.decode()
+
+
+def test_a_run_whose_id_is_an_action_word_has_its_own_page(operator_client) -> None:
+    """Run ids are made "run_..." but nothing stops another id: the list's actions live under
+    /studio/runs/-/, so a run called "start" or "cancel" is not hidden by them."""
+    for word in ("start", "cancel"):
+        run = make_run(id=word)
+        response = operator_client.get(f"/studio/runs/{word}/")
+        assert response.status_code == 200 and run.id in response.content.decode()
+    assert operator_client.get("/studio/runs/-/start/").status_code == 405  # POST only
+
+
 def test_htmx_gets_the_table_only_and_it_polls_the_same_list(viewer_client, htmx) -> None:
     make_run()
     response = viewer_client.get(URL, {"status": "pending"}, headers=htmx)
@@ -248,8 +310,8 @@ def test_a_viewer_sees_no_start_form_and_no_cancel_and_may_not_use_them(viewer_c
     page = viewer_client.get(URL).content.decode()
     assert "Start a run" not in page and ">Cancel<" not in page
 
-    start = viewer_client.post("/studio/runs/start/", {"workflow": "export_report", "input": "{}"})
-    cancel = viewer_client.post("/studio/runs/cancel/", {"run": run.id})
+    start = viewer_client.post("/studio/runs/-/start/", {"workflow": "export_report", "input": "{}"})
+    cancel = viewer_client.post("/studio/runs/-/cancel/", {"run": run.id})
 
     assert (start.status_code, cancel.status_code) == (403, 403)
     assert "studio.change_run" in start.content.decode()
@@ -271,7 +333,7 @@ def test_an_operator_sees_the_start_form_and_cancel_only_for_unfinished_runs(ope
 
 def test_starting_a_run_from_htmx_refreshes_the_list_and_links_the_run(operator_client, htmx) -> None:
     response = operator_client.post(
-        "/studio/runs/start/", {"workflow": "place_call", "input": '{"call_id": "c-1"}', "key": ""}, headers=htmx
+        "/studio/runs/-/start/", {"workflow": "place_call", "input": '{"call_id": "c-1"}', "key": ""}, headers=htmx
     )
 
     run = Run.objects.get()
@@ -284,7 +346,7 @@ def test_starting_a_run_from_htmx_refreshes_the_list_and_links_the_run(operator_
 
 
 def test_starting_without_htmx_redirects_to_the_list_with_a_message(operator_client) -> None:
-    response = operator_client.post("/studio/runs/start/", {"workflow": "export_report", "input": ""}, follow=True)
+    response = operator_client.post("/studio/runs/-/start/", {"workflow": "export_report", "input": ""}, follow=True)
     run = Run.objects.get()
     assert response.redirect_chain == [("/studio/runs/", 302)]
     assert f"Started {run.id} (export_report)" in response.content.decode()
@@ -294,8 +356,8 @@ def test_starting_without_htmx_redirects_to_the_list_with_a_message(operator_cli
 def test_the_key_is_the_runs_concurrency_key(operator_client, htmx) -> None:
     run_bounds.sync(["sync_tenant"])
     data = {"workflow": "sync_tenant", "input": '{"tenant": "acme"}', "key": "acme"}
-    operator_client.post("/studio/runs/start/", data, headers=htmx)
-    operator_client.post("/studio/runs/start/", data, headers=htmx)
+    operator_client.post("/studio/runs/-/start/", data, headers=htmx)
+    operator_client.post("/studio/runs/-/start/", data, headers=htmx)
 
     assert list(Run.objects.order_by("created_at", "id").values_list("concurrency_key", flat=True)) == ["acme"] * 2
     assert sorted(Run.objects.values_list("status", flat=True)) == ["pending", "queued"]
@@ -317,7 +379,7 @@ def test_a_refused_start_shows_the_message_by_its_field_and_creates_nothing(
     operator_client, htmx, data: dict[str, str], field: str, message: str
 ) -> None:
     run_bounds.sync(["sync_tenant"])
-    response = operator_client.post("/studio/runs/start/", data, headers=htmx)
+    response = operator_client.post("/studio/runs/-/start/", data, headers=htmx)
 
     assert response.status_code == 422
     page = response.content.decode()
@@ -331,7 +393,7 @@ def test_a_refused_start_shows_the_message_by_its_field_and_creates_nothing(
 
 
 def test_a_refused_start_without_htmx_is_the_whole_page_with_the_message(operator_client) -> None:
-    response = operator_client.post("/studio/runs/start/", {"workflow": "place_call", "input": "nope"})
+    response = operator_client.post("/studio/runs/-/start/", {"workflow": "place_call", "input": "nope"})
     assert response.status_code == 422
     assert "<h1>Runs</h1>" in response.content.decode()
     assert "input is not valid JSON" in response.content.decode()
@@ -349,7 +411,7 @@ def test_cancel_from_the_list_cancels_and_answers_the_same_list(operator_client,
     services.acquire("voice-calls", run_id=waiter.id, timeout="1h")
     headers = {**htmx, "HX-Current-URL": "http://testserver/studio/runs/?status=running"}
 
-    response = operator_client.post("/studio/runs/cancel/", {"run": waiter.id}, headers=headers)
+    response = operator_client.post("/studio/runs/-/cancel/", {"run": waiter.id}, headers=headers)
 
     assert response.status_code == 200
     assert Run.objects.get(id=waiter.id).status == "cancelled"
@@ -361,19 +423,19 @@ def test_cancel_from_the_list_cancels_and_answers_the_same_list(operator_client,
 def test_cancelling_a_finished_run_changes_nothing_and_says_so(operator_client, htmx) -> None:
     run = make_run(status="completed", finished_at=timezone.now())
     before = Run.objects.filter(id=run.id).values().get()
-    response = operator_client.post("/studio/runs/cancel/", {"run": run.id}, headers=htmx)
+    response = operator_client.post("/studio/runs/-/cancel/", {"run": run.id}, headers=htmx)
     assert f"{run.id} had already finished (completed): nothing changed." in response.content.decode()
     assert Run.objects.filter(id=run.id).values().get() == before
 
 
 def test_cancelling_an_unknown_run_is_404(operator_client) -> None:
-    assert operator_client.post("/studio/runs/cancel/", {"run": "run_nope"}).status_code == 404
-    assert operator_client.post("/studio/runs/cancel/", {}).status_code == 404
+    assert operator_client.post("/studio/runs/-/cancel/", {"run": "run_nope"}).status_code == 404
+    assert operator_client.post("/studio/runs/-/cancel/", {}).status_code == 404
 
 
 def test_cancel_without_htmx_redirects_to_the_list(operator_client) -> None:
     run = make_run()
-    response = operator_client.post("/studio/runs/cancel/", {"run": run.id})
+    response = operator_client.post("/studio/runs/-/cancel/", {"run": run.id})
     assert (response.status_code, response["Location"]) == (302, URL)
     assert Run.objects.get(id=run.id).status == "cancelled"
 
@@ -392,7 +454,7 @@ def test_a_user_with_the_permission_through_a_group_may_start(htmx) -> None:
     user.groups.add(group)
     client = Client()
     client.force_login(user)
-    assert client.post("/studio/runs/start/", {"workflow": "export_report"}, headers=htmx).status_code == 200
+    assert client.post("/studio/runs/-/start/", {"workflow": "export_report"}, headers=htmx).status_code == 200
     assert Run.objects.count() == 1
 
 
