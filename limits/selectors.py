@@ -164,7 +164,18 @@ def slot_feed(limit: Limit, *, size: int) -> list[SlotEvent]:
     grants of its live slots (the slot_live_by_limit index; at most the slots it holds now), and
     its slots among the box's latest RECENT_FREES_SCANNED freed ones (slot_history_age). Frees an
     operator made and max-hold take-backs are left out: the audit log shows them already."""
-    live = Slot.objects.filter(limit=limit, state__in=LIVE_SLOT_STATES).order_by("-granted_at", "-id")[:size]
+    # One arm per live state, each the newest `size` along slot_live_by_limit (limit, state,
+    # granted_at) read backwards: with `state IN (...)` the planner read every live slot of the
+    # limit and sorted them (40 ms at 100,000 busy slots). Subqueries in FROM, so SQLite takes
+    # their ORDER BY and LIMIT too.
+    table = Slot._meta.db_table
+    arm = (
+        f"SELECT * FROM (SELECT * FROM {table} WHERE limit_id = %s AND state = %s"
+        " ORDER BY granted_at DESC, id DESC LIMIT %s) newest"
+    )
+    live = Slot.objects.raw(
+        f"{arm} UNION ALL {arm}", [limit.pk, Slot.State.BUSY, size, limit.pk, Slot.State.RESERVED, size]
+    )
     # The window is a subquery in FROM with its own LIMIT, so no planner can fold the limit's
     # filter into it and read the limit's whole history instead (PostgreSQL did, through the
     # foreign key's index, when the window was an IN (...) subquery).
