@@ -6,8 +6,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+if TYPE_CHECKING:
+    from playwright.sync_api import BrowserContext, Page
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "screenshots"
@@ -42,6 +48,23 @@ def _chromium() -> Iterator[object]:
         )
         yield browser
         browser.close()
+
+
+def signed_in(
+    browser, live_server, width: int, height: int, *perms: str, **options: object
+) -> tuple[BrowserContext, Page]:
+    """A new browser context of that viewport, signed in as a fresh user 'ada' holding `perms`
+    (codenames), and its page: (context, page); close the context when done."""
+    user = User.objects.create_user("ada", password="a-long-password")
+    for codename in perms:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    client = Client()
+    client.force_login(user)
+    context = browser.new_context(viewport={"width": width, "height": height}, **options)
+    context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}])
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    return context, page
 
 
 @pytest.fixture

@@ -9,15 +9,13 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
-from django.test import Client
 from django.utils import timezone
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import Page, expect
 
 from limits import insights
 from limits.models import WAIT_BUCKETS_S, LimitKeySpan, LimitMinute
 from limits.services import acquire
-from tests.browser.conftest import SCREENSHOTS
+from tests.browser.conftest import SCREENSHOTS, signed_in
 from tests.factories import declare
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -81,27 +79,16 @@ def history(transactional_db) -> None:
     LimitMinute.objects.bulk_create(rows)
 
 
-def _signed_in(browser, live_server, width: int, height: int, **options: object) -> tuple[BrowserContext, Page]:
-    user = User.objects.create_user("ada", password="a-long-password")
-    client = Client()
-    client.force_login(user)
-    context = browser.new_context(viewport={"width": width, "height": height}, **options)
-    context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}])
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    return context, page
-
-
 @pytest.fixture
 def desktop(browser, live_server) -> Iterator[Page]:
-    context, page = _signed_in(browser, live_server, 1280, 900)
+    context, page = signed_in(browser, live_server, 1280, 900)
     yield page
     context.close()
 
 
 @pytest.fixture
 def phone(browser, live_server) -> Iterator[Page]:
-    context, page = _signed_in(browser, live_server, 390, 844, device_scale_factor=2, is_mobile=True, has_touch=True)
+    context, page = signed_in(browser, live_server, 390, 844, device_scale_factor=2, is_mobile=True, has_touch=True)
     yield page
     context.close()
 

@@ -9,13 +9,11 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from django.contrib.auth.models import Permission, User
-from django.test import Client
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import Page, expect
 
 from limits import services
 from limits.models import LimitKey
-from tests.browser.conftest import SCREENSHOTS
+from tests.browser.conftest import SCREENSHOTS, signed_in
 from tests.factories import declare, holders
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,21 +42,9 @@ def keyed(transactional_db) -> None:
     services.acquire_group(["partner-api", "voice-calls"], run_id="both-1", key="globex", label="call + sync")
 
 
-def _signed_in(browser, live_server, width: int, height: int, **options: object) -> tuple[BrowserContext, Page]:
-    user = User.objects.create_user("ada", password="a-long-password")
-    user.user_permissions.add(Permission.objects.get(codename="operate_limit"))
-    client = Client()
-    client.force_login(user)
-    context = browser.new_context(viewport={"width": width, "height": height}, **options)
-    context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}])
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    return context, page
-
-
 @pytest.fixture
 def desktop(browser, live_server) -> Iterator[Page]:
-    context, page = _signed_in(browser, live_server, 1280, 900)
+    context, page = signed_in(browser, live_server, 1280, 900, "operate_limit")
     yield page
     context.close()
 
@@ -127,7 +113,7 @@ def test_the_keys_panel_at_1280px_filters_and_sets_a_key_pool_in_place(keyed, de
 
 
 def test_the_keys_panel_reads_well_on_a_390px_phone(keyed, browser, live_server) -> None:
-    context, phone = _signed_in(browser, live_server, 390, 844, device_scale_factor=2, is_mobile=True)
+    context, phone = signed_in(browser, live_server, 390, 844, "operate_limit", device_scale_factor=2, is_mobile=True)
     try:
         phone.goto(live_server.url + URL)
         keys = phone.locator("#keys")

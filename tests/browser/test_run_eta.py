@@ -9,14 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 import time_machine
-from django.contrib.auth.models import User
-from django.test import Client
 from django.utils import timezone
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import Page, expect
 
 from limits import services
 from studio.models import Run, Step
-from tests.browser.conftest import SCREENSHOTS
+from tests.browser.conftest import SCREENSHOTS, signed_in
 from tests.conftest import Clock
 from tests.factories import declare, rolled_up_grants
 
@@ -66,17 +64,6 @@ def waiting_run(transactional_db) -> Iterator[Run]:
         yield run
 
 
-def _signed_in(browser, live_server, width: int, height: int, **options: object) -> tuple[BrowserContext, Page]:
-    user = User.objects.create_user("ada", password="a-long-password")
-    client = Client()
-    client.force_login(user)
-    context = browser.new_context(viewport={"width": width, "height": height}, **options)
-    context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}])
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    return context, page
-
-
 def _width(page: Page) -> int:
     return int(page.evaluate("Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"))
 
@@ -101,7 +88,7 @@ def test_a_waiting_runs_place_and_eta_fit_the_screen(
     waiting_run, browser, live_server, width: int, height: int, name: str
 ) -> None:
     mobile = {"device_scale_factor": 2, "is_mobile": True} if width < 500 else {}
-    context, page = _signed_in(browser, live_server, width, height, **mobile)
+    context, page = signed_in(browser, live_server, width, height, **mobile)
     try:
         page.goto(f"{live_server.url}/studio/runs/{waiting_run.id}/")
         _check_the_figures(page)
@@ -113,7 +100,7 @@ def test_a_waiting_runs_place_and_eta_fit_the_screen(
 
 
 def test_the_place_follows_the_queue_live(waiting_run, browser, live_server) -> None:
-    context, page = _signed_in(browser, live_server, 1280, 900)
+    context, page = signed_in(browser, live_server, 1280, 900)
     try:
         page.goto(f"{live_server.url}/studio/runs/{waiting_run.id}/")
         partner = page.locator('.wait[data-limit="partner-api"]')
