@@ -65,7 +65,7 @@ def test_stackbone_dev_serves_the_demo_runs_the_sweep_and_stops_cleanly(tmp_path
     base = f"http://127.0.0.1:{port}"
     processes: set[int] = set()
     try:
-        health = wait_for_json(f"{base}/healthz", lambda body: body.get("last_sweep_age_s") is not None, box)
+        health = wait_for_json(f"{base}/healthz", lambda body: body.get("last_sweep_age_s") is not None, box, log)
         assert (health["database"], health["broker"]) == ("ok", "ok")
         assert health["last_sweep_age_s"] < 20
         processes = descendants(box.pid)
@@ -93,12 +93,14 @@ def test_stackbone_dev_serves_the_demo_runs_the_sweep_and_stops_cleanly(tmp_path
     assert not [pid for pid in processes if alive(pid)], output[-3000:]
 
 
-def wait_for_json(url: str, ready, box: subprocess.Popen[str], timeout: float = 90) -> dict:
+def wait_for_json(url: str, ready, box: subprocess.Popen[str], log: Path, timeout: float = 180) -> dict:
+    """The body of `url` once `ready(body)`. The first sweep comes after migrate, the worker's and
+    beat's start and beat's first 15 s: 35 s on a quiet machine, over 90 s on a loaded CI one."""
     start = time.monotonic()
     body: dict = {}
     while time.monotonic() - start < timeout:
         if box.poll() is not None:
-            raise AssertionError(f"stackbone dev exited early with code {box.returncode}")
+            raise AssertionError(f"stackbone dev exited early with code {box.returncode}\n{log.read_text()[-4000:]}")
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 body = json.load(response)
@@ -107,7 +109,7 @@ def wait_for_json(url: str, ready, box: subprocess.Popen[str], timeout: float = 
         if body and ready(body):
             return body
         time.sleep(0.5)
-    raise AssertionError(f"{url} never became ready: {body}")
+    raise AssertionError(f"{url} never became ready: {body}\n{log.read_text()[-4000:]}")
 
 
 def test_quiet_logs_hide_good_requests_and_keep_failures() -> None:
