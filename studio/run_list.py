@@ -30,7 +30,7 @@ from django.db.models import Q, QuerySet
 
 from limits import run_bounds
 from limits.config import check_key
-from limits.models import LIVE_SLOT_STATES, Limit, QueueEntry, Slot
+from limits.models import LIVE_SLOT_STATES, Limit, QueueEntry, Slot, is_storable_text
 from studio.runs import runtime
 from studio.runs.models import Run
 
@@ -165,7 +165,7 @@ def cancel(run_id: str) -> tuple[bool, Run]:
 
 
 def get_run(run_id: str) -> Run | None:
-    if "\x00" in run_id or len(run_id) > 64 or not _is_utf8(run_id):
+    if len(run_id) > 64 or not is_storable_text(run_id):
         return None  # no run has such an id (and PostgreSQL cannot compare a NUL)
     return Run.objects.filter(id=run_id).first()
 
@@ -313,7 +313,7 @@ def search_matches(text: str) -> Matches:
     slots and the waiting entries (no index serves "contains"): its cost grows with the queues,
     docs/operations.md gives the figures."""
     text = text.strip()[:SEARCH_MAX_LENGTH]
-    if not text or "\x00" in text or not _is_utf8(text):
+    if not text or not is_storable_text(text):
         return Matches([])
     if len(text) <= 64 and Run.objects.filter(id=text).exists():
         return Matches([text])
