@@ -12,13 +12,16 @@
   it does not handle answers NOT_HANDLED_HERE and the rules go on in Python;
 - `errors`, `results`: LimitsError with its messages, and what operations answer.
 
-Each operation runs in one transaction that locks the rows of the limits it touches
-(``SELECT ... FOR UPDATE`` on PostgreSQL; on SQLite every transaction is IMMEDIATE, so writers
-serialize). Limits are always locked in id order, so two limits never wait on each other and
-several never deadlock. Counters on the limit row change in the same transaction as the slot and
-queue rows, under that lock. Runs woken by a change (granted a reservation, or timed out) are
-announced with the ``limits.signals.runs_woken`` signal after the transaction commits, never while
-a lock is held.
+Each operation runs in one transaction that locks the rows of the limits it touches (``SELECT ...
+FOR NO KEY UPDATE`` on PostgreSQL; on SQLite every transaction is IMMEDIATE, so writers serialize).
+Limits are always locked in id order, so two limits never wait on each other and several never
+deadlock. NO KEY UPDATE, not FOR UPDATE: a row referencing a limit is checked at COMMIT under a KEY
+SHARE lock on the limit, taken in the order the rows were written; FOR UPDATE would block that
+check, and a commit that wrote rows for limits it does not hold (the sweep's insights rollup) would
+wait out of id order and deadlock (limits/migrations/0015). Counters on the limit row change in the
+same transaction as the slot and queue rows, under that lock. Runs woken by a change (granted a
+reservation, or timed out) are announced with the ``limits.signals.runs_woken`` signal after the
+transaction commits, never while a lock is held.
 
 `limits.services` is the public face of this package (the names it exports stay stable).
 """

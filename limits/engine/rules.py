@@ -2,7 +2,7 @@
 to the head of the queue, time-outs, confirmations, lapses, the audit row.
 
 Every function here runs inside a transaction that holds the lock of the limit it is given
-(`locked_limit`, `locked_slot`, or the caller's own SELECT ... FOR UPDATE in id order). The
+(`locked_limit`, `locked_slot`, or the caller's own SELECT ... FOR NO KEY UPDATE in id order). The
 counters on the limit row change in memory beside the rows they count; `save_counters` writes
 them once, at the end of the locked section. Runs to wake are collected in `Changes` and
 announced after commit (`wake_on_commit`), never while a lock is held.
@@ -106,7 +106,7 @@ def locked_limit(name: str) -> Limit:
     if not is_storable_text(name):
         raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
     try:
-        return Limit.objects.select_for_update().get(name=name)
+        return Limit.objects.select_for_update(no_key=True).get(name=name)
     except Limit.DoesNotExist:
         raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit") from None
 
@@ -119,7 +119,7 @@ def locked_slot(slot_id: str) -> Slot | None:
     limit_id = Slot.objects.filter(id=slot_id).values_list("limit_id", flat=True).first()
     if limit_id is None:
         return None
-    limit = Limit.objects.select_for_update().get(id=limit_id)
+    limit = Limit.objects.select_for_update(no_key=True).get(id=limit_id)
     slot = Slot.objects.select_related("queue_entry").get(id=slot_id)
     slot.limit = limit
     return slot

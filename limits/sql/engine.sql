@@ -13,6 +13,10 @@
 -- then lock every limit they need in id order (limits.engine.keys.lock); a lock kept from here
 -- could be out of that order, and two such transactions deadlock (found by the chaos run).
 --
+-- Limit rows are locked FOR NO KEY UPDATE, never FOR UPDATE: the foreign key checks at COMMIT
+-- (KEY SHARE on the referenced limit) must never wait for them, or a commit that wrote rows for
+-- limits it does not hold (the sweep's insights rollup) deadlocks with these (migration 0015).
+--
 -- Times: the caller passes timezone.now() read before the call, so a function writes
 -- limits_clock(that, limits_limit.last_event_at): one limit's timestamps never go back in lock order
 -- (limits.verify relies on it), and tests can still move the clock.
@@ -183,7 +187,7 @@ BEGIN
         RETURN 'slow';  -- a group is confirmed together: the Python rules
     END IF;
     BEGIN
-        SELECT limits_clock(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = v_limit FOR UPDATE;
+        SELECT limits_clock(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = v_limit FOR NO KEY UPDATE;
         SELECT state, reserved_until INTO v_state, v_reserved_until FROM limits_slot WHERE id = p_slot;
         IF v_state = 'reserved' AND v_now > v_reserved_until THEN
             RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- late: the Python rules lapse it
@@ -229,7 +233,7 @@ BEGIN
         RETURN;
     END IF;
     BEGIN
-        SELECT * INTO l FROM limits_limit WHERE id = v_limit FOR UPDATE;
+        SELECT * INTO l FROM limits_limit WHERE id = v_limit FOR NO KEY UPDATE;
         SELECT state, key INTO v_state, v_key FROM limits_slot WHERE id = p_slot;
         IF v_state = 'reserved' OR (l.waiting_count > 0 AND NOT limits_is_plain(l))
            OR EXISTS (
@@ -292,7 +296,7 @@ BEGIN
         RETURN;
     END IF;
     BEGIN
-        SELECT * INTO l FROM limits_limit WHERE name = p_name FOR UPDATE;
+        SELECT * INTO l FROM limits_limit WHERE name = p_name FOR NO KEY UPDATE;
         IF NOT FOUND OR NOT l.declared OR NOT limits_is_plain(l)
            OR (l.waiting_count > 0
                AND l.busy_count + l.reserved_count < limits_capacity(l)) THEN
@@ -353,7 +357,7 @@ BEGIN
         RETURN;
     END IF;
     BEGIN
-        FOR l IN SELECT * FROM limits_limit WHERE name = ANY (p_names) ORDER BY id FOR UPDATE LOOP
+        FOR l IN SELECT * FROM limits_limit WHERE name = ANY (p_names) ORDER BY id FOR NO KEY UPDATE LOOP
             IF NOT l.declared OR l.waiting_count > 0
                OR l.busy_count + l.reserved_count >= limits_capacity(l)
                OR NOT limits_pool_room(l, p_key) THEN

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -47,13 +48,13 @@ def in_another_connection(work: Callable[[], Any]) -> None:
 
 def before_first(table: str, work: Callable[[], Any], *, locking: bool = False) -> Callable[..., Any]:
     """An execute wrapper that commits `work` elsewhere just before the first SELECT on `table`
-    (with locking, the first SELECT ... FOR UPDATE on it)."""
+    (with locking, the first SELECT ... FOR [NO KEY] UPDATE on it)."""
     done = False
 
     def wrapper(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
         nonlocal done
         selects = sql.lstrip().upper().startswith("SELECT") and f'FROM "{table}"' in sql
-        if not done and selects and (not locking or "FOR UPDATE" in sql):
+        if not done and selects and (not locking or re.search(r"FOR (NO KEY )?UPDATE", sql)):
             done = True
             in_another_connection(work)
         return execute(sql, params, many, context)

@@ -1,0 +1,33 @@
+"""limits/sql/engine.sql with every limit row locked FOR NO KEY UPDATE instead of FOR UPDATE (the
+Python rules changed the same way: limits.engine.keys.lock).
+
+Why: a row that references a limit (a slot, a queue entry, an insights minute) is checked against
+it at COMMIT (Django's foreign keys are DEFERRABLE INITIALLY DEFERRED), and the check locks the
+limit row FOR KEY SHARE, in the order the rows were written. FOR UPDATE blocks that lock; FOR NO KEY
+UPDATE does not. With FOR UPDATE, a sweep committing its insights rollup (rows for every limit,
+none of them locked) held KEY SHARE on one limit while it waited for another that an acquisition
+held, and that acquisition waited for the first: a deadlock (tests/concurrency/test_stress.py saw
+it once in a few runs). Engine transactions still exclude each other (NO KEY UPDATE conflicts with
+itself). Limits are never deleted and their id never changes, which is what FOR UPDATE adds.
+
+Reverse: a noop (the previous text locked FOR UPDATE; the rules hold with either)."""
+
+from django.db import migrations
+
+from limits import sql
+
+ENGINE_SQL_FINGERPRINT = "b0a04eea74f318095241fdd27c187ea1abe5494ca29b4f5bf51331bf26234885"
+
+
+def install(apps, schema_editor) -> None:
+    sql.install(schema_editor)
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("limits", "0014_insights"),
+    ]
+
+    operations = [
+        migrations.RunPython(install, migrations.RunPython.noop),
+    ]
