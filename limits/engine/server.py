@@ -40,7 +40,21 @@ def available() -> bool:
 
 
 def _call(sql: str, params: list[Any]) -> tuple[Any, ...]:
-    with connection.cursor() as cursor:
+    """One function call with server-side binding: the SQL text is the same on every call and the
+    values travel apart from it (Django's default cursor binds on the client, rebuilding each
+    call's text with its values in Python: the top of the engine's client profile, issue 17).
+    The call still goes through Django's cursor wrapper, so query logging, execute wrappers and
+    error translation see it. With the connection's `prepare_threshold` set (Django's
+    OPTIONS["prepare_threshold"]; off by default, for connection poolers), psycopg also prepares
+    each call's statement once per connection."""
+    from django.db.backends.postgresql.base import ServerBindingCursor  # psycopg: PostgreSQL only
+
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        cursor_class: Any = ServerBindingCursor  # the stubs know Django's other cursor classes only
+        raw = cursor_class(connection.connection)
+    wrapped = connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+    with wrapped as cursor:
         cursor.execute(sql, params)
         row: tuple[Any, ...] = cursor.fetchone()
         return row

@@ -11,7 +11,11 @@
 -- lock is taken inside a BEGIN ... EXCEPTION block (a subtransaction), and 'slow' is raised out of
 -- it (SQLSTATE LMSLW), which rolls the subtransaction and its row locks back. The Python rules
 -- then lock every limit they need in id order (limits.engine.keys.lock); a lock kept from here
--- could be out of that order, and two such transactions deadlock (found by the chaos run).
+-- could be out of that order, and two such transactions deadlock (found by the chaos run). The
+-- writes of a handled case happen inside that same block: a row locked by a subtransaction and
+-- written by its parent gets a MultiXact as its xmax on every write (docs/performance.md measured
+-- that shape slower on the durable FIFO reference); locked and written by the one subtransaction,
+-- it keeps a plain xmax.
 --
 -- Limit rows are locked FOR NO KEY UPDATE, never FOR UPDATE: the foreign key checks at COMMIT
 -- (KEY SHARE on the referenced limit) must never wait for them, or a commit that wrote rows for
@@ -192,23 +196,23 @@ BEGIN
         IF v_state = 'reserved' AND v_now > v_reserved_until THEN
             RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- late: the Python rules lapse it
         END IF;
+        IF v_state <> 'reserved' THEN
+            RETURN 'gone';
+        END IF;
+        UPDATE limits_slot SET state = 'busy', confirmed_at = v_now WHERE id = p_slot;
+        UPDATE limits_limit
+        SET reserved_count = reserved_count - 1, busy_count = busy_count + 1, last_event_at = v_now,
+            keyed_reserved_count = keyed_reserved_count - (v_key <> '')::integer,
+            keyed_busy_count = keyed_busy_count + (v_key <> '')::integer
+        WHERE id = v_limit;
+        IF v_key <> '' THEN
+            UPDATE limits_limitkey SET reserved_count = reserved_count - 1, busy_count = busy_count + 1
+            WHERE limit_id = v_limit AND key = v_key;
+        END IF;
+        RETURN 'busy';
     EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
         RETURN 'slow';
     END;
-    IF v_state <> 'reserved' THEN
-        RETURN 'gone';
-    END IF;
-    UPDATE limits_slot SET state = 'busy', confirmed_at = v_now WHERE id = p_slot;
-    UPDATE limits_limit
-    SET reserved_count = reserved_count - 1, busy_count = busy_count + 1, last_event_at = v_now,
-        keyed_reserved_count = keyed_reserved_count - (v_key <> '')::integer,
-        keyed_busy_count = keyed_busy_count + (v_key <> '')::integer
-    WHERE id = v_limit;
-    IF v_key <> '' THEN
-        UPDATE limits_limitkey SET reserved_count = reserved_count - 1, busy_count = busy_count + 1
-        WHERE limit_id = v_limit AND key = v_key;
-    END IF;
-    RETURN 'busy';
 END
 $$;
 
@@ -244,26 +248,28 @@ BEGIN
             -- group reserved from this limit (Python settles its other limits with it)
             RAISE EXCEPTION USING ERRCODE = 'LMSLW';
         END IF;
+        v_now := limits_clock(p_now, l.last_event_at);
+        IF v_state <> 'busy' THEN
+            outcome := 'gone';
+            RETURN;
+        END IF;
+        UPDATE limits_slot SET state = 'released', freed_at = v_now, freed_by = '' WHERE id = p_slot;
+        UPDATE limits_limit
+        SET busy_count = busy_count - 1, keyed_busy_count = keyed_busy_count - (v_key <> '')::integer,
+            last_event_at = v_now
+        WHERE id = v_limit;
+        IF v_key <> '' THEN
+            UPDATE limits_limitkey SET busy_count = busy_count - 1 WHERE limit_id = v_limit AND key = v_key;
+        END IF;
+        IF l.waiting_count > 0 THEN  -- the row is locked: nobody joined since it was read
+            SELECT * INTO settled FROM limits_settle(v_limit, v_now, p_reservation_ms);
+            woken := settled.timed_out || settled.granted;
+        END IF;
+        outcome := 'released';
     EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
         outcome := 'slow';
         RETURN;
     END;
-    v_now := limits_clock(p_now, l.last_event_at);
-    IF v_state <> 'busy' THEN
-        outcome := 'gone';
-        RETURN;
-    END IF;
-    UPDATE limits_slot SET state = 'released', freed_at = v_now, freed_by = '' WHERE id = p_slot;
-    UPDATE limits_limit
-    SET busy_count = busy_count - 1, keyed_busy_count = keyed_busy_count - (v_key <> '')::integer,
-        last_event_at = v_now
-    WHERE id = v_limit;
-    IF v_key <> '' THEN
-        UPDATE limits_limitkey SET busy_count = busy_count - 1 WHERE limit_id = v_limit AND key = v_key;
-    END IF;
-    SELECT * INTO settled FROM limits_settle(v_limit, v_now, p_reservation_ms);
-    woken := settled.timed_out || settled.granted;
-    outcome := 'released';
 END
 $$;
 
@@ -302,32 +308,32 @@ BEGIN
                AND l.busy_count + l.reserved_count < limits_capacity(l)) THEN
             RAISE EXCEPTION USING ERRCODE = 'LMSLW';
         END IF;
+        limit_name := l.name;
+        v_now := limits_clock(p_now, l.last_event_at);
+        IF l.busy_count + l.reserved_count < limits_capacity(l) THEN
+            slot_id := limits_new_slot_id();
+            INSERT INTO limits_slot (
+                id, limit_id, run_id, request, label, state, granted_at, confirmed_at, expires_at, freed_by
+            ) VALUES (
+                slot_id, l.id, p_run, p_request, p_label, 'busy', v_now, v_now,
+                v_now + limits_max_hold(l), ''
+            );
+            UPDATE limits_limit SET busy_count = busy_count + 1, last_event_at = v_now WHERE id = l.id;
+            outcome := 'busy';
+            RETURN;
+        END IF;
+        deadline := v_now + p_timeout_ms * interval '1 millisecond';
+        INSERT INTO limits_queueentry (
+            limit_id, run_id, request, label, position, state, enqueued_at, deadline, timeout_ms
+        ) VALUES (l.id, p_run, p_request, p_label, l.next_position, 'waiting', v_now, deadline, p_timeout_ms);
+        UPDATE limits_limit
+        SET waiting_count = waiting_count + 1, next_position = next_position + 1, last_event_at = v_now
+        WHERE id = l.id;
+        outcome := 'waiting';
     EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
         outcome := 'slow';
         RETURN;
     END;
-    limit_name := l.name;
-    v_now := limits_clock(p_now, l.last_event_at);
-    IF l.busy_count + l.reserved_count < limits_capacity(l) THEN
-        slot_id := limits_new_slot_id();
-        INSERT INTO limits_slot (
-            id, limit_id, run_id, request, label, state, granted_at, confirmed_at, expires_at, freed_by
-        ) VALUES (
-            slot_id, l.id, p_run, p_request, p_label, 'busy', v_now, v_now,
-            v_now + limits_max_hold(l), ''
-        );
-        UPDATE limits_limit SET busy_count = busy_count + 1, last_event_at = v_now WHERE id = l.id;
-        outcome := 'busy';
-        RETURN;
-    END IF;
-    deadline := v_now + p_timeout_ms * interval '1 millisecond';
-    INSERT INTO limits_queueentry (
-        limit_id, run_id, request, label, position, state, enqueued_at, deadline, timeout_ms
-    ) VALUES (l.id, p_run, p_request, p_label, l.next_position, 'waiting', v_now, deadline, p_timeout_ms);
-    UPDATE limits_limit
-    SET waiting_count = waiting_count + 1, next_position = next_position + 1, last_event_at = v_now
-    WHERE id = l.id;
-    outcome := 'waiting';
 END
 $$;
 
@@ -369,30 +375,30 @@ BEGIN
         IF v_count <> v_size THEN
             RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- an unknown name (or a repeated one): Python says which
         END IF;
+        FOR i IN 1 .. v_size LOOP
+            SELECT * INTO l FROM limits_limit WHERE name = p_names[i];
+            v_slot := limits_new_slot_id();
+            INSERT INTO limits_slot (
+                id, limit_id, run_id, request, label, key, group_size, state, granted_at, confirmed_at,
+                expires_at, freed_by
+            ) VALUES (
+                v_slot, l.id, p_run, p_request, p_label, p_key, v_size, 'busy', v_now, v_now,
+                v_now + limits_max_hold(l), ''
+            );
+            UPDATE limits_limit
+            SET busy_count = busy_count + 1, keyed_busy_count = keyed_busy_count + (p_key <> '')::integer,
+                last_event_at = v_now
+            WHERE id = l.id;
+            IF p_key <> '' THEN
+                INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at)
+                VALUES (l.id, p_key, 1, 0, 0, v_now)
+                ON CONFLICT (limit_id, key) DO UPDATE SET busy_count = limits_limitkey.busy_count + 1;
+            END IF;
+            slot_ids := slot_ids || v_slot;
+        END LOOP;
+        outcome := 'busy';
     EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
         RETURN;  -- outcome is 'slow'
     END;
-    FOR i IN 1 .. v_size LOOP
-        SELECT * INTO l FROM limits_limit WHERE name = p_names[i];
-        v_slot := limits_new_slot_id();
-        INSERT INTO limits_slot (
-            id, limit_id, run_id, request, label, key, group_size, state, granted_at, confirmed_at,
-            expires_at, freed_by
-        ) VALUES (
-            v_slot, l.id, p_run, p_request, p_label, p_key, v_size, 'busy', v_now, v_now,
-            v_now + limits_max_hold(l), ''
-        );
-        UPDATE limits_limit
-        SET busy_count = busy_count + 1, keyed_busy_count = keyed_busy_count + (p_key <> '')::integer,
-            last_event_at = v_now
-        WHERE id = l.id;
-        IF p_key <> '' THEN
-            INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at)
-            VALUES (l.id, p_key, 1, 0, 0, v_now)
-            ON CONFLICT (limit_id, key) DO UPDATE SET busy_count = limits_limitkey.busy_count + 1;
-        END IF;
-        slot_ids := slot_ids || v_slot;
-    END LOOP;
-    outcome := 'busy';
 END
 $$;
