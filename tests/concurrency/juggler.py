@@ -132,7 +132,12 @@ class Juggler:
 
     def step(self, loading: bool) -> None:
         roll = self.rng.random()
-        if loading and len(self.flights) < self.in_flight and roll < 0.4:
+        if loading and self.operator and not self.stats["operator_actions"] and self.stats["operations"] >= 3:
+            # Every operator acts at least once, however few operations a loaded machine allows
+            # (CI once ran 70 operations in all and drew none).
+            self.stats["operations"] += 1
+            self.operate()
+        elif loading and len(self.flights) < self.in_flight and roll < 0.4:
             self.stats["operations"] += 1
             self.start()
         elif loading and roll < 0.45:
