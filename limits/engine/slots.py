@@ -396,8 +396,11 @@ def end_run(run_id: str) -> int:
         ending_slots = Slot.objects.filter(run_id=run_id).filter(
             Q(state=Slot.State.RESERVED) | Q(state=Slot.State.BUSY, ends_with_run=True)
         )
-        limit_ids = set(waiting.values_list("limit_id", flat=True)) | set(
-            ending_slots.values_list("limit_id", flat=True)
+        # One round trip on the hot path (every run's end): the two reads as a UNION.
+        limit_ids = set(
+            waiting.order_by()
+            .values_list("limit_id", flat=True)
+            .union(ending_slots.order_by().values_list("limit_id", flat=True))
         )
         if not limit_ids:
             return 0

@@ -32,7 +32,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from studio.runs.models import Run, Step
@@ -186,15 +187,17 @@ def body_context(what: str) -> RunContext:
     return ctx
 
 
-def lock_own_run(ctx: RunContext) -> Run:
-    """In a transaction: lock the run row and check that this worker still holds the lease and
-    the run still runs; otherwise stop advancing (it was cancelled or taken over)."""
-    run = (
-        Run.objects.select_for_update().filter(id=ctx.run_id, lease_owner=ctx.owner, status=Run.Status.RUNNING).first()
+def lock_own_run(ctx: RunContext) -> None:
+    """In a transaction: lock the run row, check that this worker still holds the lease and the
+    run still runs, and renew the lease, in one UPDATE (its row lock lasts to the end of the
+    transaction: a cancel or a takeover waits for it, and a recording sees neither half-done);
+    otherwise stop advancing (it was cancelled or taken over)."""
+    now = timezone.now()
+    renewed = Run.objects.filter(id=ctx.run_id, lease_owner=ctx.owner, status=Run.Status.RUNNING).update(
+        lease_until=now + LEASE, updated_at=now
     )
-    if run is None:
+    if not renewed:
         raise LeaseLost(ctx.run_id)
-    return run
 
 
 def recorded_step(ctx: RunContext, seq: int, name: str) -> Step | None:
@@ -207,9 +210,9 @@ def recorded_step(ctx: RunContext, seq: int, name: str) -> Step | None:
 def record_step(
     ctx: RunContext, seq: int, name: str, *, status: str, kind: str = Step.Kind.STEP, **values: Any
 ) -> Step:
-    """Create or update the step at `seq` (call inside lock_own_run's transaction; the lease
-    makes this worker the run's only writer, so ctx.recorded says whether the row exists). A
-    step that is no longer waiting is finished now."""
+    """Create or update the step at `seq` (call inside lock_own_run's transaction, which renewed
+    the lease; the lease makes this worker the run's only writer, so ctx.recorded says whether
+    the row exists). A step that is no longer waiting is finished now."""
     now = timezone.now()
     values = {"kind": kind, "status": status, **values}
     if status != Step.Status.WAITING:
@@ -222,7 +225,6 @@ def record_step(
         for key, value in values.items():
             setattr(step, key, value)
     ctx.recorded[seq] = step
-    Run.objects.filter(id=ctx.run_id).update(lease_until=now + LEASE, updated_at=now)
     return step
 
 
@@ -376,10 +378,20 @@ def advance(run_id: str) -> str:
     """
     owner = uuid.uuid4().hex
     now = timezone.now()
+    # One compare-and-set takes the lease and, for a pending run, starts it (the SET expressions
+    # read the row as it was); a queued run starts only through the gate below.
     taken = (
         Run.objects.filter(id=run_id, status__in=UNFINISHED, suspended=False)
         .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
-        .update(lease_owner=owner, lease_until=now + LEASE, updated_at=now)
+        .update(
+            lease_owner=owner,
+            lease_until=now + LEASE,
+            updated_at=now,
+            status=Case(When(status=Run.Status.PENDING, then=Value(Run.Status.RUNNING)), default=F("status")),
+            started_at=Case(
+                When(status=Run.Status.QUEUED, then=F("started_at")), default=Coalesce(F("started_at"), Value(now))
+            ),
+        )
     )
     if not taken:
         return "skipped"
@@ -391,10 +403,6 @@ def advance(run_id: str) -> str:
             return "queued"
         if verdict != "start":
             return _finish(ctx, Run.Status.FAILED, error=verdict)
-    elif run.status == Run.Status.PENDING:
-        Run.objects.filter(id=run_id, lease_owner=owner).update(status=Run.Status.RUNNING)
-    if run.started_at is None:
-        Run.objects.filter(id=run_id).update(started_at=now)
     token = _current.set(ctx)
     heartbeat = _Heartbeat(run_id, owner)
     try:
@@ -497,7 +505,9 @@ def _pass_the_start_gate(run: Run, owner: str) -> str:
                 suspended=True, waiting_for=START_GATE, lease_owner="", lease_until=None, updated_at=timezone.now()
             )
             return "wait"
-        Run.objects.filter(id=run.id).update(status=Run.Status.RUNNING)
+        Run.objects.filter(id=run.id).update(
+            status=Run.Status.RUNNING, started_at=Coalesce(F("started_at"), Value(timezone.now()))
+        )
         return "start"
 
 

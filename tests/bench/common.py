@@ -109,3 +109,11 @@ def peak_rss_mb(pid: int | str = "self") -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy so far (every process: user, nice, system,
+    irq, softirq, steal; not idle or iowait), from the first line of /proc/stat."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")

@@ -26,12 +26,14 @@ POLL = 0.002  # s between two looks at the rows while a hand-off is in flight
 
 
 class Worker:
-    """`celery -A studio worker --pool=solo` on the bench database and the configured Redis."""
+    """`celery -A studio worker --pool=solo` on the bench database and the configured Redis; with
+    `threads`, `--pool=threads --concurrency=<threads>` (one process, that many runs at once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int = 0) -> None:
         self.lines: list[str] = []
+        pool = ["--pool=threads", f"--concurrency={threads}"] if threads else ["--pool=solo"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "studio", "worker", "--pool=solo", "--loglevel=INFO",
+            [sys.executable, "-m", "celery", "-A", "studio", "worker", *pool, "--loglevel=INFO",
              "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"bench-{uuid.uuid4().hex[:8]}@%h"],
             env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
         )  # fmt: skip

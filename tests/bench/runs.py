@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.bench.common import log, percentile
+from tests.bench.common import log, machine_cpu_seconds, percentile
 from tests.bench.handoff import Worker, wait_for
 
 POLL = 0.02  # s between two counts of the completed runs
@@ -34,6 +34,7 @@ def measure(workflow_name: str, n: int, workers: list[Worker], make_input: Any =
     from studio.runs.models import Run
     from studio.workflows import start_run
 
+    cpu0 = machine_cpu_seconds()
     t0 = timezone.now()
     started = time.monotonic()
     runs = [start_run(workflow_name, make_input(i)) for i in range(n)]
@@ -46,6 +47,7 @@ def measure(workflow_name: str, n: int, workers: list[Worker], make_input: Any =
         return ended.count() == n
 
     wait_for(all_ended, f"{n} runs of {workflow_name} to end", workers[0], timeout=max(300, n))
+    cpu = machine_cpu_seconds() - cpu0
     rows = list(Run.objects.filter(id__in=ids).values_list("status", "created_at", "started_at", "finished_at"))
     not_completed = sum(1 for status, *_ in rows if status != Run.Status.COMPLETED)
     if not_completed:
@@ -62,6 +64,7 @@ def measure(workflow_name: str, n: int, workers: list[Worker], make_input: Any =
         "p50_ms": percentile(latency, 50),
         "p95_ms": percentile(latency, 95),
         "max_running": _max_overlap([(s, f) for _, _, s, f in rows if s is not None]),
+        "cpu_ms": 1000 * cpu / n,
         "ids": ids,
     }
 
@@ -118,10 +121,11 @@ LIMITED_WORKFLOW = "sync_partner"  # studio/workflows/timeouts.py: acquire_slot 
 LIMITED_STEP = "call_partner"
 
 
-def limited(n: int, workers_count: int = 2) -> dict[str, Any]:
+def limited(n: int, workers_count: int = 2, threads: int = 0) -> dict[str, Any]:
     """`n` runs of the shipped `sync_partner` on `partner-api` (capacity 4 in the bench's
     workspace), started one after the other by this process, through `workers_count` Celery
-    workers (solo pool): runs/s from just before the first start to the last finish, and, for each
+    workers (solo pool; with `threads`, the threads pool with that many runs at once in each
+    worker process): runs/s from just before the first start to the last finish, and, for each
     release (its `release_slot` step recorded), the time until the next `call_partner` step
     started (tests.bench.dbos_queue.release_to_next_start, the same measure as DBOS's side)."""
     from django.db.models import F
@@ -135,7 +139,7 @@ def limited(n: int, workers_count: int = 2) -> dict[str, Any]:
         return {"label": f"bench-{i}", "timeout": "1h"}
 
     purge_broker()
-    workers = [Worker() for _ in range(workers_count)]
+    workers = [Worker(threads=threads) for _ in range(workers_count)]
     try:
         measure(LIMITED_WORKFLOW, 20, workers, make_input)  # warm-up
         log(f"  {n} runs of {LIMITED_WORKFLOW} (acquire_slot partner-api -> {LIMITED_STEP} -> release_slot)")
@@ -145,7 +149,8 @@ def limited(n: int, workers_count: int = 2) -> dict[str, Any]:
             worker.stop()
     ids = figures.pop("ids")
     steps = Step.objects.filter(run_id__in=ids)
-    figures["phases"] = _phases(ids, workers_count, figures["seconds"])
+    figures["in_flight"] = workers_count * max(threads, 1)
+    figures["phases"] = _phases(ids, figures["in_flight"], figures["seconds"])
     starts = [
         s.timestamp() * 1000 for s in steps.filter(name__endswith=LIMITED_STEP).values_list("started_at", flat=True)
     ]
@@ -165,16 +170,16 @@ def limited(n: int, workers_count: int = 2) -> dict[str, Any]:
         f"starting them took {figures['enqueue_s']:.1f} s); "
         f"release -> next step start p50 {figures['handoff_p50']:.1f} / p95 {figures['handoff_p95']:.1f} ms; "
         f"{figures['waited']} runs waited for a slot; at most {figures['max_running']} running; "
-        f"verify {figures['verify'].summary()}"
+        f"{figures['cpu_ms']:.1f} ms of the machine's CPU a run; verify {figures['verify'].summary()}"
     )
     return figures
 
 
-def _phases(ids: list[str], workers_count: int, seconds: float) -> dict[str, float]:
+def _phases(ids: list[str], in_flight: int, seconds: float) -> dict[str, float]:
     """Where a run of sync_partner spends its time, p50 over the runs in ms, from its rows: the
     worker's span (started → finished) and its parts; and how busy the workers were (the sum of
-    the spans ÷ workers × the load's seconds): the rest is the workers between two runs (taking
-    the next task from the broker, loading the run)."""
+    the spans ÷ (runs the workers can hold at once × the load's seconds)): the rest is the workers
+    between two runs (taking the next task from the broker, loading the run)."""
     from studio.runs.models import Run, Step
 
     runs = {r.id: r for r in Run.objects.filter(id__in=ids).only("id", "started_at", "finished_at")}
@@ -203,5 +208,5 @@ def _phases(ids: list[str], workers_count: int, seconds: float) -> dict[str, flo
         add("release_slot → run finished", release.finished_at, run.finished_at)
         add("the run in the worker (started → finished)", run.started_at, run.finished_at)
     phases = {name: percentile(values, 50) for name, values in parts.items()}
-    phases["workers busy (share of the load's time)"] = sum(spans) / (workers_count * seconds) if seconds else 0.0
+    phases["workers busy (share of the load's time)"] = sum(spans) / (in_flight * seconds) if seconds else 0.0
     return phases

@@ -36,3 +36,18 @@ def guarded_step(input: dict) -> dict:
     with hold_slot(input["limit"], label=input["run"]) as slot:
         mark_started(input["log"], input["run"])
         return guarded_work(input["run"], slot.id, float(input["seconds"]), input["log"])
+
+
+@step
+def database_backend() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+@workflow(name="test_database_backend")
+def database_backend_of_run(input: dict) -> dict:
+    """The PostgreSQL server process that ran this run's step (which connection the worker used)."""
+    return {"backend": database_backend()}

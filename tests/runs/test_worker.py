@@ -9,11 +9,15 @@ import datetime as dt
 import pytest
 import time_machine
 
+import tests.runs.guarded  # noqa: F401 - registers test_database_backend in this process too
 from limits import services
 from studio.models import Run
 from studio.workflows import start_run
+from tests.conftest import requires_postgres
 from tests.factories import assert_counters_match_rows, declare, holders, queue
 from tests.runs.conftest import Worker, status, wait_for
+
+WORKFLOWS = {"STACKBONE_WORKFLOWS": "studio.workflows,tests.runs.guarded"}
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,3 +75,25 @@ def test_a_worker_killed_while_a_run_is_reserved_loses_nothing(workers) -> None:
     assert holders("voice-calls") == [(b.id, "busy")]
     assert queue("voice-calls") == []
     assert_counters_match_rows("voice-calls")
+
+
+@requires_postgres
+def test_a_worker_keeps_its_database_connection_from_one_task_to_the_next(workers) -> None:
+    """Celery's Django fixup closes every connection before and after each task; on PostgreSQL
+    that made every run a new server process, with every plan and PL/pgSQL function compiled
+    again (most of a short run's time in the worker: docs/performance.md, scenario 11). A worker
+    keeps its connection between tasks as a web process does between requests (studio/celery.py),
+    and a connection that breaks is still replaced (tests/runs/test_connection_cut.py)."""
+    worker = Worker(env=WORKFLOWS)
+    workers.append(worker)
+    runs: list[Run] = []
+    for _ in range(4):  # one after the other: four tasks of the same worker process
+        run = start_run("test_database_backend")
+
+        def completed(run: Run = run) -> bool:
+            return status(run) == "completed"
+
+        wait_for(completed, what="a run", worker=worker)
+        runs.append(run)
+    backends = {Run.objects.get(id=run.id).output["backend"] for run in runs}
+    assert len(backends) == 1, f"a new database connection for every task: server processes {sorted(backends)}"
