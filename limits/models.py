@@ -38,6 +38,20 @@ def new_slot_id() -> str:
     return "slot_" + secrets.token_hex(16)
 
 
+class LimitQuerySet(models.QuerySet["Limit"]):
+    def locked(self) -> LimitQuerySet:
+        """These limits, each row locked for an engine change until the transaction ends: the
+        one home of the engine's lock mode on limit rows in Python (the PL/pgSQL functions in
+        limits/sql/engine.sql take the same; tests/concurrency/test_lock_modes.py holds both).
+
+        `FOR NO KEY UPDATE`: it excludes every other engine transaction on the row, and never
+        blocks the foreign-key check (`FOR KEY SHARE`) that a commit makes for a slot, queue entry
+        or insights row referencing the limit. `FOR UPDATE` would, and that deadlocked the
+        sweep's insights rollup against acquisitions (docs/engine.md). Must never happen: two
+        engine transactions changing one limit's rows at once. Lock several in id order."""
+        return self.select_for_update(no_key=True)
+
+
 class Limit(models.Model):
     """One named limit. The counters are kept in step with the slot and queue rows in the same
     transaction, under this row's lock, so reading a count never scans the slots."""
@@ -78,6 +92,8 @@ class Limit(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = LimitQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

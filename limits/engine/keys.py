@@ -162,7 +162,7 @@ def lock(limit_ids: Iterable[int]) -> dict[int, Limit]:
         or Slot.objects.filter(limit_id__in=ids, state=Slot.State.RESERVED, group_size__gt=1).exists()
     ):
         ids |= partners(ids)
-    return {limit.id: limit for limit in Limit.objects.select_for_update(no_key=True).filter(id__in=ids).order_by("id")}
+    return {limit.id: limit for limit in Limit.objects.locked().filter(id__in=ids).order_by("id")}
 
 
 # --- joining and leaving the queue ---------------------------------------------------------------

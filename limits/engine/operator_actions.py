@@ -111,7 +111,7 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
     """
     report = SyncReport()
     with transaction.atomic(durable=True):
-        existing = {limit.name: limit for limit in Limit.objects.select_for_update(no_key=True).order_by("id")}
+        existing = {limit.name: limit for limit in Limit.objects.locked().order_by("id")}
         existing_by_id = {limit.id: limit for limit in existing.values()}
         for name, spec in sorted(workspace.limits.items()):
             limit = existing.get(name)
@@ -193,7 +193,7 @@ def sync_workflow_bounds(bounds: dict[str, tuple[int | None, int | None]], *, ac
     bound whose workflow no longer declares one is kept, undeclared."""
     report = SyncReport()
     with transaction.atomic(durable=True):
-        existing = {limit.name: limit for limit in Limit.objects.select_for_update(no_key=True).order_by("id")}
+        existing = {limit.name: limit for limit in Limit.objects.locked().order_by("id")}
         by_id = {limit.id: limit for limit in existing.values()}
         for name, (total, per_key) in sorted(bounds.items()):
             capacity = MAX_CAPACITY if total is None else total

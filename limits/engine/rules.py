@@ -106,7 +106,7 @@ def locked_limit(name: str) -> Limit:
     if not is_storable_text(name):
         raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
     try:
-        return Limit.objects.select_for_update(no_key=True).get(name=name)
+        return Limit.objects.locked().get(name=name)
     except Limit.DoesNotExist:
         raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit") from None
 
@@ -119,7 +119,7 @@ def locked_slot(slot_id: str) -> Slot | None:
     limit_id = Slot.objects.filter(id=slot_id).values_list("limit_id", flat=True).first()
     if limit_id is None:
         return None
-    limit = Limit.objects.select_for_update(no_key=True).get(id=limit_id)
+    limit = Limit.objects.locked().get(id=limit_id)
     slot = Slot.objects.select_related("queue_entry").get(id=slot_id)
     slot.limit = limit
     return slot

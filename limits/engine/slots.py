@@ -431,7 +431,7 @@ def _acquire_in_transaction(
     previous = _previous_outcome(request)
     if previous is not None:
         return previous
-    limit = Limit.objects.select_for_update(no_key=True).filter(name=limit_name).first()
+    limit = Limit.objects.locked().filter(name=limit_name).first()
     if limit is None:
         return LimitsError(UNKNOWN_LIMIT.format(name=limit_name), field="limit")
     if not limit.declared:
