@@ -117,3 +117,40 @@ def machine_cpu_seconds() -> float:
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds_of(command: str) -> float:
+    """CPU seconds (utime + stime) so far of every live process whose name (/proc/<pid>/comm) is
+    `command`, e.g. "postgres" (the server and its backends) or "redis-server"."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # gone meanwhile
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        if name == command:
+            fields = text.rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_split() -> dict[str, float]:
+    """The machine's busy CPU seconds so far, and PostgreSQL's and Redis's part of it."""
+    return {
+        "machine": machine_cpu_seconds(),
+        "postgres": cpu_seconds_of("postgres"),
+        "redis": cpu_seconds_of("redis-server"),
+    }
+
+
+def cpu_split_text(before: dict[str, float], after: dict[str, float], n: int, what: str) -> tuple[float, str]:
+    """ms of CPU per `what` (a run, a workflow) between two cpu_split() readings: the machine's,
+    and a text with PostgreSQL's and Redis's part (a backend that ended meanwhile is not
+    counted in its part; the machine's figure counts everything)."""
+    ms = {key: 1000 * (after[key] - before[key]) / n for key in before}
+    rest = ms["machine"] - ms["postgres"] - ms["redis"]
+    return ms["machine"], (
+        f"{ms['machine']:.1f} ms of the machine's CPU a {what} (PostgreSQL {ms['postgres']:.1f}, "
+        f"Redis {ms['redis']:.1f}, the Python processes {rest:.1f})"
+    )

@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.bench.common import machine_cpu_seconds, percentile
+from tests.bench.common import cpu_split, cpu_split_text, percentile
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,7 +73,7 @@ def measure(url: str, n: int, polling: float, concurrency: int = 4, warmup: int 
         for handle in handles:
             handle.get_result()
         tag = uuid.uuid4().hex[:8]
-        cpu0 = machine_cpu_seconds()
+        cpu0 = cpu_split()
         t0 = time.time() * 1000
         handles = []
         for i in range(n):
@@ -82,7 +82,7 @@ def measure(url: str, n: int, polling: float, concurrency: int = 4, warmup: int 
         enqueue_ms = time.time() * 1000 - t0
         for handle in handles:
             handle.get_result()
-        cpu = machine_cpu_seconds() - cpu0
+        cpu1 = cpu_split()
         engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1).replace(
             "postgres://", "postgresql+psycopg://", 1))  # fmt: skip
         with engine.connect() as conn:
@@ -115,7 +115,8 @@ def measure(url: str, n: int, polling: float, concurrency: int = 4, warmup: int 
         "handoff_p50": percentile(handoff, 50),
         "handoff_p95": percentile(handoff, 95),
         "max_running": _max_overlap([(float(r[1]), float(r[2])) for r in rows]),
-        "cpu_ms": 1000 * cpu / n,
+        "cpu_ms": cpu_split_text(cpu0, cpu1, n, "workflow")[0],
+        "cpu_text": cpu_split_text(cpu0, cpu1, n, "workflow")[1],
     }
 
 

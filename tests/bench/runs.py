@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.bench.common import log, machine_cpu_seconds, percentile
+from tests.bench.common import cpu_split, cpu_split_text, log, percentile
 from tests.bench.handoff import Worker, wait_for
 
 POLL = 0.02  # s between two counts of the completed runs
@@ -34,7 +34,7 @@ def measure(workflow_name: str, n: int, workers: list[Worker], make_input: Any =
     from studio.runs.models import Run
     from studio.workflows import start_run
 
-    cpu0 = machine_cpu_seconds()
+    cpu0 = cpu_split()
     t0 = timezone.now()
     started = time.monotonic()
     runs = [start_run(workflow_name, make_input(i)) for i in range(n)]
@@ -51,7 +51,7 @@ def measure(workflow_name: str, n: int, workers: list[Worker], make_input: Any =
         return last_ended.exists() and ended.count() == n
 
     wait_for(all_ended, f"{n} runs of {workflow_name} to end", workers[0], timeout=max(300, n))
-    cpu = machine_cpu_seconds() - cpu0
+    cpu_ms, cpu_text = cpu_split_text(cpu0, cpu_split(), n, "run")
     rows = list(Run.objects.filter(id__in=ids).values_list("status", "created_at", "started_at", "finished_at"))
     not_completed = sum(1 for status, *_ in rows if status != Run.Status.COMPLETED)
     if not_completed:
@@ -68,7 +68,8 @@ def measure(workflow_name: str, n: int, workers: list[Worker], make_input: Any =
         "p50_ms": percentile(latency, 50),
         "p95_ms": percentile(latency, 95),
         "max_running": _max_overlap([(s, f) for _, _, s, f in rows if s is not None]),
-        "cpu_ms": 1000 * cpu / n,
+        "cpu_ms": cpu_ms,
+        "cpu_text": cpu_text,
         "ids": ids,
     }
 
@@ -174,7 +175,7 @@ def limited(n: int, workers_count: int = 2, threads: int = 0) -> dict[str, Any]:
         f"starting them took {figures['enqueue_s']:.1f} s); "
         f"release -> next step start p50 {figures['handoff_p50']:.1f} / p95 {figures['handoff_p95']:.1f} ms; "
         f"{figures['waited']} runs waited for a slot; at most {figures['max_running']} running; "
-        f"{figures['cpu_ms']:.1f} ms of the machine's CPU a run; verify {figures['verify'].summary()}"
+        f"{figures['cpu_text']}; verify {figures['verify'].summary()}"
     )
     return figures
 

@@ -615,7 +615,7 @@ def runs_beside_dbos(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any
             f"{got['per_s']:,.1f} runs/s ({got['seconds']:.1f} s, of which starting them {got['enqueue_s']:.1f} s); "
             f"release → next step start p50 {got['handoff_p50']:.1f} / p95 {got['handoff_p95']:.1f} ms; "
             f"{got['waited']:,} runs waited for a slot; at most {got['max_running']} running at once; "
-            f"{got['cpu_ms']:.1f} ms of the machine's CPU a run"
+            f"{got['cpu_text']}"
         )
 
     rows = []
@@ -644,7 +644,7 @@ def runs_beside_dbos(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any
             log(
                 f"    {got['per_s']:.1f} workflows/s ({got['seconds']:.1f} s, enqueueing {got['enqueue_s']:.1f} s); "
                 f"completion → next step start p50 {got['handoff_p50']:.0f} / p95 {got['handoff_p95']:.0f} ms; "
-                f"at most {got['max_running']} running; {got['cpu_ms']:.1f} ms of the machine's CPU a workflow"
+                f"at most {got['max_running']} running; {got['cpu_text']}"
             )
             figures[polling_name] = got
         fastest = figures["fastest"]
@@ -662,7 +662,7 @@ def runs_beside_dbos(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any
                         ours_text(mine),
                         f"DBOS: {d['per_s']:,.1f} workflows/s ({d['seconds']:.1f} s, of which enqueueing "
                         f"{d['enqueue_s']:.1f} s); completion → next step start p50 {d['handoff_p50']:.0f} / "
-                        f"p95 {d['handoff_p95']:.0f} ms; {d['cpu_ms']:.1f} ms of the machine's CPU a workflow",
+                        f"p95 {d['handoff_p95']:.0f} ms; {d['cpu_text']}",
                         f"{ratio:.2f}×",
                         f"≥ {target:g}×" + ("" if polling_name == "default" else ", hand-off p95 under DBOS's"),
                         verdict(ratio >= target and handoff_ok),
