@@ -8,7 +8,7 @@ the worker. Here a task is treated like a web request instead: Django's `close_o
 before and after it keeps a connection up to `CONN_MAX_AGE` (settings: 600 s on PostgreSQL, 0 on
 SQLite) and drops one that is broken (an error left it unusable: a restart, a cut connection),
 and `CONN_HEALTH_CHECKS` checks a reused connection before its first query. The fixup still
-closes them all every `CELERY_DB_REUSE_MAX / 2` tasks (settings), which is harmless.
+closes them all every `CELERY_DB_REUSE_MAX` tasks (settings), which is harmless.
 
 An eager task (tests, `CELERY_TASK_ALWAYS_EAGER`) runs inside its caller, perhaps inside the
 caller's transaction: its connections are the caller's, and are left alone.

@@ -6,8 +6,6 @@ SECRET_KEY         required when DEBUG is off
 DEBUG              default: on (off in production)
 ALLOWED_HOSTS      comma-separated; default: localhost names while DEBUG is on
 STACKBONE_WORKSPACE the module that declares the limits; default: studio.workspace
-STACKBONE_DB_PREPARED_STATEMENTS  PostgreSQL: server-side binding and prepared statements;
-                   default on, 0 behind a pooler that cannot keep them
 """
 
 from __future__ import annotations
@@ -143,15 +141,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
-elif env_bool("STACKBONE_DB_PREPARED_STATEMENTS", True):
-    # PostgreSQL: values travel apart from the SQL text (server-side binding), and a statement a
-    # connection has sent twice is prepared, so the server plans it once per connection (the run
-    # layer's statements, the engine's function calls). Measured: PostgreSQL's CPU per run of a
-    # short workflow 5.1 -> 3.6 ms (docs/performance.md). Django leaves both off by default for
-    # connection poolers that cannot keep prepared statements (PgBouncer in transaction mode
-    # before 1.21): set STACKBONE_DB_PREPARED_STATEMENTS=0 behind one.
-    DATABASES["default"].setdefault("OPTIONS", {})
-    DATABASES["default"]["OPTIONS"] |= {"server_side_binding": True, "prepare_threshold": 2}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
@@ -224,7 +213,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # A worker keeps its database connection between tasks, as the web server does between requests
 # (studio/celery.py: Celery's fixup would otherwise close it after every task); the fixup's own
-# recycling then happens every 5,000 tasks.
+# recycling then happens every 10,000 tasks (it counts before and after each task).
 CELERY_DB_REUSE_MAX = 10_000
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
