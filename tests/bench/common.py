@@ -116,23 +116,33 @@ def machine_cpu_seconds() -> float:
     irq, softirq, steal; not idle or iowait), from the first line of /proc/stat."""
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int | str = "self") -> float:
+    """utime + stime of a process so far, from /proc/<pid>/stat (0.0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def cpu_seconds_of(command: str) -> float:
-    """CPU seconds (utime + stime) so far of every live process whose name (/proc/<pid>/comm) is
-    `command`, e.g. "postgres" (the server and its backends) or "redis-server"."""
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    """cpu_seconds of every live process whose name (/proc/<pid>/comm) is `command`, e.g.
+    "postgres" (the server and its backends) or "redis-server"."""
+    total = 0.0
+    for comm in Path("/proc").glob("[0-9]*/comm"):
         try:
-            text = stat.read_text()
+            named = comm.read_text().strip() == command
         except OSError:
             continue  # gone meanwhile
-        name = text[text.index("(") + 1 : text.rindex(")")]
-        if name == command:
-            fields = text.rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+        if named:
+            total += cpu_seconds(comm.parent.name)
+    return total
 
 
 def cpu_split() -> dict[str, float]:

@@ -17,10 +17,9 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from tests.bench.common import log, median, percentile, psycopg_dsn
+from tests.bench.common import cpu_seconds, log, median, percentile, psycopg_dsn
 
 SEMAPHORE_TABLE = "bench_semaphore"
 RAW_TIMEOUT_MS = 24 * 60 * 60 * 1000  # engine_raw: services.acquire's default timeout
@@ -178,18 +177,6 @@ def repeat(load: Load, runs: int) -> dict[str, Any]:
         "processes": load.total,
         "kind": load.kind,
     }
-
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def cpu_seconds(pid: int | str = "self") -> float:
-    """utime + stime of a process so far, from /proc/<pid>/stat (0.0 if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 class _Cpu:
