@@ -391,19 +391,14 @@ def end_run(run_id: str) -> int:
     check_run_id(run_id)
     ended = 0
     with transaction.atomic(savepoint=False):
+        limit_ids = _limits_ending_with(run_id)
+        if not limit_ids:
+            return 0
         changes = Changes()
         waiting = QueueEntry.objects.filter(run_id=run_id, state=QueueEntry.State.WAITING)
         ending_slots = Slot.objects.filter(run_id=run_id).filter(
             Q(state=Slot.State.RESERVED) | Q(state=Slot.State.BUSY, ends_with_run=True)
         )
-        # One round trip on the hot path (every run's end): the two reads as a UNION.
-        limit_ids = set(
-            waiting.order_by()
-            .values_list("limit_id", flat=True)
-            .union(ending_slots.order_by().values_list("limit_id", flat=True))
-        )
-        if not limit_ids:
-            return 0
         locked = keys.lock(limit_ids)
         now = rules.clock_all(locked)
         for limit_id in sorted(limit_ids):
@@ -423,6 +418,24 @@ def end_run(run_id: str) -> int:
         rules.save_all(locked)
         rules.wake_on_commit(changes.woken)
     return ended
+
+
+# The limits of `waiting` and `ending_slots` in end_run, in one raw round trip: every run's end
+# asks it and most runs end holding nothing, and the ORM's two querysets and their UNION cost
+# ~1 ms of Python a run (issue 17: measured 1.20 ms of CPU for end_run against ~0.2 raw).
+_ENDING_WITH_RUN = f"""
+    SELECT limit_id FROM {QueueEntry._meta.db_table} WHERE run_id = %s AND state = 'waiting'
+    UNION
+    SELECT limit_id FROM {Slot._meta.db_table}
+    WHERE run_id = %s AND (state = 'reserved' OR (state = 'busy' AND ends_with_run))"""
+
+
+def _limits_ending_with(run_id: str) -> set[int]:
+    """The ids of the limits where `run_id` waits, holds a reservation, or holds a busy slot tied
+    to the run (end_run's `waiting` and `ending_slots`, which must say the same)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_ENDING_WITH_RUN, [run_id, run_id])
+        return {limit_id for (limit_id,) in cursor.fetchall()}
 
 
 def _acquire_in_transaction(

@@ -32,10 +32,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from studio.runs import statements
 from studio.runs.models import Run, Step
 from studio.runs.signals import find_stuck_waits, run_ended, run_queued, run_starting
 
@@ -193,10 +194,7 @@ def lock_own_run(ctx: RunContext) -> None:
     transaction: a cancel or a takeover waits for it, and a recording sees neither half-done);
     otherwise stop advancing (it was cancelled or taken over)."""
     now = timezone.now()
-    renewed = Run.objects.filter(id=ctx.run_id, lease_owner=ctx.owner, status=Run.Status.RUNNING).update(
-        lease_until=now + LEASE, updated_at=now
-    )
-    if not renewed:
+    if not statements.renew_own_lease(ctx.run_id, ctx.owner, now + LEASE, now):
         raise LeaseLost(ctx.run_id)
 
 
@@ -219,7 +217,7 @@ def record_step(
         values["finished_at"] = now
     step = ctx.recorded.get(seq)
     if step is None:
-        step = Step.objects.create(run_id=ctx.run_id, seq=seq, name=name, **{"started_at": now, **values})
+        step = statements.insert_step(ctx.run_id, seq, name, {"started_at": now, **values})
     else:
         Step.objects.filter(id=step.id).update(**values)
         for key, value in values.items():
@@ -378,25 +376,16 @@ def advance(run_id: str) -> str:
     """
     owner = uuid.uuid4().hex
     now = timezone.now()
-    # One compare-and-set takes the lease and, for a pending run, starts it (the SET expressions
-    # read the row as it was); a queued run starts only through the gate below.
-    taken = (
-        Run.objects.filter(id=run_id, status__in=UNFINISHED, suspended=False)
-        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
-        .update(
-            lease_owner=owner,
-            lease_until=now + LEASE,
-            updated_at=now,
-            status=Case(When(status=Run.Status.PENDING, then=Value(Run.Status.RUNNING)), default=F("status")),
-            started_at=Case(
-                When(status=Run.Status.QUEUED, then=F("started_at")), default=Coalesce(F("started_at"), Value(now))
-            ),
-        )
-    )
+    # One compare-and-set takes the lease and, for a pending run, starts it; a queued run starts
+    # only through the gate below.
+    taken = statements.take_lease(run_id, owner, now + LEASE, now)
     if not taken:
         return "skipped"
-    run = Run.objects.get(id=run_id)
-    ctx = RunContext(run_id=run_id, owner=owner, recorded={s.seq: s for s in run.step_records.all()})
+    # A run no advance has recorded a step of (most runs, at their first advance) needs no second
+    # query for its steps.
+    run = Run.objects.annotate(has_steps=Exists(Step.objects.filter(run_id=OuterRef("pk")))).get(id=run_id)
+    recorded = {s.seq: s for s in run.step_records.all()} if run.has_steps else {}
+    ctx = RunContext(run_id=run_id, owner=owner, recorded=recorded)
     if run.status == Run.Status.QUEUED:
         verdict = _pass_the_start_gate(run, owner)
         if verdict == "wait":
@@ -470,10 +459,7 @@ class _Heartbeat:
 def _finish(ctx: RunContext, status: str, *, output: Any = None, error: str = "") -> str:
     now = timezone.now()
     with transaction.atomic():
-        done = Run.objects.filter(id=ctx.run_id, lease_owner=ctx.owner, status__in=WAITING_STATUSES).update(
-            status=status, output=output, error=error, finished_at=now, updated_at=now, lease_owner="", lease_until=None
-        )
-        if not done:
+        if not statements.finish(ctx.run_id, ctx.owner, status, output, error, now):
             return "cancelled"
         run_ended.send(sender=Run, run_id=ctx.run_id, status=status)
     return str(status)
