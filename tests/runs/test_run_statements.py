@@ -87,7 +87,7 @@ def same_rows(a: str, b: str) -> None:
 
 def run_states() -> list[dict[str, object]]:
     now = timezone.now()
-    states = []
+    states: list[dict[str, object]] = []
     for status in Run.Status.values:
         for suspended in (False, True):
             for lease_owner, lease_until in (("", None), ("w", now - dt.timedelta(seconds=1)), ("w", now + LEASE)):
