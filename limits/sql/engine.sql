@@ -95,7 +95,7 @@ LANGUAGE sql VOLATILE AS $$ SELECT 'slot_' || replace(gen_random_uuid()::text, '
 -- PL/pgSQL rather than SQL functions: their plans are cached per session (an SQL function with a
 -- data-modifying CTE is planned again on every call: +0.3 ms per hand-off, measured).
 CREATE OR REPLACE FUNCTION limits_time_out(p_limit bigint, p_now timestamptz) RETURNS text[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     result text[];
 BEGIN
@@ -112,7 +112,7 @@ $$;
 CREATE OR REPLACE FUNCTION limits_grant_heads(
     p_limit bigint, p_count integer, p_now timestamptz, p_reserved_until timestamptz, p_expires_at timestamptz
 ) RETURNS text[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     result text[];
 BEGIN
@@ -143,7 +143,7 @@ $$;
 CREATE OR REPLACE FUNCTION limits_settle(
     p_limit bigint, p_now timestamptz, p_reservation_ms bigint, OUT timed_out text[], OUT granted text[]
 )
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     l limits_limit;
     v_free integer;
@@ -174,7 +174,7 @@ $$;
 
 -- Confirm a reservation in time: 'busy'; not reserved (any more), or unknown: 'gone'; late: 'slow'.
 CREATE OR REPLACE FUNCTION limits_confirm(p_slot text, p_now timestamptz) RETURNS text
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     v_limit bigint;
     v_now timestamptz;
@@ -221,7 +221,7 @@ $$;
 CREATE OR REPLACE FUNCTION limits_release(
     p_slot text, p_now timestamptz, p_reservation_ms bigint, OUT outcome text, OUT woken text[]
 )
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     v_limit bigint;
     v_now timestamptz;
@@ -280,7 +280,7 @@ CREATE OR REPLACE FUNCTION limits_acquire(
     p_name text, p_run text, p_request text, p_label text, p_timeout_ms bigint, p_now timestamptz,
     OUT outcome text, OUT limit_name text, OUT slot_id text, OUT deadline timestamptz
 )
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     l limits_limit;
     v_now timestamptz;
@@ -347,7 +347,7 @@ CREATE OR REPLACE FUNCTION limits_acquire_group(
     p_names text[], p_run text, p_request text, p_label text, p_key text, p_now timestamptz,
     OUT outcome text, OUT slot_ids text[]
 )
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     l limits_limit;
     v_now timestamptz := p_now;
