@@ -21,6 +21,11 @@
 -- (KEY SHARE on the referenced limit) must never wait for them, or a commit that wrote rows for
 -- limits it does not hold (the sweep's insights rollup) deadlocks with these (migration 0015).
 --
+-- Every function that reads or writes the tables runs with enable_seqscan = off (migration 0016):
+-- PL/pgSQL caches a generic plan per session, and one made while the tables held a page would
+-- scan the whole queue or slot history for as long as the connection lives. Each statement here
+-- has an index to use. tests/services/test_sql_file.py fails on such a function without it.
+--
 -- Times: the caller passes timezone.now() read before the call, so a function writes
 -- limits_clock(that, limits_limit.last_event_at): one limit's timestamps never go back in lock order
 -- (limits.verify relies on it), and tests can still move the clock.

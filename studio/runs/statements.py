@@ -8,7 +8,8 @@ of CPU, the same UPDATE raw 0.15). docs/performance.md has the bench's before an
 Each function says the ORM call it stands for, and tests/runs/test_run_statements.py holds each
 against that call, row for row, on both databases: a change of the rule goes into both or the
 test fails. Values go through the model fields' own conversion (`get_db_prep_save`), so a row
-written here reads back exactly as one the ORM wrote.
+written here reads back exactly as one the ORM wrote, and an error inside a transaction marks it
+for rollback as the ORM's own writes do.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from studio.runs.models import Run, Step
 
@@ -46,18 +47,23 @@ _FINISH = f"""
     WHERE id = %s AND lease_owner = %s AND status IN ('running', 'queued')"""
 
 
-def _time(value: datetime | None) -> Any:
-    return None if value is None else connection.ops.adapt_datetimefield_value(value)
-
-
-def _json(model: type[Run] | type[Step], field: str, value: Any) -> Any:
+def _prep(model: type[Run] | type[Step], field: str, value: Any) -> Any:
+    """`value` as the ORM sends it for model.field (a datetime made aware and adapted, JSON
+    wrapped, None as NULL)."""
     return model._meta.get_field(field).get_db_prep_save(value, connection)  # type: ignore[union-attr]
 
 
-def _rowcount(sql: str, params: list[Any]) -> int:
-    with connection.cursor() as cursor:
+def _execute(sql: str, params: list[Any]) -> Any:
+    """Send one statement; an error marks an enclosing transaction for rollback (QuerySet.update
+    and Model.save do the same), so nobody commits half of a recording by catching it."""
+    with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return int(cursor.rowcount)
+        return cursor.rowcount, (cursor.fetchone() if cursor.description else None)
+
+
+def _rowcount(sql: str, params: list[Any]) -> int:
+    rowcount, _ = _execute(sql, params)
+    return int(rowcount)
 
 
 def take_lease(run_id: str, owner: str, until: datetime, now: datetime) -> bool:
@@ -71,14 +77,16 @@ def take_lease(run_id: str, owner: str, until: datetime, now: datetime) -> bool:
                 started_at=Case(When(status=QUEUED, then=F("started_at")),
                                 default=Coalesce(F("started_at"), Value(now))))
     """
-    params = [owner, _time(until), _time(now), _time(now), run_id, _time(now)]
+    at, lease = _prep(Run, "updated_at", now), _prep(Run, "lease_until", until)
+    params = [owner, lease, at, _prep(Run, "started_at", now), run_id, at]
     return _rowcount(_TAKE_LEASE, params) == 1
 
 
 def renew_own_lease(run_id: str, owner: str, until: datetime, now: datetime) -> bool:
     """lock_own_run's UPDATE: the run still runs under this owner's lease; renew it. Stands for
     Run.objects.filter(id=run_id, lease_owner=owner, status=RUNNING).update(lease_until=until, updated_at=now)."""
-    return _rowcount(_RENEW_OWN_LEASE, [_time(until), _time(now), run_id, owner]) == 1
+    params = [_prep(Run, "lease_until", until), _prep(Run, "updated_at", now), run_id, owner]
+    return _rowcount(_RENEW_OWN_LEASE, params) == 1
 
 
 def insert_step(run_id: str, seq: int, name: str, values: dict[str, Any]) -> Step:
@@ -93,14 +101,12 @@ def insert_step(run_id: str, seq: int, name: str, values: dict[str, Any]) -> Ste
         name,
         str(step.kind),
         str(step.status),
-        _json(Step, "result", step.result),
+        _prep(Step, "result", step.result),
         step.error,
-        _time(step.started_at),
-        _time(step.finished_at),
+        _prep(Step, "started_at", step.started_at),
+        _prep(Step, "finished_at", step.finished_at),
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(_INSERT_STEP, params)
-        (step.id,) = cursor.fetchone()
+    _, (step.id,) = _execute(_INSERT_STEP, params)
     step._state.adding = False
     step._state.db = connection.alias
     return step
@@ -111,5 +117,6 @@ def finish(run_id: str, owner: str, status: str, output: Any, error: str, now: d
     Run.objects.filter(id=run_id, lease_owner=owner, status__in=WAITING_STATUSES).update(
         status=status, output=output, error=error, finished_at=now, updated_at=now,
         lease_owner="", lease_until=None)."""
-    params = [str(status), _json(Run, "output", output), error, _time(now), _time(now), run_id, owner]
+    at = _prep(Run, "finished_at", now)
+    params = [str(status), _prep(Run, "output", output), error, at, _prep(Run, "updated_at", now), run_id, owner]
     return _rowcount(_FINISH, params) == 1

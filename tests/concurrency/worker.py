@@ -211,8 +211,9 @@ class Client:
             self.stats["polls"] += 1
             if end_run_while_waiting:
                 reserved = Slot.objects.filter(request=request, state="reserved").exists()
-                # A client's first such wait always ends its run, so the load ends runs while
-                # they wait under any machine load (the stress tests' coverage floors).
+                # A client's first such wait always ends its run at its first look, so the load
+                # ends runs while they wait under any machine load (the stress tests' floor of
+                # cancelled entries); later ones end at random, often just after the grant.
                 first = self.stats["ended_runs"] == 0
                 if first or (reserved and self.rng.random() < 0.7) or self.rng.random() < 0.15:
                     services.end_run(self.run_id)

@@ -74,6 +74,26 @@ def test_the_migrated_database_has_exactly_the_functions_of_engine_sql() -> None
         assert installed[name] == definition, f"{name} differs from limits/sql/engine.sql"
 
 
+@requires_postgres
+@pytest.mark.django_db
+def test_every_function_that_reads_the_tables_plans_with_its_indexes() -> None:
+    """Every VOLATILE PL/pgSQL function of the engine (each reads or writes the engine's tables)
+    runs with `enable_seqscan = off` (migration 0016): a session that cached its plans while the
+    tables were small must never keep sequential scans of the queue or slot history. The helper
+    expressions (IMMUTABLE or STABLE) need no setting of their own: they run inside those."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT p.proname, p.provolatile, coalesce(p.proconfig, '{}') FROM pg_proc p "
+            "JOIN pg_language l ON l.oid = p.prolang JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = current_schema() AND p.proname LIKE %s AND l.lanname = 'plpgsql'",
+            ["limits\\_%"],
+        )
+        functions = cursor.fetchall()
+    volatile = {name: config for name, kind, config in functions if kind == "v"}
+    assert {"limits_acquire", "limits_acquire_group", "limits_release", "limits_confirm"} <= set(volatile)
+    assert {name for name, config in volatile.items() if "enable_seqscan=off" not in config} == set()
+
+
 def test_the_newest_migration_that_installs_engine_sql_was_written_for_it() -> None:
     """The newest limits migration with ENGINE_SQL_FINGERPRINT (one that runs limits.sql.install)
     carries the fingerprint of engine.sql as it is. When this fails, engine.sql was edited (other
