@@ -54,7 +54,12 @@ class LimitQuerySet(models.QuerySet["Limit"]):
 
 class Limit(models.Model):
     """One named limit. The counters are kept in step with the slot and queue rows in the same
-    transaction, under this row's lock, so reading a count never scans the slots."""
+    transaction, under this row's lock, so reading a count never scans the slots.
+
+    The integer fields are plain IntegerFields on purpose: their bounds are the CheckConstraints
+    in Meta, one per rule. A PositiveIntegerField would add a second `>= 0` CHECK each, and
+    PostgreSQL evaluates every CHECK of a row at each of the hot path's UPDATEs
+    (docs/performance.md, "The CHECK diet")."""
 
     class Kind(models.TextChoices):
         LIMIT = "limit"  # declared in the workspace config
@@ -63,24 +68,24 @@ class Limit(models.Model):
     name = models.CharField(max_length=64, unique=True)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.LIMIT, db_default=Kind.LIMIT)
     declared = models.BooleanField(default=True, help_text="False once the limit left the workspace config.")
-    declared_capacity = models.PositiveIntegerField()
+    declared_capacity = models.IntegerField()
     declared_max_hold_ms = models.BigIntegerField()
-    capacity_override = models.PositiveIntegerField(null=True, blank=True)
+    capacity_override = models.IntegerField(null=True, blank=True)
     max_hold_override_ms = models.BigIntegerField(null=True, blank=True)
-    busy_count = models.PositiveIntegerField(default=0, help_text="Confirmed slots.")
-    reserved_count = models.PositiveIntegerField(default=0, help_text="Slots handed to a waiting run, unconfirmed.")
-    waiting_count = models.PositiveIntegerField(default=0)
-    declared_per_key = models.PositiveIntegerField(
+    busy_count = models.IntegerField(default=0, help_text="Confirmed slots.")
+    reserved_count = models.IntegerField(default=0, help_text="Slots handed to a waiting run, unconfirmed.")
+    waiting_count = models.IntegerField(default=0)
+    declared_per_key = models.IntegerField(
         null=True, blank=True, help_text="Each key's pool size from the config (SPEC 9.1); empty: no per-key pools."
     )
-    per_key_override = models.PositiveIntegerField(null=True, blank=True)
+    per_key_override = models.IntegerField(null=True, blank=True)
     # The keyed part of the counters above (the no-key pool is the rest), and the waiting group
     # entries: on a limit with none of these and no per_key, the plain rules (and the PostgreSQL
     # fast path) apply; otherwise limits.engine.keys does.
-    keyed_busy_count = models.PositiveIntegerField(db_default=0, default=0)
-    keyed_reserved_count = models.PositiveIntegerField(db_default=0, default=0)
-    keyed_waiting_count = models.PositiveIntegerField(db_default=0, default=0)
-    group_waiting_count = models.PositiveIntegerField(
+    keyed_busy_count = models.IntegerField(db_default=0, default=0)
+    keyed_reserved_count = models.IntegerField(db_default=0, default=0)
+    keyed_waiting_count = models.IntegerField(db_default=0, default=0)
+    group_waiting_count = models.IntegerField(
         db_default=0, default=0, help_text="Waiting entries of acquisitions of several limits."
     )
     next_position = models.BigIntegerField(default=1, help_text="Queue ticket counter.")
@@ -118,7 +123,15 @@ class Limit(models.Model):
                 name="limit_max_hold_override_range",
             ),
             models.CheckConstraint(
-                condition=Q(busy_count__gte=0, reserved_count__gte=0, waiting_count__gte=0),
+                condition=Q(
+                    busy_count__gte=0,
+                    reserved_count__gte=0,
+                    waiting_count__gte=0,
+                    keyed_busy_count__gte=0,
+                    keyed_reserved_count__gte=0,
+                    keyed_waiting_count__gte=0,
+                    group_waiting_count__gte=0,
+                ),
                 name="limit_counters_not_negative",
             ),
             models.CheckConstraint(
@@ -183,14 +196,15 @@ class LimitKey(models.Model):
     """One key's pool under a limit (SPEC 9): its counters, kept in step with the slot and queue
     rows under the limit's lock, and an operator's pool size for this key. Created the first
     time the key is used or overridden; runs without a key share the limit's no-key pool, whose
-    figures are the limit's counters minus its keyed_* counters."""
+    figures are the limit's counters minus its keyed_* counters. Plain IntegerFields, bounded
+    by the CheckConstraints in Meta, as on Limit."""
 
     limit = models.ForeignKey(Limit, on_delete=models.PROTECT, related_name="keys", db_index=False)
     key = models.CharField(max_length=KEY_MAX_LENGTH)
-    busy_count = models.PositiveIntegerField(default=0)
-    reserved_count = models.PositiveIntegerField(default=0)
-    waiting_count = models.PositiveIntegerField(default=0)
-    pool_override = models.PositiveIntegerField(null=True, blank=True, help_text="This key's pool size (SPEC 9.4).")
+    busy_count = models.IntegerField(default=0)
+    reserved_count = models.IntegerField(default=0)
+    waiting_count = models.IntegerField(default=0)
+    pool_override = models.IntegerField(null=True, blank=True, help_text="This key's pool size (SPEC 9.4).")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

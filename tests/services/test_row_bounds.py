@@ -1,0 +1,72 @@
+"""The database refuses a limit or key row out of its bounds, each bound in one CHECK.
+
+Must never happen: a counter below zero or a capacity, per-key or pool size out of its range
+stored in a row, whatever wrote it (the ORM, raw SQL, a PL/pgSQL function). The counters and sizes
+are plain IntegerFields since migration 0017 (a PositiveIntegerField adds a second `>= 0` CHECK
+per field, and PostgreSQL evaluates them all at each hot-path UPDATE), so each bound below is held
+by exactly one Meta constraint; this test fails if one of them is lost."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from limits.models import Limit, LimitKey
+from tests.factories import declare
+
+LIMIT_COUNTERS = (
+    "busy_count",
+    "reserved_count",
+    "waiting_count",
+    "keyed_busy_count",
+    "keyed_reserved_count",
+    "keyed_waiting_count",
+    "group_waiting_count",
+)
+LIMIT_OUT_OF_RANGE = {
+    **{counter: -1 for counter in LIMIT_COUNTERS},
+    "declared_capacity": 0,
+    "capacity_override": 0,
+    "declared_per_key": 0,
+    "per_key_override": 0,
+    "declared_max_hold_ms": 0,
+    "max_hold_override_ms": 0,
+}
+KEY_OUT_OF_RANGE = {"busy_count": -1, "reserved_count": -1, "waiting_count": -1, "pool_override": 0}
+
+
+def _refused(table: str, column: str, value: int, pk: int) -> bool:
+    """Whether a raw UPDATE setting one column is refused by the database (and changes nothing)."""
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f'UPDATE "{table}" SET "{column}" = %s WHERE id = %s', [value, pk])
+    except IntegrityError:
+        return True
+    return False
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("column", "value"), sorted(LIMIT_OUT_OF_RANGE.items()))
+def test_a_limit_row_out_of_bounds_is_refused(column: str, value: int) -> None:
+    limit = declare(voice_calls={"capacity": 2, "max_hold": "1h", "per_key": 1})["voice-calls"]
+    assert _refused(Limit._meta.db_table, column, value, limit.pk), f"{column} = {value} was stored"
+    limit.refresh_from_db()
+    assert (limit.busy_count, limit.declared_capacity, limit.declared_per_key) == (0, 2, 1)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("column", "value"), sorted(KEY_OUT_OF_RANGE.items()))
+def test_a_key_row_out_of_bounds_is_refused(column: str, value: int) -> None:
+    limit = declare(voice_calls={"capacity": 2, "max_hold": "1h", "per_key": 1})["voice-calls"]
+    key = LimitKey.objects.create(limit=limit, key="tenant-a")
+    assert _refused(LimitKey._meta.db_table, column, value, key.pk), f"{column} = {value} was stored"
+
+
+@pytest.mark.django_db
+def test_the_limit_row_carries_one_check_per_bound() -> None:
+    """No field adds a CHECK of its own beside the Meta constraints (the PositiveIntegerField
+    kind): PostgreSQL runs every CHECK of the row at each UPDATE of a counter."""
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, Limit._meta.db_table)
+    checks = sorted(name for name, info in constraints.items() if info["check"])
+    assert checks == sorted(c.name for c in Limit._meta.constraints if c.__class__.__name__ == "CheckConstraint")
