@@ -26,6 +26,14 @@
 -- scan the whole queue or slot history for as long as the connection lives. Each statement here
 -- has an index to use. tests/services/test_sql_file.py fails on such a function without it.
 --
+-- And with enable_bitmapscan = off (migration 0018): the probes of the live slots and the
+-- waiting entries go through partial indexes (state in 'busy', 'reserved'; state = 'waiting')
+-- whose entries die at every change of state. A plain index scan marks the dead entries it meets
+-- (LP_DEAD), so the next probe skips them; a bitmap scan never does, and between two vacuums each
+-- probe walked every entry that died since the last one: one uncontended client lost a third of
+-- its cycles in 30 s (211, 160, 140 cycles/s; 269, 273, 278 with plain index scans;
+-- docs/performance.md, "Dead index entries").
+--
 -- Times: the caller passes timezone.now() read before the call, so a function writes
 -- limits_clock(that, limits_limit.last_event_at): one limit's timestamps never go back in lock order
 -- (limits.verify relies on it), and tests can still move the clock.
@@ -100,7 +108,7 @@ LANGUAGE sql VOLATILE AS $$ SELECT 'slot_' || replace(gen_random_uuid()::text, '
 -- PL/pgSQL rather than SQL functions: their plans are cached per session (an SQL function with a
 -- data-modifying CTE is planned again on every call: +0.3 ms per hand-off, measured).
 CREATE OR REPLACE FUNCTION limits_time_out(p_limit bigint, p_now timestamptz) RETURNS text[]
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     result text[];
 BEGIN
@@ -117,7 +125,7 @@ $$;
 CREATE OR REPLACE FUNCTION limits_grant_heads(
     p_limit bigint, p_count integer, p_now timestamptz, p_reserved_until timestamptz, p_expires_at timestamptz
 ) RETURNS text[]
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     result text[];
 BEGIN
@@ -148,7 +156,7 @@ $$;
 CREATE OR REPLACE FUNCTION limits_settle(
     p_limit bigint, p_now timestamptz, p_reservation_ms bigint, OUT timed_out text[], OUT granted text[]
 )
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     l limits_limit;
     v_free integer;
@@ -179,7 +187,7 @@ $$;
 
 -- Confirm a reservation in time: 'busy'; not reserved (any more), or unknown: 'gone'; late: 'slow'.
 CREATE OR REPLACE FUNCTION limits_confirm(p_slot text, p_now timestamptz) RETURNS text
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     v_limit bigint;
     v_now timestamptz;
@@ -226,7 +234,7 @@ $$;
 CREATE OR REPLACE FUNCTION limits_release(
     p_slot text, p_now timestamptz, p_reservation_ms bigint, OUT outcome text, OUT woken text[]
 )
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     v_limit bigint;
     v_now timestamptz;
@@ -285,7 +293,7 @@ CREATE OR REPLACE FUNCTION limits_acquire(
     p_name text, p_run text, p_request text, p_label text, p_timeout_ms bigint, p_now timestamptz,
     OUT outcome text, OUT limit_name text, OUT slot_id text, OUT deadline timestamptz
 )
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     l limits_limit;
     v_now timestamptz;
@@ -352,7 +360,7 @@ CREATE OR REPLACE FUNCTION limits_acquire_group(
     p_names text[], p_run text, p_request text, p_label text, p_key text, p_now timestamptz,
     OUT outcome text, OUT slot_ids text[]
 )
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     l limits_limit;
     v_now timestamptz := p_now;

@@ -79,7 +79,8 @@ def test_the_migrated_database_has_exactly_the_functions_of_engine_sql() -> None
 def test_every_function_that_reads_the_tables_plans_with_its_indexes() -> None:
     """Every VOLATILE PL/pgSQL function of the engine (each reads or writes the engine's tables)
     runs with `enable_seqscan = off` (migration 0016): a session that cached its plans while the
-    tables were small must never keep sequential scans of the queue or slot history. The helper
+    tables were small must never keep sequential scans of the queue or slot history; and with
+    `enable_bitmapscan = off` (migration 0018). The helper
     expressions (IMMUTABLE or STABLE) need no setting of their own: they run inside those."""
     with connection.cursor() as cursor:
         cursor.execute(
@@ -92,6 +93,9 @@ def test_every_function_that_reads_the_tables_plans_with_its_indexes() -> None:
     volatile = {name: config for name, kind, config in functions if kind == "v"}
     assert {"limits_acquire", "limits_acquire_group", "limits_release", "limits_confirm"} <= set(volatile)
     assert {name for name, config in volatile.items() if "enable_seqscan=off" not in config} == set()
+    # Plain index scans only (migration 0018): a bitmap scan leaves the dead entries of the
+    # partial live-slot and waiting indexes unmarked, and every later probe walks them again.
+    assert {name for name, config in volatile.items() if "enable_bitmapscan=off" not in config} == set()
 
 
 def test_the_newest_migration_that_installs_engine_sql_was_written_for_it() -> None:
