@@ -98,7 +98,7 @@ def test_fifo_grants_in_order_and_never_over_capacity(connect):
 
 @requires_postgres
 @pytest.mark.postgres
-@pytest.mark.parametrize("variant", ["", "_mx", "_sx"])
+@pytest.mark.parametrize("variant", ["", "_mx", "_sx", "_rc"])
 def test_fifo_under_concurrent_use_ends_empty(connect, variant):
     """Threads, each on its own connection, cycle acquire -> release on a limit of capacity 2:
     every cycle ends (a join that raced the last releases would wait forever), no more than 2
@@ -132,6 +132,7 @@ def test_fifo_under_concurrent_use_ends_empty(connect, variant):
     assert most[0] <= 2
     conn = connect()
     assert _limit(conn) == (0, 0)
+    assert conn.execute("SELECT reserved FROM bench_fifo_limit WHERE id = 1").fetchone()[0] == 0
     assert conn.execute("SELECT count(*) FROM bench_fifo_waiter").fetchone()[0] == 0
 
 
@@ -167,3 +168,26 @@ def test_dbos_queue_runs_every_workflow(transactional_db):
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     assert figures["n"] == 12
     assert figures["max_running"] >= 1
+
+
+@requires_postgres
+@pytest.mark.postgres
+def test_fifo_rc_grants_a_reservation_the_waiter_confirms(connect):
+    """The _rc variant (the SPEC's reservation on the reference): the grant reserves the head's
+    slot, only a confirmed slot can be released, and the confirm moves it from reserved to held."""
+    a, b, c = (fifo.Client(connect(), f"bench_rc_{n}", wake_timeout=0.5, variant="_rc") for n in range(3))
+    assert a.acquire(1) == (0, False) and b.acquire(1) == (0, False)
+    ticket = _join(c)
+    a.release(1, 0)
+    reserved = a.conn.execute("SELECT busy, waiting, reserved FROM bench_fifo_limit WHERE id = 1").fetchone()
+    assert reserved == (2, 0, 1)
+    assert _notified(c) == [str(ticket)]
+    with pytest.raises(psycopg.errors.RaiseException, match="no confirmed slot"):
+        c.release(1, ticket)  # not confirmed yet: refused, nothing changed
+    c.conn.execute("SELECT bench_fifo_confirm_rc(1, %s)", [ticket])
+    assert a.conn.execute("SELECT busy, waiting, reserved FROM bench_fifo_limit WHERE id = 1").fetchone() == (2, 0, 0)
+    with pytest.raises(psycopg.errors.RaiseException, match="no reservation"):
+        c.conn.execute("SELECT bench_fifo_confirm_rc(1, %s)", [ticket])  # a second confirm
+    c.release(1, ticket)
+    b.release(1, 0)
+    assert _limit(a.conn) == (0, 0)

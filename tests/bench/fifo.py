@@ -34,13 +34,16 @@ def reset(conn: Any, limits: int, capacity: int) -> None:
 
 class Client:
     """One process's use of the semaphore on one connection (autocommit, listening on `channel`).
-    variant: "" (bench_fifo_acquire/release), "_mx" (the engine's lock pattern) or "_sx" (fifo.sql)."""
+    variant: "" (bench_fifo_acquire/release), "_mx" (the engine's lock pattern), "_sx" or "_rc"
+    (the SPEC's reservation: a woken waiter confirms its slot in one more call; fifo.sql)."""
 
     def __init__(self, conn: Any, channel: str, wake_timeout: float = 1.0, variant: str = "") -> None:
-        if variant not in ("", "_mx", "_sx"):
+        if variant not in ("", "_mx", "_sx", "_rc"):
             raise ValueError(f"no variant {variant!r}")
-        self.acquire_sql = f"SELECT bench_fifo_acquire{variant}(%s, %s)"
+        acquire = "" if variant == "_rc" else variant
+        self.acquire_sql = f"SELECT bench_fifo_acquire{acquire}(%s, %s)"
         self.release_sql = f"SELECT bench_fifo_release{variant}(%s, %s)"
+        self.confirm_sql = "SELECT bench_fifo_confirm_rc(%s, %s)" if variant == "_rc" else ""
         self.conn = conn
         self.channel = channel
         self.wake_timeout = wake_timeout
@@ -57,6 +60,9 @@ class Client:
         if ticket == 0:
             return 0, False
         self.wait(ticket)
+        if self.confirm_sql:  # _rc: the grant was a reservation; confirm it, as a resumed run does
+            with self.conn.cursor() as cur:
+                cur.execute(self.confirm_sql, [limit, ticket], prepare=True)
         return ticket, True
 
     def wait(self, ticket: int) -> None:

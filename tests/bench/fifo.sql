@@ -194,3 +194,49 @@ BEGIN
     END IF;
 END
 $$;
+
+-- A third variant, a step of the ladder from this reference to the engine (issue 17,
+-- docs/performance.md): _rc adds the SPEC's reservation (3.5). The grant reserves the head's slot
+-- (its row granted, not confirmed; the limit's `reserved` counts it), and the woken waiter
+-- confirms it with one more call and durable commit, under the limit's row lock, as the engine's
+-- confirm does. A queued cycle is then three commits (join, the release that grants, the
+-- confirm), the engine's count. Acquire is bench_fifo_acquire; the rest is as above.
+ALTER TABLE bench_fifo_limit ADD COLUMN IF NOT EXISTS reserved int NOT NULL DEFAULT 0 CHECK (reserved >= 0);
+ALTER TABLE bench_fifo_waiter ADD COLUMN IF NOT EXISTS confirmed boolean NOT NULL DEFAULT false;
+
+CREATE OR REPLACE FUNCTION bench_fifo_release_rc(p_limit int, p_ticket bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_head bigint;
+    v_channel text;
+BEGIN
+    PERFORM 1 FROM bench_fifo_limit WHERE id = p_limit FOR UPDATE;
+    IF p_ticket <> 0 THEN
+        DELETE FROM bench_fifo_waiter WHERE ticket = p_ticket AND confirmed;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'ticket % holds no confirmed slot', p_ticket;
+        END IF;
+    END IF;
+    SELECT ticket, channel INTO v_head, v_channel
+      FROM bench_fifo_waiter WHERE limit_id = p_limit AND NOT granted ORDER BY ticket LIMIT 1;
+    IF FOUND THEN
+        UPDATE bench_fifo_waiter SET granted = true WHERE ticket = v_head;
+        UPDATE bench_fifo_limit SET waiting = waiting - 1, reserved = reserved + 1 WHERE id = p_limit;
+        PERFORM pg_notify(v_channel, v_head::text);
+    ELSE
+        UPDATE bench_fifo_limit SET busy = busy - 1 WHERE id = p_limit;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION bench_fifo_confirm_rc(p_limit int, p_ticket bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM bench_fifo_limit WHERE id = p_limit FOR UPDATE;
+    UPDATE bench_fifo_waiter SET confirmed = true WHERE ticket = p_ticket AND granted AND NOT confirmed;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'ticket % holds no reservation', p_ticket;
+    END IF;
+    UPDATE bench_fifo_limit SET reserved = reserved - 1 WHERE id = p_limit;
+END
+$$;
