@@ -1,17 +1,20 @@
-"""The database refuses a limit or key row out of its bounds, each bound in one CHECK.
+"""The database refuses a limit or key row out of its bounds, each bound written once.
 
 Must never happen: a counter below zero or a capacity, per-key or pool size out of its range
 stored in a row, whatever wrote it (the ORM, raw SQL, a PL/pgSQL function). The counters and sizes
 are plain IntegerFields since migration 0017 (a PositiveIntegerField adds a second `>= 0` CHECK
 per field, and PostgreSQL evaluates them all at each hot-path UPDATE), so each bound below is held
-by exactly one Meta constraint; this test fails if one of them is lost."""
+by exactly one Meta constraint: a CHECK, or on PostgreSQL for the configuration's ranges a trigger
+generated from it (migration 0019, limits/sql/bounds.py); this test fails if one of them is lost."""
 
 from __future__ import annotations
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.db.models import CheckConstraint
 
 from limits.models import Limit, LimitKey
+from limits.sql import bounds
 from tests.factories import declare
 
 LIMIT_COUNTERS = (
@@ -63,10 +66,41 @@ def test_a_key_row_out_of_bounds_is_refused(column: str, value: int) -> None:
 
 
 @pytest.mark.django_db
-def test_the_limit_row_carries_one_check_per_bound() -> None:
+def test_a_new_limit_out_of_range_is_refused() -> None:
+    """An INSERT is held to the same bounds as an UPDATE (on PostgreSQL the trigger fires on both)."""
+    with pytest.raises(IntegrityError, match="limit_declared_capacity_range"), transaction.atomic():
+        Limit.objects.create(name="too-small", declared_capacity=0, declared_max_hold_ms=1000)
+    assert not Limit.objects.filter(name="too-small").exists()
+
+
+@pytest.mark.django_db
+def test_each_bound_has_one_home_and_the_database_holds_it_once() -> None:
     """No field adds a CHECK of its own beside the Meta constraints (the PositiveIntegerField
-    kind): PostgreSQL runs every CHECK of the row at each UPDATE of a counter."""
+    kind): PostgreSQL runs every CHECK of the row at each UPDATE of a counter. On PostgreSQL the
+    configuration's ranges are a trigger instead (limits/sql/bounds.py), and the installed one is
+    exactly what the current Meta constraints generate: edit one of them and this fails until a
+    migration runs bounds.install again."""
+    meta_checks = sorted(c.name for c in Limit._meta.constraints if isinstance(c, CheckConstraint))
     with connection.cursor() as cursor:
-        constraints = connection.introspection.get_constraints(cursor, Limit._meta.db_table)
-    checks = sorted(name for name, info in constraints.items() if info["check"])
-    assert checks == sorted(c.name for c in Limit._meta.constraints if c.__class__.__name__ == "CheckConstraint")
+        installed = connection.introspection.get_constraints(cursor, Limit._meta.db_table)
+    checks = sorted(name for name, info in installed.items() if info["check"])
+    if connection.vendor != "postgresql":
+        assert checks == meta_checks
+        return
+    assert checks == sorted(set(meta_checks) - set(bounds.CONFIG_BOUNDS)) == ["limit_counters_not_negative"]
+    with connection.schema_editor(atomic=False, collect_sql=True) as editor:
+        expected = bounds.body(Limit, editor)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", [bounds.FUNCTION])
+        (body,) = cursor.fetchone()
+        cursor.execute(
+            "SELECT array_agg(a.attname ORDER BY k.n) FROM pg_trigger t "
+            "CROSS JOIN LATERAL unnest(t.tgattr::int2[]) WITH ORDINALITY AS k(attnum, n) "
+            "JOIN pg_attribute a ON a.attrelid = t.tgrelid AND a.attnum = k.attnum "
+            "WHERE t.tgname = %s AND t.tgrelid = %s::regclass",
+            [bounds.FUNCTION, Limit._meta.db_table],
+        )
+        (watched,) = cursor.fetchone()
+    assert body == expected, "the installed trigger differs from Limit.Meta: add a migration that runs bounds.install"
+    assert sorted(watched) == sorted(bounds.columns(Limit))
+    assert not {"busy_count", "reserved_count", "waiting_count"} & set(watched)  # the hot path never fires it
