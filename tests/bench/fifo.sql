@@ -86,11 +86,11 @@ $$;
 -- Two variants of the same semaphore, to measure one choice of the engine's functions (issue 17,
 -- docs/performance.md): limits_acquire, limits_release and limits_confirm lock the limit's row
 -- inside a BEGIN ... EXCEPTION block (a subtransaction, so that answering 'slow' gives the lock
--- back) and write the row after the block, in the parent transaction. A row locked by a
--- subtransaction and then updated by its parent gets a MultiXact as its xmax (two lockers: the
--- subtransaction's FOR UPDATE, the parent's update), on every operation.
---   _mx: the engine's pattern: lock in the block, writes after it.
---   _sx: lock and writes inside the one block (the subtransaction locks and updates: no MultiXact).
+-- back). Until migration 0015 they wrote the row after the block, in the parent transaction: a
+-- row locked by a subtransaction and then updated by its parent gets a MultiXact as its xmax (two
+-- lockers: the subtransaction's FOR UPDATE, the parent's update), on every operation.
+--   _mx: that earlier pattern: lock in the block, writes after it.
+--   _sx: lock and writes inside the one block (no MultiXact): the engine's functions now.
 -- Same rules and results as above; only where the lock is taken differs.
 
 CREATE OR REPLACE FUNCTION bench_fifo_acquire_mx(p_limit int, p_channel text) RETURNS bigint

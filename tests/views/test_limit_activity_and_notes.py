@@ -141,9 +141,16 @@ def test_on_postgresql_the_feed_reads_the_partial_indexes_not_the_history(busy_l
     live_sql, frees_sql = (query["sql"] for query in captured.captured_queries)
     live_plan, frees_plan = _analyze(live_sql), _analyze(frees_sql)
     # The live slots: a partial index of live slots (slot_live_by_limit, or the planner's pick of
-    # another index over live slots only: slot_one_live_per_request, slot_live_by_run), reading
-    # the slots held now only.
-    live_indexes = {"slot_live_by_limit", "slot_one_live_per_request", "slot_live_by_run"}
+    # other indexes over live slots only: slot_one_live_per_request, slot_live_by_run, or the busy
+    # and the reserved ones appended, slot_busy_expiry + slot_reservation_expiry), reading the
+    # slots held now only.
+    live_indexes = {
+        "slot_live_by_limit",
+        "slot_one_live_per_request",
+        "slot_live_by_run",
+        "slot_busy_expiry",
+        "slot_reservation_expiry",
+    }
     assert _index_names(live_plan) & live_indexes, live_plan
     assert _rows_read(live_plan) <= busy_limit.in_use, live_plan
     # The frees: slot_history_age, newest first, as far as RECENT_FREES_SCANNED entries.
