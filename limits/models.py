@@ -103,6 +103,9 @@ class Limit(models.Model):
     class Meta:
         ordering = ["name"]
         permissions = [("operate_limit", "Can release slots and change limits")]
+        # On PostgreSQL the configuration's ranges below (limits.sql.bounds.CONFIG_BOUNDS) are not
+        # CHECKs but a trigger generated from them (migration 0019): a migration that changes one
+        # changes it in the state only and runs bounds.install again (limits/sql/bounds.py).
         constraints = [
             models.CheckConstraint(
                 condition=Q(declared_capacity__gte=MIN_CAPACITY, declared_capacity__lte=MAX_CAPACITY),

@@ -1,5 +1,7 @@
 """The engine's SQL, kept as SQL: `engine.sql` in this package is the current definition of every
-PL/pgSQL function limits installs on PostgreSQL (CREATE OR REPLACE FUNCTION statements only).
+`limits_` PL/pgSQL function limits installs on PostgreSQL (CREATE OR REPLACE FUNCTION statements
+only). The one other function, the trigger that holds a limit's configuration ranges, is generated
+from the model's constraints by `bounds.py` in this package.
 
 Migrations install it with `install(schema_editor)`; tests/services/test_sql_file.py fails when the
 functions of the migrated database differ from the file, or when the database holds a `limits_`

@@ -3,8 +3,9 @@ engine's hot path (issue 17): install it, reset it, and one client of it.
 
 A client is one autocommit psycopg connection: it LISTENs on a channel of its own, calls
 bench_fifo_acquire; when queued, it waits for the notification that bench_fifo_release sends the
-head of the queue in the releasing commit (the grant already wrote its row: nothing to confirm),
-looking at its row with bench_fifo_state if none comes within `wake_timeout` seconds.
+head of the queue in the releasing commit (the grant already wrote its row: nothing to confirm,
+except in the `_rc` variant, which confirms as the engine's woken runs do), looking at its row
+with bench_fifo_state if none comes within `wake_timeout` seconds.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ def reset(conn: Any, limits: int, capacity: int) -> None:
 
 class Client:
     """One process's use of the semaphore on one connection (autocommit, listening on `channel`).
-    variant: "" (bench_fifo_acquire/release), "_mx" (the engine's lock pattern), "_sx" or "_rc"
-    (the SPEC's reservation: a woken waiter confirms its slot in one more call; fifo.sql)."""
+    variant: "" (bench_fifo_acquire/release), "_mx" (the lock in a subtransaction, the writes
+    after it: the engine's shape before migration 0015), "_sx" (lock and writes in one block: the
+    engine's shape now) or "_rc" (the SPEC's reservation: a woken waiter confirms its slot in one
+    more call); fifo.sql."""
 
     def __init__(self, conn: Any, channel: str, wake_timeout: float = 1.0, variant: str = "") -> None:
         if variant not in ("", "_mx", "_sx", "_rc"):

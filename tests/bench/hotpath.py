@@ -27,8 +27,8 @@ LABELS = {
 }
 CONNECTIONS = {"engine": 2, "fifo": 1, "reference": 1, "engine_raw": 2, "fifo_mx": 1, "fifo_sx": 1, "fifo_rc": 1}
 # The experiments, at these process counts only: the engine's functions without Django (load.py's
-# engine_raw), the engine's lock pattern on the FIFO and the FIFO with the SPEC's reservation
-# (fifo.sql's variants).
+# engine_raw), two lock patterns on the FIFO (the engine's before migration 0015 and now) and the
+# FIFO with the SPEC's reservation (fifo.sql's variants).
 VARIANTS = ("engine_raw", "fifo_mx", "fifo_sx", "fifo_rc")
 VARIANT_COUNTS = (8, 32)
 

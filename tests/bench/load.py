@@ -54,9 +54,9 @@ class Load:
     """kind: "engine" (services.acquire on a limit), "keyed" (the same with key=a random one of
     `keys`), "group" (services.acquire_group over all of `limits`, half the processes in the
     reverse order), "reference" (the bare semaphore) or "fifo" (the durable FIFO semaphore; "fifo_mx"
-    and "fifo_sx": its variants of tests/bench/fifo.sql, the limit's row locked as the engine does,
-    or inside the block that writes it; "fifo_rc": with the SPEC's reservation, confirmed by the
-    woken waiter).
+    and "fifo_sx": its variants of tests/bench/fifo.sql, the limit's row locked in a subtransaction
+    and written after it, as the engine did before migration 0015, or inside the block, as it does
+    now; "fifo_rc": with the SPEC's reservation, confirmed by the woken waiter).
     profile: a path; process 0 runs its last timed run under cProfile and dumps the stats there."""
 
     kind: str
