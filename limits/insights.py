@@ -100,7 +100,6 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Q, Subquery, Sum
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from limits.models import (
     WAIT_BUCKETS_S,
@@ -113,6 +112,7 @@ from limits.models import (
     Slot,
     SweepState,
 )
+from studio.plumbing import clock as box_clock
 
 MINUTE = timedelta(minutes=1)
 ROLLUP_GRACE = timedelta(seconds=30)
@@ -177,7 +177,7 @@ def grant_rates(limit_ids: Iterable[int], *, now: datetime | None = None) -> dic
     ids = list(dict.fromkeys(limit_ids))
     if not ids:
         return {}
-    end = floor_minute((now or timezone.now()) - ROLLUP_GRACE - SWEEP_PERIOD)
+    end = floor_minute((now or box_clock.now()) - ROLLUP_GRACE - SWEEP_PERIOD)
     start = end - RATE_WINDOW_MINUTES * MINUTE
     rolled_until = Subquery(SweepState.objects.filter(id=1).values("rolled_until")[:1])
     rows = (
@@ -533,7 +533,7 @@ def percentile_bound(counts: Sequence[int], total: int, fraction: float) -> floa
 def wait_figures(limit: Limit, *, now: datetime | None = None) -> dict[str, WaitFigures]:
     """Time to grant over the last hour and the last 24 hours (rolled-up minutes that started in
     the window), one query."""
-    now = now or timezone.now()
+    now = now or box_clock.now()
     hour, day = floor_minute(now) - timedelta(hours=1), floor_minute(now) - timedelta(hours=24)
     in_hour = Q(minute__gte=hour)
     sums: dict[str, Sum] = {}
@@ -579,7 +579,7 @@ def key_wait_figures(limit: Limit, *, now: datetime | None = None) -> list[KeyWa
     busiest): two queries, at most KEYS_SHOWN x 145 span rows, whatever the number of keys or
     the history. Empty, and no query, for a limit with no per-key pools and no slot or waiting
     run with a key now."""
-    now = now or timezone.now()
+    now = now or box_clock.now()
     if limit.per_key is None and not (
         limit.keyed_busy_count or limit.keyed_reserved_count or limit.keyed_waiting_count
     ):
@@ -625,7 +625,7 @@ def backlog_points(limit: Limit, *, now: datetime | None = None) -> dict[str, li
     """The backlog chart's points, one query: 'hour', the 60 minutes before the current one (one
     point each), and 'day', the 144 ten-minute spans before the current one (the average of each
     span's samples). Oldest first."""
-    now = now or timezone.now()
+    now = now or box_clock.now()
     current = floor_minute(now)
     day_end = current.replace(minute=current.minute - current.minute % 10)
     day_start = day_end - timedelta(hours=24)

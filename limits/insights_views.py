@@ -22,11 +22,11 @@ from datetime import datetime
 
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
-from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from limits import insights, selectors
 from limits.insights import Point, WaitFigures
+from studio.plumbing import clock as box_clock
 from studio.plumbing.access import HtmxHttpRequest, studio_login_required
 
 WIDTH = 600  # viewBox units; the SVG is scaled to its box
@@ -64,7 +64,7 @@ def limit_insights(request: HtmxHttpRequest, name: str) -> HttpResponse:
     limit = selectors.get_limit(name)
     if limit is None:
         raise Http404(f"No limit named {name!r}.")
-    now = timezone.now()
+    now = box_clock.now()
     figures = insights.wait_figures(limit, now=now)
     points = insights.backlog_points(limit, now=now)
     keys = insights.key_wait_figures(limit, now=now)

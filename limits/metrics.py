@@ -3,9 +3,10 @@
 Built with the official prometheus_client, from the database at each scrape: a custom collector
 in a CollectorRegistry made for the request, no process-global counters, so every web process
 answers the same. Three queries whatever the number of limits or slots (limits.insights.
-metric_rows): the limits' counters (gauges, live), their running totals (counters and the
-time-to-grant histogram, from the sweep's per-minute rollup, so 30-45 s behind the end of each
-minute; a late commit is added by a later pass, within its recount window) and the sweep's state.
+metric_rows), and two for the hosts' clock skew (the database's time, the recent rows): the
+limits' counters (gauges, live), their running totals (counters and the time-to-grant
+histogram, from the sweep's per-minute rollup, so 30-45 s behind the end of each minute; a late
+commit is added by a later pass, within its recount window) and the sweep's state.
 
 The histogram counts every grant: a slot granted at once is an observation of 0 s, so its
 _count equals grants_total. The limit page also shows the runs that waited alone; from here,
@@ -33,6 +34,7 @@ from prometheus_client.registry import Collector
 
 from limits import insights
 from limits.models import WAIT_BUCKETS_S
+from studio.plumbing.models import ClockSkew
 
 RELEASE_CAUSES = (
     ("workflow", "released_by_workflow"),
@@ -125,6 +127,24 @@ class LimitsCollector(Collector):
             if sweep.rolled_until is not None:
                 rolled.add_metric([], sweep.rolled_until.timestamp())
         yield from (duration, last_run, rolled)
+
+        skew = GaugeMetricFamily(
+            "stackbone_clock_skew_seconds",
+            "How far a host's clock is off the database's (positive: ahead), the largest of its "
+            "workers' and beat's latest measurements within 15 minutes.",
+            labels=["host"],
+        )
+        for host, seconds in largest_skew_by_host().items():
+            skew.add_metric([host], seconds)
+        yield skew
+
+
+def largest_skew_by_host() -> dict[str, float]:
+    """host -> its largest recent skew (signed), one query (studio.plumbing.models.ClockSkew)."""
+    largest: dict[str, float] = {}
+    for host, seconds in ClockSkew.recent().values_list("host", "skew_seconds"):
+        largest.setdefault(host, seconds)  # recent() orders by size, largest first
+    return largest
 
 
 def token_matches(header: str, token: str) -> bool:

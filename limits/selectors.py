@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import Case, F, Func, IntegerField, OuterRef, QuerySet, Subquery, Value, When
-from django.utils import timezone
 
 from limits import eta, insights
 from limits.engine import keys as engine_keys
 from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot, is_storable_text
+from studio.plumbing import clock as box_clock
 
 KINDS = tuple(Limit.Kind.values)  # ("limit", "workflow"): the values of a kind filter
 
@@ -287,7 +287,7 @@ def held_capacity(limit: Limit) -> int:
     several limits wait on it, then one."""
     if limit.group_waiting_count == 0:
         return 0
-    return engine_keys.held(limit, timezone.now())
+    return engine_keys.held(limit, box_clock.now())
 
 
 def with_group_partners[Row: (Slot, QueueEntry)](limit: Limit, rows: Sequence[Row]) -> Sequence[Row]:

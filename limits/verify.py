@@ -22,7 +22,10 @@ g. groups (SPEC 10): every grant of an acquisition of several limits gave a slot
    instant (no run ever held part of a group); an older group entry passed over is excused from
    b (it waited for another of its limits) but must carry passed_over_at;
 h. whole runs (SPEC 11): a run that holds a limit for its whole run took no step before its
-   slots were confirmed for it (its first step starts at or after the confirmation).
+   slots were confirmed for it (its first step starts at or after the confirmation);
+i. time, on the box's one clock (the database's, studio/plumbing/clock.py): no slot or entry
+   stamped in the future of that clock, no slot taken back by the sweep before its grant + max
+   hold (expires_at), no wait timed out before its deadline.
 
 Why timestamps are enough: every change to a limit's slots and queue happens under that limit's
 row lock, and every service reads the clock *after* taking the lock (tests/services/
@@ -30,8 +33,9 @@ test_replay_races.py holds it to that), so for one limit the times written follo
 its transactions. Two transactions can share a timestamp; then their order cannot be told and the
 engine gets the benefit of the doubt (at one instant: capacity changes first, then frees, then
 grants; a grant is judged against the higher of the capacities in force just before and at that
-instant). This relies on one clock: processes on several machines need synchronised clocks
-(NTP), and a clock stepped backwards can make the checker report a violation that was not one.
+instant). This relies on one clock: every time is the database's (studio/plumbing/clock.py),
+read under the lock, whatever host's clock is off; only a database clock stepped backwards could
+make the checker report a violation that was not one.
 
 History older than the retention may already be deleted (slots before their queue entries):
 missing rows only ever hide a violation, never invent one, and the checks that pair an entry
@@ -54,9 +58,9 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Min, Q
-from django.utils import timezone
 
 from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot
+from studio.plumbing import clock as box_clock
 
 CAPACITY, FREE, GRANT = 0, 1, 2
 LIVE = frozenset(LIVE_SLOT_STATES)
@@ -94,7 +98,7 @@ def verify(names: list[str] | None = None, *, retention_ms: int | None = None) -
     from limits.engine.sweeper import history_retention_ms
 
     result = Verification()
-    cutoff = timezone.now() - dt.timedelta(
+    cutoff = box_clock.now() - dt.timedelta(
         milliseconds=history_retention_ms() if retention_ms is None else retention_ms
     )
     ids = Limit.objects.order_by("name").values_list("id", "name")
@@ -106,11 +110,12 @@ def verify(names: list[str] | None = None, *, retention_ms: int | None = None) -
         with _snapshot():
             limit = Limit.objects.get(id=limit_id)
             history = History.load(limit)
+            now = box_clock.now()  # after the snapshot began: every row it sees was written before
             result.limits += 1
             result.slots += len(history.slots)
             result.entries += len(history.entries)
             result.capacity_changes += len(history.capacity_events)
-            result.violations.extend(history.violations(cutoff))
+            result.violations.extend(history.violations(cutoff) + history.times_off_the_clock(now))
     return result
 
 
@@ -151,6 +156,7 @@ class History:
                 "run_id",
                 "state",
                 "granted_at",
+                "expires_at",
                 "freed_at",
                 "confirmed_at",
                 "queue_entry_id",
@@ -454,6 +460,36 @@ class History:
                     shown = repr(key) if key else "(no key)"
                     violations.append(f"{limit.name}: key {shown} held {level} slots at {_iso(at)}, pool {size}")
                     break
+        return violations
+
+    # --- i. time -----------------------------------------------------------------------------
+
+    def times_off_the_clock(self, now: dt.datetime) -> list[str]:
+        """Every time on the database's clock (`now`: read after the rows): none in its future,
+        no expiry before grant + max hold, no time-out before the deadline. A host whose clock
+        was off and stamped its own time would break one of these."""
+        name = self.limit.name
+        violations = []
+        for slot in self.slots:
+            for column in ("granted_at", "freed_at"):
+                if slot[column] is not None and slot[column] > now:
+                    violations.append(f"{name}: {slot['id']} {column} {_iso(slot[column])} is after now {_iso(now)}")
+            if slot["state"] == Slot.State.EXPIRED and slot["freed_at"] < slot["expires_at"]:
+                violations.append(
+                    f"{name}: {slot['id']} was taken back at {_iso(slot['freed_at'])}, before its max hold "
+                    f"ended at {_iso(slot['expires_at'])}"
+                )
+        for entry in self.entries:
+            for column in ("enqueued_at", "finished_at"):
+                if entry[column] is not None and entry[column] > now:
+                    violations.append(
+                        f"{name}: queue entry {entry['id']} {column} {_iso(entry[column])} is after now {_iso(now)}"
+                    )
+            if entry["state"] == QueueEntry.State.TIMED_OUT and entry["finished_at"] < entry["deadline"]:
+                violations.append(
+                    f"{name}: the wait of {entry['request']} timed out at {_iso(entry['finished_at'])}, before "
+                    f"its deadline {_iso(entry['deadline'])}"
+                )
         return violations
 
     # --- h. whole runs -----------------------------------------------------------------------

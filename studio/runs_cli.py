@@ -131,9 +131,8 @@ def start(options: argparse.Namespace, io: Streams) -> int:
 
 
 def list_runs(options: argparse.Namespace, io: Streams) -> int:
-    from django.utils import timezone
-
     from studio import run_list
+    from studio.plumbing import clock
 
     size = _list_size(options.size)
     run_filter = run_list.RunFilter(
@@ -146,7 +145,7 @@ def list_runs(options: argparse.Namespace, io: Streams) -> int:
     if not page.rows:
         io.out("no runs" + (" match" if run_filter.active else " yet"))
         return EXIT_OK
-    now = timezone.now()
+    now = clock.now()
     rows = [
         [
             row.run.id,
@@ -166,9 +165,8 @@ def list_runs(options: argparse.Namespace, io: Streams) -> int:
 
 
 def show(options: argparse.Namespace, io: Streams) -> int:
-    from django.utils import timezone
-
     from studio import run_list
+    from studio.plumbing import clock
 
     run = run_list.get_run(options.run_id)
     if run is None:
@@ -177,7 +175,7 @@ def show(options: argparse.Namespace, io: Streams) -> int:
     if options.json:
         io.json(details)
         return EXIT_OK
-    now = timezone.now()
+    now = clock.now()
     suspended = " (suspended)" if run.suspended and run.status == "running" else ""
     io.out(printable(f"{run.id}  {run.workflow}  {run.status}{suspended}"))
     facts = [

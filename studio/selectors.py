@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.utils import timezone
-
 from limits import eta
 from limits.engine.keys import OWED_AFTER_MS
 from limits.models import QueueEntry
 from studio.models import Run, Step
+from studio.plumbing import clock
 
 WAIT_STEP_PREFIX = "Esperando hueco · "
 GROUP_JOIN = " + "  # several limits in one wait (SPEC 10.5)
@@ -42,7 +41,7 @@ def describe_waits(entries: list[QueueEntry]) -> list[QueueEntry]:
     is held for it), and the figures in words: `place_text` ("3rd of 41"), `key_place_text`
     ("2nd of 5 for key acme", "" without a key) and `eta_text` ("about 4 min", "unknown"). No
     query: the entries are the run's own."""
-    owed_before = timezone.now() - dt.timedelta(milliseconds=OWED_AFTER_MS)
+    owed_before = clock.now() - dt.timedelta(milliseconds=OWED_AFTER_MS)
     for entry in entries:  # for the template, not fields
         entry.partners = [  # type: ignore[attr-defined]
             other.limit.name for other in entries if other.request == entry.request and other.id != entry.id

@@ -12,6 +12,7 @@ from typing import Any
 
 from limits.cli.backend import Change, KeysView, PoolChange, SlotsView, more_past_cut
 from limits.cli.errors import EXIT_NOT_FOUND, UNKNOWN_LIMIT, UNKNOWN_SLOT, CliError, one_line
+from studio.plumbing import clock as box_clock
 
 
 def local_actor() -> str:
@@ -37,7 +38,6 @@ class LocalBackend:
     def slots(self, name: str, cut: int | None, key: str | None = None) -> SlotsView:
         """The limit's slots and queue, or with `key` only that key's (queue positions then
         count within the key's queue)."""
-        from django.utils import timezone
 
         from limits import selectors, serializers
 
@@ -71,7 +71,7 @@ class LocalBackend:
             queue=queue[:cut],
             more_slots=more_past_cut(len(slots), total_slots, cut),
             more_queue=more_past_cut(len(queue), total_queue, cut),
-            now=timezone.now(),
+            now=box_clock.now(),
             key=key_row,
         )
 

@@ -28,10 +28,10 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count, F, Q, QuerySet
 from django.db.models.functions import Coalesce
-from django.utils import timezone
 
 from limits.engine.results import RESERVATION_MS, Changes
 from limits.models import Limit, LimitKey, QueueEntry, Slot
+from studio.plumbing import clock as box_clock
 
 OWED_AFTER_MS = 2 * 60 * 1000  # SPEC 10.4: passed over and waiting longer than this: owed
 SCAN_BATCH = 500
@@ -236,7 +236,7 @@ def owed_barrier(limit: Limit, now: datetime) -> QueueEntry | None:
 
 def held(limit: Limit, now: datetime | None = None) -> int:
     """Free capacity held for an owed run (shown as held in Studio): all of it while one waits."""
-    if limit.group_waiting_count == 0 or owed_barrier(limit, now or timezone.now()) is None:
+    if limit.group_waiting_count == 0 or owed_barrier(limit, now or box_clock.now()) is None:
         return 0
     return max(limit.capacity - limit.in_use, 0)
 

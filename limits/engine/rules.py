@@ -16,13 +16,13 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
-from django.utils import timezone
 
 from limits.engine import keys, server
 from limits.engine.errors import UNKNOWN_LIMIT, LimitsError
 from limits.engine.results import DEFAULT_TIMEOUT_MS, RESERVATION_MS, Changes
 from limits.models import AuditEvent, Limit, QueueEntry, Slot, is_storable_text
 from limits.signals import runs_woken
+from studio.plumbing import clock as box_clock
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "RESERVATION_MS", "Changes"]  # their home is limits.engine.results
 GRANT_BATCH = 5_000
@@ -36,11 +36,13 @@ EFFECTIVE_CAPACITY = Coalesce("capacity_override", "declared_capacity")
 HAS_FREE_CAPACITY = {"effective_capacity__gt": F("busy_count") + F("reserved_count")}
 
 
-def clock(limit: Limit) -> datetime:
-    """The time of a change to a locked limit: timezone.now(), but never earlier than the limit's
-    last change, so one limit's history follows its lock order (limits.verify relies on it; the
-    database functions apply the same rule, limits_clock in engine.sql)."""
-    now = timezone.now()
+def clock(limit: Limit, now: datetime | None = None) -> datetime:
+    """The time of a change to a locked limit: the box's clock (the database's, read after the
+    lock was taken: studio.plumbing.clock), but never earlier than the limit's last change, so one
+    limit's history follows its lock order (limits.verify relies on it; the database functions
+    apply the same rule, limits_clock in engine.sql). `now`: a reading of that clock already taken
+    under the same locks."""
+    now = box_clock.now() if now is None else now
     if limit.last_event_at is not None and limit.last_event_at > now:
         now = limit.last_event_at
     limit.last_event_at = now
@@ -53,7 +55,8 @@ KEYED_COUNTER_FIELDS = ["keyed_busy_count", "keyed_reserved_count", "keyed_waiti
 
 def clock_all(locked: dict[int, Limit]) -> datetime:
     """One time for a change to several locked limits: the latest of their clocks (`clock`)."""
-    now = max(clock(limit) for limit in locked.values())
+    reading = box_clock.now()
+    now = max(clock(limit, reading) for limit in locked.values())
     for limit in locked.values():
         limit.last_event_at = now
     return now

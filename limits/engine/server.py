@@ -20,9 +20,9 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.utils import timezone
 
 from limits.engine.results import Acquisition
+from studio.plumbing import clock
 
 SLOW = "slow"  # the functions' answer for a case they leave to the Python rules
 
@@ -65,7 +65,7 @@ def acquire(limit_name: str, run_id: str, request: str, label: str, timeout_ms: 
     that holds a live slot (a reservation in time is confirmed)."""
     outcome, name, slot_id, deadline = _call(
         "SELECT outcome, limit_name, slot_id, deadline FROM limits_acquire(%s, %s, %s, %s, %s, %s)",
-        [limit_name, run_id, request, label, timeout_ms, timezone.now()],
+        [limit_name, run_id, request, label, timeout_ms, clock.param()],
     )
     if outcome == "busy":
         return Acquisition("busy", name, request, slot_id=slot_id)
@@ -76,14 +76,14 @@ def acquire(limit_name: str, run_id: str, request: str, label: str, timeout_ms: 
 
 def confirm(slot_id: str) -> bool | Answer:
     """limits_confirm: True for a reservation confirmed in time, False for a slot not reserved."""
-    (outcome,) = _call("SELECT limits_confirm(%s, %s)", [slot_id, timezone.now()])
+    (outcome,) = _call("SELECT limits_confirm(%s, %s)", [slot_id, clock.param()])
     return NOT_HANDLED_HERE if outcome == SLOW else outcome == "busy"
 
 
 def release(slot_id: str, reservation_ms: int) -> tuple[bool, list[str]] | Answer:
     """limits_release of a busy slot: (released, the runs its settle woke)."""
     outcome, woken = _call(
-        "SELECT outcome, woken FROM limits_release(%s, %s, %s)", [slot_id, timezone.now(), reservation_ms]
+        "SELECT outcome, woken FROM limits_release(%s, %s, %s)", [slot_id, clock.param(), reservation_ms]
     )
     return NOT_HANDLED_HERE if outcome == SLOW else (outcome == "released", woken)
 
@@ -108,7 +108,7 @@ def acquire_group(names: list[str], run_id: str, request: str, label: str, key: 
     pool; anything else is left to limits.engine.keys."""
     outcome, slot_ids = _call(
         "SELECT outcome, slot_ids FROM limits_acquire_group(%s, %s, %s, %s, %s, %s)",
-        [names, run_id, request, label, key, timezone.now()],
+        [names, run_id, request, label, key, clock.param()],
     )
     if outcome != "busy":
         return NOT_HANDLED_HERE

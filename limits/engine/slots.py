@@ -32,6 +32,7 @@ from limits.engine.errors import (
 from limits.engine.results import Acquisition
 from limits.engine.rules import DEFAULT_TIMEOUT_MS, RESERVATION_MS, Changes
 from limits.models import AuditEvent, Limit, QueueEntry, Slot, is_storable_text
+from studio.plumbing import clock as box_clock
 
 # What a queue entry that was not granted amounts to, as an acquire outcome.
 _ENTRY_OUTCOMES: dict[str, Literal["waiting", "timed_out", "cancelled"]] = {
@@ -159,9 +160,7 @@ def _acquire_group_in_transaction(
     for limit in mine:
         if not limit.declared:
             return LimitsError(UNDECLARED_LIMIT.format(name=limit.name), field="limit")
-    now = max(rules.clock(limit) for limit in locked.values())
-    for limit in locked.values():
-        limit.last_event_at = now
+    now = rules.clock_all(locked)
     size = len(mine)
     if all(lim.waiting_count == 0 and lim.in_use < lim.capacity and keys.pools(lim).has_room(key) for lim in mine):
         slots = [
@@ -227,7 +226,8 @@ def _previous_group_outcome(request: str, order: list[str] | None = None) -> Acq
     if live:
         if any(slot.state == Slot.State.RESERVED for slot in live):
             locked = keys.lock({slot.limit_id for slot in live})
-            now = max(rules.clock(limit) for limit in locked.values())
+            reading = box_clock.now()
+            now = max(rules.clock(limit, reading) for limit in locked.values())
             changes = Changes()
             mine = keys.group_slots(request, locked)
             confirmed = keys.confirm_group(mine, now, changes) if mine else False

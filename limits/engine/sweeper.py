@@ -9,7 +9,6 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from limits import insights
 from limits.durations import parse_duration
@@ -17,6 +16,7 @@ from limits.engine import keys, rules
 from limits.engine.results import SweepReport
 from limits.engine.rules import EFFECTIVE_CAPACITY, HAS_FREE_CAPACITY, SWEEP_ACTOR, Changes
 from limits.models import AuditEvent, Limit, QueueEntry, Slot, SweepState
+from studio.plumbing import clock as box_clock
 
 HISTORY_BATCH = 5_000
 
@@ -44,7 +44,7 @@ def sweep() -> SweepReport:
        /metrics.
     """
     started = time.perf_counter()
-    now, report = timezone.now(), SweepReport()
+    now, report = box_clock.now(), SweepReport()
     limit_ids = set(
         Slot.objects.filter(state=Slot.State.BUSY, expires_at__lte=now).values_list("limit_id", flat=True).distinct()
     )
@@ -102,7 +102,7 @@ def sweep() -> SweepReport:
         report.timed_out += changes.timed_out
         report.granted += changes.granted
     report.purged = purge_history(history_cutoff(now))
-    insights.record(timezone.now())
+    insights.record(box_clock.now())
     done = {"last_run_at": now, "last_report": asdict(report), "last_duration_ms": _ms_since(started)}
     if not SweepState.objects.filter(id=1).update(**done):
         SweepState.objects.get_or_create(id=1, defaults=done)

@@ -34,9 +34,12 @@
 -- its cycles in 30 s (211, 160, 140 cycles/s; 269, 273, 278 with plain index scans;
 -- docs/performance.md, "Dead index entries").
 --
--- Times: the caller passes timezone.now() read before the call, so a function writes
--- limits_clock(that, limits_limit.last_event_at): one limit's timestamps never go back in lock order
--- (limits.verify relies on it), and tests can still move the clock.
+-- Times come from the database's clock, the box's one clock (studio/plumbing/clock.py): the caller
+-- passes p_now NULL, and limits_clock reads clock_timestamp() after the function took the limit's
+-- lock, so no worker's clock ever stamps a grant, an expiry or a deadline. A function writes
+-- limits_clock(p_now, limits_limit.last_event_at): one limit's timestamps never go back in lock
+-- order (limits.verify relies on it). Tests that move the clock with time_machine (the test setting
+-- STACKBONE_CLOCK = "process") pass their time as p_now instead.
 --
 -- They name tables and columns directly: a migration that renames one must replace them too (the
 -- PostgreSQL test suite fails at once if it does not). On SQLite the services run every rule in
@@ -97,9 +100,10 @@ BEGIN
 END
 $$;
 
--- limits.engine.rules.clock: a change to a locked limit is never stamped before its last one.
+-- limits.engine.rules.clock: a change to a locked limit is stamped with the database's clock
+-- (p_now NULL; the process's time in tests), never before the limit's last change.
 CREATE OR REPLACE FUNCTION limits_clock(p_now timestamptz, p_last timestamptz) RETURNS timestamptz
-LANGUAGE sql IMMUTABLE AS $$ SELECT greatest(p_now, p_last) $$;
+LANGUAGE sql VOLATILE AS $$ SELECT greatest(coalesce(p_now, clock_timestamp()), p_last) $$;
 
 -- limits.models.new_slot_id: 'slot_' and 32 hex digits.
 CREATE OR REPLACE FUNCTION limits_new_slot_id() RETURNS text

@@ -1,6 +1,9 @@
-"""The plumbing's rows: failed sign-ins for the throttle (table studio_signinfailure)."""
+"""The plumbing's rows: failed sign-ins for the throttle (table studio_signinfailure), and each
+host's clock skew against the database (studio_clockskew)."""
 
 from __future__ import annotations
+
+import datetime as dt
 
 from django.db import models
 
@@ -18,3 +21,42 @@ class SignInFailure(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key[:12]}… at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class ClockSkew(models.Model):
+    """How far one host's clock is off the database's, as its workers and beat last measured it
+    (studio.plumbing.clock.check_skew, at start and every 5 minutes). One row per host and role;
+    a row nobody measured for SKEW_FORGET is removed by the next measurement anywhere. Positive:
+    the host is ahead. `measured_at` is the database's time."""
+
+    host = models.CharField(max_length=200)
+    role = models.CharField(max_length=20)
+    skew_seconds = models.FloatField()
+    measured_at = models.DateTimeField()
+
+    class Meta:
+        app_label = "studio"
+        constraints = [models.UniqueConstraint(fields=["host", "role"], name="clock_skew_one_per_host_role")]
+
+    def __str__(self) -> str:
+        return f"{self.host} ({self.role}): {self.skew_seconds:+.1f} s"
+
+    @classmethod
+    def record(cls, host: str, role: str, skew: float) -> None:
+        from studio.plumbing import clock
+
+        at = clock.now()
+        cls.objects.update_or_create(host=host, role=role, defaults={"skew_seconds": skew, "measured_at": at})
+        cls.objects.filter(measured_at__lt=at - SKEW_FORGET).delete()
+
+    @classmethod
+    def recent(cls) -> models.QuerySet[ClockSkew]:
+        """The rows measured within SKEW_RECENT of the database's time, largest skew first."""
+        from studio.plumbing import clock
+
+        rows = cls.objects.filter(measured_at__gte=clock.now() - SKEW_RECENT)
+        return rows.order_by(models.Func(models.F("skew_seconds"), function="ABS").desc(), "host")
+
+
+SKEW_RECENT = dt.timedelta(minutes=15)  # three missed measurements: the host is gone or silent
+SKEW_FORGET = dt.timedelta(days=1)

@@ -20,8 +20,8 @@ from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest
-from django.utils import timezone
 
+from studio.plumbing import clock
 from studio.plumbing.models import SignInFailure
 
 THROTTLED = (
@@ -55,7 +55,7 @@ def begin_attempt(keys: dict[str, int]) -> list[int] | None:
     the ids of the attempt's rows (deleted again if it succeeds). Because each attempt's row is
     written before it counts, attempts racing from several workers see one another, and no more
     than the allowance ever get a password check."""
-    now = timezone.now()
+    now = clock.now()
     since = now - _window()
     SignInFailure.objects.filter(at__lte=since).delete()  # keep the table small
     ids = [row.pk for row in SignInFailure.objects.bulk_create([SignInFailure(key=key, at=now) for key in keys])]

@@ -108,7 +108,7 @@ def test_take_lease_does_what_the_orm_compare_and_set_does(clock) -> None:
     for state in run_states():
         raw, orm = twins(**state)
         now = timezone.now()
-        taken = statements.take_lease(raw, "me", now + LEASE, now)
+        taken = statements.take_lease(raw, "me", LEASE, now)
         updated = (
             Run.objects.filter(id=orm, status__in=UNFINISHED, suspended=False)
             .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
@@ -133,7 +133,7 @@ def test_renew_own_lease_does_what_the_orm_update_does(clock) -> None:
         for owner in ("w", "someone else"):
             raw, orm = twins(**state)
             now = timezone.now()
-            renewed = statements.renew_own_lease(raw, owner, now + LEASE, now)
+            renewed = statements.renew_own_lease(raw, owner, LEASE, now)
             updated = Run.objects.filter(id=orm, lease_owner=owner, status=Run.Status.RUNNING).update(
                 lease_until=now + LEASE, updated_at=now
             )
@@ -187,9 +187,10 @@ def test_insert_step_writes_the_row_step_objects_create_writes(clock) -> None:
         *({"kind": Step.Kind.STEP, "status": Step.Status.COMPLETED, "result": r, "finished_at": now} for r in OUTPUTS),
     ]
     for seq, values in enumerate(cases, start=1):
-        values = {"started_at": now - dt.timedelta(seconds=seq), **values}
-        step = statements.insert_step(raw_run, seq, f"step {seq}", dict(values))
-        Step.objects.create(run_id=orm_run, seq=seq, name=f"step {seq}", **values)
+        ran_for = dt.timedelta(seconds=seq)
+        given = {k: v for k, v in values.items() if k != "finished_at"}
+        step = statements.insert_step(raw_run, seq, f"step {seq}", given, now=now, ran_for=ran_for)
+        Step.objects.create(run_id=orm_run, seq=seq, name=f"step {seq}", started_at=now - ran_for, **values)
         stored = Step.objects.get(id=step.id)
         assert not step._state.adding
         assert {f: getattr(step, f) for f in STEP_FIELDS} == {f: getattr(stored, f) for f in STEP_FIELDS}

@@ -10,6 +10,7 @@ import datetime as dt
 import io
 
 import pytest
+import time_machine
 from django.core.management import CommandError, call_command
 from django.db.models import F
 from django.utils import timezone
@@ -29,7 +30,24 @@ def two(clock):
 
 
 def violations(name: str = "two") -> list[str]:
-    return verify([name]).violations
+    """The violations found a day after the rows, hand-made ones often written ahead of the
+    test's clock (the check of times in the future has tests of its own)."""
+    with time_machine.travel(timezone.now() + dt.timedelta(days=1), tick=False):
+        return verify([name]).violations
+
+
+def test_times_in_the_future_of_the_clock_expiry_before_max_hold_and_early_time_outs_are_violations(
+    two, clock
+) -> None:
+    now = timezone.now()
+    raw_slot(two, "ahead", now + dt.timedelta(minutes=10))  # a host 10 minutes ahead stamped it
+    raw_slot(two, "early", now - dt.timedelta(minutes=2), state="expired", freed_at=now)  # max hold is 10m
+    raw_entry(two, "cut", now - dt.timedelta(minutes=2), state="timed_out", finished_at=now)  # deadline in 1h
+    found = verify(["two"]).violations
+    assert any("granted_at" in v and "is after now" in v for v in found), found
+    assert any("taken back at" in v and "before its max hold ended" in v for v in found), found
+    assert any("timed out at" in v and "before its deadline" in v for v in found), found
+    assert len(found) == 3, found
 
 
 def raw_slot(limit: Limit, request: str, granted_at: dt.datetime, **fields: object) -> Slot:
@@ -105,6 +123,7 @@ def test_lowering_capacity_takes_no_slot_back_but_a_later_grant_above_it_is_a_vi
     assert violations() == []
     clock.advance(seconds=1)
     raw_slot(two, "late", timezone.now(), state="released", freed_at=timezone.now() + dt.timedelta(seconds=1))
+    clock.advance(seconds=1)  # its free is in the past now (a time in the future is a violation of its own)
     found = violations()
     assert len(found) == 1 and "over capacity 1" in found[0]
 
