@@ -43,7 +43,6 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
-from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
@@ -51,6 +50,7 @@ from limits import selectors, serializers, services
 from limits.config import KEY_MAX_LENGTH, check_key
 from limits.models import Limit, QueueEntry, Slot, is_storable_text
 from limits.tokens import user_for_token
+from studio.plumbing import clock as box_clock
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 500
@@ -198,7 +198,7 @@ def _page_answer(
             "size": size,
             "total": total,
             "has_next": page * size < total,
-            "now": timezone.now().isoformat(),
+            "now": box_clock.now().isoformat(),
         }
     )
 
