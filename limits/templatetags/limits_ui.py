@@ -6,11 +6,11 @@ import re
 from datetime import datetime
 
 from django import template
-from django.utils import timezone
 
 from limits.durations import format_duration
 from limits.models import AuditEvent, Limit
 from limits.printable import printable as printable_text
+from studio.plumbing import clock as box_clock
 
 register = template.Library()
 
@@ -29,7 +29,7 @@ def time_until(moment: datetime | None) -> str:
     """'12m 5s' until `moment`, or '' once it has passed."""
     if moment is None:
         return ""
-    left = int((moment - timezone.now()).total_seconds() * 1000)
+    left = int((moment - box_clock.display_now()).total_seconds() * 1000)
     return format_duration(left) if left > 0 else ""
 
 
@@ -37,7 +37,7 @@ def time_until(moment: datetime | None) -> str:
 def time_since(moment: datetime | None) -> str:
     if moment is None:
         return ""
-    passed = int((timezone.now() - moment).total_seconds() * 1000)
+    passed = int((box_clock.display_now() - moment).total_seconds() * 1000)
     return format_duration(passed) if passed >= 1000 else "just now"
 
 

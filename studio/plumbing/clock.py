@@ -209,3 +209,19 @@ def skew_banner(request: HttpRequest) -> dict[str, Any]:
         return found
 
     return {"clock_skew": SimpleLazyObject(hosts)}
+
+
+_display_offset: tuple[float, float] | None = None  # (measured at, monotonic; host minus database)
+DISPLAY_OFFSET_AGE = 60.0
+
+
+def display_now() -> datetime:
+    """The box's time for a page's "in 9s" and "3m ago": this process's clock corrected by its
+    skew, measured at most once a minute per process (one query then, none on most pages). For
+    display only: no rule reads it."""
+    global _display_offset
+    if not from_database():
+        return timezone.now()
+    if _display_offset is None or time.monotonic() - _display_offset[0] > DISPLAY_OFFSET_AGE:
+        _display_offset = (time.monotonic(), measure_skew())
+    return timezone.now() - timedelta(seconds=_display_offset[1])

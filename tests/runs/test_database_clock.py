@@ -129,3 +129,12 @@ def test_a_host_measures_and_records_its_skew(skewed) -> None:
     row = ClockSkew.objects.get(host=clock.host_name(), role="worker")
     assert row.skew_seconds == skew and near(row.measured_at, database_now())
     assert list(ClockSkew.recent()) == [row]
+
+
+def test_pages_count_down_in_the_databases_time(skewed, monkeypatch) -> None:
+    """"Expires in 44s" on a web host whose clock is off: its clock corrected by its skew."""
+    from limits.templatetags.limits_ui import time_until
+
+    monkeypatch.setattr(clock, "_display_offset", None)
+    assert near(clock.display_now(), database_now())
+    assert time_until(database_now() + dt.timedelta(seconds=44)) in ("44s", "43s")
