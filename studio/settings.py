@@ -19,6 +19,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
+from kombu import Exchange, Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STACKBONE_VAR_DIR", BASE_DIR / "var"))
@@ -207,6 +208,27 @@ if CELERY_BROKER_URL == "filesystem://":
         "store_processed": False,
         "polling_interval": 0.1,
     }
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://")):
+    # kombu's Redis channel rotates its queues round robin by default; this reads them in a fixed
+    # order, the maintenance queue first (studio/plumbing/broker.py).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"queue_order_strategy": "studio.plumbing.broker:MaintenanceFirst"}
+# Two queues (docs/operations.md, "Queues"). The sweep and run recovery (beat's two tasks, and the
+# recovery each worker sends at start) go to the maintenance queue; every other task, the runs',
+# to Celery's default queue. A worker consumes both unless -Q says otherwise, and takes from the
+# maintenance queue first whenever it takes a message (studio/plumbing/broker.py: on the
+# filesystem broker and on Redis), so however many runs are queued the sweep waits for at most
+# the tasks the worker already holds. A test run's queues have names of its own (STACKBONE_TEST_RUN).
+CELERY_TASK_DEFAULT_QUEUE = f"stackbone-test-{STACKBONE_TEST_RUN}" if STACKBONE_TEST_RUN else "celery"
+STACKBONE_MAINTENANCE_QUEUE = (
+    f"stackbone-test-{STACKBONE_TEST_RUN}-maintenance" if STACKBONE_TEST_RUN else "stackbone-maintenance"
+)
+CELERY_TASK_QUEUES = [
+    Queue(name, Exchange(name), routing_key=name) for name in (STACKBONE_MAINTENANCE_QUEUE, CELERY_TASK_DEFAULT_QUEUE)
+]
+CELERY_TASK_ROUTES = {
+    "limits.tasks.sweep": {"queue": STACKBONE_MAINTENANCE_QUEUE},
+    "studio.tasks.recover_runs": {"queue": STACKBONE_MAINTENANCE_QUEUE},
+}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -219,9 +241,13 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TASK_EAGER_PROPAGATES = True
+# No `expires`: a worker would judge it by its own clock (one minutes ahead drops every message).
+# A backlog (no worker for hours) costs little: a sweep within 5 s of the last pass, by the
+# database's clock, does nothing (limits/tasks.py), and a recovery pass with nothing to do is a
+# few indexed reads.
 CELERY_BEAT_SCHEDULE = {
-    "limits-sweep": {"task": "limits.tasks.sweep", "schedule": 15.0, "options": {"expires": 14}},
-    "runs-recover": {"task": "studio.tasks.recover_runs", "schedule": 15.0, "options": {"expires": 14}},
+    "limits-sweep": {"task": "limits.tasks.sweep", "schedule": 15.0},
+    "runs-recover": {"task": "studio.tasks.recover_runs", "schedule": 15.0},
 }
 
 # --- Stackbone ------------------------------------------------------------------------------------
@@ -245,13 +271,12 @@ LOGGING = {
 }
 
 # --- Test runs (see STACKBONE_TEST_RUN above) ------------------------------------------------------
-# On a broker server (Redis) a test run and its workers use a queue and a key prefix of their own
-# (queues, unacked messages, control and pub/sub channels), so they never consume a box's
-# messages and a box never consumes theirs, even with the same CELERY_BROKER_URL.
-if STACKBONE_TEST_RUN:
-    CELERY_TASK_DEFAULT_QUEUE = f"stackbone-test-{STACKBONE_TEST_RUN}"
-    if CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://")):
-        CELERY_BROKER_TRANSPORT_OPTIONS = {
-            **globals().get("CELERY_BROKER_TRANSPORT_OPTIONS", {}),
-            "global_keyprefix": f"stackbone-test-{STACKBONE_TEST_RUN}:",
-        }
+# On a broker server (Redis) a test run and its workers use queues (named in the Celery section)
+# and a key prefix of their own (queues, unacked messages, control and pub/sub channels), so they
+# never consume a box's messages and a box never consumes theirs, even with the same
+# CELERY_BROKER_URL.
+if STACKBONE_TEST_RUN and CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        **globals().get("CELERY_BROKER_TRANSPORT_OPTIONS", {}),
+        "global_keyprefix": f"stackbone-test-{STACKBONE_TEST_RUN}:",
+    }

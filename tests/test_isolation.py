@@ -37,6 +37,7 @@ print(json.dumps({
                              or k.endswith("_out")),
     "key_prefix": options.get("global_keyprefix", ""),
     "queue": app.conf.task_default_queue,
+    "maintenance_queue": s.STACKBONE_MAINTENANCE_QUEUE,
     "beat_schedule": s.CELERY_BEAT_SCHEDULE_FILENAME,
     "static_root": str(s.STATIC_ROOT),
 }))
@@ -70,6 +71,7 @@ def this_run() -> dict[str, Any]:
         "broker_folders": sorted(folders),
         "key_prefix": options.get("global_keyprefix", ""),
         "queue": app.conf.task_default_queue,
+        "maintenance_queue": settings.STACKBONE_MAINTENANCE_QUEUE,
         "beat_schedule": settings.CELERY_BEAT_SCHEDULE_FILENAME,
         "static_root": str(settings.STATIC_ROOT),
     }
@@ -90,6 +92,7 @@ def test_a_test_run_keeps_every_file_in_a_temporary_folder_of_its_own() -> None:
     if connection.vendor == "sqlite":
         assert inside(mine["test_database"], mine["var_dir"])
     assert mine["queue"] == f"stackbone-test-{settings.STACKBONE_TEST_RUN}"
+    assert mine["maintenance_queue"] == f"stackbone-test-{settings.STACKBONE_TEST_RUN}-maintenance"
 
 
 def test_a_box_started_from_the_same_shell_shares_nothing_with_the_test_run() -> None:
@@ -108,6 +111,7 @@ def test_a_box_started_from_the_same_shell_shares_nothing_with_the_test_run() ->
         assert box["static_root"] != mine["static_root"]
         if box["broker_url"] != "filesystem://":  # a broker server: the same URL, apart by queue and prefix
             assert box["queue"] != mine["queue"] and box["key_prefix"] != mine["key_prefix"]
+            assert box["maintenance_queue"] != mine["maintenance_queue"]
 
 
 def test_a_worker_started_by_a_test_shares_the_test_runs_state() -> None:
@@ -115,7 +119,11 @@ def test_a_worker_started_by_a_test_shares_the_test_runs_state() -> None:
     mine = this_run()
     assert child["var_dir"] == mine["var_dir"]
     assert child["broker_folders"] == mine["broker_folders"]
-    assert (child["queue"], child["key_prefix"]) == (mine["queue"], mine["key_prefix"])
+    assert (child["queue"], child["maintenance_queue"], child["key_prefix"]) == (
+        mine["queue"],
+        mine["maintenance_queue"],
+        mine["key_prefix"],
+    )
 
 
 @pytest.fixture
@@ -128,7 +136,7 @@ def real_broker():
 def test_a_test_runs_messages_go_to_its_own_broker_never_the_boxs(real_broker) -> None:
     """A message a test sends is found where this run's workers read, and not where a box on the
     project's var/ (or on the same broker server) reads. Read-only: a box's messages are never
-    consumed here."""
+    consumed here. The sweep goes to the maintenance queue (studio/settings.py)."""
     from studio.celery import app
 
     task_id = f"isolation-{uuid.uuid4().hex}"
@@ -146,8 +154,9 @@ def test_a_test_runs_messages_go_to_its_own_broker_never_the_boxs(real_broker) -
 
             client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
             mine = this_run()
-            assert any(task_id in m.decode() for m in client.lrange(f"{mine['key_prefix']}{mine['queue']}", 0, -1))  # type: ignore[union-attr]  # bytes: no decode_responses
-            theirs = client.lrange(f"{box['key_prefix']}{box['queue']}", 0, -1)
+            mine_key = f"{mine['key_prefix']}{mine['maintenance_queue']}"
+            assert any(task_id in m.decode() for m in client.lrange(mine_key, 0, -1))  # type: ignore[union-attr]  # bytes: no decode_responses
+            theirs = client.lrange(f"{box['key_prefix']}{box['maintenance_queue']}", 0, -1)
             assert not any(task_id in m.decode(errors="replace") for m in theirs)  # type: ignore[union-attr]  # bytes
     finally:
         app.control.purge()

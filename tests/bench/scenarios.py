@@ -1,4 +1,4 @@
-"""The eleven scenarios, in the order they run, each returning its rows of the table."""
+"""The twelve scenarios, in the order they run, each returning its rows of the table."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from tests.bench import data, dbos_queue, handoff, hotpath, load, runs, statements, sweeps
-from tests.bench.common import bench_database_url, create_database, drop_database, log, percentile
+from tests.bench.common import bench_database_url, create_database, drop_database, log, median, percentile
 from tests.bench.report import Row, verdict
 from tests.bench.workspace import (
     GROUP_A,
@@ -56,6 +56,8 @@ def run_all(args: argparse.Namespace) -> list[Row]:
         hotpath.chart(swept, fastest, args.chart, title)
     if 9 in args.only:
         rows += run_throughput(args)
+    if 12 in args.only:
+        rows += sweep_delay()
     data.many_limits(MANY_LIMITS)
     idle_small = sweeps.idle() if 3 in args.only else None
     if args.only & {2, 3, 6}:
@@ -334,6 +336,40 @@ def _latency(values: list[float]) -> str:
 
 
 # --- 3: the sweep -------------------------------------------------------------------------------------
+
+
+SWEEP_DELAY_RUNS = 1_000
+
+
+def sweep_delay() -> list[Row]:
+    n = SWEEP_DELAY_RUNS
+    log(f"scenario 12: a sweep sent with no runs queued, then behind {n:,} queued runs, one Celery worker")
+    result = sweeps.delay_beside_runs(n)
+    empty, behind, reference = result["empty"], result["behind"], result["reference"]
+    log(
+        f"  empty: taken after {_seconds([s[0] for s in empty])}; behind {n:,} runs: "
+        f"{_seconds([s[0] for s in behind])} with {min(s[2] for s in behind):,}+ runs unfinished; "
+        f"in the runs' queue: {reference[0]:.2f} s with {reference[2]:,} unfinished "
+        f"(starting the runs took {result['enqueue_s']:.1f} s)"
+    )
+    return [
+        Row(
+            f"12. Sweep delay: `limits.tasks.sweep` sent → taken by the worker (→ pass ended), one Celery worker "
+            f"(solo pool), {len(behind)} sweeps each, behind {n:,} queued one-step runs vs an empty queue",
+            f"behind {n:,} runs: {_seconds([s[0] for s in behind])} (→ ended {_seconds([s[1] for s in behind])}); "
+            f"at least {min(s[2] for s in behind):,} of the runs still unfinished at each",
+            f"empty queue: {_seconds([s[0] for s in empty])} (→ ended {_seconds([s[1] for s in empty])}); "
+            f"sent to the runs' queue instead (one queue, before the maintenance queue): {reference[0]:.1f} s, "
+            f"{reference[2]:,} runs unfinished",
+            "—",
+            "—",
+            "—",
+        )
+    ]
+
+
+def _seconds(values: list[float]) -> str:
+    return f"median {median(values) * 1000:,.0f} / max {max(values) * 1000:,.0f} ms"
 
 
 def big_sweep(args: argparse.Namespace, worker: handoff.Worker) -> tuple[list[Row], float]:

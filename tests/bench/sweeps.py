@@ -36,10 +36,13 @@ def worker_pass(rows: int, worker: Any, *, whole_wake: bool = False) -> dict[str
     3. Read the worker's peak RSS and kill it, so it never runs the advance tasks the pass
        dispatched; purge them.
     """
+    from datetime import timedelta
+
     import redis
     from django.conf import settings
+    from django.db.models.functions import Now
 
-    from limits.models import Limit, Slot
+    from limits.models import Limit, Slot, SweepState
     from limits.tasks import sweep
     from tests.bench.handoff import POLL, purge_broker, wait_for
 
@@ -47,6 +50,9 @@ def worker_pass(rows: int, worker: Any, *, whole_wake: bool = False) -> dict[str
     broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     purge_broker()
     seen = len(worker.lines)
+    # The task skips a sweep within 5 s of the last pass (limits/tasks.py); the idle sweeps may
+    # have just run one.
+    SweepState.objects.filter(id=1).update(last_run_at=Now() - timedelta(hours=1))
 
     def finished() -> str | None:
         return next((x for x in worker.lines[seen:] if "limits.tasks.sweep" in x and "succeeded in" in x), None)
@@ -109,3 +115,75 @@ def idle(times: int = 20) -> dict[str, Any]:
     with CaptureQueriesContext(connection) as captured:
         services.sweep()
     return {"ms": median(durations), "queries": len(captured.captured_queries), "sql": captured.captured_queries}
+
+
+# --- scenario 12: a sweep sent behind a backlog of runs ------------------------------------------
+
+
+def delay_beside_runs(pending: int, samples: int = 5) -> dict[str, Any]:
+    """Scenario 12: seconds from sending `limits.tasks.sweep` to the worker taking it ("received"
+    in its log: a solo worker runs what it takes at once) and to the end of its pass ("succeeded"),
+    through one `celery -A studio worker --pool=solo`, `samples` times each:
+
+    - with nothing else queued;
+    - with `pending` runs of a one-step workflow queued ahead of it (started while no worker ran,
+      then a worker started and let finish 5 of them); the sweep goes to the maintenance queue,
+      which the worker reads first;
+    - the reference, once, behind what is left of those runs: the same sweep sent to the runs'
+      queue, where every task went before the maintenance queue.
+
+    With each, the runs still unfinished once the worker took the sweep (counted after, so at most
+    what was left when it did). Every sample is a whole pass: the last pass is first moved an hour
+    back (limits/tasks.py skips a sweep within 5 s of the last one)."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.db.models.functions import Now
+
+    from limits.models import SweepState
+    from limits.tasks import sweep
+    from studio.runs.models import Run
+    from studio.workflows import start_run
+    from tests.bench.handoff import Worker, purge_broker, wait_for
+    from tests.bench.workflows import RUN_PLAIN
+
+    ended = [Run.Status.COMPLETED, Run.Status.FAILED, Run.Status.CANCELLED]
+    ids: list[str] = []
+
+    def unfinished() -> int:
+        return Run.objects.filter(id__in=ids).exclude(status__in=ended).count()
+
+    def one(worker: Worker, queue: str | None = None) -> tuple[float, float, int]:
+        SweepState.objects.filter(id=1).update(last_run_at=Now() - timedelta(hours=1))
+        seen = len(worker.lines)
+
+        def logged(word: str) -> bool:
+            return any(task_id in line and word in line for line in worker.lines[seen:])
+
+        sent = time.monotonic()
+        task_id = sweep.apply_async(queue=queue).id
+        wait_for(lambda: logged("received"), "the worker to take the sweep", worker, timeout=900)
+        taken = time.monotonic() - sent
+        left = unfinished()
+        wait_for(lambda: logged("succeeded"), "the sweep to end", worker, timeout=900)
+        return taken, time.monotonic() - sent, left
+
+    purge_broker()
+    worker = Worker()
+    try:
+        one(worker)  # warm-up: imports, connections, the sweep state's row
+        empty = [one(worker) for _ in range(samples)]
+    finally:
+        worker.stop()
+    started = time.monotonic()
+    ids = [start_run(RUN_PLAIN, {"n": i}).id for i in range(pending)]
+    enqueue_s = time.monotonic() - started
+    worker = Worker()
+    try:
+        wait_for(lambda: len(ids) - unfinished() >= 5, "the worker to take the runs", worker, timeout=300)
+        behind = [one(worker) for _ in range(samples)]
+        reference = one(worker, queue=settings.CELERY_TASK_DEFAULT_QUEUE)
+    finally:
+        worker.stop()
+        purge_broker()
+    return {"empty": empty, "behind": behind, "reference": reference, "pending": pending, "enqueue_s": enqueue_s}
