@@ -1,12 +1,15 @@
 """python -m tests.chaos [--runs 2000] [--rate 8] [--redis-restarts 1] [--postgres-restarts 1]
                        [--connection-kills 4] [--redis-url redis://127.0.0.1:6379] [--pg-cluster 15/main]
+                       [--skew 600] [--long-runs 6]
 
 The whole box under load with real processes, while things crash (issue 8, section 3; issue 11),
 with keys and several limits per acquisition (issue 13):
 
 1. Create a database of its own (DATABASE_URL's server, database `stackbone_chaos` by default,
    dropped and created), empty its Redis database, migrate.
-2. Start the web app (gunicorn), 3 Celery workers and beat, each in its own process group.
+2. Start the web app (gunicorn), 3 Celery workers and beat, each in its own process group, and
+   two more workers whose clock is `--skew` seconds (10 minutes) ahead and behind the machine's
+   (the database's): tests/skew/sitecustomize.py moves their clocks (the clock-skew finding).
 3. A load generator starts `--runs` runs of the shipped example workflows over the limits of
    tests/chaos/workspace.py: `place_call` and `open_session` (most released later by a
    `call_ended` run, some left to max hold), `export_report` (with_limit), `sync_partner` (short
@@ -15,7 +18,11 @@ with keys and several limits per acquisition (issue 13):
    account), and cancels a few waiting runs; and of the chaos run's own workflows
    (tests/chaos/workflows.py): `chaos_with_limit`, `chaos_acquire` (one guarded limit),
    `chaos_with_limits` and `chaos_acquire_slots` (both guarded limits, in either order), most
-   with a key, whose guarded step writes to a side file when it really starts and ends.
+   with a key, whose guarded step writes to a side file when it really starts and ends; and, at
+   the start of the load, `--long-runs` runs of `chaos_with_limit` over `guarded-long` whose step
+   lasts longer than a run's lease (31-34 s), the first advance of each sent to a worker ahead,
+   behind or on time in turn, while the load sends a duplicate advance of each every 3 s (a
+   redelivered message: it must find the lease taken).
 4. Meanwhile a chaos driver, at random moments: SIGKILLs a worker's process group and starts a
    new worker; starts a second beat for a while; has an operator change a capacity or a per-key
    pool; restarts Redis (`shutdown nosave`: every queued task is lost); restarts PostgreSQL;
@@ -28,7 +35,12 @@ with keys and several limits per acquisition (issue 13):
    more of one key than its pool, nor outside the granted interval of each of their slots, nor
    without a slot of every limit they asked for, and every grant of a group gave all its slots;
    no worker exited on its own, and every worker alive at a Redis restart went on consuming
-   tasks after it. Print the figures; exit 1 if any check failed.
+   tasks after it. In the database's time (tests/chaos/clocks.py: a trigger writes each slot's
+   and wait's changes with clock_timestamp()): no slot or wait stamped by a host's clock, no slot
+   live past its max hold + 15 s nor a wait past its timeout + 15 s once a sweep passed after
+   them, none taken back or timed out early, no grant after a timeout, no two executions of one
+   step at once, no message discarded as expired before its expiry. Print the figures; exit 1 if
+   any check failed.
 
 WARNING: --redis-restarts and --postgres-restarts restart the Redis and the PostgreSQL cluster
 that --redis-url and DATABASE_URL point to (every database and every client on them). Use 0 on
@@ -57,7 +69,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.chaos import clocks
 from tests.chaos.records import RECORDS_ENV, Records
+from tests.skew.sitecustomize import SKEW_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -67,6 +81,10 @@ GUARDED_WORKFLOWS = (*SINGLE_WORKFLOWS, "chaos_with_limits", "chaos_acquire_slot
 GUARDED_LIMITS = ("guarded-work", "guarded-keyed")
 BOUNDED_WORKFLOW = "chaos_bounded"  # tests/chaos/workflows.py: guarded work under a whole-run bound
 STALL_SECONDS = 120.0  # the load gives up when no run could be started for this long
+LONG_LIMIT = "guarded-long"  # tests/chaos/workspace.py: the long steps' limit
+LONG_STEP = (31.0, 34.0)  # seconds: longer than a run's lease (30 s, studio.runs.runtime.LEASE)
+DUPLICATE_EVERY = 3.0  # seconds between two duplicate advances of each long run
+SKEW_ROLES = ("behind", "ahead", "on-time")  # whose worker the long runs' first advances go to, in turn
 
 
 @dataclass(frozen=True)
@@ -110,6 +128,17 @@ def _cluster_on_port(port: int) -> tuple[str, str]:
     return sorted(os.listdir("/etc/postgresql"))[-1], "main"
 
 
+def clock_role(skew: float) -> str:
+    return "on-time" if not skew else ("ahead" if skew > 0 else "behind")
+
+
+def clock_queue(skew: float) -> str:
+    """The queue only the workers of one clock (on time, ahead, behind) consume, besides the box's."""
+    from django.conf import settings
+
+    return f"{getattr(settings, 'CELERY_TASK_DEFAULT_QUEUE', 'celery')}-clock-{clock_role(skew)}"
+
+
 def log(message: str) -> None:
     print(f"chaos {time.strftime('%H:%M:%S')} | {message}", file=sys.stderr, flush=True)
 
@@ -143,6 +172,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=0.05,
         help="seconds of slack when comparing step times with slot times (default 0.05)",
     )
+    parser.add_argument(
+        "--skew",
+        type=float,
+        default=600.0,
+        help="one more worker this many seconds ahead of the database's clock and one behind (default 600; 0: none)",
+    )
+    parser.add_argument(
+        "--long-runs",
+        type=int,
+        default=6,
+        help="with_limit runs whose step outlasts a run's lease (31-34 s), spread over the clocks (default 6)",
+    )
     parser.add_argument("--quiet-timeout", type=float, default=420.0, help="how long to wait for quiet (s)")
     parser.add_argument(
         "--database", default="stackbone_chaos", help="the database to create (default stackbone_chaos)"
@@ -166,16 +207,17 @@ class Box:
         self.port = port
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.workers: list[str] = []
+        self.skews: dict[str, float] = {}  # worker name -> its clock's skew (s)
         self.counter = Counter[str]()
         self.lock = threading.Lock()
 
-    def spawn(self, kind: str, argv: list[str]) -> str:
+    def spawn(self, kind: str, argv: list[str], env: dict[str, str] | None = None) -> str:
         with self.lock:
             self.counter[kind] += 1
             name = f"{kind}-{self.counter[kind]}"
             handle = (self.logs / f"{name}.log").open("wb")
             self.processes[name] = subprocess.Popen(
-                argv, cwd=ROOT, env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+                argv, cwd=ROOT, env=env or self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
             )
             handle.close()
             return name
@@ -186,8 +228,19 @@ class Box:
             [PYTHON, "-m", "gunicorn", "studio.wsgi", "--bind", f"127.0.0.1:{self.port}", "--workers", "2"],
         )
 
-    def start_worker(self) -> str:
+    def start_worker(self, skew: float = 0.0) -> str:
+        """A worker (2 processes; 3 for a skewed one) consuming the box's queues and the queue of
+        its clock (`clock_queue`); with a skew, its clock is that many seconds off the machine's
+        (tests/skew/sitecustomize.py, on its PYTHONPATH only)."""
+        from django.conf import settings
+
         index = self.counter["worker"] + 1
+        queues = [q.name for q in getattr(settings, "CELERY_TASK_QUEUES", None) or []]
+        queues = (queues or [getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", "celery")]) + [clock_queue(skew)]
+        env = dict(self.env)
+        if skew:
+            env[SKEW_ENV] = f"{skew:g}"
+            env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "skew"), env["PYTHONPATH"]])
         name = self.spawn(
             "worker",
             [
@@ -198,14 +251,17 @@ class Box:
                 "studio",
                 "worker",
                 "--loglevel=WARNING",
-                "--concurrency=2",
-                f"--hostname=chaos-{index}@%h",
+                f"--concurrency={3 if skew else 2}",
+                f"--hostname=chaos-{index}{f'-{clock_role(skew)}' if skew else ''}@%h",
                 "--without-gossip",
                 "--without-mingle",
                 "--include=tests.chaos.records",  # each pool process records the tasks it runs
+                f"--queues={','.join(queues)}",
             ],
+            env=env,
         )
         self.workers.append(name)
+        self.skews[name] = skew
         return name
 
     def start_beat(self) -> str:
@@ -309,7 +365,7 @@ class ChaosDriver(threading.Thread):
                 self.box.workers.remove(name)
                 self.figures.worker_exits.append(name)
                 log(f"{name} exited on its own (code {self.box.processes[name].returncode}); starting another")
-                self.box.start_worker()
+                self.box.start_worker(self.box.skews.get(name, 0.0))
 
     def tick(self) -> None:
         self.supervise()
@@ -335,7 +391,7 @@ class ChaosDriver(threading.Thread):
         victim = self.rng.choice(self.box.workers)
         self.figures.killed_at[victim] = time.time()
         self.box.kill(victim)
-        replacement = self.box.start_worker()
+        replacement = self.box.start_worker(self.box.skews.get(victim, 0.0))  # a clock as wrong
         self.figures.worker_kills += 1
         log(f"SIGKILLed {victim}, started {replacement}")
 
@@ -530,11 +586,21 @@ class Load:
         self.recent: list[str] = []
         self.last_error = ""
         self.stalled = ""  # why the load gave up (no run could be started for STALL_SECONDS)
+        # The long runs: (seconds into the load, the skew of the worker their first advance goes to).
+        skew = float(getattr(args, "skew", 0.0) or 0.0)
+        skews = {"behind": -skew, "ahead": skew, "on-time": 0.0}
+        self.long_plan = [(1.0 + i, skews[SKEW_ROLES[i % 3]]) for i in range(getattr(args, "long_runs", 0))]
+        self.long_runs: dict[str, float] = {}  # run id -> the skew of the worker its first advance went to
+        self.duplicates = 0
+        self.last_duplicates = 0.0
 
     def run(self) -> None:
-        next_start = last_started = time.monotonic()
+        began = next_start = last_started = time.monotonic()
         while (done := sum(self.started[w] for w in self.started if w != "call_ended")) < self.args.runs:
             now = time.monotonic()
+            if self.long_plan and now - began >= self.long_plan[0][0]:
+                self.guard(self.start_long)
+            self.guard(self.duplicate_long)
             if now >= next_start:
                 self.guard(self.start_one)
                 next_start += self.rng.expovariate(self.args.rate)
@@ -594,6 +660,37 @@ class Load:
         self.recent = [*self.recent[-200:], run.id]
         if rng.random() < 0.03 and self.recent:
             self.cancel_one(cancel_run)
+
+    def start_long(self) -> None:
+        """A with_limit run over `guarded-long` whose step outlasts a run's lease, its first
+        advance (its grant and its step) on a worker of the planned clock."""
+        from studio.workflows import start_run
+
+        _, skew = self.long_plan[0]
+        n = len(self.long_runs) + 1
+        seconds = round(self.rng.uniform(*LONG_STEP), 3)
+        long = {"label": f"long-{n}-{clock_role(skew)}", "seconds": seconds, "timeout": "90s", "limits": [LONG_LIMIT]}
+        with clocks.first_advance_on(clock_queue(skew)):
+            run = start_run("chaos_with_limit", long)
+        self.long_plan.pop(0)
+        self.long_runs[run.id] = skew
+        self.started["chaos_with_limit (long)"] += 1
+
+    def duplicate_long(self) -> None:
+        """Every DUPLICATE_EVERY s, one more advance of each long run under way (not waiting), as
+        a redelivered message: it must find the run's lease taken, whatever the clock of the worker
+        that holds it or of the one that takes the duplicate."""
+        from celery import current_app
+
+        from studio.models import Run
+
+        if not self.long_runs or time.monotonic() - self.last_duplicates < DUPLICATE_EVERY:
+            return
+        self.last_duplicates = time.monotonic()
+        under_way = Run.objects.filter(id__in=list(self.long_runs), status="running", suspended=False)
+        for run_id in under_way.values_list("id", flat=True):
+            current_app.send_task("studio.tasks.advance_run", [run_id])
+            self.duplicates += 1
 
     def account(self) -> str | None:
         """A key for the example workflows: four accounts, one of them busy, or none."""
@@ -672,6 +769,7 @@ def wait_for_quiet(load: Load, timeout: float, supervise: Any) -> tuple[bool, fl
     while True:
         supervise()
         load.guard(load.follow_up)
+        load.guard(load.duplicate_long)
         try:
             state = quiet(load)
         except Exception as error:
@@ -787,14 +885,37 @@ def hand_off_figures() -> dict[str, float]:
     }
 
 
-def guarded_figures(records: Records, tolerance: float) -> tuple[dict[str, Any], list[str]]:
+def executions_of(records: Records, died: dict[int, float] | None = None) -> list[dict[str, Any]]:
+    """Every execution of a guarded step from the side files: its start line with `limits`,
+    `claimed` ([limit, slot id] per limit), `ended` (its end line's time, or None) and `end`: its
+    end, or for one without an end line (SIGKILLed) start + planned seconds, or when its worker
+    was SIGKILLed if that came first (`died`: worker pid, the pool's parent, -> when)."""
+    executions = []
+    for key, start in records.starts.items():
+        end = records.ends.get(key)
+        limits = start.get("limits") or [start["limit"]]
+        claimed = start.get("slots") or [[start["limit"], start.get("slot_id")]]
+        last = start["t"] + start["planned"]
+        killed = (died or {}).get(start.get("ppid", -1))
+        if killed is not None and start["t"] <= killed < last:
+            last = killed
+        executions.append(
+            {**start, "limits": limits, "claimed": claimed, "end": end if end is not None else last, "ended": end}
+        )
+    return executions
+
+
+def guarded_figures(
+    records: Records, tolerance: float, died: dict[int, float] | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """From the side files and the slot rows: the guarded steps never ran more at once than the
     capacity in force, nor more of one key than its pool; each ran inside the granted interval
     [granted_at, freed_at] of EACH of its slots, holding a slot of every limit it asked for; and
     every grant of a group gave all its slots at once.
 
     1. Each execution is [start, end] from its own process's records; one SIGKILLed before its
-       end ran at most its planned seconds, so [start, start + planned].
+       end ran at most its planned seconds, so [start, start + planned], and not past the moment
+       its worker was SIGKILLed (`died`, executions_of).
     2. Its slots are the ones its body's handles name (a [limit, slot id] per limit asked for),
        else the one of its run and limit whose interval holds its start. Outside: for any of
        them, no slot at all, a slot of another run, start < granted_at - tolerance, or end >
@@ -813,20 +934,7 @@ def guarded_figures(records: Records, tolerance: float) -> tuple[dict[str, Any],
     """
     from limits.models import AuditEvent, Limit, LimitKey, Slot
 
-    executions = []
-    for key, start in records.starts.items():
-        end = records.ends.get(key)
-        limits = start.get("limits") or [start["limit"]]
-        claimed = start.get("slots") or [[start["limit"], start.get("slot_id")]]
-        executions.append(
-            {
-                **start,
-                "limits": limits,
-                "claimed": claimed,
-                "end": end if end is not None else start["t"] + start["planned"],
-                "ended": end,
-            }
-        )
+    executions = executions_of(records, died)
     figures: dict[str, Any] = {
         "guarded_executions": len(executions),
         "guarded_group_executions": sum(1 for e in executions if len(e["limits"]) > 1),
@@ -1022,6 +1130,27 @@ def worker_figures(chaos: ChaosDriver, records: Records, ended: float) -> tuple[
     return figures, problems
 
 
+def skew_figures(records: Records, load: Load, skew: float) -> tuple[dict[str, Any], list[str]]:
+    """The clocks of the worker processes (from their side-file lines: the injector must have
+    moved the skewed workers' pool processes, tests/skew/sitecustomize.py), the long steps each
+    clock ran, and the duplicate advances sent."""
+    clocks_seen = Counter(f"{round(p['skew']):+d} s" for p in records.processes)
+    long_steps = Counter(
+        f"{round(e.get('skew', 0)):+d} s" for e in records.starts.values() if e.get("limits") == [LONG_LIMIT]
+    )
+    problems = []
+    for wanted in (skew, -skew) if skew else ():
+        if not any(abs(p["skew"] - wanted) < 2 for p in records.processes):
+            problems.append(f"no worker process ran with a clock {wanted:+g} s off: the skew injector did not apply")
+    figures = {
+        "worker_processes_by_clock": dict(clocks_seen),
+        "long_steps_by_clock": dict(long_steps),
+        "long_runs": len(load.long_runs),
+        "duplicate_advances": load.duplicates,
+    }
+    return figures, problems
+
+
 def run_verify(env: dict[str, str]) -> tuple[int, list[str]]:
     done = subprocess.run(
         [PYTHON, "manage.py", "limits", "verify"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
@@ -1108,6 +1237,11 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
+    from django.db import connection
+
+    with connection.cursor() as cursor:  # before any slot: every change in the database's time
+        clocks.install_probe(cursor)
+    connection.close()
 
     port = free_port()
     box = Box(env, logs, port)
@@ -1118,6 +1252,9 @@ def main(argv: list[str] | None = None) -> int:
         box.start_web()
         for _ in range(args.workers):
             box.start_worker()
+        if args.skew:
+            box.start_worker(args.skew)
+            box.start_worker(-args.skew)
         box.start_beat()
         probe = WebProbe(port)
         _wait_for(lambda: probe.probe() == "200", 60, "the web app")
@@ -1127,7 +1264,8 @@ def main(argv: list[str] | None = None) -> int:
         chaos.start()
         killer = ConnectionKiller(rng, args, expected_seconds=args.runs / args.rate)
         killer.start()
-        log(f"load: {args.runs} runs at ~{args.rate}/s, {args.workers} workers, web on port {port}")
+        skewed = f" + 2 with clocks {args.skew:+g} s and {-args.skew:+g} s" if args.skew else ""
+        log(f"load: {args.runs} runs at ~{args.rate}/s, {args.workers} workers{skewed}, web on port {port}")
         load.run()
         load_seconds = time.monotonic() - began
         chaos.stopping.set()
@@ -1160,8 +1298,13 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(f"processes that died on their own: {dead}")
         problems += chaos.errors
         records = Records(Path(env[RECORDS_ENV])).read()
-        guarded, guarded_problems = guarded_figures(records, args.clock_tolerance)
+        died = {box.processes[name].pid: at for name, at in chaos.figures.killed_at.items()}
+        guarded, guarded_problems = guarded_figures(records, args.clock_tolerance, died)
         problems += guarded_problems
+        clock, clock_problems = clocks.clock_figures(records, executions_of(records, died), args.clock_tolerance)
+        problems += clock_problems
+        skews, skew_problems = skew_figures(records, load, args.skew)
+        problems += skew_problems
         workers, worker_problems = worker_figures(chaos, records, time.time())
         problems += worker_problems
         database, database_problems = database_figures()
@@ -1181,6 +1324,8 @@ def main(argv: list[str] | None = None) -> int:
                 "connection_kills": f"{killer.kills} ({killer.backends} backends terminated, {killer.missed} skipped)",
                 **workers,
                 **guarded,
+                **skews,
+                **clock,
                 "clock_tolerance_s": args.clock_tolerance,
                 "load_errors": dict(load.errors),
                 "web_probe": dict(probe.statuses),

@@ -4,11 +4,18 @@ Each worker process appends JSON lines to its own file under $STACKBONE_CHAOS_RE
 
 - `start` / `end` of every execution of a guarded step (tests/chaos/workflows.py);
 - `task`: a task this process began (at most one line a second per process, every periodic
-  task), so the chaos run can tell which worker processes kept consuming after a Redis restart.
+  task), so the chaos run can tell which worker processes kept consuming after a Redis restart;
+- `revoked`: a message this worker discarded unrun (expired or revoked), with the expiry the
+  message carried, so a discard before that expiry (a worker whose clock is ahead) shows;
+- `process`: a pool process began (its clock's skew: the skew injector, tests/skew).
 
 Workers import this module at start (`celery worker --include tests.chaos.records`), before
 their pool forks, so every pool process records its tasks. It imports nothing from Django.
-Times are time.time(), the machine's wall clock, which the slots' timezone.now() also reads.
+
+Times are the machine's real wall clock (`now()`), even in a worker whose clock the skew
+injector moved (tests/skew/sitecustomize.py): every side file, the chaos driver and the
+database (on the same machine) share one clock. Each line also says its process's skew (`skew`,
+seconds: its time.time() minus the real time).
 """
 
 from __future__ import annotations
@@ -19,12 +26,29 @@ import time
 from pathlib import Path
 from typing import Any
 
-from celery.signals import task_prerun
+from celery.signals import task_prerun, task_revoked, worker_process_init
 
 RECORDS_ENV = "STACKBONE_CHAOS_RECORDS"
 PERIODIC = ("limits.tasks.sweep", "studio.tasks.recover_runs")
 
+try:  # the test extras: present wherever the tests and the chaos run run
+    from time_machine import escape_hatch
+except ImportError:  # pragma: no cover - without time_machine nothing can skew a clock either
+    escape_hatch = None
+
 _last_task_line = 0.0
+
+
+def now() -> float:
+    """The real wall-clock time, whatever the skew injector (or a test) did to this process's clock."""
+    if escape_hatch is not None and escape_hatch.is_travelling():
+        return float(escape_hatch.time.time())
+    return time.time()
+
+
+def skew() -> float:
+    """This process's clock minus the real time, in seconds (0.0 unless tests/skew moved it)."""
+    return round(time.time() - now(), 1)
 
 
 def record(event: dict[str, Any]) -> None:
@@ -32,7 +56,7 @@ def record(event: dict[str, Any]) -> None:
     folder = os.environ.get(RECORDS_ENV)
     if not folder:
         return
-    line = json.dumps({**event, "pid": os.getpid(), "ppid": os.getppid()}) + "\n"
+    line = json.dumps({**event, "pid": os.getpid(), "ppid": os.getppid(), "skew": skew()}) + "\n"
     with open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a", encoding="utf-8") as handle:
         handle.write(line)
 
@@ -40,10 +64,29 @@ def record(event: dict[str, Any]) -> None:
 @task_prerun.connect(weak=False)
 def _task_seen(sender: Any = None, **kwargs: Any) -> None:
     global _last_task_line
-    now, name = time.time(), getattr(sender, "name", "")
-    if name in PERIODIC or now - _last_task_line >= 1.0:
-        _last_task_line = now
-        record({"event": "task", "task": name, "t": now})
+    at, name = now(), getattr(sender, "name", "")
+    if name in PERIODIC or at - _last_task_line >= 1.0:
+        _last_task_line = at
+        record({"event": "task", "task": name, "t": at})
+
+
+@task_revoked.connect(weak=False)
+def _task_discarded(sender: Any = None, request: Any = None, expired: bool = False, **kwargs: Any) -> None:
+    expires = getattr(request, "expires", None)
+    record(
+        {
+            "event": "revoked",
+            "task": getattr(sender, "name", ""),
+            "expired": bool(expired),
+            "expires": expires.isoformat() if hasattr(expires, "isoformat") else expires,
+            "t": now(),
+        }
+    )
+
+
+@worker_process_init.connect(weak=False)
+def _process_began(**kwargs: Any) -> None:
+    record({"event": "process", "t": now()})
 
 
 class Records:
@@ -55,6 +98,8 @@ class Records:
         self.starts: dict[str, dict[str, Any]] = {}
         self.ends: dict[str, float] = {}
         self.tasks: list[dict[str, Any]] = []
+        self.revoked: list[dict[str, Any]] = []
+        self.processes: list[dict[str, Any]] = []
 
     def read(self) -> Records:
         for path in sorted(self.folder.glob("*.jsonl")):
@@ -71,6 +116,10 @@ class Records:
                     self.ends[event["id"]] = event["t"]
                 elif event["event"] == "task":
                     self.tasks.append(event)
+                elif event["event"] == "revoked":
+                    self.revoked.append(event)
+                elif event["event"] == "process":
+                    self.processes.append(event)
         return self
 
     def running(self, now: float, min_age: float, min_left: float) -> list[dict[str, Any]]:

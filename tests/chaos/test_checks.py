@@ -1,11 +1,12 @@
-"""The chaos run's checks of the real concurrency of guarded work (issues 11 and 13), on
-hand-made side files and slot rows: each check must catch the violation it is there for."""
+"""The chaos run's checks of the real concurrency of guarded work (issues 11 and 13), and of its
+checks in the database's time (tests/chaos/clocks.py, the clock-skew finding), on hand-made side
+files, slot rows and probe lives: each check must catch the violation it is there for."""
 
 from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -13,8 +14,10 @@ from typing import Any
 import pytest
 
 from limits.models import Limit, Slot
+from tests.chaos import clocks
 from tests.chaos.__main__ import ChaosFigures, guarded_figures, worker_figures
 from tests.chaos.records import Records
+from tests.conftest import requires_postgres
 from tests.factories import declare
 
 pytestmark = pytest.mark.django_db
@@ -259,3 +262,285 @@ def test_a_load_that_cannot_start_any_run_gives_up_instead_of_looping(monkeypatc
 
     assert load.stalled == "no run could be started for 0 s: RuntimeError: no broker"
     assert load.errors["RuntimeError"] > 0
+
+
+# --- the checks in the database's time (tests/chaos/clocks.py: the clock-skew finding) -------------
+
+
+def slot_row(
+    slot_id: str,
+    granted: float,
+    max_hold: float = 4.0,
+    *,
+    freed: float | None = None,
+    reservation: float | None = None,
+    kind: str = "limit",
+) -> dict[str, Any]:
+    """A slot row as clocks.slot_rows() reads it (its stamps in seconds after T0)."""
+    return {
+        "id": slot_id,
+        "limit__name": "voice-calls",
+        "limit__kind": kind,
+        "run_id": f"run_{slot_id}",
+        "state": "busy",
+        "granted_at": at(granted),
+        "expires_at": at(granted + max_hold),
+        "reserved_until": at(granted + reservation) if reservation is not None else None,
+        "freed_at": at(freed) if freed is not None else None,
+    }
+
+
+def entry_row(
+    entry_id: str, timeout: float, *, request: str | None = None, enqueued: float = 0.0, finished: float | None = None
+) -> dict[str, Any]:
+    return {
+        "id": entry_id,
+        "limit__name": "guarded-work",
+        "run_id": f"run_{request or entry_id}",
+        "request": request or entry_id,
+        "state": "waiting",
+        "timeout_ms": int(timeout * 1000),
+        "enqueued_at": at(enqueued),
+        "finished_at": at(finished) if finished is not None else None,
+    }
+
+
+def life(*states: tuple[str, float]) -> clocks.Life:
+    """(state, seconds after T0), the first at its insert."""
+    return clocks.Life([(state, T0 + t) for state, t in states])
+
+
+SWEEPS = [(T0 + t, T0 + t + 0.2) for t in range(0, 300, 15)]  # a pass every 15 s
+
+
+def test_a_slot_stamped_ten_minutes_off_the_databases_time_is_caught() -> None:
+    slots = [slot_row("ahead", granted=600.0, freed=632.0), slot_row("on_time", granted=0.1, freed=2.0)]
+    lives = {"ahead": life(("busy", 0.0), ("released", 32.0)), "on_time": life(("busy", 0.0), ("released", 2.0))}
+
+    worst, problems = clocks.stamp_problems(slots, lives, [], {})
+
+    assert worst == 600.0
+    assert len(problems) == 2 and "granted_at is +600.0 s off" in problems[0] and "freed_at is +600.0 s" in problems[1]
+
+
+def test_a_wait_stamped_by_a_clock_behind_is_caught() -> None:
+    entries = [entry_row("1", 8, enqueued=-600.0)]
+
+    _, problems = clocks.stamp_problems([], {}, entries, {"1": life(("waiting", 0.0))})
+
+    assert problems == [
+        "wait 1 of guarded-work (run run_1): enqueued_at is -600.0 s off the database's time of that change"
+        f" ({clocks._fmt(T0)}): stamped by a host's clock"
+    ]
+
+
+def test_a_slot_live_past_its_max_hold_after_a_sweep_passed_is_caught() -> None:
+    """A worker ahead stamped expires_at in its future: the sweeps on time leave the slot."""
+    slots = [slot_row("held", granted=600.0)]  # the stamps of a worker 10 minutes ahead
+    lives = {"held": life(("busy", 0.0))}  # still busy, 40 s after the database wrote it
+
+    worst, problems = clocks.slot_problems(slots, lives, SWEEPS, now=T0 + 40)
+
+    assert worst == 36.0
+    assert problems == [
+        f"slot held of voice-calls (run run_held) live 40.0 s from {clocks._fmt(T0)} (still): max hold 4 s, "
+        "and a sweep pass after it was due left it"
+    ]
+
+
+def test_a_slot_live_past_its_max_hold_with_no_sweep_since_is_not_the_clocks_fault() -> None:
+    """No pass began after its expiry (beat's message lost in a Redis restart): nothing to judge."""
+    lives = {"held": life(("busy", 0.0))}
+
+    _, problems = clocks.slot_problems([slot_row("held", 0.0)], lives, [(T0 - 1, T0 - 0.8)], now=T0 + 40)
+
+    assert problems == []
+
+
+def test_a_slot_freed_within_one_sweep_of_its_max_hold_passes() -> None:
+    lives = {"held": life(("busy", 0.0), ("expired", 15.1))}
+
+    worst, problems = clocks.slot_problems([slot_row("held", 0.0)], lives, SWEEPS, now=T0 + 60)
+
+    assert (worst, problems) == (11.1, [])
+
+
+def test_a_reserved_slot_is_held_to_its_max_hold_only_once_its_run_confirmed_it() -> None:
+    """Found by the chaos run on the fixed code: a woken run's wake was lost in a PostgreSQL
+    restart and it confirmed its reservation 40 s later; the next pass took the slot back."""
+    slots = [slot_row("late", granted=0.0, max_hold=8, reservation=120)]
+    lives = {"late": life(("reserved", 0.0), ("busy", 40.0), ("expired", 45.2))}
+
+    worst, problems = clocks.slot_problems(slots, lives, SWEEPS, now=T0 + 60)
+
+    assert (worst, problems) == (5.2, [])
+
+
+def test_a_reservation_never_confirmed_and_never_lapsed_is_caught() -> None:
+    slots = [slot_row("kept", granted=600.0, max_hold=8, reservation=120)]  # stamped 10 minutes ahead
+    lives = {"kept": life(("reserved", 0.0))}
+
+    _, problems = clocks.slot_problems(slots, lives, SWEEPS, now=T0 + 150)
+
+    assert problems == [
+        f"slot kept of voice-calls (run run_kept) live 150.0 s from {clocks._fmt(T0)} (still): reservation 120 s, "
+        "never confirmed, and a sweep pass after it was due left it"
+    ]
+
+
+def test_a_slot_taken_back_before_its_max_hold_is_caught() -> None:
+    """A worker behind stamped expires_at in the past: the next sweep on time took it back."""
+    slots = [slot_row("early", granted=-600.0, max_hold=60)]
+    lives = {"early": life(("busy", 0.0), ("expired", 2.0))}
+
+    _, problems = clocks.slot_problems(slots, lives, SWEEPS, now=T0 + 60)
+
+    assert problems == [
+        "slot early of voice-calls (run run_early) taken back by max hold after 2.0 s: its max hold is 60 s"
+    ]
+
+
+def test_a_reservation_lapsed_before_its_time_is_caught() -> None:
+    slots = [slot_row("reserved", granted=-600.0, max_hold=60, reservation=120)]
+    lives = {"reserved": life(("reserved", 0.0), ("lapsed", 1.5))}
+
+    _, problems = clocks.slot_problems(slots, lives, SWEEPS, now=T0 + 60)
+
+    assert problems == [
+        "slot reserved of voice-calls (run run_reserved): reservation lapsed after 1.5 s: it was for 120 s"
+    ]
+
+
+def test_a_workflows_own_bound_has_no_max_hold() -> None:
+    lives = {"bound": life(("busy", 0.0))}
+
+    _, problems = clocks.slot_problems([slot_row("bound", 0.0, kind="workflow")], lives, SWEEPS, now=T0 + 100)
+
+    assert problems == []
+
+
+def test_a_wait_past_its_timeout_after_a_sweep_passed_is_caught() -> None:
+    lives = {"1": life(("waiting", 0.0), ("granted", 34.0))}
+
+    worst, problems = clocks.wait_problems([entry_row("1", 8)], lives, SWEEPS, now=T0 + 60)
+
+    assert worst == 26.0
+    assert problems == [
+        "wait of run run_1 on guarded-work lasted 34.0 s: timeout 8 s, and a sweep pass after its deadline left it",
+        "wait of run run_1 on guarded-work granted 26.0 s after its timeout (8 s)",
+    ]
+
+
+def test_a_grant_just_after_the_timeout_is_caught_and_a_time_out_within_one_sweep_passes() -> None:
+    entries = [entry_row("1", 8), entry_row("2", 8)]
+    lives = {"1": life(("waiting", 0.0), ("granted", 9.5)), "2": life(("waiting", 0.0), ("timed_out", 15.1))}
+
+    _, problems = clocks.wait_problems(entries, lives, SWEEPS, now=T0 + 60)
+
+    assert problems == ["wait of run run_1 on guarded-work granted 1.5 s after its timeout (8 s)"]
+
+
+def test_a_wait_timed_out_before_its_timeout_is_caught() -> None:
+    lives = {"1": life(("waiting", 0.0), ("timed_out", 0.4))}
+
+    _, problems = clocks.wait_problems([entry_row("1", 60)], lives, SWEEPS, now=T0 + 60)
+
+    assert problems == ["wait of run run_1 on guarded-work timed out after 0.4 s: timeout 60 s"]
+
+
+def test_a_wait_back_in_the_queue_after_its_deadline_is_judged_from_its_return() -> None:
+    """A reservation that lapsed puts the run back with its original deadline: its second entry,
+    born after that deadline, times out at the next sweep, not before."""
+    entries = [entry_row("1", 8, request="r"), entry_row("2", 8, request="r")]
+    lives = {
+        "1": life(("waiting", 0.0), ("granted", 2.0)),
+        "2": life(("waiting", 122.0), ("timed_out", 135.2)),
+    }
+
+    _, problems = clocks.wait_problems(entries, lives, SWEEPS, now=T0 + 200)
+
+    assert problems == []
+
+
+def test_two_executions_of_one_step_at_once_are_caught_one_after_another_pass() -> None:
+    executions = [
+        {"run_id": "run_a", "seq": 2, "t": T0, "end": T0 + 32, "pid": 1, "skew": -600.0},
+        {"run_id": "run_a", "seq": 2, "t": T0 + 3, "end": T0 + 35, "pid": 2, "skew": 0.0},
+        {"run_id": "run_b", "seq": 2, "t": T0, "end": T0 + 1, "pid": 3},
+        {"run_id": "run_b", "seq": 2, "t": T0 + 31, "end": T0 + 32, "pid": 4},  # replayed after a cut connection
+        {"run_id": "run_b", "seq": 4, "t": T0 + 31.5, "end": T0 + 33, "pid": 4},  # another step
+    ]
+
+    problems = clocks.step_overlap_problems(executions, tolerance=0.05)
+
+    assert problems == [
+        f"two executions of step #2 of run_a at once for 29.0 s from {clocks._fmt(T0 + 3)} (pids 1 and 2, "
+        "clocks -600 s and +0 s)"
+    ]
+
+
+def test_a_message_discarded_before_its_expiry_is_caught(tmp_path: Path) -> None:
+    records = Records(tmp_path)
+    expires = at(14).isoformat()
+    records.revoked = [
+        {"task": "limits.tasks.sweep", "expired": True, "expires": expires, "t": T0 + 0.1, "pid": 9, "skew": 600.0},
+        {"task": "limits.tasks.sweep", "expired": True, "expires": expires, "t": T0 + 2, "pid": 9, "skew": 600.0},
+        {"task": "limits.tasks.sweep", "expired": True, "expires": expires, "t": T0 + 14.5, "pid": 8, "skew": 0.0},
+        {"task": "studio.tasks.advance_run", "expired": False, "expires": None, "t": T0, "pid": 8, "skew": 0.0},
+    ]
+
+    assert clocks.discard_problems(records) == [
+        "2 limits.tasks.sweep message(s) discarded as expired up to 14 s before their expiry"
+        " (worker pid 9, clock +600 s)"
+    ]
+
+
+def test_a_step_whose_worker_was_sigkilled_ends_when_the_worker_died(tmp_path: Path) -> None:
+    from tests.chaos.__main__ import executions_of
+
+    records = write(tmp_path, ("run_a", None, 0.0, None, 32))  # its pool's parent has pid 0
+
+    (killed,) = executions_of(records, died={0: T0 + 5})
+    (planned,) = executions_of(records)
+
+    assert (killed["end"], planned["end"]) == (T0 + 5, T0 + 32)
+
+
+def test_side_files_keep_the_real_time_in_a_process_whose_clock_travels(tmp_path: Path, monkeypatch) -> None:
+    import time_machine
+
+    from tests.chaos import records as side_files
+
+    monkeypatch.setenv(side_files.RECORDS_ENV, str(tmp_path))
+    with time_machine.travel(datetime.now(UTC) + timedelta(seconds=600), tick=True):
+        side_files.record({"event": "task", "task": "limits.tasks.sweep", "t": side_files.now()})
+    (line,) = Records(tmp_path).read().tasks
+
+    assert abs(line["t"] - time.time()) < 5 and abs(line["skew"] - 600) < 1
+
+
+@pytest.mark.postgres
+@requires_postgres
+def test_the_probe_writes_each_insert_and_change_of_state_with_the_databases_clock() -> None:
+    from django.db import connection
+
+    from limits.models import SweepState
+
+    with connection.cursor() as cursor:
+        clocks.install_probe(cursor)  # inside the test's transaction: rolled back with it
+        slot_id = slot("run_a", 0, None)  # busy
+        Slot.objects.filter(id=slot_id).update(label="renamed")  # no change of state: not written
+        Slot.objects.filter(id=slot_id).update(state="released")
+        SweepState.objects.create(id=1, last_run_at=at(0), last_duration_ms=250.0)  # a sweep pass
+        SweepState.objects.filter(id=1).update(rolled_until=at(0))  # insights, not a pass
+        SweepState.objects.filter(id=1).update(last_run_at=at(15), last_duration_ms=100.0)  # another pass
+        probed = clocks.read_probe(cursor)
+
+    slots = probed.slots
+    assert list(slots) == [slot_id] and probed.entries == {}
+    assert [state for state, _ in slots[slot_id].states] == ["busy", "released"]
+    assert slots[slot_id].born <= slots[slot_id].states[1][1] <= probed.now
+    assert slots[slot_id].left(clocks.LIVE_SLOT) == slots[slot_id].states[1]
+    (first, second) = probed.passes  # (began, ended) in the database's time: ended - its duration
+    assert first[1] - first[0] == pytest.approx(0.25) and second[1] - second[0] == pytest.approx(0.1)
+    assert slots[slot_id].born <= first[1] <= second[1] <= probed.now

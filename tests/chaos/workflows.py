@@ -4,9 +4,10 @@ guards, not only what the rows say (issue 11), with keys and several limits (iss
 
 Each takes `limits` (one name, or two for the group workflows, in the order the load chose),
 `key` (or none) and `seconds`. Every execution of `guarded_work` appends a `start` line (run,
-the limits asked for, each with the slot the body's handle names, key, pids, wall-clock time,
-planned seconds) and an `end` line to its process's side file (tests/chaos/records.py). A
-SIGKILLed execution has no `end`: it ran at most its planned seconds.
+the step's call number in its run, the limits asked for, each with the slot the body's handle
+names, key, pids, real wall-clock time, planned seconds) and an `end` line to its process's side
+file (tests/chaos/records.py). A SIGKILLed execution has no `end`: it ran at most its planned
+seconds. Times are the real time even in a worker whose clock is skewed (records.now()).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from limits.workflow import (
 )
 from studio.runs.runtime import current_run
 from studio.workflows import step, workflow
-from tests.chaos.records import record
+from tests.chaos.records import now, record
 
 GUARDED_LIMIT = "guarded-work"
 KEYED_LIMIT = "guarded-keyed"  # a pool of one per key
@@ -60,15 +61,16 @@ def guarded_work(
             "event": "start",
             "id": execution,
             "run_id": ctx.run_id if ctx else None,
+            "seq": ctx.seq if ctx else None,  # the step's call number: one step of one run
             "limits": limits,
             "slots": slots,
             "key": key,
             "planned": seconds,
-            "t": time.time(),
+            "t": now(),
         }
     )
     time.sleep(seconds)  # the work: a connection kill or a SIGKILL may land here
-    record({"event": "end", "id": execution, "t": time.time()})
+    record({"event": "end", "id": execution, "t": now()})
     return {"execution": execution, "slots": slots}
 
 

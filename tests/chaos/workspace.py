@@ -6,7 +6,13 @@ nobody ends are taken back within the run; `partner-api` has a pool per account 
 (tests/chaos/workflows.py), whose steps record when they really run: `guarded-keyed` has a pool
 of one per key, and some runs take both limits at once, in either order (SPEC 10). Their max
 holds are far longer than any of their steps, so a step outside its slot is a bug, never max hold
-at work; no operator changes them, so their capacities and pools are the declared ones."""
+at work; no operator changes them, so their capacities and pools are the declared ones.
+
+`guarded-long` takes the chaos run's long steps (`chaos_with_limit`, 31-34 s: longer than a run's
+lease, 30 s), some run by the workers whose clock is 10 minutes ahead or behind: room for all of
+them at once, so they all start early and end within the load. Its max hold is longer than the
+whole run: a long step cut by a connection kill and then by a SIGKILL runs three times, and waits
+for its lease to lapse, in one slot (2 minutes were once not enough)."""
 
 from limits.config import define_workspace
 
@@ -17,5 +23,6 @@ workspace = define_workspace(
         "report-exports": {"capacity": 2, "max_hold": "30s"},
         "guarded-work": {"capacity": 2, "max_hold": "2m"},
         "guarded-keyed": {"capacity": 2, "max_hold": "2m", "per_key": 1},
+        "guarded-long": {"capacity": 6, "max_hold": "10m"},
     }
 )
