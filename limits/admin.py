@@ -5,12 +5,15 @@ counter out of step with its rows."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
+from django.db import models
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import method_decorator
@@ -21,6 +24,7 @@ from limits.config import CAPACITY_HELP, check_capacity, check_per_key
 from limits.durations import DURATION_HELP, DurationError, format_duration, parse_duration
 from limits.forms import POOL_HELP, duration_input, number_or_text, shortened
 from limits.models import AuditEvent, Limit, LimitKey, QueueEntry, Slot
+from limits.printable import printable
 from studio.plumbing.access import OPERATE_LIMIT, actor
 
 SEARCH_MAX_LENGTH = 200  # the longest text any admin searches (a label)
@@ -62,7 +66,58 @@ class BoundedSearchAdmin(DateBoundsMixin, AnyModelAdmin):
         return super().get_search_results(request, queryset, search_term)
 
 
-class SavedThroughServicesAdmin(BoundedSearchAdmin):
+def escaped(name: str) -> Callable[[Any, models.Model], str | None]:
+    """A read-only display of the text field `name`, escaped by limits.printable (a text field
+    keeps its lines; a JSON field is shown as JSON), sorted by the field itself."""
+
+    @admin.display(description=name.replace("_", " "), ordering=name)
+    def show(model_admin: Any, obj: models.Model) -> str | None:
+        value, field = getattr(obj, name), obj._meta.get_field(name)
+        if value is None:
+            return None  # the admin's empty value
+        if isinstance(field, models.JSONField):
+            return printable(json.dumps(value, ensure_ascii=False, cls=field.encoder))
+        return printable(value, lines=isinstance(field, models.TextField))
+
+    return show
+
+
+class EscapedTextAdmin(BoundedSearchAdmin):
+    """Shows the user-supplied text fields named in `escaped_fields` (keys, labels, run ids,
+    errors) with control and bidirectional-formatting characters written as escapes (`\\u202e`,
+    `\\x1b`), as Studio and the CLI show them: a right-to-left override cannot reverse the
+    columns after it. Each field `f` is shown, in the changelist and on the change page, by the
+    read-only display `f_escaped` (made here), which sorts by `f`; searches still match the stored
+    text. list_display, list_display_links, fields and readonly_fields name the fields themselves."""
+
+    escaped_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in cls.escaped_fields:
+            setattr(cls, f"{name}_escaped", escaped(name))
+
+    def _escaped(self, names: Sequence[Any]) -> list[Any]:
+        """`names` with each escaped field replaced by its display, each once, in place."""
+        shown = [f"{name}_escaped" if name in self.escaped_fields else name for name in names]
+        return list(dict.fromkeys(shown))
+
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        return self._escaped(super().get_list_display(request))
+
+    def get_list_display_links(self, request: HttpRequest, list_display: Any) -> Any:
+        links = super().get_list_display_links(request, list_display)
+        return links if links is None else self._escaped(links)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        return self._escaped(super().get_fields(request, obj))
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        escaped_names = [f"{name}_escaped" for name in self.escaped_fields]
+        return self._escaped([*super().get_readonly_fields(request, obj), *escaped_names])
+
+
+class SavedThroughServicesAdmin(EscapedTextAdmin):
     """A change form whose save calls limits.services instead of obj.save()."""
 
     @method_decorator(csrf_protect)
@@ -81,7 +136,7 @@ class SavedThroughServicesAdmin(BoundedSearchAdmin):
         return response
 
 
-class ReadOnlyAdmin(BoundedSearchAdmin):
+class ReadOnlyAdmin(EscapedTextAdmin):
     """Rows written only by the services: visible, never added, changed or deleted here. An
     operator (limits.operate_limit) may view them, so the Slots list and its release action need
     no other permission."""
@@ -402,6 +457,7 @@ class LimitKeyAdmin(SavedThroughServicesAdmin):
     list_filter = ["limit"]
     list_select_related = ["limit"]
     search_fields = ["key"]
+    escaped_fields = ("key",)
     ordering = ["limit__name", "-busy_count", "key"]
     show_full_result_count = False
     fields = ["limit", "key", "busy_count", "reserved_count", "waiting_count", "pool", "pool_in_force"]
@@ -464,6 +520,7 @@ class SlotAdmin(ReadOnlyAdmin):
     list_filter = ["state", "limit"]
     list_select_related = ["limit"]
     search_fields = ["id", "run_id", "key", "label"]
+    escaped_fields = ("run_id", "request", "key", "label", "freed_by")
     ordering = ["-granted_at"]
     show_full_result_count = False
     actions = ["release_selected"]
@@ -501,6 +558,7 @@ class QueueEntryAdmin(ReadOnlyAdmin):
     list_filter = ["state", "limit"]
     list_select_related = ["limit"]
     search_fields = ["run_id", "key", "label"]
+    escaped_fields = ("run_id", "request", "key", "label")
     ordering = ["limit", "position"]
     show_full_result_count = False
 
@@ -511,5 +569,6 @@ class AuditEventAdmin(ReadOnlyAdmin):
     list_filter = ["action", "limit"]
     list_select_related = ["limit"]
     search_fields = ["actor", "slot_id", "key", "limit__name"]
+    escaped_fields = ("actor", "slot_id", "key", "old_value", "new_value")
     date_hierarchy = "at"
     show_full_result_count = False

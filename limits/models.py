@@ -9,6 +9,7 @@ from django.db.models import Q
 
 from limits.config import KEY_MAX_LENGTH, MAX_CAPACITY, MIN_CAPACITY
 from limits.durations import MAX_DURATION_MS
+from limits.printable import printable
 
 LABEL_MAX_LENGTH = 200
 RUN_ID_MAX_LENGTH = 64
@@ -224,8 +225,8 @@ class LimitKey(models.Model):
         ]
         indexes = [models.Index(fields=["limit", "-busy_count", "key"], name="limitkey_busiest")]
 
-    def __str__(self) -> str:
-        return f"{self.limit_id}:{self.key}"
+    def __str__(self) -> str:  # the admin's titles and history: user text escaped (limits.printable)
+        return f"{self.limit_id}:{printable(self.key)}"
 
     @property
     def in_use(self) -> int:
@@ -293,8 +294,8 @@ class QueueEntry(models.Model):
             models.Index(fields=["finished_at"], condition=~Q(state="waiting"), name="queue_history_age"),
         ]
 
-    def __str__(self) -> str:
-        return f"{self.limit_id}#{self.position} {self.run_id}"
+    def __str__(self) -> str:  # the admin's titles and history: user text escaped (limits.printable)
+        return f"{self.limit_id}#{self.position} {printable(self.run_id)}"
 
 
 LIVE_SLOT_STATES = ("reserved", "busy")

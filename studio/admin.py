@@ -1,4 +1,6 @@
-"""Runs and their steps in the admin: read-only (runs change only through the run layer)."""
+"""Runs and their steps in the admin: read-only (runs change only through the run layer). Their
+user-supplied text (input, output, errors, keys, what a run waits for) is shown escaped, as in
+Studio (limits.admin.EscapedTextAdmin)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from typing import TYPE_CHECKING
 from django.contrib import admin
 from django.http import HttpRequest
 
-from limits.admin import BoundedSearchAdmin
+from limits.admin import EscapedTextAdmin, escaped
 from studio.models import Run, Step
 
 if TYPE_CHECKING:  # the stubs' generic class, which is not subscriptable at run time
@@ -16,7 +18,7 @@ else:
     StepTabularInline = admin.TabularInline
 
 
-STEP_FIELDS = ("seq", "name", "kind", "status", "started_at", "finished_at", "error")
+STEP_FIELDS = ("seq", "name_escaped", "kind", "status", "started_at", "finished_at", "error_escaped")
 
 
 class StepInline(StepTabularInline):
@@ -24,6 +26,8 @@ class StepInline(StepTabularInline):
     fields = STEP_FIELDS
     readonly_fields = STEP_FIELDS
     ordering = ["seq"]
+    name_escaped = escaped("name")
+    error_escaped = escaped("error")
     extra = 0
     can_delete = False
     show_change_link = False
@@ -36,10 +40,11 @@ class StepInline(StepTabularInline):
 
 
 @admin.register(Run)
-class RunAdmin(BoundedSearchAdmin):
+class RunAdmin(EscapedTextAdmin):
     list_display = ["id", "workflow", "status", "suspended", "waiting_for", "created_at", "finished_at"]
     list_filter = ["status", "suspended", "workflow"]
     search_fields = ["id", "workflow"]
+    escaped_fields = ("id", "workflow", "input", "output", "error", "waiting_for", "concurrency_key")
     date_hierarchy = "created_at"
     show_full_result_count = False
     inlines = [StepInline]

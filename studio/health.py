@@ -1,4 +1,5 @@
-"""/healthz: is this box able to work? Database and broker reachable, and how long ago the sweep ran."""
+"""/healthz: is this box able to work? Database and broker reachable, static files servable, and
+how long ago the sweep ran."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django.views.decorators.http import require_GET
 
 from limits.models import SweepState
 from studio.celery import app
+from studio.checks import static_files_problem
 
 SWEEP_STALE_SECONDS = 60
 
@@ -17,9 +19,10 @@ SWEEP_STALE_SECONDS = 60
 @never_cache
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
-    """200 when the database and the broker answer, 503 otherwise. `last_sweep_age_s` is null
-    until beat ran the first sweep; above 60 s the status is 'degraded' (is beat running?)."""
-    body: dict[str, object] = {"database": "ok", "broker": "ok", "last_sweep_age_s": None}
+    """200 when the database and the broker answer and this process can serve static files (no
+    missing manifest: studio.checks), 503 otherwise. `last_sweep_age_s` is null until beat ran
+    the first sweep; above 60 s the status is 'degraded' (is beat running?)."""
+    body: dict[str, object] = {"database": "ok", "broker": "ok", "static": "ok", "last_sweep_age_s": None}
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
@@ -33,7 +36,10 @@ def healthz(request: HttpRequest) -> JsonResponse:
             conn.ensure_connection(max_retries=1, timeout=2)
     except Exception as error:  # likewise for the broker
         body["broker"] = f"error: {type(error).__name__}"
-    healthy = body["database"] == "ok" and body["broker"] == "ok"
+    static = static_files_problem(this_process=True)
+    if static is not None:
+        body["static"] = f"error: {static}"
+    healthy = body["database"] == "ok" and body["broker"] == "ok" and body["static"] == "ok"
     age = body["last_sweep_age_s"]
     stale = age is None or (isinstance(age, float) and age > SWEEP_STALE_SECONDS)
     body["status"] = "down" if not healthy else ("degraded" if stale else "ok")

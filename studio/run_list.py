@@ -49,6 +49,7 @@ NO_WORKFLOWS = "none: no module in STACKBONE_WORKFLOWS registers one"
 BAD_JSON = "input is not valid JSON: {error}"
 NOT_AN_OBJECT = "input must be a JSON object ({{...}}), not {kind}"
 NOT_TEXT = "input must be UTF-8 text"
+TOO_DEEP = "input is nested too deeply"
 INPUT_TOO_LONG = "input must be at most {limit} characters of JSON, not {length}"
 KEY_WITHOUT_BOUNDS = (
     "key: workflow {name!r} caps no runs (no @workflow(concurrency=...) or limits=...), so a concurrency "
@@ -91,6 +92,8 @@ def parse_input(text: str | None) -> dict[str, Any]:
         value = json.loads(text)
     except ValueError as error:
         raise RunsError(BAD_JSON.format(error=error), "input") from None
+    except RecursionError:  # json's parser recurses: a few thousand nested [ fit in the size limit
+        raise RunsError(TOO_DEEP, "input") from None
     if not isinstance(value, dict):
         raise RunsError(NOT_AN_OBJECT.format(kind=_json_kind(value)), "input")
     return value

@@ -260,13 +260,22 @@ STACKBONE_HISTORY_RETENTION = os.environ.get("STACKBONE_HISTORY_RETENTION", "7d"
 # (outside DEBUG).
 STACKBONE_METRICS_TOKEN = os.environ.get("STACKBONE_METRICS_TOKEN", "")
 
+# Server errors (django.request, level ERROR: 5xx with their traceback) reach stderr with DEBUG off
+# too: Django's default sends them to its console only with DEBUG on, otherwise to mail_admins
+# alone, so a 500 left no line anywhere. `server_errors` takes over when DEBUG is off (no line
+# twice); 404s are warnings, below its level.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"require_debug_false": {"()": "django.utils.log.RequireDebugFalse"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler"},
+        "server_errors": {"class": "logging.StreamHandler", "level": "ERROR", "filters": ["require_debug_false"]},
+    },
     "loggers": {
         "limits": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
         "studio": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+        "django.request": {"handlers": ["server_errors"]},
     },
 }
 

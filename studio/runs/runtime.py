@@ -19,7 +19,6 @@ import contextlib
 import contextvars
 import functools
 import importlib
-import json
 import logging
 import pkgutil
 import threading
@@ -599,7 +598,8 @@ def _task(name: str) -> Any:
 
 
 def _check_json(value: Any, what: str) -> None:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError) as error:
-        raise WorkflowError(NOT_JSON.format(what=what, error=error)) from None
+    from studio.runs.json_values import unstorable  # what every database stores (NaN, NUL: no)
+
+    reason = unstorable(value)
+    if reason is not None:
+        raise WorkflowError(NOT_JSON.format(what=what, error=reason))

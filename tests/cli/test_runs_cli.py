@@ -123,6 +123,18 @@ BAD_STARTS = [
     pytest.param(["start", "place_call", "--key", "acme"], "key", "caps no runs", id="key-without-bounds"),
     pytest.param(["start", "sync_tenant", "--key", "a\x1bb"], "key", "control characters", id="control-key"),
     pytest.param(["start", "sync_tenant", "--key", "k" * 129], "key", "1 to 128 characters", id="long-key"),
+    # JSON that Python reads and PostgreSQL's jsonb refuses: refused on every database.
+    *(
+        pytest.param(["start", "place_call", "--input", text], "input", message, id=name)
+        for name, text, message in [
+            ("nan", '{"a": NaN}', "are not JSON numbers"),
+            ("infinity", '{"a": -Infinity}', "are not JSON numbers"),
+            ("1e999", '{"a": 1e999}', "are not JSON numbers"),
+            ("nul", '{"a": "\\u0000"}', "must not contain the NUL character"),
+            ("lone-surrogate", '{"a": "\\ud800"}', "must not contain a lone surrogate"),
+            ("deep", '{"a": ' + "[" * 30_000 + "]" * 30_000 + "}", "input is nested too deeply"),
+        ]
+    ),
 ]
 
 

@@ -373,6 +373,13 @@ def test_the_key_is_the_runs_concurrency_key(operator_client, htmx) -> None:
         ({"workflow": "place_call", "input": "{}", "key": "acme"}, "key", "caps no runs"),
         ({"workflow": "sync_tenant", "input": "{}", "key": "k" * 200}, "key", "key must be a string of 1 to 128"),
         ({"workflow": "place_call", "input": " " + "x" * 70_000}, "input", "input must be at most 65536 characters"),
+        # JSON that Python reads and PostgreSQL's jsonb refuses: refused on every database.
+        ({"workflow": "place_call", "input": '{"a": NaN}'}, "input", "are not JSON numbers"),
+        ({"workflow": "place_call", "input": '{"a": Infinity}'}, "input", "are not JSON numbers"),
+        ({"workflow": "place_call", "input": '{"a": 1e999}'}, "input", "are not JSON numbers"),
+        ({"workflow": "place_call", "input": '{"a": "\\u0000"}'}, "input", "must not contain the NUL character"),
+        ({"workflow": "place_call", "input": '{"a": "\\ud800"}'}, "input", "must not contain a lone surrogate"),
+        ({"workflow": "place_call", "input": "[" * 30_000 + "]" * 30_000}, "input", "input is nested too deeply"),
     ],
 )
 def test_a_refused_start_shows_the_message_by_its_field_and_creates_nothing(
