@@ -34,7 +34,7 @@ from prometheus_client.registry import Collector
 
 from limits import insights
 from limits.models import WAIT_BUCKETS_S
-from studio.plumbing.models import ClockSkew
+from studio.plumbing import clock as box_clock
 
 RELEASE_CAUSES = (
     ("workflow", "released_by_workflow"),
@@ -140,9 +140,9 @@ class LimitsCollector(Collector):
 
 
 def largest_skew_by_host() -> dict[str, float]:
-    """host -> its largest recent skew (signed), one query (studio.plumbing.models.ClockSkew)."""
+    """host -> its largest recent skew (signed), one query (studio.plumbing.clock.recent_skews)."""
     largest: dict[str, float] = {}
-    for host, seconds in ClockSkew.recent().values_list("host", "skew_seconds"):
+    for host, seconds in box_clock.recent_skews().values_list("host", "skew_seconds"):
         largest.setdefault(host, seconds)  # recent() orders by size, largest first
     return largest
 

@@ -36,6 +36,10 @@ if "pytest_django" in sys.modules:
     # An empty static root: tests serve no collected files, and WhiteNoise warns on a missing one.
     (VAR_DIR / "staticfiles").mkdir()
 STACKBONE_TEST_RUN = os.environ.get("STACKBONE_TEST_RUN", "")
+# Whose clock the box keeps (studio/plumbing/clock.py): "database", the only production value.
+# The pytest process takes "process" so time_machine moves the box's time on PostgreSQL too; the
+# workers and commands the tests start are production processes and keep the database's.
+STACKBONE_CLOCK = "process" if "pytest_django" in sys.modules else "database"
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -121,6 +125,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "studio.plumbing.clock.skew_banner",
             ],
         },
     },

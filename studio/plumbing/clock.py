@@ -32,17 +32,20 @@ import socket
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.cache import cache
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connection
-from django.db.models import DateTimeField, Expression, Value
+from django.db.models import DateTimeField, Expression, F, Func, QuerySet, Value
 from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.functional import SimpleLazyObject
+
+if TYPE_CHECKING:
+    from studio.plumbing.models import ClockSkew
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +57,8 @@ SKEW_WARNING = 2.0  # seconds: a host this far off is logged as a warning
 SKEW_ERROR = 20.0
 SKEW_INTERVAL = 300.0  # seconds between two measurements by a worker or beat
 BANNER_CACHE_KEY = "stackbone:clock-skew-banner"
+SKEW_RECENT = timedelta(minutes=15)  # three missed measurements: the host is gone or silent
+SKEW_FORGET = timedelta(days=1)
 
 
 def mode() -> str:
@@ -146,8 +151,18 @@ def check_skew(role: str) -> float:
         )
     elif size > SKEW_WARNING:
         logger.warning("this host's clock is %+.1f s off the database's (%s on %s)", skew, role, host_name())
-    ClockSkew.record(host_name(), role, skew)
+    at = now()
+    ClockSkew.objects.update_or_create(host=host_name(), role=role, defaults={"skew_seconds": skew, "measured_at": at})
+    ClockSkew.objects.filter(measured_at__lt=at - SKEW_FORGET).delete()
     return skew
+
+
+def recent_skews() -> QuerySet[ClockSkew]:
+    """The hosts' skews measured within SKEW_RECENT of the database's time, largest first."""
+    from studio.plumbing.models import ClockSkew  # noqa: F811 - the model, at run time
+
+    rows = ClockSkew.objects.filter(measured_at__gte=now() - SKEW_RECENT)
+    return rows.order_by(Func(F("skew_seconds"), function="ABS").desc(), "host")
 
 
 @register()
@@ -199,14 +214,12 @@ def skew_banner(request: HttpRequest) -> dict[str, Any]:
         return {}
 
     def hosts() -> list[Any]:
-        from studio.plumbing.models import ClockSkew
-
         def read() -> list[dict[str, Any]]:
-            rows = ClockSkew.recent().values("host", "role", "skew_seconds")[:20]
+            rows = recent_skews().values("host", "role", "skew_seconds")[:20]
             return [{**row, "off": abs(row["skew_seconds"])} for row in rows if abs(row["skew_seconds"]) > SKEW_WARNING]
 
-        found: list[Any] = cache.get_or_set(BANNER_CACHE_KEY, read, timeout=60)
-        return found
+        found = cache.get_or_set(BANNER_CACHE_KEY, read, timeout=60)
+        return list(found or [])
 
     return {"clock_skew": SimpleLazyObject(hosts)}
 

@@ -3,8 +3,6 @@ host's clock skew against the database (studio_clockskew)."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 from django.db import models
 
 
@@ -26,7 +24,7 @@ class SignInFailure(models.Model):
 class ClockSkew(models.Model):
     """How far one host's clock is off the database's, as its workers and beat last measured it
     (studio.plumbing.clock.check_skew, at start and every 5 minutes). One row per host and role;
-    a row nobody measured for SKEW_FORGET is removed by the next measurement anywhere. Positive:
+    a row nobody measured for a day is removed by the next measurement anywhere. Positive:
     the host is ahead. `measured_at` is the database's time."""
 
     host = models.CharField(max_length=200)
@@ -40,23 +38,3 @@ class ClockSkew(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host} ({self.role}): {self.skew_seconds:+.1f} s"
-
-    @classmethod
-    def record(cls, host: str, role: str, skew: float) -> None:
-        from studio.plumbing import clock
-
-        at = clock.now()
-        cls.objects.update_or_create(host=host, role=role, defaults={"skew_seconds": skew, "measured_at": at})
-        cls.objects.filter(measured_at__lt=at - SKEW_FORGET).delete()
-
-    @classmethod
-    def recent(cls) -> models.QuerySet[ClockSkew]:
-        """The rows measured within SKEW_RECENT of the database's time, largest skew first."""
-        from studio.plumbing import clock
-
-        rows = cls.objects.filter(measured_at__gte=clock.now() - SKEW_RECENT)
-        return rows.order_by(models.Func(models.F("skew_seconds"), function="ABS").desc(), "host")
-
-
-SKEW_RECENT = dt.timedelta(minutes=15)  # three missed measurements: the host is gone or silent
-SKEW_FORGET = dt.timedelta(days=1)

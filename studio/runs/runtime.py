@@ -22,19 +22,20 @@ import importlib
 import logging
 import pkgutil
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
-from django.db.models import Exists, F, OuterRef, Q, Value
+from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Coalesce
-from django.utils import timezone
 
+from studio.plumbing import clock
 from studio.runs import statements
 from studio.runs.models import Run, Step
 from studio.runs.signals import find_stuck_waits, run_ended, run_queued, run_starting
@@ -46,6 +47,7 @@ logger = logging.getLogger(__name__)
 # advancing for at most LEASE before recovery dispatches it again (found by the chaos run: with a
 # 5-minute lease and no heartbeat, every killed advance stranded its run for 5 minutes).
 LEASE = timedelta(seconds=30)
+ZERO = timedelta(0)
 UNFINISHED = [Run.Status.QUEUED, Run.Status.PENDING, Run.Status.RUNNING]
 WAITING_STATUSES = [Run.Status.RUNNING, Run.Status.QUEUED]  # suspended on a hook, or queued (SPEC 11)
 HEARTBEAT_SECONDS = 10.0
@@ -192,8 +194,7 @@ def lock_own_run(ctx: RunContext) -> None:
     run still runs, and renew the lease, in one UPDATE (its row lock lasts to the end of the
     transaction: a cancel or a takeover waits for it, and a recording sees neither half-done);
     otherwise stop advancing (it was cancelled or taken over)."""
-    now = timezone.now()
-    if not statements.renew_own_lease(ctx.run_id, ctx.owner, now + LEASE, now):
+    if not statements.renew_own_lease(ctx.run_id, ctx.owner, LEASE, clock.param()):
         raise LeaseLost(ctx.run_id)
 
 
@@ -205,22 +206,34 @@ def recorded_step(ctx: RunContext, seq: int, name: str) -> Step | None:
 
 
 def record_step(
-    ctx: RunContext, seq: int, name: str, *, status: str, kind: str = Step.Kind.STEP, **values: Any
+    ctx: RunContext,
+    seq: int,
+    name: str,
+    *,
+    status: str,
+    kind: str = Step.Kind.STEP,
+    ran_for: timedelta | None = None,
+    **values: Any,
 ) -> Step:
     """Create or update the step at `seq` (call inside lock_own_run's transaction, which renewed
     the lease; the lease makes this worker the run's only writer, so ctx.recorded says whether
-    the row exists). A step that is no longer waiting is finished now."""
-    now = timezone.now()
+    the row exists). A step that is no longer waiting is finished now; one that ran `ran_for`
+    (measured on this host's monotonic clock) started that long before, in the box's time."""
     values = {"kind": kind, "status": status, **values}
-    if status != Step.Status.WAITING:
-        values["finished_at"] = now
     step = ctx.recorded.get(seq)
     if step is None:
-        step = statements.insert_step(ctx.run_id, seq, name, {"started_at": now, **values})
+        step = statements.insert_step(ctx.run_id, seq, name, values, now=clock.param(), ran_for=ran_for or ZERO)
     else:
-        Step.objects.filter(id=step.id).update(**values)
+        times = {}
+        if status != Step.Status.WAITING:
+            times["finished_at"] = clock.expression()
+        if ran_for is not None:
+            times["started_at"] = clock.expression(plus=-ran_for)
+        Step.objects.filter(id=step.id).update(**values, **times)
         for key, value in values.items():
             setattr(step, key, value)
+        if times:
+            step.refresh_from_db(fields=list(times))
     ctx.recorded[seq] = step
     return step
 
@@ -246,7 +259,7 @@ def run_step(name: str, fn: Callable[[], Any], *, atomic: bool = False) -> Any:
         return step.result
     if step is not None and step.status == Step.Status.FAILED:
         raise StepError(name, step.error)
-    started = timezone.now()
+    started = _now_and_monotonic()
     ctx.in_step = True
     try:
         with transaction.atomic() if atomic else contextlib.nullcontext():
@@ -255,22 +268,35 @@ def run_step(name: str, fn: Callable[[], Any], *, atomic: bool = False) -> Any:
             result = fn()
             _check_json(result, f"the result of step {name!r}")
             if atomic:
-                record_step(ctx, seq, name, status=Step.Status.COMPLETED, result=result, started_at=started)
+                record_step(ctx, seq, name, status=Step.Status.COMPLETED, result=result, ran_for=_since(started))
     except Exception as error:
         if atomic and is_interruption(error):
             raise
         message = f"{type(error).__name__}: {error}"
         with transaction.atomic():
             lock_own_run(ctx)
-            record_step(ctx, seq, name, status=Step.Status.FAILED, error=message, started_at=started)
+            record_step(ctx, seq, name, status=Step.Status.FAILED, error=message, ran_for=_since(started))
         raise StepError(name, message) from error
     finally:
         ctx.in_step = False
     if not atomic:
         with transaction.atomic():
             lock_own_run(ctx)
-            record_step(ctx, seq, name, status=Step.Status.COMPLETED, result=result, started_at=started)
+            record_step(ctx, seq, name, status=Step.Status.COMPLETED, result=result, ran_for=_since(started))
     return result
+
+
+def _now_and_monotonic() -> tuple[datetime | None, float]:
+    return clock.param(), time.monotonic()
+
+
+def _since(started: tuple[datetime | None, float]) -> timedelta:
+    """How long a step ran: on this host's monotonic clock, which a skewed wall clock does not
+    touch; in process mode (SQLite, tests) on the process's clock, which time_machine moves."""
+    wall, monotonic = started
+    if wall is not None:
+        return clock.now() - wall
+    return timedelta(seconds=time.monotonic() - monotonic)
 
 
 def step[F: Callable[..., Any]](fn: F | None = None, *, name: str | None = None) -> Any:
@@ -307,7 +333,7 @@ def start_run(
     get_workflow(name)
     input = {} if input is None else input
     _check_json(input, "the input")
-    now = timezone.now()
+    now = clock.expression()  # the database's time, read by each statement
     with transaction.atomic():
         if bounds:
             run = Run.objects.create(
@@ -342,7 +368,7 @@ def cancel_run(run_id: str) -> bool:
     """Cancel a pending or running run. Whoever holds something for it hears of it in the same
     transaction (run_ended: the limits engine takes it out of every queue and frees what ends with
     the run). Returns False for a run already finished or unknown."""
-    now = timezone.now()
+    now = clock.expression()
     with transaction.atomic():
         cancelled = Run.objects.filter(id=run_id, status__in=UNFINISHED).update(
             status=Run.Status.CANCELLED,
@@ -374,10 +400,9 @@ def advance(run_id: str) -> str:
     4. Release the lease; if a wake arrived meanwhile, dispatch again.
     """
     owner = uuid.uuid4().hex
-    now = timezone.now()
     # One compare-and-set takes the lease and, for a pending run, starts it; a queued run starts
     # only through the gate below.
-    taken = statements.take_lease(run_id, owner, now + LEASE, now)
+    taken = statements.take_lease(run_id, owner, LEASE, clock.param())
     if not taken:
         return "skipped"
     # A run no advance has recorded a step of (most runs, at their first advance) needs no second
@@ -437,7 +462,7 @@ class _Heartbeat:
             while not self.stopping.wait(HEARTBEAT_SECONDS):
                 try:
                     renewed = Run.objects.filter(id=self.run_id, lease_owner=self.owner).update(
-                        lease_until=timezone.now() + LEASE
+                        lease_until=clock.expression(plus=LEASE)
                     )
                 except DatabaseError as error:
                     logger.warning("could not renew the lease of %s (%s); trying again", self.run_id, error)
@@ -456,9 +481,8 @@ class _Heartbeat:
 
 
 def _finish(ctx: RunContext, status: str, *, output: Any = None, error: str = "") -> str:
-    now = timezone.now()
     with transaction.atomic():
-        if not statements.finish(ctx.run_id, ctx.owner, status, output, error, now):
+        if not statements.finish(ctx.run_id, ctx.owner, status, output, error, clock.param()):
             return "cancelled"
         run_ended.send(sender=Run, run_id=ctx.run_id, status=status)
     return str(status)
@@ -487,11 +511,11 @@ def _pass_the_start_gate(run: Run, owner: str) -> str:
             return str(failure)
         if "wait" in answers:
             Run.objects.filter(id=run.id).update(
-                suspended=True, waiting_for=START_GATE, lease_owner="", lease_until=None, updated_at=timezone.now()
+                suspended=True, waiting_for=START_GATE, lease_owner="", lease_until=None, updated_at=clock.expression()
             )
             return "wait"
         Run.objects.filter(id=run.id).update(
-            status=Run.Status.RUNNING, started_at=Coalesce(F("started_at"), Value(timezone.now()))
+            status=Run.Status.RUNNING, started_at=Coalesce(F("started_at"), clock.expression())
         )
         return "start"
 
@@ -506,7 +530,7 @@ def wake(run_ids: list[str]) -> int:
     Idempotent: a run that is not suspended any more is left alone (its dispatch, if any, finds
     nothing to do). No transaction encloses the batches (one round trip each when nothing
     encloses the call): a crash before the dispatch leaves runnable runs that recover() sends."""
-    now = timezone.now()
+    now = clock.expression()
     woken = 0
     for start in range(0, len(run_ids), WAKE_BATCH):
         woken += Run.objects.filter(
@@ -527,8 +551,10 @@ def recover() -> int:
     2. Suspended runs whose wait is over but were not woken: their deadline passed more than
        30 s ago (the sweep has timed the wait out), or a layer above says so (find_stuck_waits:
        the limits engine reserved a slot for them): wake them.
+
+    Every "due" here is in the database's time (studio.plumbing.clock), read once.
     """
-    now = timezone.now()
+    now = clock.now()
     stale = now - STALE_DISPATCH
     ids = list(
         Run.objects.filter(status__in=UNFINISHED, suspended=False, dispatched_at__lt=stale)

@@ -128,7 +128,7 @@ def test_a_host_measures_and_records_its_skew(skewed) -> None:
     assert abs(skew - skewed * SKEW.total_seconds()) < CLOSE.total_seconds()
     row = ClockSkew.objects.get(host=clock.host_name(), role="worker")
     assert row.skew_seconds == skew and near(row.measured_at, database_now())
-    assert list(ClockSkew.recent()) == [row]
+    assert list(clock.recent_skews()) == [row]
 
 
 def test_pages_count_down_in_the_databases_time(skewed, monkeypatch) -> None:
