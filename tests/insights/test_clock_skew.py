@@ -55,3 +55,9 @@ def test_a_measurement_logs_a_warning_above_2_s_and_an_error_above_the_margin(ca
             assert box_clock.check_skew("worker") == skew
         assert [record.levelno for record in caplog.records] == ([level] if level else [])
         assert ClockSkew.objects.get(host=box_clock.host_name(), role="worker").skew_seconds == skew
+
+
+def test_healthz_reports_the_largest_recent_skew_and_stays_up(skews, client) -> None:
+    body = client.get("/healthz").json()
+    assert body["clock_skew_s"] == 601.5  # worker-a; the host not measured for an hour is left out
+    assert body["database"] == "ok"
