@@ -272,7 +272,7 @@ def run_step(name: str, fn: Callable[[], Any], *, atomic: bool = False) -> Any:
     except Exception as error:
         if atomic and is_interruption(error):
             raise
-        message = f"{type(error).__name__}: {error}"
+        message = storable_text(f"{type(error).__name__}: {error}")
         with transaction.atomic():
             lock_own_run(ctx)
             record_step(ctx, seq, name, status=Step.Status.FAILED, error=message, ran_for=_since(started))
@@ -434,7 +434,8 @@ def advance(run_id: str) -> str:
             Run.objects.filter(id=run_id, lease_owner=owner).update(lease_owner="", lease_until=None)
         raise
     except Exception as error:
-        return _finish(ctx, Run.Status.FAILED, error="".join(traceback.format_exception_only(error)).strip())
+        failure = storable_text("".join(traceback.format_exception_only(error)).strip())
+        return _finish(ctx, Run.Status.FAILED, error=failure)
     finally:
         heartbeat.stop()
         _current.reset(token)
@@ -621,6 +622,12 @@ def _task(name: str) -> Any:
     from celery import current_app
 
     return current_app.tasks[name]
+
+
+def storable_text(text: str) -> str:
+    """`text` as every database stores it: NUL and lone surrogates (which an exception's message
+    may carry) written as escapes, so recording a step's failure never fails itself."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
 def _check_json(value: Any, what: str) -> None:

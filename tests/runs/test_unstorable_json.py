@@ -96,3 +96,33 @@ def test_a_workflow_returning_an_unstorable_output_fails_with_a_clear_message(ki
     run.refresh_from_db()
     assert (run.status, run.output) == ("failed", None)
     assert run.error == f"studio.runs.runtime.WorkflowError: the workflow's output must be JSON-serializable: {message}"
+
+
+@step
+def raise_with(text: str) -> None:
+    raise ValueError(text)
+
+
+@workflow(name="test_unstorable_error")
+def unstorable_error(input: dict) -> dict:
+    try:
+        raise_with("a\x00b \ud800")
+    except StepError as error:
+        return {"caught": error.error}
+    return {}
+
+
+@workflow(name="test_unstorable_failure")
+def unstorable_failure(input: dict) -> dict:
+    raise ValueError("a\x00b \ud800")
+
+
+def test_an_error_message_with_nul_or_a_lone_surrogate_is_recorded_escaped() -> None:
+    """A step's exception and a run's failure carry whatever text the code put in them: recorded
+    escaped, the step fails and the run fails with their own error, not the database's."""
+    run = start_run("test_unstorable_error", {})
+    run.refresh_from_db()
+    assert (run.status, run.output) == ("completed", {"caught": "ValueError: a\\x00b \\ud800"})
+    failed = start_run("test_unstorable_failure", {})
+    failed.refresh_from_db()
+    assert (failed.status, failed.error) == ("failed", "ValueError: a\\x00b \\ud800")
