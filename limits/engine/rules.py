@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import F
 from django.db.models.functions import Coalesce
 
@@ -21,7 +21,6 @@ from limits.engine import keys, server
 from limits.engine.errors import UNKNOWN_LIMIT, LimitsError
 from limits.engine.results import DEFAULT_TIMEOUT_MS, RESERVATION_MS, Changes
 from limits.models import AuditEvent, Limit, QueueEntry, Slot, is_storable_text
-from limits.signals import runs_woken
 from studio.plumbing import clock as box_clock
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "RESERVATION_MS", "Changes"]  # their home is limits.engine.results
@@ -64,12 +63,32 @@ def clock_all(locked: dict[int, Limit]) -> datetime:
 
 def settle_all(locked: dict[int, Limit], now: datetime, changes: Changes) -> None:
     """`settle` each locked limit; with key pools or groups among them, one settle of the lot
-    (limits.engine.keys), so a group is granted on all its limits at once."""
+    (limits.engine.keys; on PostgreSQL its function limits_grant, one call), so a group is granted
+    on all its limits at once."""
     if all(limit.is_plain for limit in locked.values()):
         for limit in locked.values():
             settle(limit, now, changes)
+    elif server.available():
+        _grant_on_server(locked, now, changes)
     else:
         keys.settle(locked, now, changes)
+
+
+def _grant_on_server(locked: dict[int, Limit], now: datetime, changes: Changes) -> None:
+    """keys.settle as limits_grant: the counters in memory are written first (the function reads
+    them from the rows) and read back after (it writes them), with the key pools' rows."""
+    save_all(locked)
+    timed_out, granted, woken = server.grant(sorted(locked), now, RESERVATION_MS, keys.OWED_AFTER_MS)
+    if timed_out or granted:
+        fields = [*COUNTER_FIELDS, *KEYED_COUNTER_FIELDS]
+        for row in Limit.objects.filter(id__in=list(locked)).values("id", *fields):
+            limit = locked[row["id"]]
+            for field in fields:
+                setattr(limit, field, row[field])
+            limit.__dict__.pop("_pools", None)  # read again from the rows when next needed
+    changes.timed_out += timed_out
+    changes.granted += granted
+    changes.woken.extend(woken)
 
 
 def save_all(locked: dict[int, Limit]) -> None:
@@ -99,10 +118,7 @@ def save_counters(limit: Limit) -> None:
     limit.save(update_fields=COUNTER_FIELDS + KEYED_COUNTER_FIELDS)
 
 
-def wake_on_commit(run_ids: list[str]) -> None:
-    if run_ids:
-        woken = list(dict.fromkeys(run_ids))
-        transaction.on_commit(lambda: runs_woken.send(sender=Limit, run_ids=woken))
+wake_on_commit = server.wake_on_commit  # announced after commit, never while a lock is held
 
 
 def locked_limit(name: str) -> Limit:
@@ -174,7 +190,7 @@ def settle(limit: Limit, now: datetime, changes: Changes, locked: dict[int, Limi
     if limit.waiting_count == 0 or limit.in_use >= limit.capacity:
         return
     if not limit.is_plain:
-        keys.settle(locked or {limit.id: limit}, now, changes)
+        settle_all(locked or {limit.id: limit}, now, changes)
         return
     if server.available():
         save_counters(limit)

@@ -19,9 +19,11 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
-from limits.engine.results import Acquisition
+from limits.engine.results import RESERVATION_MS, Acquisition
+from limits.models import Limit
+from limits.signals import runs_woken
 from studio.plumbing import clock
 
 SLOW = "slow"  # the functions' answer for a case they leave to the Python rules
@@ -80,10 +82,12 @@ def confirm(slot_id: str) -> bool | Answer:
     return NOT_HANDLED_HERE if outcome == SLOW else outcome == "busy"
 
 
-def release(slot_id: str, reservation_ms: int) -> tuple[bool, list[str]] | Answer:
-    """limits_release of a busy slot: (released, the runs its settle woke)."""
+def release(slot_id: str, reservation_ms: int, owed_after_ms: int) -> tuple[bool, list[str]] | Answer:
+    """limits_release of a busy slot, with the grant of the freed capacity on every limit it locks
+    (keys and groups too): (released, the runs its settle woke). A reservation is NOT_HANDLED_HERE."""
     outcome, woken = _call(
-        "SELECT outcome, woken FROM limits_release(%s, %s, %s)", [slot_id, clock.param(), reservation_ms]
+        "SELECT outcome, woken FROM limits_release(%s, %s, %s, %s)",
+        [slot_id, clock.param(), reservation_ms, owed_after_ms],
     )
     return NOT_HANDLED_HERE if outcome == SLOW else (outcome == "released", woken)
 
@@ -102,16 +106,35 @@ def time_out(limit_id: int, now: datetime) -> list[str]:
     return run_ids
 
 
-def acquire_group(names: list[str], run_id: str, request: str, label: str, key: str) -> Acquisition | Answer:
-    """limits_acquire_group: a new request granted busy slots of every limit at once (with a key,
-    or several limits), when nobody waits on them and each has room in its total and the key's
-    pool; anything else is left to limits.engine.keys."""
-    outcome, slot_ids = _call(
-        "SELECT outcome, slot_ids FROM limits_acquire_group(%s, %s, %s, %s, %s, %s)",
-        [names, run_id, request, label, key, clock.param()],
+def grant(limit_ids: list[int], now: datetime, reservation_ms: int, owed_after_ms: int) -> tuple[int, int, list[str]]:
+    """limits_grant, under the caller's locks of every limit in `limit_ids` (keys and groups):
+    (entries timed out, slots granted, runs to wake). It reads the counters from the rows and
+    writes them back."""
+    timed_out, granted, woken = _call(
+        "SELECT * FROM limits_grant(%s, %s, %s, %s)", [limit_ids, now, reservation_ms, owed_after_ms]
     )
-    if outcome != "busy":
+    return timed_out, granted, woken
+
+
+def acquire_group(
+    names: list[str], run_id: str, request: str, label: str, key: str, timeout_ms: int, owed_after_ms: int
+) -> Acquisition | Answer:
+    """limits_acquire_group: a new request, with a key or several limits, granted busy slots of
+    every limit at once when nobody waits and each has room, or joining every queue (granted and
+    confirmed at once if the grant reaches it, else waiting). An earlier outcome of the request,
+    an unknown or undeclared name are left to limits.engine.slots. The other runs the grant
+    woke are woken on commit."""
+    outcome, slot_ids, deadline, woken = _call(
+        "SELECT outcome, slot_ids, deadline, woken FROM limits_acquire_group(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        [names, run_id, request, label, key, timeout_ms, clock.param(), RESERVATION_MS, owed_after_ms],
+    )
+    if outcome == SLOW:
         return NOT_HANDLED_HERE
+    wake_on_commit(woken)
+    if outcome == "waiting":
+        return Acquisition(
+            "waiting", names[0], request, timeout_ms=timeout_ms, deadline=deadline, limits=tuple(names), key=key
+        )
     return Acquisition(
         "busy",
         names[0],
@@ -121,3 +144,10 @@ def acquire_group(names: list[str], run_id: str, request: str, label: str, key: 
         limits=tuple(names),
         key=key,
     )
+
+
+def wake_on_commit(run_ids: list[str]) -> None:
+    """limits.engine.rules.wake_on_commit (which imports this module)."""
+    if run_ids:
+        woken = list(dict.fromkeys(run_ids))
+        transaction.on_commit(lambda: runs_woken.send(sender=Limit, run_ids=woken))

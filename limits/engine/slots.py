@@ -114,7 +114,7 @@ def acquire_group(
     key = "" if key is None else check_key(key)
     timeout_ms = DEFAULT_TIMEOUT_MS if timeout is None else duration_ms(timeout, BAD_TIMEOUT, "timeout")
     if server.available() and all(is_storable_text(name) for name in names):
-        fast = server.acquire_group(names, run_id, request, label, key)
+        fast = server.acquire_group(names, run_id, request, label, key, timeout_ms, keys.OWED_AFTER_MS)
         if fast is not server.NOT_HANDLED_HERE:
             return fast
     with transaction.atomic(savepoint=False):
@@ -183,7 +183,7 @@ def _acquire_group_in_transaction(
             timeout_ms=timeout_ms,
         )
     changes = Changes()
-    keys.settle(locked, now, changes)
+    rules.settle_all(locked, now, changes)
     granted = keys.group_slots(request, locked)
     if granted:
         changes.woken.remove(run_id)
@@ -343,7 +343,7 @@ def release(slot_id: str, *, actor: str | None = None) -> bool:
     if not isinstance(slot_id, str):
         return False
     if server.available() and actor is None and is_storable_text(slot_id):
-        fast = server.release(slot_id, RESERVATION_MS)
+        fast = server.release(slot_id, RESERVATION_MS, keys.OWED_AFTER_MS)
         if fast is not server.NOT_HANDLED_HERE:
             released, woken = fast
             rules.wake_on_commit(woken)

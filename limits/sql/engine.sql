@@ -234,16 +234,25 @@ END
 $$;
 
 -- Release a busy slot and hand the capacity to the queue: 'released' with the runs to wake;
--- already free or unknown: 'gone'; a reservation: 'slow'.
+-- already free or unknown: 'gone'; a reservation: 'slow' (it goes back to the queue: Python).
+-- limits.engine.slots.release: the slot's limit is locked with the other limits of the groups
+-- waiting in it or reserved from it (keys.lock: read without a lock, then locked in id order, so
+-- crossing groups never deadlock; a group that joined meanwhile with a limit not locked here stays
+-- waiting, as in Python), the slot freed, and the free capacity granted: by limits_settle when
+-- every locked limit is plain, else by limits_grant over them all (issue 26: one call in every case).
 CREATE OR REPLACE FUNCTION limits_release(
-    p_slot text, p_now timestamptz, p_reservation_ms bigint, OUT outcome text, OUT woken text[]
+    p_slot text, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    OUT outcome text, OUT woken text[]
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     v_limit bigint;
+    v_ids bigint[];
     v_now timestamptz;
     v_state text;
     v_key text;
+    v_plain boolean := true;
+    v_waiting boolean := false;
     l limits_limit;
     settled record;
 BEGIN
@@ -253,40 +262,68 @@ BEGIN
         outcome := 'gone';
         RETURN;
     END IF;
+    v_ids := ARRAY[v_limit];
+    IF EXISTS (SELECT 1 FROM limits_limit WHERE id = v_limit AND group_waiting_count > 0)
+       OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_limit AND state = 'reserved' AND group_size > 1) THEN
+        v_ids := v_ids || limits_partners(v_limit);
+    END IF;
     BEGIN
-        SELECT * INTO l FROM limits_limit WHERE id = v_limit FOR NO KEY UPDATE;
+        FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
+            v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
+            v_plain := v_plain AND limits_is_plain(l);
+            v_waiting := v_waiting OR l.waiting_count > 0;
+        END LOOP;
         SELECT state, key INTO v_state, v_key FROM limits_slot WHERE id = p_slot;
-        IF v_state = 'reserved' OR (l.waiting_count > 0 AND NOT limits_is_plain(l))
-           OR EXISTS (
-               SELECT 1 FROM limits_slot
-               WHERE limit_id = v_limit AND state = 'reserved' AND group_size > 1
-           ) THEN
-            -- a reservation, freed capacity that goes by the rules of keys and groups, or a
-            -- group reserved from this limit (Python settles its other limits with it)
-            RAISE EXCEPTION USING ERRCODE = 'LMSLW';
+        IF v_state = 'reserved' THEN
+            RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- it goes back to the queue: the Python rules
         END IF;
-        v_now := limits_clock(p_now, l.last_event_at);
         IF v_state <> 'busy' THEN
             outcome := 'gone';
             RETURN;
         END IF;
         UPDATE limits_slot SET state = 'released', freed_at = v_now, freed_by = '' WHERE id = p_slot;
         UPDATE limits_limit
-        SET busy_count = busy_count - 1, keyed_busy_count = keyed_busy_count - (v_key <> '')::integer,
-            last_event_at = v_now
+        SET busy_count = busy_count - 1, keyed_busy_count = keyed_busy_count - (v_key <> '')::integer
         WHERE id = v_limit;
         IF v_key <> '' THEN
             UPDATE limits_limitkey SET busy_count = busy_count - 1 WHERE limit_id = v_limit AND key = v_key;
         END IF;
-        IF l.waiting_count > 0 THEN  -- the row is locked: nobody joined since it was read
-            SELECT * INTO settled FROM limits_settle(v_limit, v_now, p_reservation_ms);
-            woken := settled.timed_out || settled.granted;
+        -- rules.clock_all: one time for the change to every locked limit
+        UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);
+        IF v_waiting AND v_plain THEN  -- the rows are locked: nobody joined since they were read
+            FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) AND waiting_count > 0 ORDER BY id LOOP
+                SELECT * INTO settled FROM limits_settle(l.id, v_now, p_reservation_ms);
+                woken := woken || settled.timed_out || settled.granted;
+            END LOOP;
+        ELSIF v_waiting THEN
+            SELECT g.woken INTO woken FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms) g;
         END IF;
         outcome := 'released';
     EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
         outcome := 'slow';
         RETURN;
     END;
+END
+$$;
+
+-- keys.partners: the limits of every group waiting in, or reserved from, this limit (read without
+-- locks: the caller locks them all in id order).
+CREATE OR REPLACE FUNCTION limits_partners(p_limit bigint) RETURNS bigint[]
+LANGUAGE plpgsql STABLE SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+BEGIN
+    RETURN ARRAY(
+        SELECT q.limit_id FROM limits_queueentry q
+        WHERE q.state = 'waiting' AND q.request IN (
+            SELECT w.request FROM limits_queueentry w
+            WHERE w.limit_id = p_limit AND w.state = 'waiting' AND w.group_size > 1
+        )
+        UNION
+        SELECT s.limit_id FROM limits_slot s
+        WHERE s.state = 'reserved' AND s.request IN (
+            SELECT r.request FROM limits_slot r
+            WHERE r.limit_id = p_limit AND r.state = 'reserved' AND r.group_size > 1
+        )
+    );
 END
 $$;
 
@@ -354,68 +391,425 @@ BEGIN
 END
 $$;
 
--- Acquire with a key, or one slot of each of several limits (SPEC 9, 10), when the answer needs
--- no queue: a new request, every limit declared, nobody waiting on any of them, and each with
--- room in its total and in the key's pool (limits_pool_room). Then busy slots of all of them at
--- once, in one statement, with the pool counters; the slot ids come back in the order of
--- p_names. Anything else answers 'slow' before changing anything: the rules of
--- limits.engine.keys (joining the queues, the grant, owed runs) take over in Python.
+-- limits.engine.slots.acquire_group for a new request, with a key and/or several limits (SPEC 9,
+-- 10), in one call (issue 26). The limits are locked in id order with the other limits of the
+-- groups waiting in them (keys.lock). If nobody waits on any of them and each has room in its
+-- total and the key's pool: busy slots of every limit at once, in one statement each, and their
+-- counters. Otherwise the run joins every queue, and the free capacity is granted by
+-- limits_grant: if this very run is granted (its reservations come back in the same call) they
+-- are confirmed at once, as the Python rules do ('busy'); else it waits ('waiting', with its
+-- deadline). The slot ids come back in the order of p_names; `woken`: the other runs to wake.
+-- An earlier outcome of the request, an unknown, repeated or undeclared name answers 'slow'
+-- before changing anything: the Python rules say what became of it, or which name is wrong.
 CREATE OR REPLACE FUNCTION limits_acquire_group(
-    p_names text[], p_run text, p_request text, p_label text, p_key text, p_now timestamptz,
-    OUT outcome text, OUT slot_ids text[]
+    p_names text[], p_run text, p_request text, p_label text, p_key text, p_timeout_ms bigint,
+    p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    OUT outcome text, OUT slot_ids text[], OUT deadline timestamptz, OUT woken text[]
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     l limits_limit;
-    v_now timestamptz := p_now;
-    v_count integer := 0;
+    v_mine bigint[];
+    v_ids bigint[];
+    v_id bigint;
+    v_now timestamptz;
+    v_free boolean := true;
     v_slot text;
     v_size integer := cardinality(p_names);
+    v_keyed integer := (p_key <> '')::integer;
+    v_grouped integer := (cardinality(p_names) > 1)::integer;
+    settled record;
     i integer;
 BEGIN
     outcome := 'slow';
     slot_ids := '{}';
+    woken := '{}';
+    IF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request AND state IN ('busy', 'reserved')) THEN
+        SELECT * INTO outcome, slot_ids FROM limits_confirm_group(p_names, p_request, p_now);
+        RETURN;
+    END IF;
     IF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request)
        OR EXISTS (SELECT 1 FROM limits_queueentry WHERE request = p_request) THEN
         RETURN;
     END IF;
-    BEGIN
-        FOR l IN SELECT * FROM limits_limit WHERE name = ANY (p_names) ORDER BY id FOR NO KEY UPDATE LOOP
-            IF NOT l.declared OR l.waiting_count > 0
-               OR l.busy_count + l.reserved_count >= limits_capacity(l)
-               OR NOT limits_pool_room(l, p_key) THEN
-                RAISE EXCEPTION USING ERRCODE = 'LMSLW';
-            END IF;
-            v_now := limits_clock(v_now, l.last_event_at);
-            v_count := v_count + 1;
-        END LOOP;
-        IF v_count <> v_size THEN
-            RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- an unknown name (or a repeated one): Python says which
+    SELECT array_agg(lim.id ORDER BY n.ord) INTO v_mine
+    FROM unnest(p_names) WITH ORDINALITY AS n(name, ord) JOIN limits_limit lim ON lim.name = n.name;
+    IF v_mine IS NULL OR cardinality(v_mine) <> v_size
+       OR (SELECT count(DISTINCT x) FROM unnest(v_mine) x) <> v_size THEN
+        RETURN;  -- an unknown name (or a repeated one): Python says which
+    END IF;
+    v_ids := v_mine;
+    FOREACH v_id IN ARRAY v_mine LOOP
+        IF EXISTS (SELECT 1 FROM limits_limit WHERE id = v_id AND group_waiting_count > 0)
+           OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_id AND state = 'reserved' AND group_size > 1) THEN
+            v_ids := v_ids || limits_partners(v_id);
         END IF;
+    END LOOP;
+    BEGIN
+        FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
+            v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
+            IF l.id = ANY (v_mine) THEN
+                IF NOT l.declared THEN
+                    RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- Python names it
+                END IF;
+                v_free := v_free AND l.waiting_count = 0 AND l.busy_count + l.reserved_count < limits_capacity(l)
+                          AND limits_pool_room(l, p_key);
+            END IF;
+        END LOOP;
+        UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);  -- rules.clock_all
+        IF v_free THEN
+            FOR i IN 1 .. v_size LOOP
+                SELECT * INTO l FROM limits_limit WHERE id = v_mine[i];
+                v_slot := limits_new_slot_id();
+                INSERT INTO limits_slot (
+                    id, limit_id, run_id, request, label, key, group_size, state, granted_at, confirmed_at,
+                    expires_at, freed_by
+                ) VALUES (
+                    v_slot, l.id, p_run, p_request, p_label, p_key, v_size, 'busy', v_now, v_now,
+                    v_now + limits_max_hold(l), ''
+                );
+                UPDATE limits_limit
+                SET busy_count = busy_count + 1, keyed_busy_count = keyed_busy_count + v_keyed
+                WHERE id = l.id;
+                IF p_key <> '' THEN
+                    INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at)
+                    VALUES (l.id, p_key, 1, 0, 0, v_now)
+                    ON CONFLICT (limit_id, key) DO UPDATE SET busy_count = limits_limitkey.busy_count + 1;
+                END IF;
+                slot_ids := slot_ids || v_slot;
+            END LOOP;
+            outcome := 'busy';
+            RETURN;
+        END IF;
+        -- keys.join on every limit, then the grant over all the locked limits (settle_all)
+        deadline := v_now + p_timeout_ms * interval '1 millisecond';
         FOR i IN 1 .. v_size LOOP
-            SELECT * INTO l FROM limits_limit WHERE name = p_names[i];
-            v_slot := limits_new_slot_id();
-            INSERT INTO limits_slot (
-                id, limit_id, run_id, request, label, key, group_size, state, granted_at, confirmed_at,
-                expires_at, freed_by
-            ) VALUES (
-                v_slot, l.id, p_run, p_request, p_label, p_key, v_size, 'busy', v_now, v_now,
-                v_now + limits_max_hold(l), ''
-            );
             UPDATE limits_limit
-            SET busy_count = busy_count + 1, keyed_busy_count = keyed_busy_count + (p_key <> '')::integer,
-                last_event_at = v_now
-            WHERE id = l.id;
+            SET next_position = next_position + 1, waiting_count = waiting_count + 1,
+                keyed_waiting_count = keyed_waiting_count + v_keyed,
+                group_waiting_count = group_waiting_count + v_grouped
+            WHERE id = v_mine[i]
+            RETURNING * INTO l;
+            INSERT INTO limits_queueentry (
+                limit_id, run_id, request, label, key, group_size, position, state, enqueued_at, deadline, timeout_ms
+            ) VALUES (
+                l.id, p_run, p_request, p_label, p_key, v_size, l.next_position - 1, 'waiting', v_now, deadline,
+                p_timeout_ms
+            );
             IF p_key <> '' THEN
                 INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at)
-                VALUES (l.id, p_key, 1, 0, 0, v_now)
-                ON CONFLICT (limit_id, key) DO UPDATE SET busy_count = limits_limitkey.busy_count + 1;
+                VALUES (l.id, p_key, 0, 0, 1, v_now)
+                ON CONFLICT (limit_id, key) DO UPDATE SET waiting_count = limits_limitkey.waiting_count + 1;
             END IF;
-            slot_ids := slot_ids || v_slot;
         END LOOP;
+        SELECT * INTO settled FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms);
+        woken := settled.woken;
+        IF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request AND state = 'reserved') THEN
+            -- granted at once: keys.confirm_group, its reservations turn busy together
+            WITH confirmed AS (
+                UPDATE limits_slot SET state = 'busy', confirmed_at = v_now
+                WHERE request = p_request AND state = 'reserved'
+                RETURNING id, limit_id, key
+            ), counted AS (
+                UPDATE limits_limit t
+                SET reserved_count = t.reserved_count - 1, busy_count = t.busy_count + 1,
+                    keyed_reserved_count = t.keyed_reserved_count - v_keyed, keyed_busy_count = t.keyed_busy_count + v_keyed
+                FROM confirmed c WHERE t.id = c.limit_id
+            ), pooled AS (
+                UPDATE limits_limitkey k SET reserved_count = k.reserved_count - 1, busy_count = k.busy_count + 1
+                FROM confirmed c WHERE k.limit_id = c.limit_id AND k.key = c.key AND c.key <> ''
+            )
+            SELECT array_agg(c.id ORDER BY array_position(v_mine, c.limit_id)) INTO slot_ids FROM confirmed c;
+            -- this run resumes with its slots: one wake less (keys' `woken.remove`, the first
+            -- only: another wait of the same run, timed out or granted here, still wakes it)
+            i := array_position(woken, p_run);
+            woken := woken[:i - 1] || woken[i + 1:];
+            deadline := NULL;
+            outcome := 'busy';
+        ELSE
+            outcome := 'waiting';
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
+        outcome := 'slow';
+        slot_ids := '{}';
+        deadline := NULL;
+        woken := '{}';
+        RETURN;
+    END;
+END
+$$;
+
+-- keys.owed_barrier: the position of the oldest owed run waiting for this limit (10.4), passed
+-- over and waiting more than p_owed_after_ms (keys.OWED_AFTER_MS: 2 minutes); NULL when none (or
+-- no group waits here at all).
+CREATE OR REPLACE FUNCTION limits_owed_position(l limits_limit, p_now timestamptz, p_owed_after_ms bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF l.group_waiting_count = 0 THEN
+        RETURN NULL;
+    END IF;
+    RETURN (
+        SELECT position FROM limits_queueentry
+        WHERE limit_id = l.id AND state = 'waiting' AND passed_over_at IS NOT NULL
+          AND enqueued_at < p_now - p_owed_after_ms * interval '1 millisecond'
+        ORDER BY position
+        LIMIT 1
+    );
+END
+$$;
+
+-- keys.time_out over the locked limits p_limits: the waits of p_limit past their deadline leave
+-- the queue; a group's entries (which share their deadline) leave every queue together, only when
+-- all the limits they wait in are locked. The counters of the limits and pools they leave.
+CREATE OR REPLACE FUNCTION limits_time_out_keys(
+    p_limit bigint, p_limits bigint[], p_now timestamptz, OUT n integer, OUT runs text[]
+)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+BEGIN
+    WITH singles AS (
+        UPDATE limits_queueentry SET state = 'timed_out', finished_at = p_now
+        WHERE limit_id = p_limit AND state = 'waiting' AND deadline <= p_now AND group_size = 1
+        RETURNING limit_id, key, group_size, run_id
+    ), groups AS (
+        UPDATE limits_queueentry q SET state = 'timed_out', finished_at = p_now
+        WHERE q.state = 'waiting' AND q.request IN (
+            SELECT s.request FROM limits_queueentry s
+            WHERE s.limit_id = p_limit AND s.state = 'waiting' AND s.deadline <= p_now AND s.group_size > 1
+              AND NOT EXISTS (
+                  SELECT 1 FROM limits_queueentry o
+                  WHERE o.request = s.request AND o.state = 'waiting' AND o.limit_id <> ALL (p_limits)
+              )
+        )
+        RETURNING q.limit_id, q.key, q.group_size, q.run_id
+    ), leaving AS (
+        SELECT * FROM singles UNION ALL SELECT * FROM groups
+    ), limits_left AS (
+        UPDATE limits_limit t
+        SET waiting_count = t.waiting_count - c.n, keyed_waiting_count = t.keyed_waiting_count - c.keyed,
+            group_waiting_count = t.group_waiting_count - c.grouped
+        FROM (
+            SELECT limit_id, count(*) AS n, count(*) FILTER (WHERE key <> '') AS keyed,
+                   count(*) FILTER (WHERE group_size > 1) AS grouped
+            FROM leaving GROUP BY limit_id
+        ) c
+        WHERE t.id = c.limit_id
+    ), pools_left AS (
+        UPDATE limits_limitkey k SET waiting_count = k.waiting_count - c.n
+        FROM (SELECT limit_id, key, count(*) AS n FROM leaving WHERE key <> '' GROUP BY limit_id, key) c
+        WHERE k.limit_id = c.limit_id AND k.key = c.key
+    )
+    SELECT count(*), coalesce(array_agg(DISTINCT run_id), '{}') INTO n, runs FROM leaving;
+END
+$$;
+
+-- keys._Grant._grant, for one entry: its slot, reserved for 2 minutes, and the counters.
+CREATE OR REPLACE FUNCTION limits_reserve(e limits_queueentry, p_now timestamptz, p_reservation_ms bigint)
+RETURNS void
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    l limits_limit;
+    v_keyed integer := (e.key <> '')::integer;
+BEGIN
+    SELECT * INTO l FROM limits_limit WHERE id = e.limit_id;
+    UPDATE limits_queueentry SET state = 'granted', finished_at = p_now WHERE id = e.id;
+    INSERT INTO limits_slot (
+        id, limit_id, run_id, request, label, key, group_size, state, queue_entry_id, granted_at,
+        reserved_until, expires_at, freed_by
+    ) VALUES (
+        limits_new_slot_id(), l.id, e.run_id, e.request, e.label, e.key, e.group_size, 'reserved', e.id, p_now,
+        p_now + p_reservation_ms * interval '1 millisecond', p_now + limits_max_hold(l), ''
+    );
+    UPDATE limits_limit
+    SET waiting_count = waiting_count - 1, keyed_waiting_count = keyed_waiting_count - v_keyed,
+        group_waiting_count = group_waiting_count - (e.group_size > 1)::integer,
+        reserved_count = reserved_count + 1, keyed_reserved_count = keyed_reserved_count + v_keyed
+    WHERE id = l.id;
+    IF e.key <> '' THEN
+        UPDATE limits_limitkey SET waiting_count = waiting_count - 1, reserved_count = reserved_count + 1
+        WHERE limit_id = l.id AND key = e.key;
+    END IF;
+END
+$$;
+
+-- limits.engine.keys.settle, in one call (issue 26): hand the free capacity of the locked limits
+-- p_limits (with key pools, or groups waiting) to their queues. The caller holds their locks, in
+-- id order, and has written their counters; this writes them again (the limits' and the pools').
+--
+-- 1. Time out the waits past their deadline (limits_time_out_keys, each locked limit in id order).
+-- 2. Oldest first over all the locked limits (entry ids follow arrival), grant each waiting run
+--    that can be granted now (keys._Grant): its limit has room in its total and in the key's pool,
+--    and no owed run of the limit is older (10.4); a group is granted all of its slots, reserved
+--    together, or none. A group that cannot be granted is remembered as blocked; a younger grant
+--    on one of its limits, where its own key pool had room before that grant, passes it over.
+-- The next candidate is one index probe per open limit (queue_waiting_order), filtered by the
+-- pool's room and the owed run's position, so the waiting runs of full keys cost no round of the
+-- loop. Returns what the Python rules count (entries timed out, slots granted) and the runs to
+-- wake. Must never happen, as in keys.py: a pool or a total above its size, a partial group, a
+-- younger run granted while an older one that could be granted waits, or while an owed run waits.
+CREATE OR REPLACE FUNCTION limits_grant(
+    p_limits bigint[], p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    OUT timed_out integer, OUT granted integer, OUT woken text[]
+)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    l limits_limit;
+    e limits_queueentry;
+    g limits_queueentry;
+    v_group limits_queueentry[];
+    v_here limits_queueentry[];
+    v_after jsonb := '{}';  -- limit id -> the position its queue's scan has passed
+    v_decided text[] := '{}';  -- group requests granted or found blocked
+    b_limit bigint[] := '{}';  -- the blocked group entries, a field an array
+    b_position bigint[] := '{}';
+    b_request text[] := '{}';
+    b_key text[] := '{}';
+    b_passed boolean[] := '{}';
+    v_passed text[];
+    v_count integer;
+    v_runs text[];
+    v_ok boolean;
+    i integer;
+BEGIN
+    timed_out := 0;
+    granted := 0;
+    woken := '{}';
+    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (p_limits) AND waiting_count > 0 ORDER BY id LOOP
+        SELECT t.n, t.runs INTO v_count, v_runs FROM limits_time_out_keys(l.id, p_limits, p_now) t;
+        timed_out := timed_out + v_count;
+        woken := woken || v_runs;
+    END LOOP;
+    LOOP
+        e := NULL;
+        SELECT q.* INTO e
+        FROM limits_limit lim
+        CROSS JOIN LATERAL (
+            SELECT w.* FROM limits_queueentry w
+            WHERE w.limit_id = lim.id AND w.state = 'waiting'
+              AND w.position > coalesce((v_after ->> lim.id::text)::bigint, 0)
+              AND w.position <= coalesce(limits_owed_position(lim, p_now, p_owed_after_ms), w.position)
+              AND limits_pool_room(lim, w.key)
+            ORDER BY w.position
+            LIMIT 1
+        ) q
+        WHERE lim.id = ANY (p_limits) AND lim.waiting_count > 0
+          AND lim.busy_count + lim.reserved_count < limits_capacity(lim)
+        ORDER BY q.id
+        LIMIT 1;
+        EXIT WHEN e.id IS NULL;
+        v_after := v_after || jsonb_build_object(e.limit_id::text, e.position);
+        CONTINUE WHEN e.request = ANY (v_decided);
+        IF e.group_size = 1 THEN
+            v_here := ARRAY[e];
+            v_ok := true;
+        ELSE
+            SELECT coalesce(array_agg(w), '{}') INTO v_group FROM limits_queueentry w
+            WHERE w.request = e.request AND w.state = 'waiting';
+            SELECT coalesce(array_agg(w), '{}') INTO v_here FROM unnest(v_group) w WHERE w.limit_id = ANY (p_limits);
+            v_ok := cardinality(v_here) = cardinality(v_group) AND cardinality(v_group) = e.group_size;
+            IF v_ok THEN
+                FOREACH g IN ARRAY v_here LOOP
+                    SELECT * INTO l FROM limits_limit WHERE id = g.limit_id;
+                    IF l.busy_count + l.reserved_count >= limits_capacity(l) OR NOT limits_pool_room(l, g.key)
+                       OR g.position > coalesce(limits_owed_position(l, p_now, p_owed_after_ms), g.position) THEN
+                        v_ok := false;
+                        EXIT;
+                    END IF;
+                END LOOP;
+            END IF;
+            v_decided := v_decided || e.request;
+        END IF;
+        IF NOT v_ok THEN  -- blocked: watched on every limit it waits in (10.4)
+            FOREACH g IN ARRAY v_here LOOP
+                b_limit := b_limit || g.limit_id;
+                b_position := b_position || g.position;
+                b_request := b_request || g.request;
+                b_key := b_key || g.key;
+                b_passed := b_passed || (g.passed_over_at IS NOT NULL);
+            END LOOP;
+            CONTINUE;
+        END IF;
+        -- Passed over (keys._mark_passed_over), judged before this grant takes its room.
+        FOREACH g IN ARRAY v_here LOOP
+            SELECT * INTO l FROM limits_limit WHERE id = g.limit_id;
+            v_passed := '{}';
+            FOR i IN 1 .. coalesce(cardinality(b_limit), 0) LOOP
+                IF b_limit[i] = g.limit_id AND b_position[i] < g.position AND NOT b_passed[i]
+                   AND limits_pool_room(l, b_key[i]) AND NOT b_request[i] = ANY (v_passed) THEN
+                    v_passed := v_passed || b_request[i];
+                END IF;
+            END LOOP;
+            CONTINUE WHEN cardinality(v_passed) = 0;
+            UPDATE limits_queueentry SET passed_over_at = p_now
+            WHERE request = ANY (v_passed) AND state = 'waiting' AND passed_over_at IS NULL;
+            FOR i IN 1 .. cardinality(b_request) LOOP
+                IF b_request[i] = ANY (v_passed) THEN
+                    b_passed[i] := true;
+                END IF;
+            END LOOP;
+        END LOOP;
+        FOREACH g IN ARRAY v_here LOOP
+            PERFORM limits_reserve(g, p_now, p_reservation_ms);
+        END LOOP;
+        granted := granted + cardinality(v_here);
+        woken := woken || e.run_id;
+    END LOOP;
+END
+$$;
+
+-- limits.engine.slots._previous_group_outcome for a request holding live slots (the woken run
+-- asking again, with a key or several limits): its reservations, all still in time, turn busy
+-- together (keys.confirm_group, SPEC 3.5, 10.2) under the locks of their limits, taken in id order;
+-- 'busy' with the slot ids in the order of p_names. A late reservation (it lapses and the group
+-- goes back to every queue), or slots that are not of exactly the limits named: 'slow', nothing
+-- changed, the Python rules answer.
+CREATE OR REPLACE FUNCTION limits_confirm_group(
+    p_names text[], p_request text, p_now timestamptz, OUT outcome text, OUT slot_ids text[]
+)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    l limits_limit;
+    v_ids bigint[];
+    v_now timestamptz;
+BEGIN
+    outcome := 'slow';
+    slot_ids := '{}';
+    SELECT array_agg(DISTINCT limit_id) INTO v_ids FROM limits_slot
+    WHERE request = p_request AND state IN ('busy', 'reserved');
+    BEGIN
+        FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
+            v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
+        END LOOP;
+        SELECT array_agg(s.id ORDER BY n.ord) INTO slot_ids
+        FROM unnest(p_names) WITH ORDINALITY AS n(name, ord)
+        JOIN limits_limit m ON m.name = n.name
+        JOIN limits_slot s ON s.limit_id = m.id AND s.request = p_request AND s.state IN ('busy', 'reserved');
+        IF cardinality(slot_ids) IS DISTINCT FROM cardinality(p_names)
+           OR cardinality(slot_ids) <> cardinality(v_ids)
+           OR EXISTS (
+               SELECT 1 FROM limits_slot
+               WHERE request = p_request AND state = 'reserved' AND v_now > reserved_until
+           ) THEN
+            RAISE EXCEPTION USING ERRCODE = 'LMSLW';
+        END IF;
+        WITH confirmed AS (
+            UPDATE limits_slot SET state = 'busy', confirmed_at = v_now
+            WHERE request = p_request AND state = 'reserved'
+            RETURNING limit_id, key
+        ), counted AS (
+            UPDATE limits_limit t
+            SET reserved_count = t.reserved_count - 1, busy_count = t.busy_count + 1,
+                keyed_reserved_count = t.keyed_reserved_count - (c.key <> '')::integer,
+                keyed_busy_count = t.keyed_busy_count + (c.key <> '')::integer,
+                last_event_at = v_now
+            FROM confirmed c WHERE t.id = c.limit_id
+        )
+        UPDATE limits_limitkey k SET reserved_count = k.reserved_count - 1, busy_count = k.busy_count + 1
+        FROM confirmed c WHERE k.limit_id = c.limit_id AND k.key = c.key AND c.key <> '';
         outcome := 'busy';
     EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
-        RETURN;  -- outcome is 'slow'
+        outcome := 'slow';
+        slot_ids := '{}';
     END;
 END
 $$;

@@ -589,7 +589,7 @@ def _engine_raw_child(
         cpu = _Cpu([conn.info.backend_pid, side.info.backend_pid])
         profile = _Profile(load, index, runs)
         acquire_sql = "SELECT outcome, slot_id FROM limits_acquire(%s, %s, %s, %s, %s, %s)"
-        release_sql = "SELECT outcome, woken FROM limits_release(%s, %s, %s)"
+        release_sql = "SELECT outcome, woken FROM limits_release(%s, %s, %s, %s)"
 
         def call(sql: str, params: list[Any]) -> tuple[Any, ...]:
             with conn.cursor() as cur:
@@ -634,7 +634,7 @@ def _engine_raw_child(
                 if load.hold_ms:
                     time.sleep(load.hold_ms / 1000)
                 mark = time.perf_counter()
-                outcome, woken = call(release_sql, [slot_id, now(), RAW_RESERVATION_MS])
+                outcome, woken = call(release_sql, [slot_id, now(), RAW_RESERVATION_MS, RAW_RESERVATION_MS])
                 if outcome != "released":
                     raise RuntimeError(f"limits_release answered {outcome}")
                 if woken:

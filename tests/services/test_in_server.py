@@ -67,6 +67,41 @@ def test_a_keyed_acquisition_and_several_free_limits_are_one_statement_each_on_p
 
 
 @requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_queueing_handing_over_and_confirming_with_keys_or_groups_are_one_statement_each_on_postgres() -> None:
+    """Issue 26: joining a keyed queue or two queues at once (limits_acquire_group), the release
+    that grants the freed capacity to them (limits_release, with limits_grant inside) and the
+    woken run's confirm (limits_confirm_group) are one statement each, where they were the Python
+    rules' 15-44 statements under the limits' locks."""
+    declare(api={"capacity": 2, "max_hold": "1h", "per_key": 1}, calls={"capacity": 1, "max_hold": "1h"})
+    first = services.acquire("api", run_id="r1", key="acme").slot_id
+    services.acquire("api", run_id="r2", key="zeta")
+    waiting, sent = _engine_statements(lambda: services.acquire("api", run_id="r3", request="q3", key="acme"))
+    assert waiting.state == "waiting" and len(sent) == 1 and "limits_acquire_group(" in sent[0]
+    assert services.acquire("api", run_id="r4", request="q4", key="omega").state == "waiting"
+    released, sent = _engine_statements(lambda: services.release(first))
+    assert released is True and len(sent) == 1 and "limits_release(" in sent[0]
+    assert Slot.objects.get(request="q3").state == "reserved"  # acme's own queue: first in order
+    assert QueueEntry.objects.get(request="q4").state == "waiting"
+    confirmed, sent = _engine_statements(lambda: services.acquire("api", run_id="r3", request="q3", key="acme"))
+    assert confirmed.state == "busy" and len(sent) == 1 and Slot.objects.get(request="q3").state == "busy"
+
+    declare(x={"capacity": 1, "max_hold": "1h"}, y={"capacity": 1, "max_hold": "1h"})
+    held = services.acquire("y", run_id="r5").slot_id  # y is locked with x: the group waits in both
+    group, sent = _engine_statements(lambda: services.acquire_group(["x", "y"], run_id="r6", request="g6"))
+    assert group.state == "waiting" and len(sent) == 1
+    released, sent = _engine_statements(lambda: services.release(held))
+    assert released is True and len(sent) == 1
+    assert sorted(Slot.objects.filter(request="g6").values_list("state", flat=True)) == ["reserved", "reserved"]
+    group, sent = _engine_statements(lambda: services.acquire_group(["y", "x"], run_id="r6", request="g6"))
+    assert group.state == "busy" and len(sent) == 1  # confirmed together, in the order asked
+    assert [name for name, _ in group.slots] == ["y", "x"]
+    assert set(Slot.objects.filter(request="g6").values_list("state", flat=True)) == {"busy"}
+    for name in ("api", "x", "y"):
+        assert_counters_match_rows(name)
+
+
+@requires_postgres
 @pytest.mark.django_db
 def test_the_sql_pool_room_answers_as_pools_has_room(clock) -> None:
     """limits_pool_room (engine.sql) against its Python home, limits.engine.keys.Pools.has_room,
@@ -150,11 +185,16 @@ def test_a_function_that_answers_slow_inside_a_transaction_keeps_no_limit_locked
     could be out of that order (two such transactions deadlocked in the chaos run)."""
     import psycopg
 
-    declare(a={"capacity": 1, "max_hold": "1h"}, b={"capacity": 2, "max_hold": "1h", "per_key": 1})
+    declare(
+        a={"capacity": 1, "max_hold": "1h"},
+        b={"capacity": 2, "max_hold": "1h", "per_key": 1},
+        c={"capacity": 1, "max_hold": "1h"},
+    )
+    declare(a={"capacity": 1, "max_hold": "1h"}, b={"capacity": 2, "max_hold": "1h", "per_key": 1})  # no c
     blocker = services.acquire("a", run_id="blocker").slot_id
-    keyed = services.acquire("b", run_id="holder", key="k1").slot_id
+    services.acquire("b", run_id="holder", key="k1")
     services.acquire_group(["a", "b"], run_id="group", request="group", key="k2")  # b is not plain now
-    b = Limit.objects.get(name="b")
+    b_row = Limit.objects.get(name="b")
     settings = connection.settings_dict
     other = psycopg.connect(
         host=settings["HOST"], port=settings["PORT"], user=settings["USER"], dbname=settings["NAME"], autocommit=True
@@ -167,11 +207,10 @@ def test_a_function_that_answers_slow_inside_a_transaction_keeps_no_limit_locked
             return True
         return False
 
-    calls = {
-        "limits_release": ("SELECT outcome FROM limits_release(%s, now(), 120000)", [keyed]),
+    calls: dict[str, tuple[str, list[str]]] = {
         "limits_acquire": ("SELECT outcome FROM limits_acquire('b', 'r', 'req-1', '', 1000, now())", []),
-        "limits_acquire_group": (
-            "SELECT outcome FROM limits_acquire_group('{a,b}', 'r', 'req-2', '', 'k9', now())",
+        "limits_acquire_group": (  # c is undeclared: found once every limit is locked
+            "SELECT outcome FROM limits_acquire_group('{b,c}', 'r', 'req-2', '', 'k9', 1000, now(), 120000, 120000)",
             [],
         ),
     }
@@ -180,7 +219,7 @@ def test_a_function_that_answers_slow_inside_a_transaction_keeps_no_limit_locked
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(sql, params)
                 assert cursor.fetchone()[0] == "slow", name
-                assert not locked(b.id) and not locked(Limit.objects.get(name="a").id), f"{name} kept a lock"
+                assert not locked(b_row.id) and not locked(Limit.objects.get(name="a").id), f"{name} kept a lock"
     finally:
         other.close()
     assert blocker
