@@ -9,7 +9,7 @@ from django.db import migrations
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "9f6f29a02eac7527fd278e3a96caf5ab95d3c7a4ef000ac6a2c9f652e5d26de3"
+ENGINE_SQL_FINGERPRINT = "a5b46ed1dbaf314629ab6687c68a52c8863393c41df38b3b816e01f39a717aee"
 
 
 def install(apps, schema_editor) -> None:

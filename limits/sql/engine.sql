@@ -675,6 +675,10 @@ BEGIN
     granted := 0;
     woken := '{}';
     FOR l IN SELECT * FROM limits_limit WHERE id = ANY (p_limits) AND waiting_count > 0 ORDER BY id LOOP
+        CONTINUE WHEN NOT EXISTS (  -- most calls: nothing stale, and one index probe says so
+            SELECT 1 FROM limits_queueentry
+            WHERE limit_id = l.id AND state = 'waiting' AND deadline <= p_now
+        );
         SELECT t.n, t.runs INTO v_count, v_runs FROM limits_time_out_keys(l.id, p_limits, p_now) t;
         timed_out := timed_out + v_count;
         woken := woken || v_runs;
@@ -683,11 +687,14 @@ BEGIN
         e := NULL;
         SELECT q.* INTO e
         FROM limits_limit lim
+        CROSS JOIN LATERAL (  -- once per limit, not per entry scanned
+            SELECT coalesce(limits_owed_position(lim, p_now, p_owed_after_ms), 9223372036854775807) AS owed
+        ) o
         CROSS JOIN LATERAL (
             SELECT w.* FROM limits_queueentry w
             WHERE w.limit_id = lim.id AND w.state = 'waiting'
               AND w.position > coalesce((v_after ->> lim.id::text)::bigint, 0)
-              AND w.position <= coalesce(limits_owed_position(lim, p_now, p_owed_after_ms), w.position)
+              AND w.position <= o.owed
               AND limits_pool_room(lim, w.key)
             ORDER BY w.position
             LIMIT 1
