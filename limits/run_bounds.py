@@ -134,6 +134,8 @@ def bounds_for_run(workflow_name: str, limits: object = None, concurrency_key: o
         except ValueError as error:
             raise _error(workflow_name, f"concurrency_key: {error}") from None
     own = [bound_name(workflow_name)] if bounds.has_own_bound else []
+    if own:
+        services.ensure_workflow_bound(own[0], bounds.total, bounds.per_key)  # SPEC 11.6
     return own + list(named), key
 
 

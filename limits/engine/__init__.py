@@ -41,6 +41,7 @@ from limits.engine.errors import (
 )
 from limits.engine.keys import OWED_AFTER_MS, held
 from limits.engine.operator_actions import (
+    ensure_workflow_bound,
     set_capacity,
     set_max_hold,
     set_per_key,
@@ -93,6 +94,7 @@ __all__ = [
     "set_max_hold",
     "set_per_key",
     "sweep",
+    "ensure_workflow_bound",
     "sync_workflow_bounds",
     "sync_workspace",
     "tie_to_run",

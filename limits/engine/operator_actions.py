@@ -185,26 +185,36 @@ def _declared_text(declared: bool, capacity: int, max_hold_ms: int, per_key: int
 BOUND_NAME_TAKEN = "limit {name!r}: the name belongs to a workflow's own bound (names starting 'workflow.')"
 
 
-def sync_workflow_bounds(bounds: dict[str, tuple[int | None, int | None]], *, actor: str = DEPLOY_ACTOR) -> SyncReport:
+def sync_workflow_bounds(
+    bounds: dict[str, tuple[int | None, int | None]], *, actor: str = DEPLOY_ACTOR, only: bool = False
+) -> SyncReport:
     """Bring the workflows' own bounds (SPEC 11.5) in line with their @workflow(concurrency=...):
     {limit name: (total, per_key)}. A bound is a limit of kind 'workflow' with no max hold (its
     slots last as long as their run: the sweep never takes them back); total None means only the
     per-key pools bind (capacity 100000). Operator overrides survive, as for declared limits; a
-    bound whose workflow no longer declares one is kept, undeclared."""
+    bound whose workflow no longer declares one is kept, undeclared. With `only`, the bounds
+    given are synced and nothing else is touched (start_run of a workflow whose bound the deploy
+    did not load, SPEC 11.6: `ensure_workflow_bound`)."""
     report = SyncReport()
-    with transaction.atomic(durable=True):
-        existing = {limit.name: limit for limit in Limit.objects.locked().order_by("id")}
+    with transaction.atomic(durable=not only):
+        rows = Limit.objects.locked().filter(name__in=list(bounds)) if only else Limit.objects.locked()
+        existing = {limit.name: limit for limit in rows.order_by("id")}
         by_id = {limit.id: limit for limit in existing.values()}
         for name, (total, per_key) in sorted(bounds.items()):
             capacity = MAX_CAPACITY if total is None else total
             limit = existing.get(name)
             if limit is None:
-                Limit.objects.create(
-                    name=name,
-                    kind=Limit.Kind.WORKFLOW,
-                    declared_capacity=capacity,
-                    declared_max_hold_ms=MAX_DURATION_MS,
-                    declared_per_key=per_key,
+                Limit.objects.bulk_create(
+                    [
+                        Limit(
+                            name=name,
+                            kind=Limit.Kind.WORKFLOW,
+                            declared_capacity=capacity,
+                            declared_max_hold_ms=MAX_DURATION_MS,
+                            declared_per_key=per_key,
+                        )
+                    ],
+                    ignore_conflicts=True,  # two first starts at once: one creates it, both use it
                 )
                 report.created.append(name)
                 continue
@@ -232,7 +242,7 @@ def sync_workflow_bounds(bounds: dict[str, tuple[int | None, int | None]], *, ac
             )
             report.updated.append(name)
         for name, limit in existing.items():
-            if limit.is_workflow_bound and name not in bounds and limit.declared:
+            if not only and limit.is_workflow_bound and name not in bounds and limit.declared:
                 limit.declared = False
                 now = rules.clock(limit)
                 limit.save(update_fields=["declared", "last_event_at", "updated_at"])
@@ -247,3 +257,14 @@ def sync_workflow_bounds(bounds: dict[str, tuple[int | None, int | None]], *, ac
 def _bound_text(declared: bool, capacity: int, per_key: int | None) -> str:
     text = f"total {capacity}" + ("" if per_key is None else f", per_key {per_key}")
     return text + ("" if declared else ", undeclared")
+
+
+def ensure_workflow_bound(name: str, total: int | None, per_key: int | None) -> None:
+    """SPEC 11.6: a workflow's own bound exists and is declared from the first moment a run of it
+    can start. When the deploy did not sync it (the workflow lives in a test module, or a module
+    the deploy did not load), start_run syncs that one bound in its own transaction, exactly as a
+    sync of it would (audited as the deploy's): a user never sees "unknown limit" for a bound they
+    declared. One indexed read when it is there already."""
+    if Limit.objects.filter(name=name, declared=True, kind=Limit.Kind.WORKFLOW).exists():
+        return
+    sync_workflow_bounds({name: (total, per_key)}, only=True)
