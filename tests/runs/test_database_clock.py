@@ -132,7 +132,7 @@ def test_a_host_measures_and_records_its_skew(skewed) -> None:
 
 
 def test_pages_count_down_in_the_databases_time(skewed, monkeypatch) -> None:
-    """"Expires in 44s" on a web host whose clock is off: its clock corrected by its skew."""
+    """The "expires in 44s" of a page, on a web host whose clock is off: its clock corrected by its skew."""
     from limits.templatetags.limits_ui import time_until
 
     monkeypatch.setattr(clock, "_display_offset", None)

@@ -36,9 +36,7 @@ def violations(name: str = "two") -> list[str]:
         return verify([name]).violations
 
 
-def test_times_in_the_future_of_the_clock_expiry_before_max_hold_and_early_time_outs_are_violations(
-    two, clock
-) -> None:
+def test_times_ahead_of_the_clock_expiry_before_max_hold_and_early_time_outs_are_violations(two, clock) -> None:
     now = timezone.now()
     raw_slot(two, "ahead", now + dt.timedelta(minutes=10))  # a host 10 minutes ahead stamped it
     raw_slot(two, "early", now - dt.timedelta(minutes=2), state="expired", freed_at=now)  # max hold is 10m
