@@ -10,8 +10,9 @@ def check_workspace(app_configs: object = None, **kwargs: object) -> list[Error]
     """Report a bad workspace config at `manage.py check`, runserver and worker start."""
     try:
         load_workspace()
-    except ConfigError as error:
-        return [Error(str(error), hint="Fix the workspace module named by STACKBONE_WORKSPACE.", id="limits.E001")]
+    except ConfigError as error:  # every problem at once: one Error each
+        hint = "Fix the workspace module named by STACKBONE_WORKSPACE."
+        return [Error(str(problem), hint=hint, id="limits.E001") for problem in error.errors]
     return []
 
 
@@ -32,4 +33,4 @@ def refuse_to_start_with_a_bad_workspace(**kwargs: object) -> None:
     """Connected to Celery's worker_init: a worker does not start on a bad workspace."""
     errors = check_workspace()
     if errors:
-        raise SystemExit(f"limits.E001: {errors[0].msg}")
+        raise SystemExit("\n".join(f"limits.E001: {error.msg}" for error in errors))

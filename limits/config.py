@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -29,7 +29,21 @@ CAPACITY_HELP = f"a whole number from {MIN_CAPACITY} to {MAX_CAPACITY}"
 
 
 class ConfigError(Exception):
-    """The workspace config is invalid; the message names the limit and the field."""
+    """The workspace config is invalid; the message names the limit and the field.
+
+    `errors` holds one ConfigError per problem (a bad name, a bad field of a limit), so a check
+    reports them all at once; a single problem reads as its own message."""
+
+    def __init__(self, message: str, errors: Sequence[ConfigError] = ()) -> None:
+        super().__init__(message)
+        self.errors: list[ConfigError] = list(errors) or [self]
+
+    @classmethod
+    def collected(cls, problems: Sequence[str]) -> ConfigError:
+        if len(problems) == 1:
+            return cls(problems[0])
+        text = f"{len(problems)} problems in the workspace config: " + "; ".join(problems)
+        return cls(text, [cls(problem) for problem in problems])
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,41 +95,66 @@ def check_key(key: object) -> str:
 
 
 def define_workspace(*, limits: Mapping[str, Mapping[str, object]]) -> Workspace:
-    """Validate a workspace's limits; raise ConfigError naming the first bad limit and field."""
+    """Validate a workspace's limits; raise ConfigError naming every bad limit and field (its
+    `errors`: one per problem, in the order of the config)."""
     if not isinstance(limits, Mapping):
         raise ConfigError("limits must be a mapping of limit name to {'capacity': ..., 'max_hold': ...}")
     specs: dict[str, LimitSpec] = {}
+    problems: list[str] = []
     for name, fields in limits.items():
-        try:
-            check_name(name)
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
-        if name.startswith(BOUND_PREFIX):
-            raise ConfigError(f"limit {name!r}: names starting {BOUND_PREFIX!r} belong to workflows' own bounds")
-        if not isinstance(fields, Mapping):
-            raise ConfigError(f"limit {name!r}: must be a mapping with capacity and max_hold")
-        unknown = sorted(set(fields) - LIMIT_FIELDS, key=str)
-        if unknown:
-            raise ConfigError(f"limit {name!r}: unknown field {unknown[0]!r} (allowed: capacity, max_hold, per_key)")
-        for field in ("capacity", "max_hold"):
-            if field not in fields:
-                raise ConfigError(f"limit {name!r}: {field} is required")
+        found = _problems_of(name, fields)
+        if found:
+            problems.extend(found)
+            continue
+        assert isinstance(fields, Mapping)
+        per_key = fields.get("per_key")
+        specs[name] = LimitSpec(
+            name=name,
+            capacity=check_capacity(fields["capacity"]),
+            max_hold_ms=parse_duration(fields["max_hold"]),
+            per_key=None if per_key is None else check_per_key(per_key, check_capacity(fields["capacity"])),
+        )
+    if problems:
+        raise ConfigError.collected(problems)
+    return Workspace(limits=specs)
+
+
+def _problems_of(name: object, fields: object) -> list[str]:
+    """Every problem of one declared limit, each naming the limit and the field."""
+    try:
+        check_name(name)
+    except ValueError as error:
+        return [str(error)]
+    assert isinstance(name, str)
+    if name.startswith(BOUND_PREFIX):
+        return [f"limit {name!r}: names starting {BOUND_PREFIX!r} belong to workflows' own bounds"]
+    if not isinstance(fields, Mapping):
+        return [f"limit {name!r}: must be a mapping with capacity and max_hold"]
+    problems: list[str] = []
+    unknown = sorted(set(fields) - LIMIT_FIELDS, key=str)
+    if unknown:
+        problems.append(f"limit {name!r}: unknown field {unknown[0]!r} (allowed: capacity, max_hold, per_key)")
+    capacity: int | None = None
+    if "capacity" not in fields:
+        problems.append(f"limit {name!r}: capacity is required")
+    else:
         try:
             capacity = check_capacity(fields["capacity"])
         except ValueError as error:
-            raise ConfigError(f"limit {name!r}: capacity {error}") from None
+            problems.append(f"limit {name!r}: capacity {error}")
+    if "max_hold" not in fields:
+        problems.append(f"limit {name!r}: max_hold is required")
+    else:
         try:
-            max_hold_ms = parse_duration(fields["max_hold"])
+            parse_duration(fields["max_hold"])
         except DurationError as error:
-            raise ConfigError(f"limit {name!r}: max_hold {error}") from None
-        per_key = None
-        if fields.get("per_key") is not None:
-            try:
-                per_key = check_per_key(fields["per_key"], capacity)
-            except ValueError as error:
-                raise ConfigError(f"limit {name!r}: per_key {error}") from None
-        specs[name] = LimitSpec(name=name, capacity=capacity, max_hold_ms=max_hold_ms, per_key=per_key)
-    return Workspace(limits=specs)
+            problems.append(f"limit {name!r}: max_hold {error}")
+    if fields.get("per_key") is not None and capacity is not None:
+        try:
+            check_per_key(fields["per_key"], capacity)
+        except ValueError as error:
+            problems.append(f"limit {name!r}: per_key {error}")
+    return problems
 
 
 def load_workspace(module_path: str | None = None) -> Workspace:

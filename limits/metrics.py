@@ -6,7 +6,13 @@ answers the same. Three queries whatever the number of limits or slots (limits.i
 metric_rows), and two for the hosts' clock skew (the database's time, the recent rows): the
 limits' counters (gauges, live), their running totals (counters and the time-to-grant
 histogram, from the sweep's per-minute rollup, so 30-45 s behind the end of each minute; a late
-commit is added by a later pass, within its recount window) and the sweep's state.
+commit is added by a later pass, within its recount window) and the sweep's state. Every
+limit's metric carries `limit` and `kind` ("limit", or "workflow" for a workflow's own bound);
+busy, reserved and in use mean what they mean everywhere (SPEC 6.5): confirmed slots, slots
+handed out and not yet confirmed, and both.
+
+The workers (WorkersCollector, limits.workers): one more query, the runs no worker has started,
+and Celery's inspect of the workers alive, asked at most every 10 s per web process.
 
 The histogram counts every grant: a slot granted at once is an observation of 0 s, so its
 _count equals grants_total. The limit page also shows the runs that waited alone; from here,
@@ -32,7 +38,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from limits import insights
+from limits import insights, workers
 from limits.models import WAIT_BUCKETS_S
 from studio.plumbing import clock as box_clock
 
@@ -49,67 +55,72 @@ class LimitsCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         limits, totals, sweep = insights.metric_rows()
+        labels = ["limit", "kind"]  # kind: "limit" (the workspace's) or "workflow" (a workflow's own bound)
         gauges = {
             "capacity": GaugeMetricFamily(
-                "stackbone_limit_capacity", "Slots a limit hands out at once.", labels=["limit"]
+                "stackbone_limit_capacity", "Slots a limit hands out at once.", labels=labels
             ),
-            "busy": GaugeMetricFamily("stackbone_limit_busy", "Confirmed slots in use.", labels=["limit"]),
+            "busy": GaugeMetricFamily("stackbone_limit_busy", "Confirmed slots (busy).", labels=labels),
             "reserved": GaugeMetricFamily(
-                "stackbone_limit_reserved", "Slots reserved for a woken run, not yet confirmed.", labels=["limit"]
+                "stackbone_limit_reserved", "Slots reserved for a woken run, not yet confirmed.", labels=labels
             ),
-            "waiting": GaugeMetricFamily("stackbone_limit_waiting", "Runs waiting in the queue.", labels=["limit"]),
+            "in_use": GaugeMetricFamily(
+                "stackbone_limit_in_use", "Slots in use: busy + reserved, what counts against capacity.", labels=labels
+            ),
+            "waiting": GaugeMetricFamily("stackbone_limit_waiting", "Runs waiting in the queue.", labels=labels),
         }
-        for name, busy, reserved, waiting, capacity_override, declared_capacity in limits:
-            label = [name]
+        kinds: dict[str, str] = {}
+        for name, kind, busy, reserved, waiting, capacity_override, declared_capacity in limits:
+            label, kinds[name] = [name, kind], kind
             gauges["capacity"].add_metric(
                 label, float(capacity_override if capacity_override is not None else declared_capacity)
             )
             gauges["busy"].add_metric(label, float(busy))
             gauges["reserved"].add_metric(label, float(reserved))
+            gauges["in_use"].add_metric(label, float(busy + reserved))
             gauges["waiting"].add_metric(label, float(waiting))
         yield from gauges.values()
 
         by_name = {str(row["limit__name"]): row for row in totals}
+        kinds.update({name: str(row["limit__kind"]) for name, row in by_name.items()})
         names = sorted({str(row[0]) for row in limits} | set(by_name))
         zero: dict[str, Any] = dict.fromkeys(insights.COUNT_FIELDS, 0)
         grants = CounterMetricFamily(
-            "stackbone_limit_grants", "Slots handed out, at once or from the queue.", labels=["limit"]
+            "stackbone_limit_grants", "Slots handed out, at once or from the queue.", labels=labels
         )
         queue_grants = CounterMetricFamily(
-            "stackbone_limit_queue_grants", "Slots handed out to a run that waited in the queue.", labels=["limit"]
+            "stackbone_limit_queue_grants", "Slots handed out to a run that waited in the queue.", labels=labels
         )
         releases = CounterMetricFamily(
             "stackbone_limit_releases",
             "Slots freed, by whom: the workflow, an operator, max hold (the sweep), the run's end.",
-            labels=["limit", "by"],
+            labels=[*labels, "by"],
         )
         lapses = CounterMetricFamily(
             "stackbone_limit_lapses",
             "Reservations not confirmed in time (the run went back to the queue).",
-            labels=["limit"],
+            labels=labels,
         )
-        timeouts = CounterMetricFamily(
-            "stackbone_limit_timeouts", "Waits that passed their deadline.", labels=["limit"]
-        )
+        timeouts = CounterMetricFamily("stackbone_limit_timeouts", "Waits that passed their deadline.", labels=labels)
         waits = HistogramMetricFamily(
             "stackbone_limit_time_to_grant_seconds",
             "Time from joining the queue to the grant; a slot granted at once counts as 0.",
-            labels=["limit"],
+            labels=labels,
         )
         for name in names:
-            row = by_name.get(name, zero)
-            grants.add_metric([name], float(row["grants"]))
-            queue_grants.add_metric([name], float(row["queue_grants"]))
+            row, label = by_name.get(name, zero), [name, kinds[name]]
+            grants.add_metric(label, float(row["grants"]))
+            queue_grants.add_metric(label, float(row["queue_grants"]))
             for cause, field in RELEASE_CAUSES:
-                releases.add_metric([name, cause], float(row[field]))
-            lapses.add_metric([name], float(row["lapses"]))
-            timeouts.add_metric([name], float(row["timeouts"]))
+                releases.add_metric([*label, cause], float(row[field]))
+            lapses.add_metric(label, float(row["lapses"]))
+            timeouts.add_metric(label, float(row["timeouts"]))
             cumulative, buckets = 0, []
             for bound, field in zip(WAIT_BUCKETS_S, insights.BUCKET_FIELDS, strict=True):
                 cumulative += int(row[field])
                 buckets.append((f"{float(bound)}", float(cumulative)))
             buckets.append(("+Inf", float(row["grants"])))
-            waits.add_metric([name], buckets, sum_value=int(row["wait_ms_sum"]) / 1000)
+            waits.add_metric(label, buckets, sum_value=int(row["wait_ms_sum"]) / 1000)
         yield from (grants, queue_grants, releases, lapses, timeouts, waits)
 
         duration = GaugeMetricFamily("stackbone_sweep_last_duration_seconds", "How long the last sweep pass took.")
@@ -137,6 +148,34 @@ class LimitsCollector(Collector):
         for host, seconds in largest_skew_by_host().items():
             skew.add_metric([host], seconds)
         yield skew
+
+
+class WorkersCollector(Collector):
+    """The second ceiling (limits.workers): the Celery workers that answered (asked at most every
+    10 s per web process, never longer than 3 s), and the runs no worker has started yet."""
+
+    def collect(self) -> Iterator[Metric]:
+        found = workers.alive()
+        pending = workers.pending(box_clock.display_now())
+        count = GaugeMetricFamily("stackbone_workers", "Celery workers that answered the last inspect.")
+        count.add_metric([], float(len(found.workers)))
+        labels = ["worker", "host", "pool"]
+        concurrency = GaugeMetricFamily(
+            "stackbone_worker_concurrency", "Tasks (runs) a worker runs at once: its pool's processes.", labels=labels
+        )
+        busy = GaugeMetricFamily("stackbone_worker_busy", "Tasks a worker is running now.", labels=labels)
+        for worker in found.workers:
+            label = [worker.name, worker.host, worker.pool]
+            concurrency.add_metric(label, float(worker.concurrency))
+            busy.add_metric(label, float(worker.busy))
+        runs = GaugeMetricFamily("stackbone_runs_pending", "Runs no worker has started yet (status pending).")
+        runs.add_metric([], float(pending.runs))
+        oldest = GaugeMetricFamily(
+            "stackbone_runs_pending_oldest_seconds",
+            "How long the oldest pending run has waited for a worker, since it was created (0: none waits).",
+        )
+        oldest.add_metric([], pending.oldest_seconds or 0.0)
+        yield from (count, concurrency, busy, runs, oldest)
 
 
 def largest_skew_by_host() -> dict[str, float]:
@@ -168,6 +207,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         return response
     registry = CollectorRegistry(auto_describe=False)
     registry.register(LimitsCollector())
+    registry.register(WorkersCollector())
     response = HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
     add_never_cache_headers(response)
     return response

@@ -525,3 +525,23 @@ class LimitKeySpan(models.Model):
 
     def __str__(self) -> str:
         return f"{self.limit_id}:{self.key}@{self.span:%Y-%m-%d %H:%M}"
+
+
+class ForgottenLimit(models.Model):
+    """The record of `stackbone limits forget` (limits.forget): a limit that had left the config,
+    with no slot in use and no run waiting, removed with its history. Written in the transaction
+    that removes it, so the removal is audited although the limit's own audit rows go with it."""
+
+    name = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16)
+    at = models.DateTimeField()
+    actor = models.CharField(max_length=150)
+    declared_capacity = models.PositiveIntegerField()
+    declared_max_hold_ms = models.BigIntegerField(null=True, blank=True, help_text="Null for a workflow's bound.")
+    removed = models.JSONField(default=dict, help_text="How many rows of each kind of its history were removed.")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:  # the admin's titles: user text escaped (limits.printable)
+        return f"{printable(self.name)} forgotten by {printable(self.actor)} at {self.at:%Y-%m-%d %H:%M:%S}"

@@ -30,9 +30,10 @@ def _iso(moment: datetime | None) -> str | None:
 def limit_summary(limit: Limit) -> dict[str, object]:
     """A limit as the CLI and the API print it. `kind` is "limit" (declared in the workspace) or
     "workflow" (a workflow's own bound, SPEC 11.5: its capacity is the workflow's total, and it
-    has no max hold, so `max_hold_ms` and `declared_max_hold_ms` are null). `busy` counts busy
-    and reserved slots together; `reserved` is the unconfirmed part of it. `per_key` is each
-    key's pool size in force, null when only the total applies."""
+    has no max hold, so `max_hold_ms` and `declared_max_hold_ms` are null). The three figures of
+    SPEC 6.5, as everywhere: `busy` the confirmed slots, `reserved` the slots handed to a run and
+    not yet confirmed, `in_use` both (what counts against capacity). `per_key` is each key's
+    pool size in force, null when only the total applies."""
     bound = limit.is_workflow_bound
     return {
         "name": limit.name,
@@ -41,8 +42,9 @@ def limit_summary(limit: Limit) -> dict[str, object]:
         "declared_capacity": limit.declared_capacity,
         "max_hold_ms": None if bound else limit.max_hold_ms,
         "declared_max_hold_ms": None if bound else limit.declared_max_hold_ms,
-        "busy": limit.in_use,
+        "busy": limit.busy_count,
         "reserved": limit.reserved_count,
+        "in_use": limit.in_use,
         "waiting": limit.waiting_count,
         "capacity_overridden": limit.capacity_overridden,
         "max_hold_overridden": limit.max_hold_overridden,
@@ -106,11 +108,12 @@ def pool_size(limit: Limit, pool_override: int | None) -> int | None:
 
 
 def key_summary(limit: Limit, key: LimitKey) -> dict[str, object]:
-    """One key's pool under a limit. `busy` counts busy and reserved slots, like a limit's."""
+    """One key's pool under a limit: `busy`, `reserved` and `in_use` as a limit's."""
     return {
         "key": key.key,
-        "busy": key.in_use,
+        "busy": key.busy_count,
         "reserved": key.reserved_count,
+        "in_use": key.in_use,
         "waiting": key.waiting_count,
         "pool": pool_size(limit, key.pool_override),
         "pool_override": key.pool_override,
@@ -129,8 +132,9 @@ def no_key_summary(limit: Limit) -> dict[str, object]:
     busy = max(limit.busy_count - limit.keyed_busy_count, 0)
     return {
         "key": None,
-        "busy": busy + reserved,
+        "busy": busy,
         "reserved": reserved,
+        "in_use": busy + reserved,
         "waiting": max(limit.waiting_count - limit.keyed_waiting_count, 0),
         "pool": limit.per_key,
         "pool_override": None,

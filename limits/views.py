@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import trigger_client_event
 
-from limits import selectors, services
+from limits import selectors, services, workers
 from limits.durations import format_duration
 from limits.forms import (
     CapacityForm,
@@ -30,6 +30,7 @@ from limits.forms import (
 )
 from limits.models import AuditEvent, Limit
 from limits.printable import printable
+from studio.plumbing import clock as box_clock
 from studio.plumbing.access import (
     NEEDS_OPERATE_LIMIT,
     OPERATE_LIMIT,
@@ -115,6 +116,23 @@ operator_required = permission_required(OPERATE_LIMIT, NEEDS_OPERATE_LIMIT)
 
 
 # --- pages --------------------------------------------------------------------------------------
+
+
+@require_GET
+@studio_login_required
+def workers_panel(request: HtmxHttpRequest) -> HttpResponse:
+    """The Limits list's Workers panel (limits.workers): the Celery workers alive, the runs
+    waiting for one, and the limits the workers bound. Loaded by htmx after the page and every
+    10 s, so the list never waits for the workers' answer (kept 10 s per web process)."""
+    found = workers.alive()
+    bounded = workers.bounded_by_workers(found.concurrency)
+    context = {
+        "workers": found,
+        "pending": workers.pending(box_clock.display_now()),
+        "bounded": bounded[: workers.BOUNDED_SHOWN],
+        "more_bounded": len(bounded) > workers.BOUNDED_SHOWN,
+    }
+    return render(request, "limits/limit_list.html#workers-panel", context)
 
 
 @require_GET

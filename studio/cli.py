@@ -2,6 +2,7 @@
 
     stackbone limits list|slots|release|capacity|max-hold ...   (limits.cli)
     stackbone runs start|list|show|cancel ...                   (studio.runs_cli)
+    stackbone workers [--json]                                   (studio.workers_cli)
     stackbone dev [--demo] [--port N]                            (studio.dev)
 
 To add a group (say `stackbone dev`), write `add_<group>(groups)` that adds its parser and sets
@@ -66,6 +67,20 @@ def add_runs(groups: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(handler=lambda options: runs_cli.run(options, setup=setup_django))
 
 
+def add_workers(groups: argparse._SubParsersAction[Any]) -> None:
+    from studio import workers_cli
+
+    parser = groups.add_parser(
+        "workers",
+        help="the Celery workers alive, the runs waiting for one, and the limits the workers bound",
+        description="The box's second ceiling: the Celery workers alive (host, pool, concurrency, busy), the "
+        "runs waiting for a worker, and the limits whose capacity is above the workers' total concurrency. "
+        "Exit codes: 0 a worker answered; 1 none did.",
+    )
+    workers_cli.add_arguments(parser)
+    parser.set_defaults(handler=lambda options: workers_cli.run(options, setup=setup_django))
+
+
 def add_dev(groups: argparse._SubParsersAction[Any]) -> None:
     from studio import dev
 
@@ -78,7 +93,7 @@ def add_dev(groups: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(handler=dev.run)
 
 
-GROUPS: list[Callable[[argparse._SubParsersAction[Any]], None]] = [add_limits, add_runs, add_dev]
+GROUPS: list[Callable[[argparse._SubParsersAction[Any]], None]] = [add_limits, add_runs, add_workers, add_dev]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEV_USERNAME = "admin"
 GRACE_SECONDS = 10
+DEFAULT_CONCURRENCY = 2  # the worker's processes: how many runs move at once, whatever the limits allow
 DEMO_WORKSPACE = "studio.demo.workspace"
 SIGN_IN_FILE = "dev-sign-in.txt"
 # A request the web server handled well (2xx, 3xx): not shown unless --verbose.
@@ -90,6 +91,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--verbose", action="store_true", help="show every log line (INFO) and every request; default: quiet"
     )
+    parser.add_argument(
+        "--concurrency",
+        metavar="N",
+        type=_concurrency,
+        default=DEFAULT_CONCURRENCY,
+        help=f"the worker's processes: how many runs move at once (default {DEFAULT_CONCURRENCY}); "
+        "a limit of higher capacity is bound by them",
+    )
+
+
+def _concurrency(text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,4}", text) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--concurrency must be a whole number of at least 1, not {text!r}")
+    return int(text)
+
+
+def worker_argv(python: str, level: str, concurrency: int) -> list[str]:
+    """The Celery worker of the box, with `concurrency` processes (prefork)."""
+    return [python, "-m", "celery", "-A", "studio", "worker", f"--loglevel={level}", f"--concurrency={concurrency}"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -131,11 +151,7 @@ def run(args: argparse.Namespace) -> int:
     hide_requests = None if args.verbose else QUIET_REQUEST.search
     children = [
         Child("web", [*manage, "runserver", "--noreload", f"{args.host}:{args.port}"], env, hide_requests),
-        Child(
-            "worker",
-            [python, "-m", "celery", "-A", "studio", "worker", f"--loglevel={level}", "--concurrency=2"],
-            env,
-        ),
+        Child("worker", worker_argv(python, level, args.concurrency), env),
         Child("beat", [python, "-m", "celery", "-A", "studio", "beat", f"--loglevel={level}"], env),
     ]
     if args.demo:
@@ -279,6 +295,7 @@ def banner(args: argparse.Namespace, env: dict[str, str], sign_in: str) -> None:
         f"  Health    {url}/healthz",
         f"  Database  {_hide_password(database)}",
         f"  Broker    {_hide_password(broker)}",
+        f"  Worker    {args.concurrency} process{'es' if args.concurrency != 1 else ''} (--concurrency N)",
         "  Ctrl-C stops web, worker and beat.",
         "",
     ]

@@ -15,6 +15,12 @@ see _waiting_for); with a search, whether it is a run's whole id, and if not its
 search_matches); when those narrow the runs to a known few,
 their (created_at, id) keys (one, by primary key); then the page of runs, the waits of its runs
 and the slots they hold (each through a partial index on run_id).
+
+?key= (a tenant's runs) adds no query: it is a condition of the page's own query (the run's
+concurrency key, or a live slot or waiting entry under that key, each a subquery over its partial
+index of keyed rows). No index yields runs by key in page order, so the page walks its filter's
+index newest first until it has a page of that key's runs: a key with few runs among many walks
+far (docs/operations.md, "Runs").
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import inspect
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +38,7 @@ from django.db.models import Q, QuerySet
 from limits import run_bounds
 from limits.config import check_key
 from limits.models import LIVE_SLOT_STATES, Limit, QueueEntry, Slot, is_storable_text
+from studio.plumbing import clock as box_clock
 from studio.runs import runtime
 from studio.runs.models import Run
 
@@ -75,6 +83,19 @@ def workflow_names() -> list[str]:
     """The workflows this installation can start: every @workflow in the modules
     settings.STACKBONE_WORKFLOWS names (imported on first use), sorted."""
     return runtime.workflow_names()
+
+
+HINT_MAX_LENGTH = 600
+
+
+def workflow_hints() -> dict[str, str]:
+    """Each workflow's docstring (its function's, cleaned), for the Start form: what it does and
+    the input it reads. "" for a workflow without one; cut at HINT_MAX_LENGTH characters."""
+    hints = {}
+    for name in workflow_names():
+        text = inspect.getdoc(runtime.get_workflow(name).fn) or ""
+        hints[name] = text if len(text) <= HINT_MAX_LENGTH else text[: HINT_MAX_LENGTH - 1] + "…"
+    return hints
 
 
 # --- starting and cancelling --------------------------------------------------------------------
@@ -179,20 +200,27 @@ def get_run(run_id: str) -> Run | None:
 @dataclass(frozen=True, slots=True)
 class RunFilter:
     """What the list shows: a status, a workflow, a limit the runs wait for, a search (a run's
-    whole id, or part of the label of a slot it holds or of a queue it waits in, any case)."""
+    whole id, or part of the label of a slot it holds or of a queue it waits in, any case), a key
+    (exact: the run's concurrency key, or the key of a slot it holds or a queue it waits in)."""
 
     status: str = ""
     workflow: str = ""
     waiting_for: str = ""
     search: str = ""
+    key: str = ""
 
     def __post_init__(self) -> None:
         if self.status and self.status not in STATUSES:
             raise RunsError(BAD_STATUS.format(statuses=", ".join(STATUSES), value=self.status), "status")
+        if self.key:
+            try:
+                check_key(self.key)
+            except ValueError as error:
+                raise RunsError(str(error), "key") from None
 
     @property
     def active(self) -> bool:
-        return bool(self.status or self.workflow or self.waiting_for or self.search)
+        return bool(self.status or self.workflow or self.waiting_for or self.search or self.key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +267,23 @@ class RunRow:
         labels = [slot.label for slot in self.holds] + [entry.label for entry in self.waits]
         return list(dict.fromkeys(label for label in labels if label))
 
+    @property
+    def keys(self) -> list[str]:
+        """Its concurrency key, then the keys of the slots it holds and the queues it waits in (a
+        key taken inside the body, with_limit or acquire_slot); a finished run holds nothing, so
+        it shows its concurrency key only."""
+        keys = [self.run.concurrency_key] + [slot.key for slot in self.holds] + [entry.key for entry in self.waits]
+        return list(dict.fromkeys(key for key in keys if key))
+
+    @property
+    def duration_ms(self) -> int | None:
+        """From its start to its end, or to now while it runs; None before it started."""
+        started, finished = self.run.started_at, self.run.finished_at
+        if started is None:
+            return None
+        end = finished if finished is not None else box_clock.display_now()
+        return max(int((end - started).total_seconds() * 1000), 0)
+
 
 @dataclass(slots=True)
 class RunPage:
@@ -264,6 +309,8 @@ def _runs(run_filter: RunFilter) -> tuple[QuerySet[Run], list[str] | None, bool]
         query = query.filter(status=run_filter.status)
     if run_filter.workflow:
         query = query.filter(workflow=run_filter.workflow)
+    if run_filter.key:
+        query = query.filter(_under_key(run_filter.key))
     candidates: list[str] | None = None
     capped = False
     if run_filter.waiting_for:
@@ -273,6 +320,14 @@ def _runs(run_filter: RunFilter) -> tuple[QuerySet[Run], list[str] | None, bool]
         found, capped = matches.run_ids, matches.capped
         candidates = found if candidates is None else sorted(set(candidates) & set(found))
     return query, candidates, capped
+
+
+def _under_key(key: str) -> Q:
+    """Runs of a key: its concurrency key, or a live slot it holds or a queue it waits in under
+    that key (the partial indexes of keyed live slots and waiting entries); no query of its own."""
+    slots = Slot.objects.filter(state__in=LIVE_SLOT_STATES, key=key).order_by().values("run_id")
+    waits = QueueEntry.objects.filter(state=QueueEntry.State.WAITING, key=key).order_by().values("run_id")
+    return Q(concurrency_key=key) | Q(id__in=slots) | Q(id__in=waits)
 
 
 def _waiting_for(query: QuerySet[Run], run_filter: RunFilter) -> tuple[QuerySet[Run], list[str] | None]:
@@ -434,17 +489,20 @@ def _iso(moment: dt.datetime | None) -> str | None:
 
 
 def run_summary(row: RunRow) -> dict[str, Any]:
-    """A run as `stackbone runs list --json` prints it. `key` is "" for a run without one."""
+    """A run as `stackbone runs list --json` prints it. `key` is its concurrency key, "" for a run
+    without one; `keys` that and the keys of the slots it holds and the queues it waits in."""
     run = row.run
     return {
         "id": run.id,
         "workflow": run.workflow,
         "status": run.status,
         "key": run.concurrency_key,
+        "keys": row.keys,
         "suspended": run.suspended,
         "created_at": _iso(run.created_at),
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),
+        "duration_ms": row.duration_ms,
         "waiting_for": [entry.limit.name for entry in row.waits],
         "holding": [slot.limit.name for slot in row.holds],
         "labels": row.labels,

@@ -1,7 +1,7 @@
 """`stackbone runs start|list|show|cancel`: start and watch workflow runs from a terminal.
 
     stackbone runs start <workflow> [--input JSON] [--key K] [--json]
-    stackbone runs list [--status S] [--workflow W] [--limit L] [--rows N] [--json]
+    stackbone runs list [--status S] [--workflow W] [--key K] [--waiting-for L] [--rows N] [--json]
     stackbone runs show <run id> [--json]
     stackbone runs cancel <run id> [--json]
 
@@ -53,7 +53,7 @@ def add_verbs(parser: argparse.ArgumentParser) -> None:
     common.add_argument("--agent", metavar="ID", help="not supported for runs yet (runs on this installation only)")
     verbs = parser.add_subparsers(dest="verb", metavar="<verb>", required=True)
     kwargs: dict[str, Any] = {"parents": [common]}
-    start = verbs.add_parser("start", help="start a run of a workflow; prints its id", **kwargs)
+    start = verbs.add_parser("start", help="start a run of a workflow; prints its id (only the id on stdout)", **kwargs)
     start.add_argument("workflow", help="the workflow's registered name (`stackbone runs start ''` lists them)")
     start.add_argument("--input", metavar="JSON", default="", help="the run's input: a JSON object (default {})")
     start.add_argument(
@@ -65,10 +65,20 @@ def add_verbs(parser: argparse.ArgumentParser) -> None:
     listing = verbs.add_parser("list", help="runs, newest first", **kwargs)
     listing.add_argument("--status", metavar="S", help="only runs in this status (queued, pending, running, ...)")
     listing.add_argument("--workflow", metavar="W", help="only runs of this workflow")
-    # --limit L is the issue's name for "the limit a run waits for" (--waiting-for: the same, the
-    # older name); the number of rows shown is --rows.
     listing.add_argument(
-        "--limit", "--waiting-for", dest="waiting_for", metavar="L", help="only runs waiting in limit L's queue"
+        "--key",
+        metavar="K",
+        help="only runs of this key (exact): their concurrency key, or the key of a slot they hold or a queue "
+        "they wait in",
+    )
+    # --waiting-for L names the limit a run waits for; --limit L, its older name, still works (in
+    # `limits slots/keys` --limit N counts rows, whose unambiguous name is --rows, as here).
+    listing.add_argument(
+        "--waiting-for",
+        "--limit",
+        dest="waiting_for",
+        metavar="L",
+        help="only runs waiting in limit L's queue (--limit L: the same, its older name)",
     )
     listing.add_argument(
         "--rows",
@@ -125,8 +135,10 @@ def start(options: argparse.Namespace, io: Streams) -> int:
     if options.json:
         io.json(run_list.run_summary(run_list.run_row(run)))
     else:
+        # Only the id on stdout, so `R=$(stackbone runs start ...)` holds it; the rest to stderr.
         key = f", key {run.concurrency_key}" if run.concurrency_key else ""
-        io.out(printable(f"started {run.id} ({run.workflow}{key}): {run.status}"))
+        io.out(run.id)
+        io.err(printable(f"started {run.id} ({run.workflow}{key}): {run.status}"))
     return EXIT_OK
 
 
@@ -136,7 +148,10 @@ def list_runs(options: argparse.Namespace, io: Streams) -> int:
 
     size = _list_size(options.size)
     run_filter = run_list.RunFilter(
-        status=options.status or "", workflow=options.workflow or "", waiting_for=options.waiting_for or ""
+        status=options.status or "",
+        workflow=options.workflow or "",
+        waiting_for=options.waiting_for or "",
+        key=options.key or "",
     )
     page = run_list.runs_page(run_filter, size=size)
     if options.json:
@@ -151,13 +166,15 @@ def list_runs(options: argparse.Namespace, io: Streams) -> int:
             row.run.id,
             row.run.workflow,
             row.run.status,
-            row.run.concurrency_key or "-",
+            ", ".join(row.keys) or "-",
             _ago(row.run.created_at, now),
+            _ago(row.run.started_at, now),
+            _duration(row),
             _limits_of(row),
         ]
         for row in page.rows
     ]
-    for line in table(["RUN", "WORKFLOW", "STATUS", "KEY", "CREATED", "LIMITS"], rows):
+    for line in table(["RUN", "WORKFLOW", "STATUS", "KEY", "CREATED", "STARTED", "DURATION", "LIMITS"], rows):
         io.out(line)
     if page.older is not None:
         io.out(f"… more runs: raise --rows (at most {MAX_LIST_SIZE}) or filter")
@@ -235,6 +252,15 @@ def _list_size(text: str) -> int:
     if not re.fullmatch(r"[0-9]{1,9}", text) or not 1 <= int(text) <= MAX_LIST_SIZE:
         raise RunsCliError(BAD_LIST_SIZE.format(max=MAX_LIST_SIZE, value=text), EXIT_USAGE, "rows")
     return int(text)
+
+
+def _duration(row: Any) -> str:
+    """How long it ran: '1m 15s', or '12s so far' while it runs; '-' before it started."""
+    from limits.durations import format_duration
+
+    if row.duration_ms is None:
+        return "-"
+    return format_duration(row.duration_ms) + ("" if row.run.is_finished else " so far")
 
 
 def _limits_of(row: Any) -> str:

@@ -1,6 +1,7 @@
-"""The Studio Runs screen (/studio/runs/): every run, newest first, filtered by status, workflow
-and the limit it waits for, searched by run id or label, refreshed live; a Start run form and a
-Cancel button for users who may operate runs (studio.change_run, the run page's permission).
+"""The Studio Runs screen (/studio/runs/): every run, newest first, filtered by status, workflow,
+key and the limit it waits for, searched by run id or label, refreshed live; a Start run form (with
+each workflow's docstring as its hint, keeping the workflow and key after a start) and a Cancel
+button for users who may operate runs (studio.change_run, the run page's permission).
 
 Reads go through studio.run_list (keyset pages: a constant number of queries at any number of
 runs); starting is studio.workflows.start_run and cancelling the run page's cancel_run, both
@@ -20,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import trigger_client_event
 
+from limits.config import check_key
 from studio import run_list
 from studio.plumbing.access import CANCEL_RUN, HtmxHttpRequest, permission_required, studio_login_required
 
@@ -86,7 +88,9 @@ def start_run(request: HtmxHttpRequest) -> HttpResponse:
         messages.success(request, text)
         return redirect(_list_url(_list_params(request)))
     notice = {"level": "success", "text": text, "run_id": run.id}
-    response = render(request, "studio/runs/run_list.html#start-form", _form_context(request, None, notice))
+    # The next run is often of the same workflow and key (a tenant's): keep them, not the input.
+    again = StartRunForm(initial={"workflow": run.workflow, "key": form.cleaned_data["key"], "input": "{}"})
+    response = render(request, "studio/runs/run_list.html#start-form", _form_context(request, again, notice))
     return trigger_client_event(response, RUNS_CHANGED_EVENT)
 
 
@@ -111,18 +115,24 @@ def cancel_run(request: HtmxHttpRequest) -> HttpResponse:
 # --- helpers ------------------------------------------------------------------------------------
 
 
-FILTER_KEYS = ("status", "workflow", "waiting", "q")
+FILTER_KEYS = ("status", "workflow", "waiting", "q", "key")
 
 
 def _filter(params: QueryDict) -> run_list.RunFilter:
     """The list's filters from the query: a value that is not one (an unknown status) means no
     filter, as in the Limits list: a link, not a form."""
     status = params.get("status", "")
+    key = params.get("key", "")
+    try:
+        check_key(key)
+    except ValueError:
+        key = ""  # not a key (too long, a control character): no filter
     return run_list.RunFilter(
         status=status if status in run_list.STATUSES else "",
         workflow=params.get("workflow", "")[:200],
         waiting_for=params.get("waiting", "")[:64],
         search=params.get("q", "").strip()[: run_list.SEARCH_MAX_LENGTH],
+        key=key,
     )
 
 
@@ -141,6 +151,7 @@ def _query(run_filter: run_list.RunFilter, **page: str) -> dict[str, str]:
         "workflow": run_filter.workflow,
         "waiting": run_filter.waiting_for,
         "q": run_filter.search,
+        "key": run_filter.key,
         **page,
     }
     return {key: value for key, value in values.items() if value}
@@ -187,10 +198,15 @@ def _context(
 def _form_context(
     request: HtmxHttpRequest, start_form: StartRunForm | None, notice: dict[str, str] | None = None
 ) -> dict[str, Any]:
+    form = start_form or StartRunForm(initial={"input": "{}"})
+    workflows = run_list.workflow_names()
+    selected = form["workflow"].value() or (workflows[0] if workflows else "")
     return {
-        "workflows": run_list.workflow_names(),
+        "workflows": workflows,
+        "hints": run_list.workflow_hints(),
+        "selected_workflow": selected,
         "can_operate": request.user.has_perm(OPERATE_RUN),
-        "start_form": start_form or StartRunForm(initial={"input": "{}"}),
+        "start_form": form,
         # Folded on a fresh page (at phone width the list comes first); open once used.
         "start_open": start_form is not None or notice is not None,
         "input_help": INPUT_HELP,

@@ -94,6 +94,49 @@ def test_manage_py_check_reports_a_bad_workspace(settings, tmp_path, monkeypatch
         call_command("check")
 
 
+def test_every_problem_of_the_config_is_reported_at_once() -> None:
+    """Issue 30: one ConfigError per problem, collected, not one at a time."""
+    with pytest.raises(ConfigError) as caught:
+        define_workspace(
+            limits={
+                "voice-calls": {"capacity": 0, "max_hold": "45x"},
+                "partner-api": {"capacity": 5},
+                "Bad": {"capacity": 1, "max_hold": "1m"},
+                "fine": {"capacity": 1, "max_hold": "1m"},
+            }
+        )
+    problems = [str(error) for error in caught.value.errors]
+    assert len(problems) == 4, problems
+    assert problems[0].startswith("limit 'voice-calls': capacity must be")
+    assert problems[1].startswith("limit 'voice-calls': max_hold '45x' is not")
+    assert problems[2] == "limit 'partner-api': max_hold is required"
+    assert problems[3].startswith("limit name 'Bad' is invalid")
+    assert str(caught.value).startswith("4 problems in the workspace config: limit 'voice-calls': capacity must be")
+
+
+def test_one_problem_reads_as_before() -> None:
+    with pytest.raises(ConfigError) as caught:
+        define_workspace(limits={"voice-calls": {"capacity": 20}})
+    assert str(caught.value) == "limit 'voice-calls': max_hold is required"
+    assert [str(error) for error in caught.value.errors] == [str(caught.value)]
+
+
+@pytest.mark.django_db
+def test_manage_py_check_lists_every_bad_limit_at_once(settings, tmp_path, monkeypatch) -> None:
+    (tmp_path / "bad_workspace_2.py").write_text(
+        "from limits.config import define_workspace\n"
+        "workspace = define_workspace(limits={'voice-calls': {'capacity': 20}, 'partner-api': {'max_hold': '1m'}})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings.STACKBONE_WORKSPACE = "bad_workspace_2"
+    with pytest.raises(SystemCheckError) as caught:
+        call_command("check")
+    text = str(caught.value)
+    assert "limit 'voice-calls': max_hold is required" in text
+    assert "limit 'partner-api': capacity is required" in text
+    assert text.count("(limits.E001)") == 2
+
+
 @pytest.mark.parametrize(("value", "number"), [("45", 45), (" 90 ", 90), ("+7", 7), ("2592000000", 2592000000)])
 def test_a_bare_number_in_text_needs_a_unit(value: str, number: int) -> None:
     """Issue 15, item 3: text never means milliseconds; an int (as in the config) still does."""

@@ -130,6 +130,24 @@ def test_dev_takes_verbose_and_reset_demo() -> None:
     assert (quiet.verbose, quiet.reset_demo) == (False, False)
 
 
+def test_dev_takes_the_workers_concurrency(capsys) -> None:
+    """Issue 30: the worker's processes are the box's second ceiling; `--concurrency N` sets them."""
+    import pytest
+
+    from studio import dev
+    from studio.cli import build_parser
+
+    options = build_parser().parse_args(["dev", "--demo", "--concurrency", "6"])
+    assert (options.concurrency, options.demo) == (6, True)
+    assert build_parser().parse_args(["dev"]).concurrency == dev.DEFAULT_CONCURRENCY == 2
+    argv = dev.worker_argv("python", "WARNING", options.concurrency)
+    assert argv == ["python", "-m", "celery", "-A", "studio", "worker", "--loglevel=WARNING", "--concurrency=6"]
+    for bad in ("0", "-1", "x"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["dev", "--concurrency", bad])
+    assert "--concurrency must be a whole number of at least 1" in capsys.readouterr().err
+
+
 def test_a_generated_password_is_kept_in_a_file_only_the_user_can_read(tmp_path, monkeypatch) -> None:
     from studio import dev
 

@@ -142,6 +142,11 @@ class LocalBackend:
             )
         return PoolChange(old, serializers.limit_summary(changed), key_row)
 
+    def forget(self, name: str) -> Any:
+        from limits.forget import forget_limit
+
+        return forget_limit(name, actor=self.actor)
+
     def verify(self, names: list[str] | None) -> Any:
         from limits.verify import verify
 

@@ -13,7 +13,7 @@ from limits.cli.remote import AGENTS_FILE_ENV
 from limits.config import KEY_MAX_LENGTH, check_key
 from limits.durations import DURATION_HELP
 
-VERBS = ("list", "slots", "keys", "release", "capacity", "max-hold", "per-key", "verify")
+VERBS = ("list", "slots", "keys", "release", "capacity", "max-hold", "per-key", "verify", "forget")
 KINDS = ("limit", "workflow")  # limits.models.Limit.Kind, without importing Django
 KEY_HELP = "a key: 1 to 128 characters, no control characters, case-sensitive"
 
@@ -39,11 +39,15 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     )
     slots = verbs.add_parser("slots", help="a limit's slots (busy first), then its queue", **kwargs)
     slots.add_argument("limit", help="the limit's name")
-    slots.add_argument("--limit", dest="cut", metavar="N", type=_cut, help="show at most N slots and N waiting runs")
+    # --rows N is the number of rows; --limit N, its older name, still works (`runs list --limit L`
+    # names a limit, so --rows is the one to write).
+    slots.add_argument(
+        "--rows", "--limit", dest="cut", metavar="N", type=_cut, help="show at most N slots and N waiting runs"
+    )
     slots.add_argument("--key", metavar="K", help=f"only the slots and waiting runs of this key ({KEY_HELP})")
     keys = verbs.add_parser("keys", help="a limit's keys: busy/pool and waiting per key, busiest first", **kwargs)
     keys.add_argument("limit", help="the limit's name")
-    keys.add_argument("--limit", dest="cut", metavar="N", type=_cut, help="show at most N keys")
+    keys.add_argument("--rows", "--limit", dest="cut", metavar="N", type=_cut, help="show at most N keys")
     keys.add_argument("--key", metavar="K", help="only this key (exact)")
     keys.add_argument("--search", metavar="TEXT", default="", help="only keys that contain TEXT (any case)")
     release = verbs.add_parser("release", help="release a busy or reserved slot", **kwargs)
@@ -74,7 +78,15 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
         **kwargs,
     )
     verify.add_argument("limits", nargs="*", metavar="limit", help="the limits to check (default: every limit)")
-    for verb in (listing, slots, keys, release, capacity, max_hold, per_key, verify):
+    forget = verbs.add_parser(
+        "forget",
+        help="remove a limit that left the config, with no slot in use and no run waiting, and its history "
+        "(recorded; this installation only)",
+        **kwargs,
+    )
+    forget.add_argument("limit", help="the limit's name")
+    forget.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    for verb in (listing, slots, keys, release, capacity, max_hold, per_key, verify, forget):
         _json_usage_errors(verb)
     return verbs
 

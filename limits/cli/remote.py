@@ -224,6 +224,7 @@ def _unused_key(limit: dict[str, Any], key: str) -> dict[str, Any]:
         "key": key,
         "busy": 0,
         "reserved": 0,
+        "in_use": 0,
         "waiting": 0,
         "pool": limit.get("per_key"),
         "pool_override": None,

@@ -86,6 +86,13 @@ def _max_hold(limit: dict[str, Any]) -> str:
     return format_duration(limit["max_hold_ms"]) + ("*" if limit["max_hold_overridden"] else "")
 
 
+def in_use(row: dict[str, Any]) -> object:
+    """A limit's or a pool's slots in use: busy (confirmed) + reserved (SPEC 6.5). An
+    installation from before `in_use` answered that figure as `busy`. Shown as given (through
+    printable(), like every value from another installation)."""
+    return row["in_use"] if "in_use" in row else row["busy"]
+
+
 def is_bound(limit: dict[str, Any]) -> bool:
     return limit.get("kind") == "workflow"
 
@@ -111,13 +118,13 @@ def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = 
         rows.append(
             [
                 limit["name"],
-                f"{limit['busy']}/{limit['capacity']}" + ("*" if limit["capacity_overridden"] else ""),
+                f"{in_use(limit)}/{limit['capacity']}" + ("*" if limit["capacity_overridden"] else ""),
                 str(limit["waiting"]),
                 _max_hold(limit),
                 ", ".join(notes),
             ]
         )
-    for line in table(["NAME", "BUSY/CAPACITY", "WAITING", "MAX HOLD", "NOTES"], rows):
+    for line in table(["NAME", "IN USE/CAPACITY", "WAITING", "MAX HOLD", "NOTES"], rows):
         io.out(line)
     if any(
         limit["capacity_overridden"] or limit["max_hold_overridden"] or limit.get("per_key_overridden")
@@ -127,8 +134,8 @@ def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = 
 
 
 def _pool_figures(pool: dict[str, Any]) -> str:
-    """'2/3 busy (1 reserved), 4 waiting' for a key's pool; without a pool size, '2 busy, ...'."""
-    text = f"{pool['busy']}/{pool['pool']} busy" if pool["pool"] is not None else f"{pool['busy']} busy"
+    """'2/3 in use (1 reserved), 4 waiting' for a key's pool; without a pool size, '2 in use, ...'."""
+    text = f"{in_use(pool)}/{pool['pool']} in use" if pool["pool"] is not None else f"{in_use(pool)} in use"
     if pool["reserved"]:
         text += f" ({pool['reserved']} reserved)"
     return text + f", {pool['waiting']} waiting"
@@ -152,7 +159,7 @@ def _extra_columns(rows: list[dict[str, Any]], *, keys: bool) -> tuple[list[str]
 
 def render_slots(io: Streams, view: SlotsView) -> None:
     limit, now = view.limit, view.now
-    header = f"{limit['name']}: {limit['busy']}/{limit['capacity']} busy"
+    header = f"{limit['name']}: {in_use(limit)}/{limit['capacity']} in use"
     if limit["reserved"]:
         header += f" ({limit['reserved']} reserved)"
     if is_bound(limit):
@@ -216,11 +223,11 @@ def render_slots(io: Streams, view: SlotsView) -> None:
 
 
 def render_keys(io: Streams, view: KeysView) -> None:
-    """The limit's figures, its keys busiest first (BUSY counts busy and reserved slots; POOL is
-    the key's pool size, '-' when only the total applies; OVERRIDE an operator's size for that
-    key), and the pool of runs without a key."""
+    """The limit's figures, its keys busiest first (IN USE counts busy and reserved slots, NOTES
+    the reserved ones; POOL is the key's pool size, '-' when only the total applies; OVERRIDE an
+    operator's size for that key), and the pool of runs without a key."""
     limit = view.limit
-    header = f"{limit['name']}: {limit['busy']}/{limit['capacity']} busy, {limit['waiting']} waiting, "
+    header = f"{limit['name']}: {in_use(limit)}/{limit['capacity']} in use, {limit['waiting']} waiting, "
     if limit.get("per_key") is None:
         header += "no per-key pools (only the total applies)"
     else:
@@ -231,7 +238,7 @@ def render_keys(io: Streams, view: KeysView) -> None:
         rows = [
             [
                 key["key"],
-                str(key["busy"]),
+                str(in_use(key)),
                 "-" if key["pool"] is None else str(key["pool"]),
                 str(key["waiting"]),
                 "-" if key["pool_override"] is None else str(key["pool_override"]),
@@ -239,7 +246,7 @@ def render_keys(io: Streams, view: KeysView) -> None:
             ]
             for key in view.keys
         ]
-        for line in table(["KEY", "BUSY", "POOL", "WAITING", "OVERRIDE", "NOTES"], rows):
+        for line in table(["KEY", "IN USE", "POOL", "WAITING", "OVERRIDE", "NOTES"], rows):
             io.out(line)
     elif view.key is not None:
         io.out(printable(f"no key {view.key} on {limit['name']}: no run has used it and no operator has sized it"))

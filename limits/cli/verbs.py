@@ -14,6 +14,9 @@ from limits.cli.errors import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_USAGE,
+    FORGET_LOCAL_ONLY,
+    FORGET_NO_TERMINAL,
+    FORGET_NOT_CONFIRMED,
     NO_TERMINAL,
     NOT_CONFIRMED,
     VERIFY_LOCAL_ONLY,
@@ -141,6 +144,10 @@ def per_key(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
     return EXIT_OK
 
 
+def _count(number: int, one: str, many: str) -> str:
+    return f"{number} {one if number == 1 else many}"
+
+
 def _size(value: object) -> str:
     return "none" if value is None else str(value)
 
@@ -161,6 +168,50 @@ def verify(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
     return EXIT_OK
 
 
+def forget(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    """Remove a limit that left the config, idle, with its history (limits.forget); this
+    installation only. Without --yes it asks on a terminal."""
+    if not isinstance(backend, LocalBackend):
+        raise CliError(FORGET_LOCAL_ONLY, EXIT_USAGE)
+    name = options.limit
+    if not options.yes:
+        if not is_terminal(io.stdin):
+            raise CliError(FORGET_NO_TERMINAL.format(name=name) + " (pass --yes)", EXIT_USAGE)
+        write(
+            io.stderr, printable(f"Forget {name} and remove its history (slots, queue, audit, insights)?") + " [y/N] "
+        )
+        if io.stdin.readline().strip().lower() not in ("y", "yes"):
+            raise CliError(FORGET_NOT_CONFIRMED, EXIT_NOT_FOUND)
+    record = backend.forget(name)
+    if options.json:
+        io.json(
+            {
+                "forgotten": True,
+                "limit": record.name,
+                "kind": record.kind,
+                "at": record.at.isoformat(),
+                "actor": record.actor,
+                "removed": record.removed,
+            }
+        )
+    else:
+        removed = record.removed
+        insights = removed["minutes"] + removed["key_spans"] + removed["totals"]
+        counts = [
+            _count(removed["slots"], "slot", "slots"),
+            _count(removed["queue_entries"], "queue entry", "queue entries"),
+            _count(removed["keys"], "key", "keys"),
+            _count(removed["audit_events"], "audit row", "audit rows"),
+        ]
+        io.out(
+            printable(
+                f"forgot {record.name}: removed {', '.join(counts)} and "
+                f"{_count(insights, 'insights row', 'insights rows')} (recorded as forgotten by {record.actor})"
+            )
+        )
+    return EXIT_OK
+
+
 HANDLERS: dict[str, Callable[[Backend, argparse.Namespace, Streams], int]] = {
     "list": list_limits,
     "slots": slots,
@@ -170,6 +221,7 @@ HANDLERS: dict[str, Callable[[Backend, argparse.Namespace, Streams], int]] = {
     "max-hold": max_hold,
     "per-key": per_key,
     "verify": verify,
+    "forget": forget,
 }
 
 
@@ -208,6 +260,8 @@ def execute(
     handler = HANDLERS[options.verb]
     if options.agent is not None and not options.agent.strip():
         raise CliError(EMPTY_AGENT, EXIT_USAGE, field="agent")  # an unset $TARGET must not mean "this installation"
+    if options.agent and options.verb == "forget":
+        raise CliError(FORGET_LOCAL_ONLY, EXIT_USAGE, field="agent")
     if options.agent:
         return handler(AgentBackend(load_agent(options.agent)), options, io)
     if setup is not None:

@@ -71,6 +71,14 @@
     if (document.visibilityState !== "visible" || editing(elt)) event.preventDefault();
   });
 
+  // The Start run form: show the docstring of the selected workflow (each is on the page, hidden).
+  document.addEventListener("change", function (event) {
+    if (!event.target || event.target.id !== "start-workflow") return;
+    for (const hint of document.querySelectorAll("#start-workflow-hints [data-workflow]")) {
+      hint.hidden = hint.dataset.workflow !== event.target.value;
+    }
+  });
+
   document.addEventListener("click", function (event) {
     const button = event.target.closest("[data-dismiss]");
     if (button && button.parentElement.classList.contains("flash")) button.parentElement.remove();

@@ -27,6 +27,9 @@ def bridge_call(account: str, call_id: str, seconds: float) -> dict[str, Any]:
 
 @workflow
 def partner_call(input: dict[str, Any]) -> dict[str, Any]:
+    """Bridge a partner call: one slot of partner-api and one of voice-calls at once, under the
+    account's key. Input: {"account": "acme", "call_id": "c-1"}; optional "seconds" (how long the
+    call lasts) and "timeout" (the wait for both, default "30m")."""
     account, call_id = input["account"], input["call_id"]
     try:
         return with_limits(

@@ -20,6 +20,8 @@ def dial_out(call_id: str, slot_id: str) -> None:
 
 @workflow
 def place_call(input: dict[str, Any]) -> dict[str, Any]:
+    """Place a call that keeps a voice-calls slot after the run ends; `call_ended` releases it.
+    Input: {"call_id": "c-1"}; optional "account" (the key, its pool) and "timeout" (default "30m")."""
     try:
         slot = acquire_slot(
             "voice-calls", label=input["call_id"], timeout=input.get("timeout", "30m"), key=input.get("account")
@@ -32,4 +34,5 @@ def place_call(input: dict[str, Any]) -> dict[str, Any]:
 
 @workflow
 def call_ended(input: dict[str, Any]) -> dict[str, Any]:
+    """Release the slot a call kept when the call ends. Input: {"slot_id": "slot_..."}."""
     return release_slot(input["slot_id"])

@@ -17,6 +17,8 @@ def build_report(report_id: str, seconds: float) -> dict[str, Any]:
 
 @workflow
 def export_report(input: dict[str, Any]) -> dict[str, Any]:
+    """Build a report inside a report-exports slot (with_limit: freed when it returns). Input:
+    {"report_id": "r-1"}; optional "seconds" (how long it takes) and "timeout" (the wait)."""
     report_id = input["report_id"]
     return with_limit(
         "report-exports",

@@ -31,6 +31,8 @@ def pull_changes(tenant: str, seconds: float) -> dict[str, Any]:
 
 @workflow(concurrency={"per_key": 1})
 def sync_tenant(input: dict[str, Any]) -> dict[str, Any]:
+    """Sync one tenant, one run at a time per tenant: start it with the tenant as its key. Input:
+    {"tenant": "acme"}, key "acme"; optional "seconds" (how long it takes)."""
     synced: dict[str, Any] = pull_changes(input["tenant"], float(input.get("seconds", 0)))
     return synced
 
@@ -44,5 +46,7 @@ def upload_export(name: str, seconds: float) -> dict[str, Any]:
 
 @workflow(limits=["partner-api"])
 def partner_export(input: dict[str, Any]) -> dict[str, Any]:
+    """Upload an export to the partner, holding a partner-api slot for the whole run. Input:
+    {"name": "export-1"}; optional "seconds" (how long it takes)."""
     uploaded: dict[str, Any] = upload_export(input["name"], float(input.get("seconds", 0)))
     return uploaded

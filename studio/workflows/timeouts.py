@@ -17,6 +17,8 @@ def call_partner(session_label: str) -> dict[str, Any]:
 
 @workflow
 def sync_partner(input: dict[str, Any]) -> dict[str, Any]:
+    """Call the partner within a partner-api slot, giving up after a short wait. Input: {"label":
+    "s-1"}; optional "account" (the key) and "timeout" (default "30s")."""
     label = input.get("label", "")
     try:
         slot = acquire_slot("partner-api", label=label, timeout=input.get("timeout", "30s"), key=input.get("account"))
@@ -29,7 +31,8 @@ def sync_partner(input: dict[str, Any]) -> dict[str, Any]:
 
 @workflow
 def open_session(input: dict[str, Any]) -> dict[str, Any]:
-    """Open a partner session and keep its slot; a later `call_ended` run releases it."""
+    """Open a partner session and keep its slot; a later `call_ended` run releases it. Input:
+    {"label": "s-1"}; optional "account" (the key) and "timeout" (default "30s")."""
     try:
         slot = acquire_slot(
             "partner-api", label=input.get("label", ""), timeout=input.get("timeout", "30s"), key=input.get("account")

@@ -83,3 +83,36 @@ def test_the_limit_page_with_long_labels_fits_the_window(long_run, signed_in, li
     signed_in.goto(f"{live_server.url}/studio/limits/voice-calls/")
     assert signed_in.locator("#slots .long-value").count() == 1
     assert _width(signed_in) <= WIDTH
+
+
+def test_the_release_button_stays_in_view_at_1280_px_with_long_labels_keys_and_run_ids(
+    transactional_db, signed_in, live_server
+) -> None:
+    """Issue 30: at 1280 px, long labels pushed the Release button out of the slots table (cut off,
+    or behind a horizontal scroll). Every row's button lies inside the window, inside its row and
+    inside the visible part of the table."""
+    from limits.models import RUN_ID_MAX_LENGTH
+
+    declare(voice_calls={"capacity": 3, "max_hold": "45m", "per_key": 3})
+    label, key = "L" * LABEL_MAX_LENGTH, "k" * 128
+    for n in range(3):
+        run_id = f"run_{n}" + "r" * (RUN_ID_MAX_LENGTH - 5)
+        services.acquire("voice-calls", run_id=run_id, label=label, key=key)
+    signed_in.goto(f"{live_server.url}/studio/limits/voice-calls/")
+    buttons = signed_in.locator("#slots button", has_text="Release")
+    assert buttons.count() == 3
+    boxes = signed_in.evaluate(
+        """() => [...document.querySelectorAll('#slots tbody tr')].map(row => {
+            const button = row.querySelector('button');
+            const wrap = row.closest('.table-wrap');
+            const box = r => { const b = r.getBoundingClientRect(); return [b.left, b.right]; };
+            return {button: box(button), row: box(row), wrap: box(wrap), scrolls: wrap.scrollWidth > wrap.clientWidth};
+        })"""
+    )
+    for found in boxes:
+        (left, right), (row_left, row_right), (wrap_left, wrap_right) = found["button"], found["row"], found["wrap"]
+        assert 0 <= left < right <= WIDTH, found
+        assert row_left <= left and right <= row_right, found
+        assert wrap_left <= left and right <= wrap_right, found
+        assert not found["scrolls"], found  # nothing of the table hides behind a horizontal scroll
+    assert _width(signed_in) <= WIDTH

@@ -88,6 +88,10 @@ def start_then_cancel(page: Page, name: str) -> None:
     page.evaluate("window.__noReload = true")
     page.get_by_text("Start a run").click()  # folded until used
     page.locator("#start-workflow").select_option("place_call")
+    # The selected workflow's docstring is its hint (studio.js shows it on change).
+    expect(page.locator('#start-workflow-hints [data-workflow="place_call"]')).to_be_visible()
+    expect(page.locator('#start-workflow-hints [data-workflow="place_call"]')).to_contain_text('"call_id"')
+    expect(page.locator('#start-workflow-hints [data-workflow="export_report"]')).to_be_hidden()
     page.locator("#start-input").fill('{"call_id": "c-9",}')
     page.get_by_role("button", name="Start run").click()
     error = page.locator("#start-input-error")
@@ -102,6 +106,7 @@ def start_then_cancel(page: Page, name: str) -> None:
     page.get_by_role("button", name="Start run").click()
     expect(page.locator("#flash")).to_contain_text("Started run_")
     expect(page.locator("#start-input-error")).to_have_count(0)
+    expect(page.locator("#start-workflow")).to_have_value("place_call")  # kept for the next run
     started = Run.objects.get(input={"call_id": "c-9"})
     row = row_of(page, started.id)
     expect(row).to_be_visible()  # the list refreshed itself (runs-changed)

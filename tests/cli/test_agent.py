@@ -54,7 +54,7 @@ def test_slots_through_an_agent_match_the_local_output(box) -> None:
     assert [slot["run"] for slot in remote["slots"]] == ["r1", "r2"]
     assert [entry["position"] for entry in remote["queue"]] == [1, 2]
     text = run_cli("slots", "voice-calls", "--agent", "box").out
-    assert text.splitlines()[0] == "voice-calls: 2/2 busy, 2 waiting, max hold 45m"
+    assert text.splitlines()[0] == "voice-calls: 2/2 in use, 2 waiting, max hold 45m"
 
 
 def test_slots_through_an_agent_follow_pages_and_cut(box, monkeypatch) -> None:

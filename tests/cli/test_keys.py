@@ -19,7 +19,7 @@ from tests.factories import declare, holders
 pytestmark = pytest.mark.django_db
 
 ACTOR = f"cli:{getpass.getuser()}"
-KEY_ROW_KEYS = {"key", "busy", "reserved", "waiting", "pool", "pool_override", "pool_overridden"}
+KEY_ROW_KEYS = {"key", "busy", "reserved", "in_use", "waiting", "pool", "pool_override", "pool_overridden"}
 
 
 def _rows(text: str, header: str) -> list[list[str]]:
@@ -72,10 +72,10 @@ def test_keys_lists_each_key_busiest_first_and_the_pool_without_a_key(tenants) -
     result = run_cli("keys", "voice-calls")
     assert result.code == 0, result.err
     lines = result.out.splitlines()
-    assert lines[0] == "voice-calls: 4/4 busy, 2 waiting, per key 2"
-    assert lines[2].split() == ["KEY", "BUSY", "POOL", "WAITING", "OVERRIDE", "NOTES"]
+    assert lines[0] == "voice-calls: 4/4 in use, 2 waiting, per key 2"
+    assert lines[2].split() == ["KEY", "IN", "USE", "POOL", "WAITING", "OVERRIDE", "NOTES"]
     assert _rows(result.out, "KEY") == [["acme", "2", "2", "1", "-"], ["globex", "1", "2", "1", "-"]]
-    assert lines[-1] == "without a key: 1/2 busy, 0 waiting"
+    assert lines[-1] == "without a key: 1/2 in use, 0 waiting"
 
 
 def test_keys_json_has_a_row_per_key_and_no_key_as_null(tenants) -> None:
@@ -89,6 +89,7 @@ def test_keys_json_has_a_row_per_key_and_no_key_as_null(tenants) -> None:
         "key": "acme",
         "busy": 2,
         "reserved": 0,
+        "in_use": 2,
         "waiting": 1,
         "pool": 2,
         "pool_override": None,
@@ -99,6 +100,7 @@ def test_keys_json_has_a_row_per_key_and_no_key_as_null(tenants) -> None:
         "key": None,
         "busy": 1,
         "reserved": 0,
+        "in_use": 1,
         "waiting": 0,
         "pool": 2,
         "pool_override": None,
@@ -106,11 +108,12 @@ def test_keys_json_has_a_row_per_key_and_no_key_as_null(tenants) -> None:
     }
 
 
-def test_keys_busy_counts_reserved_slots_and_notes_them(tenants) -> None:
+def test_keys_in_use_counts_busy_and_reserved_slots_and_notes_the_reserved(tenants) -> None:
+    """SPEC 6.5: busy is the confirmed slots, reserved the unconfirmed, in use both."""
     release(Slot.objects.get(run_id="r1").id, actor="test")  # r3 of acme is granted: reserved
     payload = json.loads(run_cli("keys", "voice-calls", "--json").out)
     acme = next(row for row in payload["keys"] if row["key"] == "acme")
-    assert (acme["busy"], acme["reserved"], acme["waiting"]) == (2, 1, 0)
+    assert (acme["busy"], acme["reserved"], acme["in_use"], acme["waiting"]) == (1, 1, 2, 0)
     assert _rows(run_cli("keys", "voice-calls").out, "KEY")[0] == ["acme", "2", "2", "0", "-", "1", "reserved"]
 
 
@@ -147,9 +150,9 @@ def test_keys_limit_cuts_the_list_and_says_how_many_more(tenants) -> None:
 def test_keys_of_a_limit_without_per_key_show_no_pool_size(tenants) -> None:
     acquire("partner-api", run_id="p1", key="acme")
     result = run_cli("keys", "partner-api")
-    assert result.out.splitlines()[0] == "partner-api: 1/5 busy, 0 waiting, no per-key pools (only the total applies)"
+    assert result.out.splitlines()[0] == "partner-api: 1/5 in use, 0 waiting, no per-key pools (only the total applies)"
     assert _rows(result.out, "KEY") == [["acme", "1", "-", "0", "-"]]
-    assert result.out.splitlines()[-1] == "without a key: 0 busy, 0 waiting"
+    assert result.out.splitlines()[-1] == "without a key: 0 in use, 0 waiting"
     payload = json.loads(run_cli("keys", "partner-api", "--json").out)
     assert (payload["per_key"], payload["keys"][0]["pool"], payload["no_key"]["pool"]) == (None, None, None)
 
@@ -230,7 +233,10 @@ def test_slots_filtered_by_key_show_only_that_keys_slots_and_queue(tenants) -> N
     result = run_cli("slots", "voice-calls", "--key", "globex")
     assert result.code == 0, result.err
     lines = result.out.splitlines()
-    assert lines[:2] == ["voice-calls: 4/4 busy, 2 waiting, max hold 45m, per key 2", "key globex: 1/2 busy, 1 waiting"]
+    assert lines[:2] == [
+        "voice-calls: 4/4 in use, 2 waiting, max hold 45m, per key 2",
+        "key globex: 1/2 in use, 1 waiting",
+    ]
     assert [row[2] for row in _rows(result.out, "SLOT")] == ["r4"]
     assert [row[:2] for row in _rows(result.out, "POSITION")] == [["1", "r6"]]  # first in globex's queue
     payload = json.loads(run_cli("slots", "voice-calls", "--key", "globex", "--json").out)
@@ -250,7 +256,7 @@ def test_slots_filtered_by_key_cut_and_count_within_the_key(tenants) -> None:
 def test_slots_of_an_unused_key_are_empty(tenants) -> None:
     result = run_cli("slots", "voice-calls", "--key", "initech")
     assert result.code == 0
-    assert "key initech: 0/2 busy, 0 waiting" in result.out.splitlines()
+    assert "key initech: 0/2 in use, 0 waiting" in result.out.splitlines()
     assert "no slots in use" in result.out and "no runs waiting" in result.out
 
 
@@ -351,6 +357,7 @@ def test_per_key_of_one_key_json_prints_the_key_as_in_keys(tenants) -> None:
         "key": "initech",
         "busy": 0,
         "reserved": 0,
+        "in_use": 0,
         "waiting": 0,
         "pool": 4,
         "pool_override": 4,

@@ -61,9 +61,9 @@ def test_keys_through_an_agent_print_the_table(box) -> None:
     result = run_cli("keys", "voice-calls", "--agent", "box")
     assert result.code == 0, result.err
     lines = result.out.splitlines()
-    assert lines[0] == "voice-calls: 4/4 busy, 2 waiting, per key 2"
+    assert lines[0] == "voice-calls: 4/4 in use, 2 waiting, per key 2"
     assert [line.split()[:5] for line in lines[3:5]] == [["acme", "2", "2", "1", "-"], ["globex", "1", "2", "1", "-"]]
-    assert lines[-1] == "without a key: 1/2 busy, 0 waiting"
+    assert lines[-1] == "without a key: 1/2 in use, 0 waiting"
 
 
 def test_keys_through_an_agent_follow_pages_and_cut(box, monkeypatch) -> None:

@@ -39,7 +39,7 @@ def test_list_prints_a_row_per_limit_in_aligned_columns(calls) -> None:
     result = run_cli("list")
     assert result.code == 0, result.err
     lines = result.out.splitlines()
-    assert lines[0].split() == ["NAME", "BUSY/CAPACITY", "WAITING", "MAX", "HOLD", "NOTES"]
+    assert lines[0].split() == ["NAME", "IN", "USE/CAPACITY", "WAITING", "MAX", "HOLD", "NOTES"]
     rows = {line.split()[0]: line for line in lines[1:]}
     assert rows["voice-calls"].split()[1:4] == ["2/2", "2", "45m"]
     assert rows["partner-api"].split()[1:4] == ["0/5", "0", "10m"]
@@ -72,10 +72,15 @@ def test_list_json_has_the_fixed_keys(calls) -> None:
     }
 
 
-def test_busy_counts_reserved_slots_and_reserved_is_the_unconfirmed_part(calls) -> None:
+def test_busy_is_the_confirmed_slots_reserved_the_unconfirmed_and_in_use_both(calls) -> None:
+    """SPEC 6.5, one meaning on every surface: the JSON's busy no longer counts reserved slots."""
     run_cli("release", calls[0], "--yes")  # r3 gets a reservation
     voice = next(limit for limit in json.loads(run_cli("list", "--json").out) if limit["name"] == "voice-calls")
-    assert (voice["busy"], voice["reserved"], voice["waiting"]) == (2, 1, 1)
+    assert (voice["busy"], voice["reserved"], voice["in_use"], voice["waiting"]) == (1, 1, 2, 1)
+    row = next(line for line in run_cli("list").out.splitlines() if line.startswith("voice-calls"))
+    assert row.split()[1:3] == ["2/2", "1"] and row.endswith("1 reserved")
+    header = run_cli("slots", "voice-calls").out.splitlines()[0]
+    assert header == "voice-calls: 2/2 in use (1 reserved), 1 waiting, max hold 45m"
 
 
 # --- slots --------------------------------------------------------------------------------------
@@ -86,7 +91,7 @@ def test_slots_shows_busy_slots_then_the_queue_with_times(clock, calls) -> None:
     result = run_cli("slots", "voice-calls")
     assert result.code == 0, result.err
     text = result.out
-    assert text.splitlines()[0] == "voice-calls: 2/2 busy, 2 waiting, max hold 45m"
+    assert text.splitlines()[0] == "voice-calls: 2/2 in use, 2 waiting, max hold 45m"
     slot_lines = [line for line in text.splitlines() if line.startswith("slot_")]
     assert sorted(line.split()[2] for line in slot_lines) == ["r1", "r2"]  # granted at the same frozen instant
     assert all(line.endswith("50s ago  44m 10s") for line in slot_lines)
@@ -129,6 +134,16 @@ def test_slots_limit_cuts_long_lists_and_says_how_many_more(calls) -> None:
     assert (len(payload["slots"]), len(payload["queue"]), payload["more_slots"], payload["more_queue"]) == (1, 1, 1, 1)
 
 
+def test_rows_is_the_unambiguous_name_of_the_cut_and_limit_still_works(calls) -> None:
+    """`--limit` counts rows here but names a limit in `runs list`: `--rows N` says it, and the
+    old `--limit N` keeps working (issue 30)."""
+    for verb in ("slots", "keys"):
+        as_rows, as_limit = run_cli(verb, "voice-calls", "--rows", "1"), run_cli(verb, "voice-calls", "--limit", "1")
+        assert (as_rows.code, as_rows.err) == (0, ""), as_rows.err
+        assert as_rows.out == as_limit.out
+    assert "… and 1 more slot" in run_cli("slots", "voice-calls", "--rows", "1").out.splitlines()
+
+
 def test_slots_of_an_empty_limit_says_so(calls) -> None:
     result = run_cli("slots", "partner-api")
     assert "no slots in use" in result.out
@@ -143,7 +158,7 @@ def test_slots_of_an_unknown_limit_exits_1(calls) -> None:
 @pytest.mark.parametrize("cut", ["0", "-1", "x"])
 def test_slots_with_a_bad_cut_exits_2(calls, cut, capsys) -> None:
     assert run_cli("slots", "voice-calls", "--limit", cut).code == 2
-    assert "--limit must be a whole number of at least 1" in capsys.readouterr().err
+    assert "--rows (or --limit) must be a whole number of at least 1" in capsys.readouterr().err
 
 
 # --- release ------------------------------------------------------------------------------------
@@ -328,7 +343,8 @@ def test_with_json_argparses_own_errors_of_a_verb_are_json_too(calls, capsys) ->
     result = run_cli("slots", "voice-calls", "--limit", "0", "--json")
     assert result.code == 2
     assert json.loads(capsys.readouterr().err) == {
-        "error": "stackbone limits slots: argument --limit: --limit must be a whole number of at least 1, not '0'",
+        "error": "stackbone limits slots: argument --rows/--limit: --rows (or --limit) must be a whole number "
+        "of at least 1, not '0'",
         "field": None,
     }
     assert run_cli("slots", "voice-calls", "--limit", "0").code == 2  # without --json: usage text

@@ -26,10 +26,12 @@ SUMMARY_KEYS = {
     "workflow",
     "status",
     "key",
+    "keys",
     "suspended",
     "created_at",
     "started_at",
     "finished_at",
+    "duration_ms",
     "waiting_for",
     "holding",
     "labels",
@@ -77,7 +79,8 @@ def test_start_creates_a_run_with_the_input_and_prints_its_id() -> None:
     assert result.code == 0, result.err
     run = Run.objects.get()
     assert (run.workflow, run.input, run.status) == ("place_call", {"call_id": "c-1"}, "pending")
-    assert result.out == f"started {run.id} (place_call): pending\n"
+    assert result.out == f"{run.id}\n"
+    assert result.err == f"started {run.id} (place_call): pending\n"
 
 
 def test_start_without_input_gives_the_run_an_empty_object() -> None:
@@ -191,7 +194,7 @@ def test_list_shows_runs_newest_first_with_what_they_wait_for_and_hold() -> None
 
     assert result.code == 0, result.err
     lines = result.out.splitlines()
-    assert lines[0].split() == ["RUN", "WORKFLOW", "STATUS", "KEY", "CREATED", "LIMITS"]
+    assert lines[0].split() == ["RUN", "WORKFLOW", "STATUS", "KEY", "CREATED", "STARTED", "DURATION", "LIMITS"]
     assert [line.split()[0] for line in lines[1:]] == [waiter.id, holder.id, old.id]
     assert lines[1].endswith("waits voice-calls")
     assert lines[2].endswith("holds voice-calls")
@@ -354,3 +357,41 @@ def test_the_runs_of_the_list_are_those_of_run_list() -> None:
         run["id"] for run in json.loads(runs("list", "--json", "--rows", "2").out)["runs"]
     ]
     assert [row.run.id for row in page.rows] == [made[2].id, made[1].id]
+
+
+def test_list_filters_by_key_and_shows_the_key_of_every_acquisition() -> None:
+    """Issue 30: a run that took a key inside its body (with_limit, acquire_slot) shows it, and
+    --key finds it, as it finds a run by its concurrency key."""
+    declare(voice_calls={"capacity": 2, "max_hold": "45m", "per_key": 1})
+    run_bounds.sync(["sync_tenant"])
+    synced = make_run("sync_tenant", "completed", seconds_ago=30, concurrency_key="acme")
+    holder = make_run(seconds_ago=20, status="running")
+    other = make_run(seconds_ago=10, status="running")
+    services.acquire("voice-calls", run_id=holder.id, key="acme")
+    services.acquire("voice-calls", run_id=other.id, key="globex")
+
+    result = runs("list", "--key", "acme")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert [line.split()[0] for line in lines[1:]] == [holder.id, synced.id]
+    assert all(line.split()[3] == "acme" for line in lines[1:])
+    answer = json.loads(runs("list", "--json").out)["runs"]
+    assert [run["keys"] for run in answer] == [["globex"], ["acme"], ["acme"]]
+    assert [run["key"] for run in answer] == ["", "", "acme"]  # the concurrency key, as before
+    assert_one_error_line(runs("list", "--key", "k" * 129), 2, contains="key must be a string of 1 to 128")
+
+
+def test_list_shows_started_and_duration() -> None:
+    now = timezone.now()
+    make_run(
+        "export_report",
+        "completed",
+        seconds_ago=100,
+        started_at=now - dt.timedelta(seconds=90),
+        finished_at=now - dt.timedelta(seconds=30),
+    )
+    result = runs("list")
+    header, row = result.out.splitlines()[:2]
+    assert header.split() == ["RUN", "WORKFLOW", "STATUS", "KEY", "CREATED", "STARTED", "DURATION", "LIMITS"]
+    assert "  1m 40s ago  1m 30s ago  1m  " in row  # created, started, ran for a minute
+    assert json.loads(runs("list", "--json").out)["runs"][0]["duration_ms"] == 60_000

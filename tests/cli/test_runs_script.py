@@ -76,3 +76,13 @@ def test_runs_help_lists_the_verbs_and_bad_usage_exits_2() -> None:
         assert verb in result.stdout
     assert stackbone("runs").returncode == 2
     assert stackbone("runs", "start").returncode == 2
+
+
+def test_start_prints_only_the_run_id_on_stdout_so_a_shell_can_keep_it() -> None:
+    """`R=$(stackbone runs start ...)` holds the id and nothing else; the human line goes to stderr."""
+    result = stackbone("runs", "start", "place_call", "--input", '{"call_id": "c-9"}', env=env())
+
+    assert result.returncode == 0, result.stderr
+    run = Run.objects.get()
+    assert result.stdout == f"{run.id}\n"
+    assert result.stderr == f"started {run.id} (place_call): pending\n"

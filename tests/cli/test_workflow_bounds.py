@@ -52,7 +52,7 @@ def _rows(out: str) -> dict[str, str]:
 def test_list_notes_a_bound_and_shows_no_max_hold_for_it(bound) -> None:
     result = run_cli("list")
     assert result.code == 0, result.err
-    assert result.out.splitlines()[0].split() == ["NAME", "BUSY/CAPACITY", "WAITING", "MAX", "HOLD", "NOTES"]
+    assert result.out.splitlines()[0].split() == ["NAME", "IN", "USE/CAPACITY", "WAITING", "MAX", "HOLD", "NOTES"]
     rows = _rows(result.out)
     assert rows[BOUND].split()[1:4] == ["2/2", "2", "-"]
     assert rows[BOUND].split("  ")[-1].strip() == "workflow bound, per key 1"
@@ -125,7 +125,7 @@ def test_slots_of_a_bound_as_a_table_says_queued_and_no_max_hold(bound) -> None:
     assert result.code == 0, result.err
     lines = result.out.splitlines()
     assert lines[0] == (
-        f"{BOUND}: 2/2 busy, 2 queued, no max hold, per key 1 "
+        f"{BOUND}: 2/2 in use, 2 queued, no max hold, per key 1 "
         "(workflow bound: each running run holds a slot until it ends)"
     )
     header = next(line for line in lines if line.startswith("SLOT"))
@@ -224,7 +224,7 @@ def test_slots_of_a_bound_through_an_agent_match_the_local_output(box) -> None:
     remote = json.loads(run_cli("slots", BOUND, "--agent", "box", "--json").out)
     assert remote == json.loads(run_cli("slots", BOUND, "--json").out)
     assert remote["kind"] == "workflow"
-    assert run_cli("slots", BOUND, "--agent", "box").out.splitlines()[0].startswith(f"{BOUND}: 2/2 busy, 2 queued")
+    assert run_cli("slots", BOUND, "--agent", "box").out.splitlines()[0].startswith(f"{BOUND}: 2/2 in use, 2 queued")
 
 
 @pytest.mark.django_db(transaction=True)

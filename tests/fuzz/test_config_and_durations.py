@@ -97,9 +97,10 @@ def test_define_workspace_accepts_a_valid_config_or_names_the_bad_limit_and_fiel
         bad_names = [
             name for name in limits if not (isinstance(name, str) and re.fullmatch(r"[a-z0-9._-]{1,64}", name))
         ]
-        if not bad_names:  # every name is fine: the message names a limit and a field
-            assert message.startswith("limit '"), message
-            assert any(field in message for field in ("capacity", "max_hold", "field", "mapping")), message
+        if not bad_names:  # every name is fine: each problem names a limit and a field
+            for problem in map(str, error.errors):
+                assert problem.startswith("limit '"), problem
+                assert any(field in problem for field in ("capacity", "max_hold", "field", "mapping")), problem
     else:
         for name, spec in workspace.limits.items():
             assert 1 <= spec.capacity <= MAX_CAPACITY

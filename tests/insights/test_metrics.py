@@ -36,6 +36,9 @@ def scrape(client: Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], floa
 
 
 def one(samples, name: str, **labels: str) -> float:
+    """The sample of `name` with these labels; a limit's metric's `kind` is "limit" unless given."""
+    if "limit" in labels and name.startswith("stackbone_limit_"):
+        labels.setdefault("kind", "limit")
     return samples[(name, tuple(sorted(labels.items())))]
 
 
@@ -100,6 +103,58 @@ def test_the_figures_after_scripted_operations(scraper, clock) -> None:
     assert verification.slots == 6
 
 
+def test_busy_reserved_and_in_use_have_one_meaning_and_every_limit_metric_says_its_kind(scraper, clock) -> None:
+    """SPEC 6.5 on /metrics: busy is confirmed slots, reserved the unconfirmed ones, and
+    stackbone_limit_in_use both; a `kind` label tells a workspace limit from a workflow's bound."""
+    from limits import run_bounds
+
+    declare(m={"capacity": 2, "max_hold": "10m"})
+    run_bounds.sync(["sync_tenant"])
+    first = acquire("m", run_id="r1").slot_id
+    acquire("m", run_id="r2")
+    acquire("m", run_id="r3", timeout="1h")
+    release(first)  # r3 reserved: 1 busy, 1 reserved
+    samples = scrape(scraper)
+    assert one(samples, "stackbone_limit_busy", limit="m", kind="limit") == 1
+    assert one(samples, "stackbone_limit_reserved", limit="m", kind="limit") == 1
+    assert one(samples, "stackbone_limit_in_use", limit="m", kind="limit") == 2
+    bound = "workflow.sync_tenant"
+    assert one(samples, "stackbone_limit_capacity", limit=bound, kind="workflow") == 100_000  # per key only
+    assert one(samples, "stackbone_limit_in_use", limit=bound, kind="workflow") == 0
+    assert one(samples, "stackbone_limit_grants_total", limit="m", kind="limit") == 0
+    for (name, labels), _value in samples.items():
+        if name.startswith("stackbone_limit_"):
+            assert dict(labels).get("kind") in ("limit", "workflow"), (name, labels)
+
+
+def test_the_workers_and_the_runs_pending_for_one(scraper, clock, monkeypatch) -> None:
+    """Issue 30, the second ceiling: the workers that answered, each one's concurrency and busy
+    processes, and the runs no worker has started yet with the oldest one's wait."""
+    import datetime as dt
+
+    from limits import workers
+    from studio.models import Run
+
+    found = workers.Workers(
+        (workers.Worker("celery@a", "a", "prefork", 4, 3), workers.Worker("celery@b", "b", "solo", 1, 0))
+    )
+    monkeypatch.setattr(workers, "ask", lambda: found)
+    workers.forget_answers()
+    for seconds_ago in (90, 10):
+        created = clock.now() - dt.timedelta(seconds=seconds_ago)
+        Run.objects.create(workflow="place_call", status="pending", created_at=created, updated_at=created)
+    try:
+        samples = scrape(scraper)
+    finally:
+        workers.forget_answers()
+    assert one(samples, "stackbone_workers") == 2
+    assert one(samples, "stackbone_worker_concurrency", worker="celery@a", host="a", pool="prefork") == 4
+    assert one(samples, "stackbone_worker_busy", worker="celery@a", host="a", pool="prefork") == 3
+    assert one(samples, "stackbone_worker_concurrency", worker="celery@b", host="b", pool="solo") == 1
+    assert one(samples, "stackbone_runs_pending") == 2
+    assert one(samples, "stackbone_runs_pending_oldest_seconds") == 90
+
+
 def test_counters_never_go_back_when_old_minutes_are_purged(scraper, clock) -> None:
     declare(m={"capacity": 1, "max_hold": "1h"})
     start_insights(clock)
@@ -111,7 +166,7 @@ def test_counters_never_go_back_when_old_minutes_are_purged(scraper, clock) -> N
 
 
 @pytest.mark.parametrize("limits", [2, 30])
-def test_a_scrape_is_four_queries_whatever_the_number_of_limits(
+def test_a_scrape_is_five_queries_whatever_the_number_of_limits(
     scraper, clock, django_assert_num_queries, limits
 ) -> None:
     declare(**{f"l{i}": {"capacity": 2, "max_hold": "1h"} for i in range(limits)})
@@ -121,7 +176,8 @@ def test_a_scrape_is_four_queries_whatever_the_number_of_limits(
         acquire(f"l{i}", run_id=f"b{i}")
         acquire(f"l{i}", run_id=f"c{i}")  # waits
     roll_up_all(clock)
-    with django_assert_num_queries(4):  # the limits, their totals, the sweep's state, the hosts' clock skew
+    # the limits, their totals, the sweep's state, the hosts' clock skew, the runs pending for a worker
+    with django_assert_num_queries(5):
         samples = scrape(scraper)
     assert one(samples, "stackbone_limit_grants_total", limit=f"l{limits - 1}") == 2
     assert one(samples, "stackbone_limit_waiting", limit="l0") == 1

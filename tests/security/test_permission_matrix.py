@@ -117,6 +117,8 @@ MATRIX: list[Row] = [
     # --- Studio: watching needs a signed-in user; changing needs the permission --------------------------------------
     Row("GET",  "/studio/limits/",                        LOGIN,        OK,           OK,                 OK),
     Row("POST", "/studio/limits/",                        WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("GET",  "/studio/limits/-/workers/",              LOGIN,        OK,           OK,                 OK),
+    Row("POST", "/studio/limits/-/workers/",              WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/studio/limits/{limit}/",                LOGIN,        OK,           OK,                 OK),
     Row("POST", "/studio/limits/{limit}/",                WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/studio/limits/{limit}/insights/",       LOGIN,        OK,           OK,                 OK),

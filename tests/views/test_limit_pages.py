@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from limits import services
 from limits.config import define_workspace
 from limits.models import Limit, QueueEntry, Slot
+from studio.models import Run
 from tests.factories import declare
 
 pytestmark = pytest.mark.django_db
@@ -181,6 +182,32 @@ def test_the_limit_page_shows_busy_slots_then_reserved_then_the_queue(busy_limit
     assert "in 23h 59m" in queue[0]
     assert 'id="figure-busy">1<' in page and 'id="figure-reserved">1<' in page
     assert 'id="figure-waiting">2<' in page and 'id="figure-free">0<' in page
+
+
+def test_a_reserved_slot_says_which_of_its_two_timers_applies(db, operator_client, clock) -> None:
+    """Issue 30: "confirm within 1m 49s" and "expires in 9s" side by side said nothing of which
+    applies. Until the run confirms, only the confirm deadline does (else the slot lapses to the
+    next run); max hold, counted from the reservation, applies once it is confirmed."""
+    declare(voice_calls={"capacity": 1, "max_hold": "20s"})
+    Run.objects.create(
+        id="run-1", workflow="place_call", status="running", created_at=clock.now(), updated_at=clock.now()
+    )
+    first = services.acquire("voice-calls", run_id="run-0").slot_id
+    services.acquire("voice-calls", run_id="run-1", timeout="1h")
+    services.release(first)  # run-1 gets the slot reserved
+    clock.advance(seconds=11)
+    page = operator_client.get("/studio/limits/voice-calls/").content.decode()
+    (row,) = _rows(page, "slots")
+    state = re.search(r'class="cell-state">(.*?)</td>', row, re.S)[1]
+    expires = re.search(r'class="cell-expires">(.*?)</td>', row, re.S)[1]
+    assert "confirm within 1m 49s or it lapses to the next run" in state
+    assert ">9s</time>" in expires and "once confirmed" in expires
+    assert "max hold applies once the run confirms" in expires  # the cell's title says why
+    run_page = operator_client.get("/studio/runs/run-1/").content.decode()
+    assert "confirm within 1m 49s or it lapses; once confirmed, expires in 9s" in run_page
+    clock.advance(seconds=10)  # past max hold, still within the confirm window
+    row = _rows(operator_client.get("/studio/limits/voice-calls/").content.decode(), "slots")[0]
+    assert "past max hold" in row and "taken back once confirmed" in row
 
 
 def test_a_slot_past_its_max_hold_says_so_until_the_sweep_takes_it(busy_limit, operator_client, clock) -> None:

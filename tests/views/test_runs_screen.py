@@ -294,7 +294,7 @@ def test_the_list_costs_the_same_queries_at_two_sizes(viewer_client, monkeypatch
             assert viewer_client.get(f"{URL}?{query}").status_code == 200
         return len(captured)
 
-    cases = ["", "status=running", "workflow=place_call", "waiting=voice-calls", "q=call-1"]
+    cases = ["", "status=running", "workflow=place_call", "waiting=voice-calls", "q=call-1", "key=acme"]
     grow(5)
     small = [queries(case) for case in cases]
     grow(80)
@@ -504,3 +504,84 @@ def test_on_postgresql_each_filter_reads_its_index_in_page_order(run_filter, ind
     assert "Sort" not in plan and "Seq Scan" not in plan, plan
     scanned = max(int(rows) for rows in re.findall(r"actual time=\S+ rows=(\d+)", plan))
     assert scanned <= run_list.RUNS_PER_PAGE + 1, plan
+
+
+# --- runs for tenants (issue 30) -------------------------------------------------------------------
+
+
+def tenant_runs() -> dict[str, Run]:
+    """acme: a sync_tenant run (its concurrency key), a place_call run holding a voice-calls slot
+    under key acme taken inside the body (with_limit/acquire_slot: the run has no concurrency key),
+    and one waiting under acme; globex: a place_call holding a slot. A run without any key."""
+    declare(voice_calls={"capacity": 2, "max_hold": "45m", "per_key": 1})
+    run_bounds.sync(["sync_tenant"])
+    runs = {
+        "plain": make_run(seconds_ago=50),
+        "synced": make_run("sync_tenant", "completed", seconds_ago=40, concurrency_key="acme"),
+        "acme_holds": make_run(status="running", seconds_ago=30),
+        "acme_waits": make_run(status="running", seconds_ago=20),
+        "globex": make_run(status="running", seconds_ago=10),
+    }
+    services.acquire("voice-calls", run_id=runs["acme_holds"].id, key="acme", label="call-a1")
+    services.acquire("voice-calls", run_id=runs["acme_waits"].id, key="acme", label="call-a2", timeout="1h")
+    services.acquire("voice-calls", run_id=runs["globex"].id, key="globex", label="call-g1")
+    return runs
+
+
+def test_the_list_filters_by_key_the_runs_concurrency_key_or_a_key_it_holds_or_waits_with(viewer_client) -> None:
+    runs = tenant_runs()
+    acme = [runs["acme_waits"].id, runs["acme_holds"].id, runs["synced"].id]
+    assert listed(viewer_client.get(URL, {"key": "acme"})) == acme
+    assert listed(viewer_client.get(URL, {"key": "globex"})) == [runs["globex"].id]
+    assert listed(viewer_client.get(URL, {"key": "ACME"})) == []  # keys are case-sensitive
+    assert listed(viewer_client.get(URL, {"key": "acme", "status": "running"})) == acme[:2]
+    assert listed(viewer_client.get(URL, {"key": "acme", "waiting": "voice-calls"})) == [runs["acme_waits"].id]
+    page = viewer_client.get(URL, {"key": "acme"}).content.decode()
+    assert 'id="runs-key" type="search" name="key" value="acme"' in page
+
+
+def test_every_run_shows_the_key_of_each_acquisition_not_only_its_concurrency_key(viewer_client) -> None:
+    runs = tenant_runs()
+    page = viewer_client.get(URL).content.decode()
+    rows = dict(re.findall(r'<tr id="run-([^"]+)" class="run-row">(.*?)</tr>', page, re.S))
+    assert 'class="run-key">key <span class="long-value" title="acme">acme</span>' in rows[runs["acme_holds"].id]
+    assert ">acme</span>" in rows[runs["acme_waits"].id] and ">acme</span>" in rows[runs["synced"].id]
+    assert ">globex</span>" in rows[runs["globex"].id]
+    assert "run-key" not in rows[runs["plain"].id]
+
+
+def test_the_list_shows_when_each_run_started_and_how_long_it_ran(viewer_client, clock) -> None:
+    now = clock.now()
+    make_run(
+        "export_report",
+        "completed",
+        seconds_ago=100,
+        started_at=now - dt.timedelta(seconds=95),
+        finished_at=now - dt.timedelta(seconds=20),
+    )
+    make_run("export_report", "running", seconds_ago=15, started_at=now - dt.timedelta(seconds=12))
+    make_run("export_report", "pending", seconds_ago=1)
+    page = viewer_client.get(URL).content.decode()
+    assert '<th scope="col">Started</th><th scope="col">Duration</th>' in page
+    started = re.findall(r'class="started-cell" data-label="Started">(.*?)</td>', page, re.S)
+    durations = re.findall(r'class="duration-cell" data-label="Duration">(.*?)</td>', page, re.S)
+    assert [re.sub(r"<[^>]+>", "", cell).strip() for cell in started] == ["—", "12s ago", "1m 35s ago"]
+    assert [re.sub(r"<[^>]+>", "", cell).strip() for cell in durations] == ["—", "12s so far", "1m 15s"]
+
+
+def test_the_start_form_shows_the_selected_workflows_docstring_as_a_hint(operator_client) -> None:
+    page = operator_client.get(URL).content.decode()
+    hints = dict(re.findall(r'<p class="hint workflow-hint" data-workflow="([^"]+)"[^>]*>(.*?)</p>', page, re.S))
+    assert set(hints) == set(run_list.workflow_names())
+    assert "call_id" in hints["place_call"]  # the shipped examples say what input they take
+    shown = re.findall(r'<p class="hint workflow-hint" data-workflow="([^"]+)">', page)
+    assert shown == [run_list.workflow_names()[0]]  # only the selected one is not hidden
+
+
+def test_after_a_start_the_form_keeps_the_workflow_and_key_and_shows_its_hint(operator_client, htmx) -> None:
+    run_bounds.sync(["sync_tenant"])
+    data = {"workflow": "sync_tenant", "input": '{"tenant": "acme"}', "key": "acme"}
+    form = operator_client.post("/studio/runs/-/start/", data, headers=htmx).content.decode()
+    assert '<option value="sync_tenant" selected>' in form
+    assert 'name="key" value="acme"' in form
+    assert re.findall(r'<p class="hint workflow-hint" data-workflow="([^"]+)">', form) == ["sync_tenant"]

@@ -15,8 +15,8 @@ from limits.tokens import TokenError, issue_token
 
 class Command(BaseCommand):
     help = (
-        "Operate concurrency limits: list, slots, keys, release, capacity, max-hold, per-key, verify, sync, sweep, "
-        "token."
+        "Operate concurrency limits: list, slots, keys, release, capacity, max-hold, per-key, verify, forget, "
+        "sync, sweep, token."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
