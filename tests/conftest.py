@@ -92,6 +92,19 @@ def eager_celery() -> Iterator[None]:
     use_broker("memory://", eager=True)
 
 
+@pytest.fixture(autouse=True)
+def no_skew_banner_read() -> None:
+    """Studio's clock-skew banner reads its rows at most once a minute per process (Django's
+    cache): a test whose 60 s ran out between two requests would count one query more on one of
+    them. Each test starts with the banner's answer cached as "no host off" for its whole length;
+    the tests of the banner itself drop it (tests/insights/test_clock_skew.py)."""
+    from django.core.cache import cache
+
+    from studio.plumbing.clock import BANNER_CACHE_KEY
+
+    cache.set(BANNER_CACHE_KEY, [], timeout=None)
+
+
 @pytest.fixture
 def no_worker() -> None:
     """Tasks go to an in-process memory broker that nobody consumes: runs move only when the

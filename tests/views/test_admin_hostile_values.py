@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.contrib.admin.utils import quote  # ids like slot_24ab...: the admin reads _24 as '$'
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
@@ -50,7 +51,7 @@ def shown(client: Client, url: str) -> str:
 
 def test_slots_show_keys_labels_and_run_ids_escaped(admin_client, hostile) -> None:
     slot = Slot.objects.get(run_id=RUN_ID)
-    for url in ("/admin/limits/slot/", "/admin/limits/slot/?q=order", f"/admin/limits/slot/{slot.id}/change/"):
+    for url in ("/admin/limits/slot/", "/admin/limits/slot/?q=order", f"/admin/limits/slot/{quote(slot.id)}/change/"):
         page = shown(admin_client, url)
         assert "acme\\u202elive" in page, url
         assert "order\\u202e77-lave \\x1b[31mred" in page, url
@@ -103,7 +104,7 @@ def test_runs_show_input_output_errors_and_keys_escaped(admin_client) -> None:
     Step.objects.create(run=run, seq=1, name="dial", status="failed", error="\u202estep\nfailed", started_at=now)
     page = shown(admin_client, "/admin/studio/run/")
     assert run.id in page
-    page = shown(admin_client, f"/admin/studio/run/{run.id}/change/")
+    page = shown(admin_client, f"/admin/studio/run/{quote(run.id)}/change/")
     assert "\\u202e000 000 006 43+" in page
     assert "\\u2066isolated\\u2069" in page
     assert "\\x1b[31mboom\\x1b[0m \\u202eevil" in page
