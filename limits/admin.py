@@ -23,7 +23,7 @@ from limits import services
 from limits.config import CAPACITY_HELP, check_capacity, check_per_key
 from limits.durations import DURATION_HELP, DurationError, format_duration, parse_duration
 from limits.forms import POOL_HELP, duration_input, number_or_text, shortened
-from limits.models import AuditEvent, Limit, LimitKey, QueueEntry, Slot
+from limits.models import AuditEvent, ForgottenLimit, Limit, LimitKey, QueueEntry, Slot
 from limits.printable import printable
 from studio.plumbing.access import OPERATE_LIMIT, actor
 
@@ -572,3 +572,23 @@ class AuditEventAdmin(ReadOnlyAdmin):
     escaped_fields = ("actor", "slot_id", "key", "old_value", "new_value")
     date_hierarchy = "at"
     show_full_result_count = False
+
+
+@admin.register(ForgottenLimit)
+class ForgottenLimitAdmin(ReadOnlyAdmin):
+    """The record of each `limits forget` (limits.forget), which removes a limit's own audit rows:
+    who forgot which limit when, what it declared and how many rows of its history went.
+    Read-only, like the audit it stands in for."""
+
+    list_display = ["at", "name", "kind", "actor", "declared_capacity", "declared_max_hold", "removed"]
+    list_filter = ["kind"]
+    search_fields = ["name", "actor"]
+    escaped_fields = ("name", "kind", "actor", "removed")
+    fields = ["name", "kind", "at", "actor", "declared_capacity", "declared_max_hold", "removed"]
+    readonly_fields = ["at", "declared_capacity", "declared_max_hold"]
+    date_hierarchy = "at"
+    show_full_result_count = False
+
+    @admin.display(description="declared max hold", ordering="declared_max_hold_ms")
+    def declared_max_hold(self, record: ForgottenLimit) -> str:
+        return NO_MAX_HOLD if record.declared_max_hold_ms is None else format_duration(record.declared_max_hold_ms)

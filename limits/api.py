@@ -5,9 +5,9 @@ are never read, so a browser cannot be tricked into a write (no CSRF hole) and t
 exempt from the CSRF middleware. Reads need a valid token of an active user; writes also need the
 `limits.operate_limit` permission. Answers are JSON; errors are `{"error": ..., "field": ...}`
 with 400 (bad value, `field` names it), 401 (no or bad token), 403 (no permission), 404
-(unknown limit or slot, or no such path), 413 (a body over DATA_UPLOAD_MAX_MEMORY_SIZE) or 415
-(a write whose body is not labelled application/json). Writes go through limits.services with
-the actor `api:<username>`.
+(unknown limit or slot, or no such path), 409 (forget refused as things stand), 413 (a body
+over DATA_UPLOAD_MAX_MEMORY_SIZE) or 415 (a write whose body is not labelled application/json).
+Writes go through limits.services with the actor `api:<username>`.
 
     GET  /api/limits/?kind=limit|workflow           {"limits": [limit, ...]}; kind: only the workspace's limits
          or only the workflows' own bounds (SPEC 11.5); another kind is a 400 with field "kind"
@@ -26,6 +26,13 @@ the actor `api:<username>`.
     POST /api/limits/<name>/per-key/   {"value": 3 | null, "key": "tenant-1" (optional)}
          {"old": 3 | null, "limit": limit, "key": key | null}; without "key" the limit's per_key,
          with it that key's pool size; a bad value is a 400 with field "value"
+    POST /api/limits/<name>/forget/    {} (or no body)
+         {"forgotten": true, "limit", "kind", "at", "actor", "removed": {...}}: a limit that left the
+         config, with no slot in use and no run waiting, removed with its history (limits.forget);
+         still declared, in use or waited for: 409 with field "limit", nothing changed
+    GET  /api/limits/-/workers/                     the Celery workers alive, the runs pending for one and
+         the limits the workers bound (limits.workers.report, the keys of `stackbone workers --json`);
+         under "-/" as in Studio: "<name>/" never takes a slash, so no limit's path is this one
 
 A `limit` is serializers.limit_summary (the keys of `stackbone limits list --json`; its `kind` is
 "limit" or "workflow", and a workflow's bound has null max hold), a `key` serializers.key_summary.
@@ -46,8 +53,9 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from limits import selectors, serializers, services
+from limits import selectors, serializers, services, workers
 from limits.config import KEY_MAX_LENGTH, check_key
+from limits.forget import forget_limit
 from limits.models import Limit, QueueEntry, Slot, is_storable_text
 from limits.tokens import user_for_token
 from studio.plumbing import clock as box_clock
@@ -370,3 +378,30 @@ def set_per_key(request: ApiRequest, name: str) -> JsonResponse:
             else serializers.unused_key_summary(changed, key)
         )
     return JsonResponse({"old": old, "limit": serializers.limit_summary(changed), "key": key_row})
+
+
+@csrf_exempt
+@require_POST
+@token_auth(operate=True)
+def forget(request: ApiRequest, name: str) -> JsonResponse:
+    """`stackbone limits forget` (limits.forget), audited as `api:<username>`. The body is empty
+    or `{}`. A refusal (still declared, a slot in use, a run waiting) is a 409 naming the limit,
+    and nothing changes."""
+    _json_body(request)
+    _limit(name)
+    try:
+        record = forget_limit(name, actor=actor(request))
+    except services.LimitsError as error:
+        if error.message == services.UNKNOWN_LIMIT.format(name=name):  # forgotten by someone else meanwhile
+            raise ApiError(404, error.message, field="limit") from None
+        raise ApiError(409, error.message, field=error.field) from None
+    return JsonResponse(serializers.forgotten_summary(record))
+
+
+@csrf_exempt
+@require_GET
+@token_auth()
+def workers_report(request: ApiRequest) -> JsonResponse:
+    """The box's second ceiling, as `stackbone workers --json` prints it (limits.workers); the
+    workers are asked at most every CACHE_SECONDS per web process, as for Studio's panel."""
+    return JsonResponse(workers.report())

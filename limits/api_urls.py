@@ -11,6 +11,8 @@ app_name = "limits_api"
 
 urlpatterns = [
     path("", api.limit_list, name="list"),
+    # Under "-/" (as Studio's panel): "<str:name>/" never takes a slash, so no limit's path is this.
+    path("-/workers/", api.workers_report, name="workers"),
     re_path(r"^slots/(?P<slot_id>slot_[A-Za-z0-9_-]{1,35})/$", api.slot_detail, name="slot"),
     re_path(r"^slots/(?P<slot_id>slot_[A-Za-z0-9_-]{1,35})/release/$", api.release_slot, name="release"),
     path("<str:name>/", api.limit_detail, name="limit"),
@@ -20,6 +22,7 @@ urlpatterns = [
     path("<str:name>/capacity/", api.set_capacity, name="capacity"),
     path("<str:name>/max-hold/", api.set_max_hold, name="max-hold"),
     path("<str:name>/per-key/", api.set_per_key, name="per-key"),
+    path("<str:name>/forget/", api.forget, name="forget"),
     # Last: any other path under /api/limits/ answers a JSON 404, not Django's HTML page. It only
     # takes paths that end in '/', so a path without its slash is still redirected to the right one.
     re_path(r"^.*/$", api.unknown_path, name="unknown"),

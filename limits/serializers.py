@@ -18,7 +18,7 @@ from datetime import datetime
 
 from django.db.models import QuerySet
 
-from limits.models import Limit, LimitKey, QueueEntry, Slot
+from limits.models import ForgottenLimit, Limit, LimitKey, QueueEntry, Slot
 
 Groups = Mapping[str, list[str]]
 
@@ -98,6 +98,19 @@ def queue_entry_summary(
         "waiting_since": _iso(entry.enqueued_at),
         "deadline": _iso(entry.deadline),
         "eta_seconds": eta_seconds,
+    }
+
+
+def forgotten_summary(record: ForgottenLimit) -> dict[str, object]:
+    """A forgotten limit's record (limits.forget) as `forget --json` and the API answer it:
+    `removed` counts the rows of its history that went, by kind."""
+    return {
+        "forgotten": True,
+        "limit": record.name,
+        "kind": record.kind,
+        "at": _iso(record.at),
+        "actor": record.actor,
+        "removed": dict(record.removed),
     }
 
 

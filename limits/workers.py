@@ -14,6 +14,8 @@ Studio's Limits list (a panel), `stackbone workers` and `/metrics` show it from 
   waited since it was created; one aggregate over the run_by_status index.
 - `bounded_by_workers(total)`: the declared limits whose capacity is more than the workers' total
   concurrency: while runs hold their slots as they run, the workers, not the limit, bound them.
+- `report()`: all three in the JSON shape of `stackbone workers --json` and of the API's
+  `GET /api/limits/-/workers/` (what `stackbone workers --agent <id>` reads).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from django.db.models import Count, Min
 from django.db.models.functions import Coalesce
 
 from limits.models import Limit
+from studio.plumbing import clock as box_clock
 from studio.runs.models import Run
 
 ANSWER_SECONDS = 0.5
@@ -180,3 +183,21 @@ def bounded_by_workers(total: int) -> list[Bounded]:
         .values_list("name", "kind", "in_force")[: BOUNDED_SHOWN + 1]
     )
     return [Bounded(name, kind, capacity) for name, kind, capacity in rows]
+
+
+def report(*, fresh: bool = False) -> dict[str, Any]:
+    """The workers alive (`fresh`: asked now, not from the kept answer), the runs pending for one
+    and the limits the workers bound, as `stackbone workers --json` prints them."""
+    found = alive(fresh=fresh)
+    waiting = pending(box_clock.display_now())
+    bounded = bounded_by_workers(found.concurrency)
+    return {
+        "workers": [worker.as_json() for worker in found.workers],
+        "concurrency": found.concurrency,
+        "busy": found.busy,
+        "note": found.note or None,
+        "pending": {"runs": waiting.runs, "oldest_seconds": waiting.oldest_seconds},
+        "bounded_by_workers": [
+            {"limit": limit.name, "kind": limit.kind, "capacity": limit.capacity} for limit in bounded
+        ],
+    }

@@ -1,8 +1,13 @@
-"""`stackbone workers [--json]`: the Celery workers alive, the runs waiting for one, and the limits
-the workers bound (limits.workers; Studio's Limits list shows the same panel).
+"""`stackbone workers [--json] [--agent ID]`: the Celery workers alive, the runs waiting for one,
+and the limits the workers bound (limits.workers; Studio's Limits list shows the same panel).
+
+Locally it asks the workers now; with `--agent <id>` it reads another installation's
+`GET /api/limits/-/workers/` (limits.api, its answer at most limits.workers.CACHE_SECONDS old).
+Both give the JSON of limits.workers.report(), so one renderer prints both.
 
 Exit codes: 0 at least one worker answered; 1 none did (the line says why: no broker, no answer
-in time), or the database cannot be reached. This installation only.
+in time), or the database or the agent cannot be reached; 2 a bad or unknown agent, or a token it
+refuses.
 """
 
 from __future__ import annotations
@@ -10,28 +15,39 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from typing import Any
 
-from limits.cli.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
+from limits.cli.errors import EMPTY_AGENT, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
+from limits.cli.remote import AGENTS_FILE_ENV, AgentBackend, load_agent
 from limits.cli.render import Streams, table
 from limits.durations import format_duration
 from limits.printable import printable
 
-AGENT_NOT_SUPPORTED = "workers: --agent is not supported; run `stackbone workers` on that installation"
+BOUNDED_SHOWN = 20  # limits.workers.BOUNDED_SHOWN, without importing Django for --agent
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON (errors too, on stderr)")
-    parser.add_argument("--agent", metavar="ID", help="not supported (this installation only)")
+    parser.add_argument(
+        "--agent",
+        metavar="ID",
+        help=f"ask another installation, listed in the agents file (${AGENTS_FILE_ENV}, "
+        "default ~/.config/stackbone/agents.toml)",
+    )
 
 
 def run(options: argparse.Namespace, *, streams: Streams | None = None, setup: Callable[[], None] | None = None) -> int:
     io = streams or Streams()
     try:
         if options.agent is not None:
-            raise CliError(AGENT_NOT_SUPPORTED, EXIT_USAGE, field="agent")
-        if setup is not None:
-            setup()
-        return _show(options, io)
+            if not options.agent.strip():  # an unset $TARGET must not mean "this installation"
+                raise CliError(EMPTY_AGENT, EXIT_USAGE, field="agent")
+            answer = AgentBackend(load_agent(options.agent)).workers()
+        else:
+            if setup is not None:
+                setup()
+            answer = _local()
+        return _show(answer, options, io)
     except CliError as error:
         if options.json:
             io.err(json.dumps({"error": error.message, "field": error.field}))
@@ -40,62 +56,56 @@ def run(options: argparse.Namespace, *, streams: Streams | None = None, setup: C
         return error.code
 
 
-def _show(options: argparse.Namespace, io: Streams) -> int:
+def _local() -> dict[str, Any]:
     from django.db import DatabaseError, InterfaceError
 
     from limits import workers
     from limits.cli.local import database_error_message
-    from studio.plumbing import clock
 
-    found = workers.alive(fresh=True)
     try:
-        pending = workers.pending(clock.display_now())
-        bounded = workers.bounded_by_workers(found.concurrency)
+        return workers.report(fresh=True)
     except (DatabaseError, InterfaceError) as error:
         raise CliError(database_error_message(error), EXIT_NOT_FOUND) from None
-    code = EXIT_OK if found.workers else EXIT_NOT_FOUND
+
+
+def _show(answer: dict[str, Any], options: argparse.Namespace, io: Streams) -> int:
+    """Print the report (as JSON with --json); exit 0 when a worker answered. Every value may
+    come from another installation, so each goes through printable()."""
+    found = answer["workers"]
+    code = EXIT_OK if found else EXIT_NOT_FOUND
     if options.json:
-        io.json(
-            {
-                "workers": [worker.as_json() for worker in found.workers],
-                "concurrency": found.concurrency,
-                "busy": found.busy,
-                "note": found.note or None,
-                "pending": {"runs": pending.runs, "oldest_seconds": pending.oldest_seconds},
-                "bounded_by_workers": [
-                    {"limit": limit.name, "kind": limit.kind, "capacity": limit.capacity} for limit in bounded
-                ],
-            }
-        )
+        io.json(answer)
         return code
-    if found.workers:
-        rows = [
-            [worker.name, worker.host, worker.pool, str(worker.concurrency), str(worker.busy)]
-            for worker in found.workers
-        ]
+    if found:
+        rows = [[str(worker[name]) for name in ("name", "host", "pool", "concurrency", "busy")] for worker in found]
         for line in table(["WORKER", "HOST", "POOL", "CONCURRENCY", "BUSY"], rows):
             io.out(line)
-        count = len(found.workers)
-        io.out(
-            f"{count} worker{'s' if count != 1 else ''}: {found.busy} of {found.concurrency} "
-            f"process{'es' if found.concurrency != 1 else ''} busy"
-        )
-    else:
-        io.out(f"no worker answered: {found.note}")
-    if pending.runs:
-        oldest = format_duration(pending.oldest_ms or 0) if (pending.oldest_ms or 0) >= 1000 else "under a second"
-        runs = f"{pending.runs} run{'s' if pending.runs != 1 else ''}"
-        io.out(f"{runs} waiting for a worker (pending), the oldest for {oldest}")
-    else:
-        io.out("no run waits for a worker")
-    for limit in bounded[: workers.BOUNDED_SHOWN]:
+        count, concurrency = len(found), answer["concurrency"]
         io.out(
             printable(
-                f"{limit.name}: capacity {limit.capacity} is more than the workers' {found.concurrency} "
+                f"{count} worker{'s' if count != 1 else ''}: {answer['busy']} of {concurrency} "
+                f"process{'es' if concurrency != 1 else ''} busy"
+            )
+        )
+    else:
+        io.out(printable(f"no worker answered: {answer['note']}"))
+    pending = answer["pending"]
+    if pending["runs"]:
+        oldest_ms = int((pending["oldest_seconds"] or 0) * 1000)
+        oldest = format_duration(oldest_ms) if oldest_ms >= 1000 else "under a second"
+        runs = f"{pending['runs']} run{'s' if pending['runs'] != 1 else ''}"
+        io.out(printable(f"{runs} waiting for a worker (pending), the oldest for {oldest}"))
+    else:
+        io.out("no run waits for a worker")
+    bounded = answer["bounded_by_workers"]
+    for limit in bounded[:BOUNDED_SHOWN]:
+        io.out(
+            printable(
+                f"{limit['limit']}: capacity {limit['capacity']} is more than the workers' {answer['concurrency']} "
                 "processes: the workers, not this limit, bound it"
             )
         )
-    if len(bounded) > workers.BOUNDED_SHOWN:
+    if len(bounded) > BOUNDED_SHOWN:
         io.out("… and more limits above the workers' concurrency")
     return code
 

@@ -93,6 +93,8 @@ class Backend(Protocol):
 
     def set_per_key(self, name: str, value: int | str | None, key: str | None = None) -> PoolChange: ...
 
+    def forget(self, name: str) -> dict[str, Any]: ...
+
 
 def more_past_cut(fetched: int, total: int, cut: int | None) -> int:
     """How many rows lie past the cut. `total` comes from the limit's counters; `fetched` holds

@@ -13,9 +13,6 @@ UNKNOWN_SLOT = "unknown slot {slot_id!r}"
 UNKNOWN_LIMIT = "unknown limit {name!r}"
 BAD_CUT = "--rows (or --limit) must be a whole number of at least 1, not {value!r}"
 VERIFY_LOCAL_ONLY = "verify reads the history rows of an installation: run it there (manage.py limits verify)"
-FORGET_LOCAL_ONLY = (
-    "forget removes a limit's rows from an installation's database: run it there (manage.py limits forget)"
-)
 FORGET_NO_TERMINAL = "forget: refusing to forget {name} without --yes: there is no terminal to confirm on"
 FORGET_NOT_CONFIRMED = "forget: not confirmed; nothing forgotten"
 BAD_SEARCH = "--search must be text of at most 128 characters (no NUL characters)"

@@ -142,10 +142,11 @@ class LocalBackend:
             )
         return PoolChange(old, serializers.limit_summary(changed), key_row)
 
-    def forget(self, name: str) -> Any:
+    def forget(self, name: str) -> dict[str, Any]:
+        from limits import serializers
         from limits.forget import forget_limit
 
-        return forget_limit(name, actor=self.actor)
+        return serializers.forgotten_summary(forget_limit(name, actor=self.actor))
 
     def verify(self, names: list[str] | None) -> Any:
         from limits.verify import verify

@@ -80,8 +80,7 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     verify.add_argument("limits", nargs="*", metavar="limit", help="the limits to check (default: every limit)")
     forget = verbs.add_parser(
         "forget",
-        help="remove a limit that left the config, with no slot in use and no run waiting, and its history "
-        "(recorded; this installation only)",
+        help="remove a limit that left the config, with no slot in use and no run waiting, and its history (recorded)",
         **kwargs,
     )
     forget.add_argument("limit", help="the limit's name")

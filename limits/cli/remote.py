@@ -142,6 +142,19 @@ class AgentBackend:
         answer = self._call("POST", f"{_quote(name)}/per-key/", body, not_found=UNKNOWN_LIMIT.format(name=name))
         return PoolChange(answer["old"], answer["limit"], answer.get("key"))
 
+    def forget(self, name: str) -> dict[str, Any]:
+        """`POST <name>/forget/`: the record of the removal (the shape of `forget --json`). A
+        limit still declared or in use is a 409, exit 1 with the installation's message."""
+        answer: dict[str, Any] = self._call(
+            "POST", f"{_quote(name)}/forget/", {}, not_found=UNKNOWN_LIMIT.format(name=name)
+        )
+        return answer
+
+    def workers(self) -> dict[str, Any]:
+        """`GET -/workers/`: the other installation's workers (the shape of `stackbone workers --json`)."""
+        answer: dict[str, Any] = self._call("GET", "-/workers/", not_found="no such API path: -/workers/")
+        return answer
+
     def _pages(
         self, path: str, key: str, cut: int | None, name: str, query: str = ""
     ) -> tuple[list[dict[str, Any]], int, datetime]:
@@ -214,6 +227,8 @@ class AgentBackend:
             return CliError(message or not_found, EXIT_NOT_FOUND, field=field)
         if error.code == 400:
             return CliError(message or "bad request", EXIT_USAGE, field=field)
+        if error.code == 409:  # refused as things stand (forget: still declared or in use)
+            return CliError(message or f"{where} refused: conflict", EXIT_NOT_FOUND, field=field)
         return CliError(f"{where} answered {error.code} {error.reason}", EXIT_NOT_FOUND)
 
 

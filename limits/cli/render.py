@@ -79,6 +79,27 @@ def _until(moment: str | None, now: datetime, *, passed: str) -> str:
     return passed if ms <= 0 else format_duration(ms)
 
 
+CONFIRM_NOTE = (
+    "reserved: its run confirms within CONFIRM WITHIN or the slot lapses to the next run; "
+    "max hold counts only once it is confirmed"
+)
+
+
+def _expires(slot: dict[str, Any], now: datetime) -> str:
+    """Time left before max hold; for a reserved slot, when it applies: once the run confirms
+    (the sweep takes back only confirmed slots), as Studio says."""
+    left = _until(slot["expires_at"], now, passed="past max hold")
+    return f"{left} once confirmed" if slot["state"] == "reserved" and slot["expires_at"] else left
+
+
+def _confirm_within(slot: dict[str, Any], now: datetime) -> str:
+    """A reserved slot's confirm deadline, the timer that applies until its run confirms ('-' for
+    a busy slot): past it the slot lapses to the next run."""
+    if slot["state"] != "reserved":
+        return "-"
+    return _until(slot.get("reserved_until"), now, passed="lapsing")
+
+
 def _max_hold(limit: dict[str, Any]) -> str:
     """A limit's max hold; '-' for a workflow's own bound, which has none (its max_hold_ms is null)."""
     if limit.get("max_hold_ms") is None:
@@ -179,6 +200,10 @@ def render_slots(io: Streams, view: SlotsView) -> None:
     bound = is_bound(limit)  # its slots last as long as their run: no EXPIRES IN
     if view.slots:
         extra, cells = _extra_columns(view.slots, keys=view.key is None)
+        # A reserved slot has two timers: its run must confirm by `reserved_until` or the slot
+        # lapses to the next run; max hold (EXPIRES IN) applies only once it is confirmed. The
+        # CONFIRM WITHIN column appears when a slot is reserved, and says which one applies now.
+        confirming = any(slot["state"] == "reserved" for slot in view.slots)
         rows = [
             [
                 slot["id"],
@@ -187,13 +212,25 @@ def render_slots(io: Streams, view: SlotsView) -> None:
                 slot["label"] or "-",
                 *more,
                 _ago(slot["granted_at"], now),
-                *([] if bound else [_until(slot["expires_at"], now, passed="past max hold")]),
+                *([] if bound else [_expires(slot, now)]),
+                *([_confirm_within(slot, now)] if confirming else []),
             ]
             for slot, more in zip(view.slots, cells, strict=True)
         ]
-        headers = ["SLOT", "STATE", "RUN", "LABEL", *extra, "GRANTED", *([] if bound else ["EXPIRES IN"])]
+        headers = [
+            "SLOT",
+            "STATE",
+            "RUN",
+            "LABEL",
+            *extra,
+            "GRANTED",
+            *([] if bound else ["EXPIRES IN"]),
+            *(["CONFIRM WITHIN"] if confirming else []),
+        ]
         for line in table(headers, rows):
             io.out(line)
+        if confirming:
+            io.out(CONFIRM_NOTE)
     else:
         io.out("no runs running" if bound else "no slots in use")
     if view.more_slots:

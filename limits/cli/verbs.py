@@ -14,7 +14,6 @@ from limits.cli.errors import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_USAGE,
-    FORGET_LOCAL_ONLY,
     FORGET_NO_TERMINAL,
     FORGET_NOT_CONFIRMED,
     NO_TERMINAL,
@@ -169,10 +168,8 @@ def verify(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
 
 
 def forget(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
-    """Remove a limit that left the config, idle, with its history (limits.forget); this
-    installation only. Without --yes it asks on a terminal."""
-    if not isinstance(backend, LocalBackend):
-        raise CliError(FORGET_LOCAL_ONLY, EXIT_USAGE)
+    """Remove a limit that left the config, idle, with its history (limits.forget), here or
+    through `--agent` (the API's forget). Without --yes it asks on a terminal."""
     name = options.limit
     if not options.yes:
         if not is_terminal(io.stdin):
@@ -184,18 +181,9 @@ def forget(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
             raise CliError(FORGET_NOT_CONFIRMED, EXIT_NOT_FOUND)
     record = backend.forget(name)
     if options.json:
-        io.json(
-            {
-                "forgotten": True,
-                "limit": record.name,
-                "kind": record.kind,
-                "at": record.at.isoformat(),
-                "actor": record.actor,
-                "removed": record.removed,
-            }
-        )
+        io.json(record)
     else:
-        removed = record.removed
+        removed = record["removed"]
         insights = removed["minutes"] + removed["key_spans"] + removed["totals"]
         counts = [
             _count(removed["slots"], "slot", "slots"),
@@ -205,8 +193,8 @@ def forget(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
         ]
         io.out(
             printable(
-                f"forgot {record.name}: removed {', '.join(counts)} and "
-                f"{_count(insights, 'insights row', 'insights rows')} (recorded as forgotten by {record.actor})"
+                f"forgot {record['limit']}: removed {', '.join(counts)} and "
+                f"{_count(insights, 'insights row', 'insights rows')} (recorded as forgotten by {record['actor']})"
             )
         )
     return EXIT_OK
@@ -260,8 +248,6 @@ def execute(
     handler = HANDLERS[options.verb]
     if options.agent is not None and not options.agent.strip():
         raise CliError(EMPTY_AGENT, EXIT_USAGE, field="agent")  # an unset $TARGET must not mean "this installation"
-    if options.agent and options.verb == "forget":
-        raise CliError(FORGET_LOCAL_ONLY, EXIT_USAGE, field="agent")
     if options.agent:
         return handler(AgentBackend(load_agent(options.agent)), options, io)
     if setup is not None:

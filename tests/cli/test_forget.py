@@ -107,10 +107,11 @@ def test_forget_without_yes_asks_on_a_terminal_and_refuses_without_one(old_limit
     assert not Limit.objects.filter(name=old_limit).exists()
 
 
-def test_forget_is_local_only(old_limit) -> None:
+def test_forget_with_an_unknown_agent_exits_2_and_forgets_nothing(old_limit, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("STACKBONE_AGENTS_FILE", str(tmp_path / "none.toml"))
     result = run_cli("forget", old_limit, "--yes", "--agent", "box")
-    assert result.code == 2 and "forget" in result.err
-    assert Limit.objects.filter(name=old_limit).exists()
+    assert result.code == 2 and "--agent box: no agents file" in result.err
+    assert Limit.objects.filter(name=old_limit).exists() and not ForgottenLimit.objects.exists()
 
 
 def test_a_forgotten_limit_declared_again_starts_afresh(old_limit) -> None:

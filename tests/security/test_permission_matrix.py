@@ -34,7 +34,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
 from limits import services
-from limits.models import ApiToken, AuditEvent, Limit, LimitKey, QueueEntry, Slot
+from limits.models import ApiToken, AuditEvent, ForgottenLimit, Limit, LimitKey, QueueEntry, Slot
 from limits.tokens import issue_token
 from studio.models import Run
 from tests.factories import declare
@@ -201,6 +201,15 @@ MATRIX: list[Row] = [
     Row("POST", "/admin/limits/auditevent/add/",          ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
     Row("GET",  "/admin/limits/auditevent/{event}/delete/", ADMIN_LOGIN, ADMIN_LOGIN, DENIED,             DENIED),
     Row("POST", "/admin/limits/auditevent/{event}/delete/", ADMIN_LOGIN, ADMIN_LOGIN, DENIED,             DENIED),
+    # the record of `limits forget`: read-only, like the audit
+    Row("GET",  "/admin/limits/forgottenlimit/",          ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
+    Row("POST", "/admin/limits/forgottenlimit/",          ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
+    Row("GET",  "/admin/limits/forgottenlimit/{forgotten}/change/", ADMIN_LOGIN, ADMIN_LOGIN, OK,         OK),
+    Row("POST", "/admin/limits/forgottenlimit/{forgotten}/change/", ADMIN_LOGIN, ADMIN_LOGIN, DENIED,     DENIED),
+    Row("GET",  "/admin/limits/forgottenlimit/add/",      ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
+    Row("POST", "/admin/limits/forgottenlimit/add/",      ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
+    Row("GET",  "/admin/limits/forgottenlimit/{forgotten}/delete/", ADMIN_LOGIN, ADMIN_LOGIN, DENIED,     DENIED),
+    Row("POST", "/admin/limits/forgottenlimit/{forgotten}/delete/", ADMIN_LOGIN, ADMIN_LOGIN, DENIED,     DENIED),
     Row("GET",  "/admin/studio/run/",                     ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
     # a POST without an action (none is offered): the list again
     Row("POST", "/admin/studio/run/",                     ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
@@ -235,6 +244,10 @@ MATRIX: list[Row] = [
     Row("POST", "/api/limits/{limit}/keys/",              WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/api/limits/{limit}/per-key/",           WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("POST", "/api/limits/{limit}/per-key/",           NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
+    Row("GET",  "/api/limits/{old_limit}/forget/",        WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("POST", "/api/limits/{old_limit}/forget/",        NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
+    Row("GET",  "/api/limits/-/workers/",                 NO_TOKEN,     OK,           OK,                 OK),
+    Row("POST", "/api/limits/-/workers/",                 WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/api/limits/{limit}/no-such-thing/",     NO_TOKEN,     NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
     Row("POST", "/api/limits/{limit}/no-such-thing/",     NO_TOKEN,     NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
 ]
@@ -263,6 +276,7 @@ JSON_BODIES: dict[str, dict[str, Any]] = {
     "/api/limits/{limit}/capacity/": {"capacity": 3},
     "/api/limits/{limit}/max-hold/": {"max_hold": "1h"},
     "/api/limits/{limit}/per-key/": {"value": 1},
+    "/api/limits/{old_limit}/forget/": {},
 }
 
 
@@ -310,6 +324,12 @@ def world(clock) -> World:
         "superuser": User.objects.create_superuser("root", "root@example.com", "a-long-password"),
     }
     tokens = {persona: issue_token(user, name=persona)[1] for persona, user in users.items()}
+    # old-calls left the config with nothing in use (an operator may forget it); a record of one forgotten
+    declare(voice_calls={"capacity": 2, "max_hold": "45m"}, old_calls={"capacity": 1, "max_hold": "1h"})
+    declare(voice_calls={"capacity": 2, "max_hold": "45m"})
+    forgotten = ForgottenLimit.objects.create(
+        name="older-calls", kind="limit", at=timezone.now(), actor="cli:ada", declared_capacity=1, removed={}
+    )
     limit = Limit.objects.get(name="voice-calls")
     if not AuditEvent.objects.exists():
         services.set_max_hold("voice-calls", "1h", actor="user:setup")
@@ -327,6 +347,8 @@ def world(clock) -> World:
         "event": str(AuditEvent.objects.order_by("id").first().pk),
         "token_pk": str(ApiToken.objects.order_by("id").first().pk),
         "limitkey_pk": str(LimitKey.objects.get(key="acme").pk),
+        "old_limit": "old-calls",
+        "forgotten": str(forgotten.pk),
     }
     return World(ids=ids, users=users, tokens=tokens)
 
@@ -335,7 +357,7 @@ def snapshot() -> dict[str, list[Mapping[str, Any]]]:
     """Every row an operator action could write."""
     return {
         model.__name__: list(model.objects.order_by("pk").values())
-        for model in (Limit, LimitKey, Slot, QueueEntry, AuditEvent, Run)
+        for model in (Limit, LimitKey, Slot, QueueEntry, AuditEvent, ForgottenLimit, Run)
     }
 
 
