@@ -89,6 +89,12 @@ class Limit(models.Model):
     group_waiting_count = models.IntegerField(
         db_default=0, default=0, help_text="Waiting entries of acquisitions of several limits."
     )
+    paused_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="When an operator paused it (SPEC 5.6): it grants nothing until resumed; empty: running.",
+    )
     next_position = models.BigIntegerField(default=1, help_text="Queue ticket counter.")
     last_event_at = models.DateTimeField(
         null=True,
@@ -186,6 +192,16 @@ class Limit(models.Model):
     @property
     def free(self) -> int:
         return max(self.capacity - self.in_use, 0)
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    @property
+    def room(self) -> int:
+        """The slots a grant may hand out now: none while paused (SPEC 5.6), else the free
+        capacity. Every grant asks this, and only this (engine.sql: limits_room)."""
+        return 0 if self.paused_at is not None else self.free
 
     @property
     def capacity_overridden(self) -> bool:
@@ -380,6 +396,8 @@ class AuditEvent(models.Model):
         SYNC = "sync", "synced declared values"
         EXPIRE = "expire", "took back slots past max hold"
         PER_KEY = "per_key", "changed per-key pool size"
+        PAUSE = "pause", "paused the limit"
+        RESUME = "resume", "resumed the limit"
 
     at = models.DateTimeField()
     actor = models.CharField(max_length=150)

@@ -25,7 +25,10 @@ h. whole runs (SPEC 11): a run that holds a limit for its whole run took no step
    slots were confirmed for it (its first step starts at or after the confirmation);
 i. time, on the box's one clock (the database's, studio/plumbing/clock.py): no slot or entry
    stamped in the future of that clock, no slot taken back by the sweep before its grant + max
-   hold (expires_at), no wait timed out before its deadline.
+   hold (expires_at), no wait timed out before its deadline;
+j. pause (SPEC 5.6): no slot granted while the limit was paused, between a pause and the resume
+   that follows it (audited; a grant at the very instant of either cannot be ordered against it
+   and is let be), and a limit paused now has the audit row of that pause.
 
 Why timestamps are enough: every change to a limit's slots and queue happens under that limit's
 row lock, and every service reads the clock *after* taking the lock (tests/services/
@@ -144,6 +147,7 @@ class History:
     slots: Sequence[Mapping[str, Any]]
     entries: Sequence[Mapping[str, Any]]
     capacity_events: Sequence[Mapping[str, Any]]
+    pause_events: Sequence[Mapping[str, Any]] = ()
 
     @classmethod
     def load(cls, limit: Limit) -> History:
@@ -187,7 +191,12 @@ class History:
             .order_by("at", "id")
             .values("at", "action", "old_value", "new_value", "capacity_after")
         )
-        return cls(limit, slots, entries, events)
+        pauses = list(
+            AuditEvent.objects.filter(limit=limit, action__in=[AuditEvent.Action.PAUSE, AuditEvent.Action.RESUME])
+            .order_by("at", "id")
+            .values("at", "action")
+        )
+        return cls(limit, slots, entries, events, pauses)
 
     def violations(self, cutoff: dt.datetime) -> list[str]:
         return (
@@ -199,6 +208,7 @@ class History:
             + self.pool_overruns()
             + self.partial_groups(cutoff)
             + self.steps_before_start()
+            + self.grants_while_paused()
         )
 
     # --- a. capacity ------------------------------------------------------------------------
@@ -261,6 +271,37 @@ class History:
                         f"{name}: grant of {value} at {_iso(at)} brought reserved+busy to {level} "
                         f"over capacity {allowed}"
                     )
+        return violations
+
+    # --- j. pause ---------------------------------------------------------------------------
+
+    def paused_spans(self) -> list[tuple[dt.datetime, dt.datetime]]:
+        """[pause, resume) of each pause in the audit; the last one open while paused now."""
+        spans: list[tuple[dt.datetime, dt.datetime]] = []
+        paused_at: dt.datetime | None = None
+        for event in self.pause_events:
+            if event["action"] == AuditEvent.Action.PAUSE:
+                paused_at = event["at"] if paused_at is None else paused_at
+            elif paused_at is not None:
+                spans.append((paused_at, event["at"]))
+                paused_at = None
+        if paused_at is not None:
+            spans.append((paused_at, FOREVER))
+        return spans
+
+    def grants_while_paused(self) -> list[str]:
+        name, violations = self.limit.name, []
+        spans = self.paused_spans()
+        for slot in self.slots:
+            granted = slot["granted_at"]
+            for paused, resumed in spans:
+                if paused < granted < resumed:
+                    violations.append(
+                        f"{name}: {slot['id']} granted at {_iso(granted)} while the limit was paused "
+                        f"(since {_iso(paused)})"
+                    )
+        if self.limit.paused_at is not None and not (spans and spans[-1][1] == FOREVER):
+            violations.append(f"{name}: paused since {_iso(self.limit.paused_at)} with no pause audited")
         return violations
 
     # --- b. queue order ---------------------------------------------------------------------

@@ -2,14 +2,15 @@
 
 - `slots`: the workflow-facing operations (acquire, acquire_group, confirm, release, end_run,
   tie_to_run);
-- `keys`: key pools and several limits per acquisition (SPEC 9, 10): the grant over a set of
-  locked limits, all or nothing, passed-over and owed runs;
-- `operator_actions`: operator actions and deploys (set_capacity, set_max_hold, sync_workspace);
+- `operator_actions`: operator actions and deploys (set_capacity, set_max_hold, set_per_key,
+  pause_limit, resume_limit, sync_workspace);
 - `sweeper`: the 15-second sweep and the history purge;
-- `rules`: the rules that run under a limit's row lock, one home each (clock, counters, grant,
-  time-out, confirm, lapse, audit);
-- `server`: the PostgreSQL fast path (limits/sql/engine.sql) behind one small interface; a case
-  it does not handle answers NOT_HANDLED_HERE and the rules go on in Python;
+- `keys`: the grant rules, one Python track for every case (a plain limit is the case of one pool
+  and no groups): join, grant, time out, confirm, lapse, requeue;
+- `rules`: what every locked section shares (locks, clock, counters, audit, waking) and the
+  grant's home per dialect (`settle_all`: keys.settle, or limits_grant on PostgreSQL);
+- `server`: the PostgreSQL functions (limits/sql/engine.sql) behind one small interface; a case
+  a function does not handle answers NOT_HANDLED_HERE and the Python track goes on;
 - `errors`, `results`: LimitsError with its messages, and what operations answer.
 
 Each operation runs in one transaction that locks the rows of the limits it touches (``SELECT ...
@@ -42,6 +43,8 @@ from limits.engine.errors import (
 from limits.engine.keys import OWED_AFTER_MS, held
 from limits.engine.operator_actions import (
     ensure_workflow_bound,
+    pause_limit,
+    resume_limit,
     set_capacity,
     set_max_hold,
     set_per_key,
@@ -89,6 +92,8 @@ __all__ = [
     "confirm",
     "end_run",
     "history_retention_ms",
+    "pause_limit",
+    "resume_limit",
     "release",
     "set_capacity",
     "set_max_hold",

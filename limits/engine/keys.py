@@ -1,11 +1,12 @@
-"""Keys and several limits per acquisition (SPEC 9, 10): the rules that hand out capacity when a
-limit has key pools or waiting groups. One home each: the key pool's room (`Pools.has_room`), the
-grant over a set of locked limits (`settle`), all-or-nothing (`_grant_group`), passed-over and
-owed runs (`_mark_passed_over`, `owed_barrier`), the group's confirm and lapse.
+"""The grant rules, one Python track for every case (SPEC 3-5, 9, 10; SQLite runs them, and they
+are the readable definition of limits/sql/engine.sql, held to it by the model test on both
+databases): joining the queue, the grant over a set of locked limits (`settle`: time-outs, then
+oldest first, all or nothing for a group, passed-over and owed runs), confirm, lapse, requeue,
+and the key pool's room (`Pools.has_room`).
 
-A limit with no per_key in force and no keyed or group entry waiting is *plain*
-(`Limit.is_plain`): its capacity goes to the head of its one queue by the rules of
-limits.engine.rules (and, on PostgreSQL, by the fast path). Everything else comes here.
+A plain limit (`Limit.is_plain`: no per_key in force, no keyed or group entry waiting) is the
+case of one pool and no groups: `settle` grants its heads set-based (`grant_heads`). Every grant
+asks `Limit.room` how many slots it may hand out: none while the limit is paused (5.6).
 
 Must never happen (limits.verify checks each from the rows):
 - a key pool holds more busy + reserved slots than its size, or a limit more than its capacity;
@@ -23,9 +24,11 @@ waiting (the next release of one of its limits, or the sweep within 15 s, takes 
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 
+from django.db import connection
 from django.db.models import Count, F, Q, QuerySet
 from django.db.models.functions import Coalesce
 
@@ -35,6 +38,7 @@ from studio.plumbing import clock as box_clock
 
 OWED_AFTER_MS = 2 * 60 * 1000  # SPEC 10.4: passed over and waiting longer than this: owed
 SCAN_BATCH = 500
+GRANT_BATCH = 5_000  # entries granted per statement by grant_heads
 MAX_GROUP = 3
 
 
@@ -189,14 +193,22 @@ def count_slots_freed(limit: Limit, slots: Iterable[Slot]) -> None:
 
 
 def time_out(limit: Limit, now: datetime, changes: Changes, locked: dict[int, Limit] | None = None) -> None:
-    """Waits past their deadline leave the queue (3.3), entry by entry for their pools. A group's
-    entries share their deadline and leave every queue together: only when all their limits are
-    `locked`; otherwise they wait for a settle that locks them all (the sweep's does)."""
-    stale = list(QueueEntry.objects.filter(limit=limit, state=QueueEntry.State.WAITING, deadline__lte=now))
-    if not stale:
+    """Waits past their deadline leave the queue (3.3). Single entries set-based (a sweep may time
+    out 100,000 of them), counted by key for their pools. A group's entries share their deadline
+    and leave every queue together: only when all their limits are `locked`; otherwise they wait
+    for a settle that locks them all (the sweep's does)."""
+    if limit.waiting_count == 0:
         return
-    leaving = [entry for entry in stale if entry.group_size == 1]
-    group_requests = {entry.request for entry in stale if entry.group_size > 1}
+    stale = QueueEntry.objects.filter(limit=limit, state=QueueEntry.State.WAITING, deadline__lte=now)
+    singles = stale.filter(group_size=1)
+    single_runs = list(singles.values_list("run_id", "key"))
+    if single_runs:
+        singles.update(state=QueueEntry.State.TIMED_OUT, finished_at=now)
+        limit.waiting_count -= len(single_runs)
+        for key, count in Counter(key for _, key in single_runs if key).items():
+            pools(limit).add(key, waiting=-count)
+    leaving: list[QueueEntry] = []
+    group_requests = set(stale.filter(group_size__gt=1).values_list("request", flat=True))
     if group_requests and locked is not None:
         groups: dict[str, list[QueueEntry]] = {}
         for entry in QueueEntry.objects.filter(request__in=group_requests, state=QueueEntry.State.WAITING):
@@ -204,15 +216,14 @@ def time_out(limit: Limit, now: datetime, changes: Changes, locked: dict[int, Li
         for entries in groups.values():
             if all(entry.limit_id in locked for entry in entries):
                 leaving.extend(entries)
-    if not leaving:
-        return
-    QueueEntry.objects.filter(id__in=[entry.id for entry in leaving]).update(
-        state=QueueEntry.State.TIMED_OUT, finished_at=now
-    )
-    for entry in leaving:
-        count_entries(limit if locked is None else locked[entry.limit_id], [entry], waiting=-1)
-    changes.timed_out += len(leaving)
-    changes.woken.extend(dict.fromkeys(entry.run_id for entry in leaving))
+    if leaving:
+        QueueEntry.objects.filter(id__in=[entry.id for entry in leaving]).update(
+            state=QueueEntry.State.TIMED_OUT, finished_at=now
+        )
+        for entry in leaving:
+            count_entries(limit if locked is None else locked[entry.limit_id], [entry], waiting=-1)
+    changes.timed_out += len(single_runs) + len(leaving)
+    changes.woken.extend(dict.fromkeys([*(run_id for run_id, _ in single_runs), *(e.run_id for e in leaving)]))
 
 
 # --- the grant -----------------------------------------------------------------------------------
@@ -238,7 +249,7 @@ def held(limit: Limit, now: datetime | None = None) -> int:
     """Free capacity held for an owed run (shown as held in Studio): all of it while one waits."""
     if limit.group_waiting_count == 0 or owed_barrier(limit, now or box_clock.now()) is None:
         return 0
-    return max(limit.capacity - limit.in_use, 0)
+    return limit.room
 
 
 class _Grant:
@@ -259,7 +270,7 @@ class _Grant:
     def open_to(self, limit: Limit, entry: QueueEntry) -> bool:
         """Whether this limit can give `entry` a slot now: total, key pool, and no owed run
         ahead of it (10.4)."""
-        if limit.in_use >= limit.capacity or not pools(limit).has_room(entry.key):
+        if not limit.room or not pools(limit).has_room(entry.key):
             return False
         barrier = self.barrier(limit)
         return barrier is None or entry.position <= barrier.position
@@ -290,7 +301,7 @@ class _Grant:
 
     def _stream(self, limit: Limit) -> Iterator[QueueEntry]:
         after = 0
-        while limit.in_use < limit.capacity:
+        while limit.room:
             rows = QueueEntry.objects.filter(limit=limit, state=QueueEntry.State.WAITING, position__gt=after)
             full = pools(limit).full_keys()
             if full:
@@ -376,15 +387,66 @@ class _Grant:
 
 
 def settle(locked: dict[int, Limit], now: datetime, changes: Changes) -> None:
-    """Hand the free capacity of the locked limits to their queues (9.3, 10.2-10.4): time out the
-    waits past their deadline, then, oldest first over all the locked limits, grant each waiting
-    run that can be granted now: its key pool and every limit it needs have room, and no owed run
-    of those limits is older. A single run is reserved its slot; a group all of its slots in this
-    transaction, or none. A run that cannot be granted does not stop younger runs behind it."""
+    """Hand the free capacity of the locked limits to their queues (3.3-3.5, 9.3, 10.2-10.4): time
+    out the waits past their deadline, then, oldest first over all the locked limits, grant each
+    waiting run that can be granted now: its key pool and every limit it needs have room, and no
+    owed run of those limits is older. A single run is reserved its slot; a group all of its slots
+    in this transaction, or none. A run that cannot be granted does not stop younger runs behind
+    it. On PostgreSQL limits_grant (engine.sql) is this function, one call for the lot.
+
+    A plain limit (Limit.is_plain: no pool in force, nothing keyed or grouped waiting) is the case
+    of one pool and no groups: its heads are granted in queue order while it has room, set-based
+    (`grant_heads`), before the other limits' runs; no group waits in it, so the order between
+    them does not matter."""
     for limit in locked.values():
-        if limit.waiting_count:
-            time_out(limit, now, changes, locked)
+        time_out(limit, now, changes, locked)
+    for limit in locked.values():
+        if limit.is_plain:
+            grant_heads(limit, now, changes)
     _Grant(locked, now, changes).run()
+
+
+_HEADS = f"""
+    UPDATE {QueueEntry._meta.db_table} SET state = 'granted', finished_at = %s
+    WHERE id IN (
+        SELECT id FROM {QueueEntry._meta.db_table}
+        WHERE limit_id = %s AND state = 'waiting' ORDER BY position LIMIT %s
+    )
+    RETURNING id, run_id"""
+_SLOT_COLUMNS = "id, limit_id, run_id, request, label, state, queue_entry_id, granted_at, reserved_until, expires_at"
+# limits.models.new_slot_id in SQLite's SQL: 'slot_' and 32 hex digits from its strong random
+# source (tests/services/test_slot_ids.py holds the three spellings to one format).
+SQLITE_NEW_SLOT_ID = "'slot_' || lower(hex(randomblob(16)))"
+
+
+def grant_heads(limit: Limit, now: datetime, changes: Changes) -> None:
+    """A plain limit's grant: reserve a slot for each run at the head of its queue, in queue
+    order, while busy + reserved < capacity (SPEC 3.4, 3.5). Set-based, in batches of GRANT_BATCH
+    (a sweep after a capacity raise may grant 100,000): the entries turn granted and the database
+    inserts their slots from them. Raw SQL because the ORM would build a model object per row."""
+    ops = connection.ops
+    reserved_until = now + timedelta(milliseconds=RESERVATION_MS)
+    expires_at = now + timedelta(milliseconds=limit.max_hold_ms)
+    times = [ops.adapt_datetimefield_value(t) for t in (now, reserved_until, expires_at)]
+    insert = (
+        f"INSERT INTO {Slot._meta.db_table} ({_SLOT_COLUMNS}, key, group_size, freed_by, ends_with_run) "
+        f"SELECT {SQLITE_NEW_SLOT_ID}, %s, run_id, request, label, 'reserved', id, %s, %s, %s, '', 1, '', %s"
+    )
+    with connection.cursor() as cursor:
+        while limit.waiting_count and limit.room:
+            cursor.execute(_HEADS, [times[0], limit.id, min(limit.room, GRANT_BATCH)])
+            heads = cursor.fetchall()
+            if not heads:
+                return
+            marks = ", ".join(["%s"] * len(heads))
+            cursor.execute(
+                f"{insert} FROM {QueueEntry._meta.db_table} WHERE id IN ({marks})",
+                [limit.id, *times, False, *(entry_id for entry_id, _ in heads)],
+            )
+            limit.waiting_count -= len(heads)
+            limit.reserved_count += len(heads)
+            changes.granted += len(heads)
+            changes.woken.extend(run_id for _, run_id in heads)
 
 
 # --- a group's confirm and lapse -----------------------------------------------------------------
@@ -403,8 +465,9 @@ def group_slots(request: str, locked: dict[int, Limit]) -> list[Slot]:
 
 
 def confirm_group(slots: list[Slot], now: datetime, changes: Changes) -> bool:
-    """The run confirms its reserved slots together (3.5, 10.2): all turn busy if their 2 minutes
-    have not passed; otherwise they all lapse and the run goes to the end of each queue."""
+    """The run confirms the reserved slots of its acquisition (one, or a group's) together (3.5,
+    10.2): all turn busy if their 2 minutes have not passed; otherwise they all lapse and the run
+    goes to the end of each queue (`lapse`; the caller settles the freed capacity)."""
     reserved = [slot for slot in slots if slot.state == Slot.State.RESERVED]
     if not reserved:
         return bool(slots)
@@ -416,42 +479,57 @@ def confirm_group(slots: list[Slot], now: datetime, changes: Changes) -> bool:
             slot.limit.busy_count += 1
             pools(slot.limit).add(slot.key, reserved=-1, busy=1)
         return True
-    lapse_group(reserved, now, changes)
+    lapse(reserved, now, changes)
     return False
 
 
-def lapse_group(
+LAPSE_BATCH = 5_000  # slot ids per UPDATE (SQLite binds at most 32,766 values per statement)
+
+
+def lapse(
     reserved: list[Slot], now: datetime, changes: Changes, *, state: str = Slot.State.LAPSED, freed_by: str = ""
 ) -> None:
-    """Reserved slots of one acquisition nobody confirmed in time (or an operator released them:
-    `freed_by` names who): all are freed, and the run moves to the end of every queue it was in,
-    keeping its deadline (3.6, 10.2)."""
-    Slot.objects.filter(id__in=[slot.id for slot in reserved]).update(state=state, freed_at=now, freed_by=freed_by)
+    """Reserved slots nobody confirmed in time (or an operator released them: `freed_by` names
+    who, `state` is then released): freed, and each run goes to the end of the queue of each,
+    keeping its deadline, key and group (3.6, 10.2). The slots of a group come together. Each
+    slot carries its locked limit (`slot.limit`) and the entry it was granted from."""
+    ids = [slot.id for slot in reserved]
+    for start in range(0, len(ids), LAPSE_BATCH):
+        Slot.objects.filter(id__in=ids[start : start + LAPSE_BATCH]).update(
+            state=state, freed_at=now, freed_by=freed_by
+        )
     for slot in reserved:
-        limit = slot.limit
-        limit.reserved_count -= 1
-        pools(limit).add(slot.key, reserved=-1)
-        requeue(limit, slot, now)
-    changes.lapsed += len(reserved)
+        slot.limit.reserved_count -= 1
+        pools(slot.limit).add(slot.key, reserved=-1)
+    requeue(reserved, now)
+    if state == Slot.State.LAPSED:
+        changes.lapsed += len(reserved)
 
 
-def requeue(limit: Limit, slot: Slot, now: datetime) -> None:
-    original = slot.queue_entry
-    assert original is not None, "a reserved slot always comes from the queue"
-    entry = QueueEntry.objects.create(
-        limit=limit,
-        run_id=slot.run_id,
-        request=slot.request,
-        label=slot.label,
-        key=slot.key,
-        group_size=slot.group_size,
-        position=limit.next_position,
-        enqueued_at=now,
-        deadline=original.deadline,
-        timeout_ms=original.timeout_ms,
-    )
-    limit.next_position += 1
-    count_entries(limit, [entry], waiting=1)
+def requeue(slots: Iterable[Slot], now: datetime) -> None:
+    """Send the runs of these freed reservations to the end of their limits' queues, keeping
+    their deadline, key and group (3.6, 10.2)."""
+    entries = []
+    for slot in slots:
+        limit, original = slot.limit, slot.queue_entry
+        assert original is not None, "a reserved slot always comes from the queue"
+        entries.append(
+            QueueEntry(
+                limit=limit,
+                run_id=slot.run_id,
+                request=slot.request,
+                label=slot.label,
+                key=slot.key,
+                group_size=slot.group_size,
+                position=limit.next_position,
+                enqueued_at=now,
+                deadline=original.deadline,
+                timeout_ms=original.timeout_ms,
+            )
+        )
+        limit.next_position += 1
+        count_entries(limit, [entries[-1]], waiting=1)
+    QueueEntry.objects.bulk_create(entries)
 
 
 def join(

@@ -39,6 +39,40 @@ def set_capacity(name: str, value: object, *, actor: str | None = None) -> Limit
         return limit
 
 
+def pause_limit(name: str, *, actor: str | None = None) -> Limit:
+    """Pause a limit (SPEC 5.6): from now on it grants nothing, neither a new acquisition nor its
+    queue (Limit.room is 0; limits_room in engine.sql). Held slots stay; waiting runs keep their
+    places and deadlines, and their timeouts still run; new acquisitions queue. A deploy keeps
+    it. Audited; pausing a paused limit changes nothing and records nothing.
+
+    Must never happen (limits verify checks it from the rows): a slot of the limit granted
+    between a pause and the resume that follows it."""
+    return _set_paused(name, True, actor)
+
+
+def resume_limit(name: str, *, actor: str | None = None) -> Limit:
+    """Resume a paused limit: its free capacity goes to the queue at once, as a capacity raise
+    does (5.3). Audited; resuming a running limit changes nothing and records nothing."""
+    return _set_paused(name, False, actor)
+
+
+def _set_paused(name: str, paused: bool, actor: str | None) -> Limit:
+    with transaction.atomic(durable=True):
+        (limit, locked), changes = rules.locked_by_name(name), Changes()
+        if limit.paused == paused:
+            return limit
+        now = rules.clock_all(locked)
+        limit.paused_at = now if paused else None
+        limit.save(update_fields=["paused_at", "updated_at"])
+        rules.settle_all(locked, now, changes)  # a pause grants nothing; a resume, the free capacity
+        rules.save_all(locked)
+        old, new = ("running", "paused") if paused else ("paused", "running")
+        action = AuditEvent.Action.PAUSE if paused else AuditEvent.Action.RESUME
+        rules.audit(limit, actor, action, now, old=old, new=new, capacity_after=limit.capacity)
+        rules.wake_on_commit(changes.woken)
+        return limit
+
+
 def set_max_hold(name: str, value: object, *, actor: str | None = None) -> Limit:
     """Override a limit's max hold (same values as the config's max_hold), or reset it with None.
     Only slots granted afterwards get the new value: a slot's expiry is fixed at grant. `value`

@@ -92,20 +92,6 @@ def release(slot_id: str, reservation_ms: int, owed_after_ms: int) -> tuple[bool
     return NOT_HANDLED_HERE if outcome == SLOW else (outcome == "released", woken)
 
 
-def settle(limit_id: int, now: datetime, reservation_ms: int) -> tuple[list[str], list[str]]:
-    """limits_settle, under the caller's lock: (runs timed out, runs granted a reservation). It
-    reads the counters from the row and writes them back."""
-    timed_out, granted = _call("SELECT * FROM limits_settle(%s, %s, %s)", [limit_id, now, reservation_ms])
-    return timed_out, granted
-
-
-def time_out(limit_id: int, now: datetime) -> list[str]:
-    """limits_time_out, under the caller's lock: the runs whose waits passed their deadline."""
-    run_ids: list[str]
-    (run_ids,) = _call("SELECT limits_time_out(%s, %s)", [limit_id, now])
-    return run_ids
-
-
 def grant(limit_ids: list[int], now: datetime, reservation_ms: int, owed_after_ms: int) -> tuple[int, int, list[str]]:
     """limits_grant, under the caller's locks of every limit in `limit_ids` (keys and groups):
     (entries timed out, slots granted, runs to wake). It reads the counters from the rows and

@@ -10,8 +10,8 @@ limits.engine.rules in one transaction.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import timedelta
-from typing import Literal
 
 from django.db import connection, transaction
 from django.db.models import Q
@@ -33,13 +33,6 @@ from limits.engine.results import Acquisition
 from limits.engine.rules import DEFAULT_TIMEOUT_MS, RESERVATION_MS, Changes
 from limits.models import AuditEvent, Limit, QueueEntry, Slot, is_storable_text
 from studio.plumbing import clock as box_clock
-
-# What a queue entry that was not granted amounts to, as an acquire outcome.
-_ENTRY_OUTCOMES: dict[str, Literal["waiting", "timed_out", "cancelled"]] = {
-    "waiting": "waiting",
-    "timed_out": "timed_out",
-    "cancelled": "cancelled",
-}
 
 
 def acquire(
@@ -63,8 +56,8 @@ def acquire(
        is free capacity (the runs ahead are all past their deadline), settle the limit: those
        time out and the head is granted, which may be this very request: confirm it at once.
 
-    With a `key` (SPEC 9), or on a limit with key pools or waiting groups, the rules of
-    limits.engine.keys apply (`acquire_group` with one limit).
+    It is `acquire_group` with one limit (the Acquisition without its `slots` and `limits`,
+    which name that one limit; with a `key`, SPEC 9, they are kept, as they always were).
     """
     if key is not None:
         return acquire_group([limit_name], run_id=run_id, request=request, label=label, timeout=timeout, key=key)
@@ -77,13 +70,8 @@ def acquire(
         fast = server.acquire(limit_name, run_id, request, label, timeout_ms)
         if fast is not server.NOT_HANDLED_HERE:
             return fast
-    if not _plain(limit_name):
-        return acquire_group([limit_name], run_id=run_id, request=request, label=label, timeout=timeout)
-    with transaction.atomic(savepoint=False):
-        outcome = _acquire_in_transaction(limit_name, run_id, request, label, timeout_ms)
-    if isinstance(outcome, LimitsError):
-        raise outcome  # raised out here: a nested block without a savepoint must exit cleanly
-    return outcome
+    outcome = acquire_group([limit_name], run_id=run_id, request=request, label=label, timeout=timeout_ms)
+    return replace(outcome, slots=(), limits=())
 
 
 def acquire_group(
@@ -136,15 +124,6 @@ def _check_limits(limit_names: object) -> list[str]:
     return list(limit_names)
 
 
-def _plain(limit_name: str) -> bool:
-    """Whether the limit (read without a lock) takes the one-queue rules: no key pools in force
-    and no keyed or group entry waiting. Unknown names are left to the usual error."""
-    if not is_storable_text(limit_name):
-        return True
-    limit = Limit.objects.filter(name=limit_name).first()
-    return limit is None or limit.is_plain
-
-
 def _acquire_group_in_transaction(
     names: list[str], run_id: str, request: str, label: str, key: str, timeout_ms: int
 ) -> Acquisition | LimitsError:
@@ -162,7 +141,7 @@ def _acquire_group_in_transaction(
             return LimitsError(UNDECLARED_LIMIT.format(name=limit.name), field="limit")
     now = rules.clock_all(locked)
     size = len(mine)
-    if all(lim.waiting_count == 0 and lim.in_use < lim.capacity and keys.pools(lim).has_room(key) for lim in mine):
+    if all(lim.waiting_count == 0 and lim.room and keys.pools(lim).has_room(key) for lim in mine):
         slots = [
             keys.grant_busy(lim, run_id=run_id, request=request, label=label, key=key, group_size=size, now=now)
             for lim in mine
@@ -232,8 +211,7 @@ def _previous_group_outcome(request: str, order: list[str] | None = None) -> Acq
             mine = keys.group_slots(request, locked)
             confirmed = keys.confirm_group(mine, now, changes) if mine else False
             if not confirmed:
-                for limit in locked.values():
-                    rules.settle(limit, now, changes, locked)
+                rules.settle_all(locked, now, changes)
             _save(locked)
             rules.wake_on_commit(changes.woken)
             return _previous_group_outcome(request, order)
@@ -306,12 +284,9 @@ def confirm(slot_id: str) -> bool:
             return False
         slot, locked = found
         now, changes = rules.clock_all(locked), Changes()
-        if slot.group_size > 1:
-            confirmed = keys.confirm_group(keys.group_slots(slot.request, locked), now, changes)
-            if not confirmed:
-                rules.settle_all(locked, now, changes)
-        else:
-            confirmed = rules.confirm_locked(slot.limit, slot, now, changes, locked)
+        confirmed = keys.confirm_group(keys.group_slots(slot.request, locked), now, changes)
+        if not confirmed:
+            rules.settle_all(locked, now, changes)
         rules.save_all(locked)
         rules.wake_on_commit(changes.woken)
         return confirmed
@@ -355,15 +330,12 @@ def release(slot_id: str, *, actor: str | None = None) -> bool:
         slot, locked = found
         limit, changes = slot.limit, Changes()
         now = rules.clock_all(locked)
-        if slot.state == Slot.State.RESERVED and slot.group_size > 1:
+        if slot.state == Slot.State.RESERVED:  # the run goes back to the queue, a group's whole (10.2)
             reserved = [s for s in keys.group_slots(slot.request, locked) if s.state == Slot.State.RESERVED]
-            keys.lapse_group(reserved, now, changes, state=Slot.State.RELEASED, freed_by=actor or "")
-            changes.lapsed -= len(reserved)
+            keys.lapse(reserved, now, changes, state=Slot.State.RELEASED, freed_by=actor or "")
         else:
             Slot.objects.filter(id=slot.id).update(state=Slot.State.RELEASED, freed_at=now, freed_by=actor or "")
             keys.count_slots_freed(limit, [slot])
-            if slot.state == Slot.State.RESERVED:
-                rules.requeue(limit, [slot], now)
         rules.settle_all(locked, now, changes)
         rules.save_all(locked)
         if actor is not None:
@@ -438,68 +410,6 @@ def _limits_ending_with(run_id: str) -> set[int]:
         return {limit_id for (limit_id,) in cursor.fetchall()}
 
 
-def _acquire_in_transaction(
-    limit_name: str, run_id: str, request: str, label: str, timeout_ms: int
-) -> Acquisition | LimitsError:
-    previous = _previous_outcome(request)
-    if previous is not None:
-        return previous
-    limit = Limit.objects.locked().filter(name=limit_name).first()
-    if limit is None:
-        return LimitsError(UNKNOWN_LIMIT.format(name=limit_name), field="limit")
-    if not limit.declared:
-        return LimitsError(UNDECLARED_LIMIT.format(name=limit.name), field="limit")
-    now = rules.clock(limit)
-    if limit.waiting_count == 0 and limit.in_use < limit.capacity:
-        slot = rules.grant_busy(limit, run_id=run_id, request=request, label=label, now=now)
-        rules.save_counters(limit)
-        return Acquisition("busy", limit.name, request, slot_id=slot.id)
-    deadline = now + timedelta(milliseconds=timeout_ms)
-    rules.join_queue(
-        limit, run_id=run_id, request=request, label=label, now=now, deadline=deadline, timeout_ms=timeout_ms
-    )
-    changes = Changes()
-    rules.settle(limit, now, changes)
-    mine = Slot.objects.filter(request=request, state=Slot.State.RESERVED).first() if changes.granted else None
-    if mine is not None:
-        changes.woken.remove(run_id)
-        rules.confirm_locked(limit, mine, now, changes)
-    rules.save_counters(limit)
-    rules.wake_on_commit(changes.woken)
-    if mine is not None:
-        return Acquisition("busy", limit.name, request, slot_id=mine.id)
-    return Acquisition("waiting", limit.name, request, timeout_ms=timeout_ms, deadline=deadline)
-
-
-def _previous_outcome(request: str) -> Acquisition | None:
-    """What became of an earlier acquire call with this request, confirming a reservation that
-    waits for it. None for a new request."""
-    if not _request_seen(request):
-        return None
-    slots = list(Slot.objects.filter(request=request).select_related("limit", "queue_entry"))
-    live = next((slot for slot in slots if slot.is_live), None)
-    if live is not None and live.state == Slot.State.RESERVED:
-        confirmed = confirm(live.id)
-        return (
-            Acquisition("busy", live.limit.name, request, slot_id=live.id) if confirmed else _previous_outcome(request)
-        )
-    if live is not None:
-        return Acquisition("busy", live.limit.name, request, slot_id=live.id)
-    entries = sorted(QueueEntry.objects.filter(request=request).select_related("limit"), key=lambda e: e.position)
-    entry = entries[-1] if entries else None
-    if entry is not None and entry.state != QueueEntry.State.GRANTED:
-        state = _ENTRY_OUTCOMES[entry.state]
-        return Acquisition(state, entry.limit.name, request, timeout_ms=entry.timeout_ms, deadline=entry.deadline)
-    if entry is not None and not any(slot.queue_entry_id == entry.id for slot in slots):
-        return _previous_outcome(request)  # granted after the slots were read (READ COMMITTED): read again
-    confirmed_slot = next((slot for slot in slots if slot.confirmed_at is not None), None)
-    if confirmed_slot is not None:
-        return Acquisition("busy", confirmed_slot.limit.name, request, slot_id=confirmed_slot.id)
-    if slots:
-        return Acquisition("cancelled", slots[0].limit.name, request)
-    return None
-
-
 _REQUEST_SEEN = f"""
     SELECT 1 FROM {Slot._meta.db_table} WHERE request = %s
     UNION ALL SELECT 1 FROM {QueueEntry._meta.db_table} WHERE request = %s
@@ -508,7 +418,7 @@ _REQUEST_SEEN = f"""
 
 def _request_seen(request: str) -> bool:
     """One indexed probe, raw: most acquire calls are new, and the ORM's two joined reads that
-    _previous_outcome needs otherwise cost a third of an uncontended cycle."""
+    _previous_group_outcome needs otherwise cost a third of an uncontended cycle."""
     with connection.cursor() as cursor:
         cursor.execute(_REQUEST_SEEN, [request, request])
         return cursor.fetchone() is not None

@@ -86,14 +86,15 @@ def sweep() -> SweepReport:
                 .select_related("queue_entry")
                 .order_by("queue_entry__position")
             )
-            singles = [slot for slot in lapsed if slot.group_size == 1]
-            if singles:
-                rules.lapse(limit, singles, now, changes)
+            lapsing = [slot for slot in lapsed if slot.group_size == 1]
+            for slot in lapsing:
+                slot.limit = limit
             for request in dict.fromkeys(slot.request for slot in lapsed if slot.group_size > 1):
-                group = [slot for slot in keys.group_slots(request, locked) if slot.state == Slot.State.RESERVED]
-                keys.lapse_group(group, now, changes)  # the whole group goes back together (10.2)
-            rules.time_out(limit, now, changes)
-            rules.settle_all(locked, now, changes)
+                # the whole group goes back together (10.2)
+                lapsing += [slot for slot in keys.group_slots(request, locked) if slot.state == Slot.State.RESERVED]
+            if lapsing:
+                keys.lapse(lapsing, now, changes)
+            rules.settle_all(locked, now, changes)  # times out the waits past their deadline first
             rules.save_all(locked)
             rules.wake_on_commit(changes.woken)
         report.limits += 1

@@ -59,6 +59,20 @@
 CREATE OR REPLACE FUNCTION limits_capacity(l limits_limit) RETURNS integer
 LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(l.capacity_override, l.declared_capacity) $$;
 
+-- Limit.room: the slots a grant may hand out now: none while the limit is paused (SPEC 5.6), else
+-- its capacity in force less busy and reserved (never below 0: a lowered capacity takes nothing
+-- back, 5.3). Every grant below asks this, and only this. PL/pgSQL for the reason given at
+-- limits_is_plain (paused_at comes with limits/0023).
+CREATE OR REPLACE FUNCTION limits_room(l limits_limit) RETURNS integer
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF l.paused_at IS NOT NULL THEN
+        RETURN 0;
+    END IF;
+    RETURN greatest(limits_capacity(l) - l.busy_count - l.reserved_count, 0);
+END
+$$;
+
 -- Limit.max_hold_ms, as an interval: a slot's expiry is its grant + this (SPEC 4.3).
 CREATE OR REPLACE FUNCTION limits_max_hold(l limits_limit) RETURNS interval
 LANGUAGE sql IMMUTABLE AS $$
@@ -168,12 +182,12 @@ BEGIN
     timed_out := '{}';
     granted := '{}';
     SELECT * INTO l FROM limits_limit WHERE id = p_limit;
-    v_free := limits_capacity(l) - l.busy_count - l.reserved_count;
-    IF l.waiting_count = 0 OR v_free <= 0 THEN
+    IF l.waiting_count = 0 THEN
         RETURN;
     END IF;
-    timed_out := limits_time_out(p_limit, p_now);
-    IF l.waiting_count > cardinality(timed_out) THEN
+    timed_out := limits_time_out(p_limit, p_now);  -- at every settle, room or not (keys.settle)
+    v_free := limits_room(l);
+    IF v_free > 0 AND l.waiting_count > cardinality(timed_out) THEN
         granted := limits_grant_heads(
             p_limit,
             least(v_free, l.waiting_count - cardinality(timed_out)),
@@ -359,12 +373,16 @@ BEGIN
         SELECT * INTO l FROM limits_limit WHERE name = p_name FOR NO KEY UPDATE;
         IF NOT FOUND OR NOT l.declared OR NOT limits_is_plain(l)
            OR (l.waiting_count > 0
-               AND l.busy_count + l.reserved_count < limits_capacity(l)) THEN
+               AND (limits_room(l) > 0 OR EXISTS (  -- a settle is due: Python's, one call (issue 26)
+                   SELECT 1 FROM limits_queueentry q
+                   WHERE q.limit_id = l.id AND q.state = 'waiting'
+                     AND q.deadline <= limits_clock(p_now, l.last_event_at)
+               ))) THEN
             RAISE EXCEPTION USING ERRCODE = 'LMSLW';
         END IF;
         limit_name := l.name;
         v_now := limits_clock(p_now, l.last_event_at);
-        IF l.busy_count + l.reserved_count < limits_capacity(l) THEN
+        IF limits_room(l) > 0 THEN
             slot_id := limits_new_slot_id();
             INSERT INTO limits_slot (
                 id, limit_id, run_id, request, label, state, granted_at, confirmed_at, expires_at, freed_by
@@ -452,7 +470,7 @@ BEGIN
                 IF NOT l.declared THEN
                     RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- Python names it
                 END IF;
-                v_free := v_free AND l.waiting_count = 0 AND l.busy_count + l.reserved_count < limits_capacity(l)
+                v_free := v_free AND l.waiting_count = 0 AND limits_room(l) > 0
                           AND limits_pool_room(l, p_key);
             END IF;
         END LOOP;
@@ -683,6 +701,24 @@ BEGIN
         timed_out := timed_out + v_count;
         woken := woken || v_runs;
     END LOOP;
+    -- A plain limit (limits_is_plain: one pool, no group waiting in it) is granted set-based, its
+    -- heads in queue order while it has room (keys.grant_heads); the loop below then finds it
+    -- full or empty. No group waits in it, so the order between it and the others does not matter.
+    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (p_limits) AND waiting_count > 0 ORDER BY id LOOP
+        CONTINUE WHEN NOT limits_is_plain(l) OR limits_room(l) = 0;
+        v_runs := limits_grant_heads(
+            l.id,
+            least(limits_room(l), l.waiting_count),
+            p_now,
+            p_now + p_reservation_ms * interval '1 millisecond',
+            p_now + limits_max_hold(l)
+        );
+        UPDATE limits_limit
+        SET waiting_count = waiting_count - cardinality(v_runs), reserved_count = reserved_count + cardinality(v_runs)
+        WHERE id = l.id;
+        granted := granted + cardinality(v_runs);
+        woken := woken || v_runs;
+    END LOOP;
     LOOP
         e := NULL;
         SELECT q.* INTO e
@@ -700,7 +736,7 @@ BEGIN
             LIMIT 1
         ) q
         WHERE lim.id = ANY (p_limits) AND lim.waiting_count > 0
-          AND lim.busy_count + lim.reserved_count < limits_capacity(lim)
+          AND limits_room(lim) > 0
         ORDER BY q.id
         LIMIT 1;
         EXIT WHEN e.id IS NULL;
@@ -717,7 +753,7 @@ BEGIN
             IF v_ok THEN
                 FOREACH g IN ARRAY v_here LOOP
                     SELECT * INTO l FROM limits_limit WHERE id = g.limit_id;
-                    IF l.busy_count + l.reserved_count >= limits_capacity(l) OR NOT limits_pool_room(l, g.key)
+                    IF limits_room(l) = 0 OR NOT limits_pool_room(l, g.key)
                        OR g.position > coalesce(limits_owed_position(l, p_now, p_owed_after_ms), g.position) THEN
                         v_ok := false;
                         EXIT;

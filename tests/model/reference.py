@@ -51,6 +51,7 @@ class MLimit:
     capacity_override: int | None = None
     max_hold_override_ms: int | None = None
     per_key_override: int | None = None
+    paused: bool = False
     next_position: int = 1
 
     @property
@@ -171,6 +172,12 @@ class Model:
     def in_use(self, limit: str) -> int:
         return len(self.live(limit))
 
+    def room(self, limit: str) -> int:
+        """5.3, 5.6: the slots a grant may hand out now: none while the limit is paused, else its
+        capacity less busy and reserved (never below 0)."""
+        lim = self.limits[limit]
+        return 0 if lim.paused else max(lim.capacity - self.in_use(limit), 0)
+
     def pool_size(self, limit: str, key: str) -> int | None:
         """9.1, 9.4: the key's own size if an operator set one, else the limit's per_key."""
         own = self.pools.get((limit, key)) if key else None
@@ -184,9 +191,8 @@ class Model:
         return size is None or self.pool_in_use(limit, key) < size
 
     def plain(self, name: str) -> bool:
-        """Engine choice (Limit.is_plain): no per_key in force and no keyed or group entry waiting.
-        Such a limit takes the one-queue rules, which time out stale waits only when capacity is
-        free; the rules of keys and groups time them out at every settle."""
+        """Limit.is_plain: no per_key in force and no keyed or group entry waiting: the case of one
+        pool and no groups (its replays answer without `slots`)."""
         limit = self.limits.get(name)
         if limit is None:
             return True
@@ -225,14 +231,14 @@ class Model:
         if limit is None or not limit.declared:  # 1.5
             raise ModelError("limit")
         self.asked.setdefault(request, (name,))
-        if not self.waiting(name) and self.in_use(name) < limit.capacity:
+        if not self.waiting(name) and self.room(name):
             slot = self._busy_slot(limit, run_id, request, label, "", 1, now)
             return MAcquisition("busy", name, request, slot)
         timeout_ms = DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms
         deadline = now + timedelta(milliseconds=timeout_ms)
         entry = self._enqueue(limit, run_id, request, label, "", 1, now, deadline, timeout_ms)
         woken_before = len(self.woken)
-        self._settle_one(limit, now)
+        self._settle_all([limit], now)
         mine = next((s for s in self.live(name, "reserved") if s.entry is entry), None)
         if mine is not None:
             # The caller is the one granted: it confirms at once and is not woken (it is awake).
@@ -268,10 +274,7 @@ class Model:
         mine = [self.limits[name] for name in names]
         size = len(names)
         locked = self._lock(names)
-        if all(
-            not self.waiting(lim.name) and self.in_use(lim.name) < lim.capacity and self.pool_room(lim.name, key)
-            for lim in mine
-        ):
+        if all(not self.waiting(lim.name) and self.room(lim.name) and self.pool_room(lim.name, key) for lim in mine):
             slots = tuple(self._busy_slot(lim, run_id, request, label, key, size, now) for lim in mine)
             return MAcquisition("busy", names[0], request, slots[0], slots=slots)
         timeout_ms = DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms
@@ -355,6 +358,21 @@ class Model:
         new = f"{limit.capacity} (declared)" if value is None else str(limit.capacity)
         self.audit.append(("capacity", actor, name, None, str(old), new, now, ""))
 
+    def set_paused(self, name: str, paused: bool, *, actor: str, now: datetime) -> None:
+        """5.6: a paused limit grants nothing (held slots stay, waits keep their places and
+        deadlines, new acquisitions queue); resuming grants at once, as a capacity raise does.
+        Audited; pausing a paused limit (or resuming a running one) changes nothing."""
+        limit = self.limits.get(name)
+        if limit is None:
+            raise ModelError("limit")
+        if limit.paused == paused:
+            return
+        locked = self._lock([name])
+        limit.paused = paused
+        self._settle_all(locked, now)
+        old, new = ("running", "paused") if paused else ("paused", "running")
+        self.audit.append(("pause" if paused else "resume", actor, name, None, old, new, now, ""))
+
     def set_max_hold(self, name: str, value_ms: int | None, *, actor: str, now: datetime) -> None:
         """5.4: only slots granted afterwards get the new max hold."""
         limit = self.limits[name]
@@ -417,7 +435,7 @@ class Model:
             if any(s.expires_at <= now for s in self.live(limit.name, "busy"))
             or any(s.reserved_until and s.reserved_until <= now for s in self.live(limit.name, "reserved"))
             or any(e.deadline <= now for e in self.waiting(limit.name))
-            or (self.waiting(limit.name) and limit.capacity > self.in_use(limit.name))
+            or (self.waiting(limit.name) and self.room(limit.name))
         ]
         for limit in work:
             name = limit.name
@@ -495,7 +513,7 @@ class Model:
         live = [s for s in slots if s.live]
         if any(s.state == "reserved" for s in live):
             locked = self._lock({s.limit for s in live})
-            self._confirm_together(live, locked, now, settle_each=True)
+            self._confirm_together(live, locked, now)
             return self._previous_group(request, now)
         if live:
             return self._busy_answer(request, names, live)
@@ -549,9 +567,7 @@ class Model:
         self._touch(limit.name, key)
         return slot
 
-    def _confirm_together(
-        self, slots: list[MSlot], locked: list[MLimit], now: datetime, *, settle_each: bool = False
-    ) -> bool:
+    def _confirm_together(self, slots: list[MSlot], locked: list[MLimit], now: datetime) -> bool:
         """3.5, 3.6, 10.2 and docs/engine.md: the reservations of one acquisition turn busy
         together within their 2 minutes; a confirm after them is refused even before the sweep:
         they all lapse, the run goes to the end of each queue, and the freed capacity is handed
@@ -564,10 +580,7 @@ class Model:
                 slot.state, slot.confirmed_at = "busy", now
             return True
         self._take_back(reserved, "lapsed", now)
-        if settle_each:
-            self._settle_each(locked, now)
-        else:
-            self._settle_all(locked, now)
+        self._settle_all(locked, now)
         return False
 
     def _take_back(self, reserved: list[MSlot], state: str, now: datetime, *, freed_by: str = "") -> None:
@@ -642,38 +655,9 @@ class Model:
         self.tally.timed_out += len(leaving)
 
     def _settle_all(self, locked: list[MLimit], now: datetime) -> None:
-        """Hand the free capacity of the settled limits to their queues: one limit at a time by
-        the one-queue rules when all are plain, else all together by the rules of 9 and 10."""
-        if all(self.plain(limit.name) for limit in locked):
-            for limit in locked:
-                self._settle_one(limit, now)
-        else:
-            self._settle_keys(locked, now)
-
-    def _settle_each(self, locked: list[MLimit], now: datetime) -> None:
-        """Engine choice (the replay of a group whose late confirm lapsed it): each limit with
-        free capacity and runs waiting is settled in turn, a plain one by itself."""
-        for limit in locked:
-            if self.waiting(limit.name) and self.in_use(limit.name) < limit.capacity:
-                if self.plain(limit.name):
-                    self._settle_plain(limit, now)
-                else:
-                    self._settle_keys(locked, now)
-
-    def _settle_one(self, limit: MLimit, now: datetime) -> None:
-        if self.waiting(limit.name) and self.in_use(limit.name) < limit.capacity:
-            if self.plain(limit.name):
-                self._settle_plain(limit, now)
-            else:
-                self._settle_keys([limit], now)
-
-    def _settle_plain(self, limit: MLimit, now: datetime) -> None:
-        """4.1, 5.3: hand free capacity to the head of the queue, one reservation per run, in
-        queue order, after timing out waits past their deadline (engine choice: only when there is
-        free capacity; otherwise the sweep does)."""
-        self._time_out(limit, now)
-        while self.waiting(limit.name) and self.in_use(limit.name) < limit.capacity:
-            self._reserve([self.waiting(limit.name)[0]], now)
+        """Hand the free capacity of the settled limits to their queues, all together by the
+        rules of 3.3-3.5, 9 and 10 (a plain limit is their case of one pool and no groups)."""
+        self._settle_keys(locked, now)
 
     def _settle_keys(self, locked: list[MLimit], now: datetime) -> None:
         """9.3, 10.2-10.4: time out the waits past their deadline (engine choice: on every settled
@@ -699,7 +683,7 @@ class Model:
         limit = self.limits[entry.limit]
         return (
             limit.name in settled
-            and self.in_use(limit.name) < limit.capacity
+            and self.room(limit.name) > 0
             and self.pool_room(limit.name, entry.key)
             and not any(
                 other.position < entry.position and self._owed(other, now) for other in self.waiting(limit.name)

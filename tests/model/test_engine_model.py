@@ -154,6 +154,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
             "keyed_reserved_count",
             "keyed_waiting_count",
             "group_waiting_count",
+            "paused_at",
         )
         rows_of_limits = list(
             Limit.objects.order_by("name")
@@ -162,7 +163,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
         )
         names = {row[0]: row[2] for row in rows_of_limits}  # the joins below read limit ids
         audited = sum(row[1] for row in rows_of_limits)
-        engine_limits = [row[2:] for row in rows_of_limits]
+        engine_limits = [(*row[2:-1], row[-1] is not None) for row in rows_of_limits]  # paused or not
         model_limits = []
         for lim in sorted(model.limits.values(), key=lambda lim: lim.name):
             busy, reserved, waiting = (
@@ -188,6 +189,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
                     sum(1 for s in reserved if s.key),
                     sum(1 for e in waiting if e.key),
                     sum(1 for e in waiting if e.group_size > 1),
+                    lim.paused,
                 )
             )
         assert engine_limits == model_limits
@@ -601,12 +603,14 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 st.sampled_from((*KEYS, "")),  # "": a bad key (9.2), refused
             ),
             st.tuples(st.just("deploy"), st.sampled_from(MAX_HOLDS), st.sampled_from((True, True, False)), st.none()),
+            st.tuples(st.just("pause"), st.sampled_from((*LIMITS, "nope")), st.booleans(), st.none()),
         ),
         data=st.data(),
     )
     def operate(self, change: tuple[str, Any, Any, str | None], data: st.DataObject) -> None:
         """An operator sets or resets (None) a capacity, a max hold, a limit's per_key or one key's
-        pool size (9.4; a pool size above the capacity is refused); or a deploy syncs new declared
+        pool size (9.4; a pool size above the capacity is refused); pauses or resumes a limit
+        (5.6; an unknown name is refused); or a deploy syncs new declared
         values (capacity, max hold, per_key), with b left out of the config (undeclared until it
         returns) or not."""
         kind, name, value, key = change
@@ -620,6 +624,12 @@ class EngineAgainstModel(RuleBasedStateMachine):
             self.step(
                 lambda: quietly(services.set_max_hold, name, value, actor=OPERATOR),
                 lambda: self.model.set_max_hold(name, value_ms, actor=OPERATOR, now=self.now()),
+            )
+        elif kind == "pause":
+            service = services.pause_limit if value else services.resume_limit
+            self.step(
+                lambda: quietly(service, name, actor=OPERATOR),
+                lambda: self.model.set_paused(name, value, actor=OPERATOR, now=self.now()),
             )
         elif kind == "per_key":
             self.step(
