@@ -64,6 +64,11 @@ class Run(models.Model):
             models.Index(fields=["created_at", "id"], name="run_newest"),
             models.Index(fields=["status", "created_at", "id"], name="run_by_status"),
             models.Index(fields=["workflow", "created_at", "id"], name="run_by_workflow"),
+            # ?key= / runs list --key: a tenant's runs in page order. Only keyed runs: most runs of
+            # a box may have no key, and each index is one more entry per run row written.
+            models.Index(
+                fields=["concurrency_key", "created_at", "id"], condition=~Q(concurrency_key=""), name="run_by_key"
+            ),
         ]
 
     def __str__(self) -> str:
