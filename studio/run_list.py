@@ -41,6 +41,7 @@ from django.db.models import Q, QuerySet
 from limits import run_bounds
 from limits.config import check_key
 from limits.models import LIVE_SLOT_STATES, Limit, QueueEntry, Slot, is_storable_text
+from limits.services import why_waiting
 from studio.plumbing import clock as box_clock
 from studio.runs import runtime
 from studio.runs.models import Run
@@ -545,9 +546,10 @@ def run_summary(row: RunRow) -> dict[str, Any]:
 
 def run_details(row: RunRow) -> dict[str, Any]:
     """A run as `stackbone runs show --json` prints it: the summary, its input, output, error,
-    the waits and slots in full, and its steps."""
+    the waits (each with its `reason`, SPEC 6.5) and slots in full, and its steps."""
     run = row.run
     steps = list(run.step_records.order_by("seq"))
+    reasons = why_waiting(row.waits)  # SPEC 6.5: why each wait is not granted yet
     return {
         **run_summary(row),
         "input": run.input,
@@ -560,6 +562,7 @@ def run_details(row: RunRow) -> dict[str, Any]:
                 "key": entry.key,
                 "waiting_since": _iso(entry.enqueued_at),
                 "deadline": _iso(entry.deadline),
+                "reason": reasons[entry.id].as_json() if entry.id in reasons else None,
             }
             for entry in row.waits
         ],

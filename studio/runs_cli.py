@@ -206,7 +206,8 @@ def show(options: argparse.Namespace, io: Streams) -> int:
     if run.error:
         facts.append(("error", run.error.strip().splitlines()[-1]))
     for wait in details["waits"]:
-        facts.append(("waits for", f"{wait['limit']}" + (f" (label {wait['label']})" if wait["label"] else "")))
+        why = f": {wait['reason']['text']}" if wait["reason"] else ""
+        facts.append(("waits for", f"{wait['limit']}" + (f" (label {wait['label']})" if wait["label"] else "") + why))
     for slot in details["slots"]:
         facts.append(("holds", f"{slot['limit']} {slot['id']} ({slot['state']})"))
     for name, value in facts:

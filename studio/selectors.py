@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 from limits import eta
-from limits.engine.keys import OWED_AFTER_MS
 from limits.models import QueueEntry
+from limits.services import OWED_AFTER_MS, why_waiting
 from studio.models import Run, Step
 from studio.plumbing import clock
 
@@ -39,10 +39,14 @@ def describe_waits(entries: list[QueueEntry]) -> list[QueueEntry]:
     the other limits of the same acquisition (`partners`, SPEC 10.5), whether the run is owed
     (SPEC 10.4: passed over and waiting longer than 2 minutes, so the free capacity of its limits
     is held for it), and the figures in words: `place_text` ("3rd of 41"), `key_place_text`
-    ("2nd of 5 for key acme", "" without a key) and `eta_text` ("about 4 min", "unknown"). No
-    query: the entries are the run's own."""
-    owed_before = clock.now() - dt.timedelta(milliseconds=OWED_AFTER_MS)
+    ("2nd of 5 for key acme", "" without a key) and `eta_text` ("about 4 min", "unknown"); and
+    why it waits, `reason` (SPEC 6.5, limits.engine.keys.why_waiting: a few queries, whatever the
+    number of waits)."""
+    now = clock.now()
+    owed_before = now - dt.timedelta(milliseconds=OWED_AFTER_MS)
+    reasons = why_waiting(entries, now)
     for entry in entries:  # for the template, not fields
+        entry.reason = reasons.get(entry.id)  # type: ignore[attr-defined]
         entry.partners = [  # type: ignore[attr-defined]
             other.limit.name for other in entries if other.request == entry.request and other.id != entry.id
         ]

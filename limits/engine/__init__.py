@@ -40,7 +40,7 @@ from limits.engine.errors import (
     UNKNOWN_LIMIT,
     LimitsError,
 )
-from limits.engine.keys import OWED_AFTER_MS, held
+from limits.engine.keys import OWED_AFTER_MS, held, why_waiting
 from limits.engine.operator_actions import (
     ensure_workflow_bound,
     pause_limit,
@@ -51,7 +51,7 @@ from limits.engine.operator_actions import (
     sync_workflow_bounds,
     sync_workspace,
 )
-from limits.engine.results import Acquisition, SweepReport, SyncReport
+from limits.engine.results import REASONS, Acquisition, Reason, SweepReport, SyncReport
 from limits.engine.rules import (
     DEFAULT_TIMEOUT_MS,
     DEPLOY_ACTOR,
@@ -83,6 +83,8 @@ __all__ = [
     "UNDECLARED_LIMIT",
     "UNKNOWN_LIMIT",
     "Acquisition",
+    "REASONS",
+    "Reason",
     "LimitsError",
     "SweepReport",
     "SyncReport",
@@ -103,4 +105,5 @@ __all__ = [
     "sync_workflow_bounds",
     "sync_workspace",
     "tie_to_run",
+    "why_waiting",
 ]

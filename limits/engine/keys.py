@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 
 from django.db import connection
 from django.db.models import Count, F, Q, QuerySet
 from django.db.models.functions import Coalesce
 
-from limits.engine.results import RESERVATION_MS, Changes
+from limits.engine.results import RESERVATION_MS, Changes, Reason
 from limits.models import Limit, LimitKey, QueueEntry, Slot
 from studio.plumbing import clock as box_clock
 
@@ -250,6 +250,74 @@ def held(limit: Limit, now: datetime | None = None) -> int:
     if limit.group_waiting_count == 0 or owed_barrier(limit, now or box_clock.now()) is None:
         return 0
     return limit.room
+
+
+def why_waiting(entries: Sequence[QueueEntry], now: datetime | None = None) -> dict[int, Reason]:
+    """Why each of these waiting entries is not granted now (SPEC 6.5), by the grant's own rules
+    (`_Grant.open_to`: Limit.room, Pools.has_room, owed_barrier), checked in the order a grant
+    meets them: the limit paused, the limit full, the key's pool full, capacity held for an older
+    owed run; then, for a group, the same on each other limit of its group. An entry that none of
+    these stops is next: the next settle grants it (a hand-over under way, or the sweep's).
+
+    Read without locks, for the pages and the API: a constant number of queries for any number
+    of entries (the limits, the key rows asked about, the groups' other entries, one owed-run
+    probe per limit with groups waiting). {entry id: Reason}; entries no longer waiting are left
+    out."""
+    now = now or box_clock.now()
+    waiting = [e for e in entries if e.state == QueueEntry.State.WAITING]
+    if not waiting:
+        return {}
+    requests = {e.request for e in waiting if e.group_size > 1}
+    partners = (
+        list(QueueEntry.objects.filter(request__in=requests, state=QueueEntry.State.WAITING)) if requests else []
+    )
+    limits = {limit.id: limit for limit in Limit.objects.filter(id__in={e.limit_id for e in [*waiting, *partners]})}
+    keys_asked: dict[int, set[str]] = {}
+    for e in [*waiting, *partners]:
+        if e.key:
+            keys_asked.setdefault(e.limit_id, set()).add(e.key)
+    for limit in limits.values():
+        pools(limit).rows.update(dict.fromkeys(keys_asked.get(limit.id, ()), None))
+    if keys_asked:
+        rows = LimitKey.objects.filter(
+            limit_id__in=list(keys_asked), key__in={key for keys in keys_asked.values() for key in keys}
+        )
+        for row in rows:
+            if row.key in keys_asked.get(row.limit_id, ()):
+                pools(limits[row.limit_id]).rows[row.key] = row
+    barriers = {
+        limit.id: owed_barrier(limit, now) if limit.group_waiting_count else None for limit in limits.values()
+    }
+
+    def stopped_on(entry: QueueEntry) -> Reason | None:
+        limit = limits[entry.limit_id]
+        if limit.paused:
+            return Reason("limit_paused", limit.name)
+        if not limit.room:
+            return Reason("limit_full", limit.name)
+        if not pools(limit).has_room(entry.key):
+            return Reason("key_pool_full", limit.name, key=entry.key)
+        barrier = barriers[limit.id]
+        if barrier is not None and barrier.position < entry.position:
+            return Reason("held_for_owed", limit.name, owed_run=barrier.run_id)
+        return None
+
+    group_of: dict[str, list[QueueEntry]] = {}
+    for e in partners:
+        group_of.setdefault(e.request, []).append(e)
+    found: dict[int, Reason] = {}
+    for entry in waiting:
+        reason = stopped_on(entry)
+        if reason is None:
+            for other in sorted(group_of.get(entry.request, ()), key=lambda e: limits[e.limit_id].name):
+                if other.limit_id == entry.limit_id:
+                    continue
+                stopped = stopped_on(other)
+                if stopped is not None:
+                    reason = Reason("group_limit_full", stopped.limit, key=stopped.key, detail=stopped.code)
+                    break
+        found[entry.id] = reason or Reason("next", limits[entry.limit_id].name)
+    return found
 
 
 class _Grant:

@@ -27,6 +27,55 @@ class Acquisition:
     key: str = ""
 
 
+REASONS = {
+    # SPEC 6.5: why a run waits, one vocabulary on every surface (code: sentence).
+    "limit_paused": "the limit is paused",
+    "limit_full": "the limit is full",
+    "key_pool_full": "its key's pool is full",
+    "group_limit_full": "another limit of its group is full",
+    "held_for_owed": "capacity is held for an owed run",
+    "next": "next in line: granted at the next hand-over",
+}
+
+
+_PARTNER = {  # what stops the other limit of a group, said of that limit
+    "limit_full": "is full",
+    "limit_paused": "is paused",
+    "key_pool_full": "has its key's pool full",
+    "held_for_owed": "holds capacity for an owed run",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Why a waiting run is not granted now (SPEC 6.5): `code` (a key of REASONS), the limit
+    that stops it (its own, or for group_limit_full the other limit of its group), and for
+    key_pool_full the key; for held_for_owed, the owed run. limits.engine.keys.why_waiting
+    computes it from the grant's own rules."""
+
+    code: str
+    limit: str
+    key: str = ""
+    owed_run: str = ""
+    detail: str = ""  # group_limit_full: what stops the other limit (one of the other codes)
+
+    @property
+    def text(self) -> str:
+        if self.code == "group_limit_full":
+            return f"another limit of its group, {self.limit}, {_PARTNER.get(self.detail, _PARTNER['limit_full'])}"
+        if self.code == "held_for_owed" and self.owed_run:
+            return f"{REASONS[self.code]} ({self.owed_run})"
+        return REASONS[self.code]
+
+    def as_json(self) -> dict[str, str]:
+        found = {"code": self.code, "text": self.text, "limit": self.limit}
+        if self.key:
+            found["key"] = self.key
+        if self.owed_run:
+            found["owed_run"] = self.owed_run
+        return found
+
+
 @dataclass(slots=True)
 class Changes:
     """What a locked section did to its limits: runs to wake after commit, and figures."""

@@ -25,15 +25,17 @@ with keys and several limits per acquisition (issue 13):
    redelivered message: it must find the lease taken).
 4. Meanwhile a chaos driver, at random moments: SIGKILLs a worker's process group and starts a
    new worker; starts a second beat for a while; has an operator change a capacity or a per-key
-   pool; restarts Redis (`shutdown nosave`: every queued task is lost); restarts PostgreSQL;
-   and, while a guarded step runs, terminates every backend of the chaos database
-   (`pg_terminate_backend`, a cut connection).
+   pool, or pause `guarded-work` for 4-20 s and resume it; restarts Redis (`shutdown nosave`:
+   every queued task is lost); restarts PostgreSQL; and, while a guarded step runs, terminates
+   every backend of the chaos database (`pg_terminate_backend`, a cut connection).
 5. When the load ends, wait (bounded) until the box is quiet: no run pending or running, nothing
    reserved or queued. Then check: every run completed, timed out or was cancelled (none
    stranded, none failed for another reason); `manage.py limits verify` finds no violation; the
    web app answers; the guarded steps never ran more at once than the capacity in force, nor
    more of one key than its pool, nor outside the granted interval of each of their slots, nor
    without a slot of every limit they asked for, and every grant of a group gave all its slots;
+   while `guarded-work` was paused, its guarded steps under way never outnumbered the slots it
+   held when the pause began, and none ran in a slot granted during the pause;
    no worker exited on its own, and every worker alive at a Redis restart went on consuming
    tasks after it. In the database's time (tests/chaos/clocks.py: a trigger writes each slot's
    and wait's changes with clock_timestamp()): no slot or wait stamped by a host's clock, no slot
@@ -78,6 +80,7 @@ PYTHON = sys.executable
 FINISHED = ("completed", "failed", "cancelled")
 SINGLE_WORKFLOWS = ("chaos_with_limit", "chaos_acquire")
 GUARDED_WORKFLOWS = (*SINGLE_WORKFLOWS, "chaos_with_limits", "chaos_acquire_slots")
+PAUSED_LIMIT = "guarded-work"  # the limit the chaos driver pauses and resumes (SPEC 5.6)
 GUARDED_LIMITS = ("guarded-work", "guarded-keyed")
 BOUNDED_WORKFLOW = "chaos_bounded"  # tests/chaos/workflows.py: guarded work under a whole-run bound
 STALL_SECONDS = 120.0  # the load gives up when no run could be started for this long
@@ -324,6 +327,7 @@ class ChaosFigures:
     second_beats: int = 0
     capacity_changes: int = 0
     per_key_changes: int = 0
+    pauses: int = 0
     worker_exits: list[str] = field(default_factory=list)  # exited on their own (a failure); restarted
     outages: list[tuple[str, float, float]] = field(default_factory=list)  # (what, start, end) monotonic
     # Redis restarts: (began, back, {worker name: pid} alive when it began), wall-clock times
@@ -345,6 +349,7 @@ class ChaosDriver(threading.Thread):
         plan += [("postgres", rng.uniform(0.15, 0.85)) for _ in range(args.postgres_restarts)]
         self.plan = sorted(((expected_seconds * at, what) for what, at in plan), reverse=True)
         self.second_beat: tuple[str, float] | None = None
+        self.resume_at: float | None = None  # while PAUSED_LIMIT is paused: when to resume it
         self.errors: list[str] = []
 
     def run(self) -> None:
@@ -356,6 +361,7 @@ class ChaosDriver(threading.Thread):
             log(self.errors[-1])
         finally:
             self.end_second_beat()
+            self.resume(until=time.monotonic() + 90)
 
     def supervise(self) -> None:
         """A worker that exited on its own is a failure (issue 11: a worker must ride out a
@@ -372,9 +378,13 @@ class ChaosDriver(threading.Thread):
         elapsed = time.monotonic() - self.started
         if self.second_beat is not None and time.monotonic() >= self.second_beat[1]:
             self.end_second_beat()
+        if self.resume_at is not None and time.monotonic() >= self.resume_at:
+            self.resume()
         if self.plan and elapsed >= self.plan[-1][0]:
             _, what = self.plan.pop()
             self.restart_redis() if what == "redis" else self.restart_postgres()
+        elif self.resume_at is None and (not self.figures.pauses or self.rng.random() < 0.15):
+            self.pause()  # the first tick pauses, so every run has at least one pause
         elif self.rng.random() < 0.15:
             self.change_capacity()
         elif self.second_beat is None and self.rng.random() < 0.25:
@@ -419,6 +429,44 @@ class ChaosDriver(threading.Thread):
             return
         self.figures.capacity_changes += 1
         log(f"capacity of {name}: {value or 'reset'}")
+
+    def pause(self) -> None:
+        """An operator pauses PAUSED_LIMIT for 4-10 s (SPEC 5.6; resumed at the next tick after
+        that, so a pause lasts up to ~20 s): its guarded steps under way go on, none may start in
+        a slot granted meanwhile (pause_figures)."""
+        from django.db import connections
+
+        from limits import services
+
+        try:
+            services.pause_limit(PAUSED_LIMIT, actor="chaos")
+        except Exception as error:  # the database may be restarting
+            log(f"pause failed: {type(error).__name__}: {error}")
+            connections.close_all()
+            return
+        self.resume_at = time.monotonic() + self.rng.uniform(4, 10)
+        self.figures.pauses += 1
+        log(f"paused {PAUSED_LIMIT}")
+
+    def resume(self, until: float = 0.0) -> None:
+        """Resume PAUSED_LIMIT if this driver paused it; a failed call is tried again at the next
+        tick (or, when the chaos ends, until `until`): a limit left paused would strand its runs."""
+        from django.db import connections
+
+        from limits import services
+
+        while self.resume_at is not None:
+            try:
+                services.resume_limit(PAUSED_LIMIT, actor="chaos")
+            except Exception as error:
+                log(f"resume failed: {type(error).__name__}: {error}")
+                connections.close_all()
+                if time.monotonic() >= until:
+                    return
+                time.sleep(1)
+                continue
+            self.resume_at = None
+            log(f"resumed {PAUSED_LIMIT}")
 
     def end_second_beat(self) -> None:
         if self.second_beat is not None:
@@ -1052,6 +1100,61 @@ def guarded_figures(
     return figures, problems
 
 
+def pause_figures(
+    records: Records, tolerance: float, died: dict[int, float] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """SPEC 5.6 on the real work: a paused limit grants nothing. For each pause of PAUSED_LIMIT
+    (the audit rows' [pause, resume), on the database's clock), from the side files: the guarded
+    steps under way on it never outnumbered the slots it held (busy or reserved) when the pause
+    began, and none ran in a slot granted inside the pause (from the rows). The tolerance as in
+    guarded_figures."""
+    from django.db.models import Q
+
+    from limits.models import AuditEvent, Slot
+
+    executions = [e for e in executions_of(records, died) if PAUSED_LIMIT in e["limits"]]
+    spans: list[tuple[float, float]] = []
+    began: float | None = None
+    for at, action in (
+        AuditEvent.objects.filter(limit__name=PAUSED_LIMIT, action__in=["pause", "resume"])
+        .order_by("at", "id")
+        .values_list("at", "action")
+    ):
+        if action == "pause" and began is None:
+            began = at.timestamp()
+        elif action == "resume" and began is not None:
+            spans.append((began, at.timestamp()))
+            began = None
+    if began is not None:
+        spans.append((began, time.time()))
+    slots = Slot.objects.filter(limit__name=PAUSED_LIMIT)
+    problems: list[str] = []
+    started_inside = peak_inside = 0
+    for start, end in spans:
+        moment = dt.datetime.fromtimestamp(start, dt.UTC)
+        held = slots.filter(granted_at__lte=moment).filter(Q(freed_at__isnull=True) | Q(freed_at__gt=moment)).count()
+        inside = [e for e in executions if e["t"] < end - tolerance and e["end"] > start + tolerance]
+        instants = [start + tolerance] + [e["t"] for e in inside if e["t"] > start + tolerance]
+        peak = max((sum(1 for e in inside if e["t"] <= x < e["end"]) for x in instants), default=0)
+        peak_inside = max(peak_inside, peak)
+        started_inside += sum(1 for e in inside if e["t"] > start + tolerance)
+        if peak > held:
+            problems.append(
+                f"{peak} guarded steps of {PAUSED_LIMIT} ran at once during its pause at {_hms(start)}, "
+                f"which began with {held} slot(s) held"
+            )
+        granted = slots.filter(
+            granted_at__gt=moment, granted_at__lt=dt.datetime.fromtimestamp(end, dt.UTC)
+        ).values_list("id", flat=True)
+        problems += [f"{slot_id} of {PAUSED_LIMIT} granted during its pause at {_hms(start)}" for slot_id in granted]
+    figures = {
+        "paused_seconds": round(sum(end - start for start, end in spans), 1),
+        "guarded_started_while_paused": started_inside,  # in slots held from before the pause
+        "guarded_peak_while_paused": peak_inside,
+    }
+    return figures, problems
+
+
 def _hms(at: float) -> str:
     return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%H:%M:%S.%f")[:-3]
 
@@ -1301,6 +1404,10 @@ def main(argv: list[str] | None = None) -> int:
         died = {box.processes[name].pid: at for name, at in chaos.figures.killed_at.items()}
         guarded, guarded_problems = guarded_figures(records, args.clock_tolerance, died)
         problems += guarded_problems
+        paused, pause_problems = pause_figures(records, args.clock_tolerance, died)
+        problems += pause_problems
+        if not chaos.figures.pauses:
+            problems.append(f"the chaos never paused {PAUSED_LIMIT}: the pause checks proved nothing")
         clock, clock_problems = clocks.clock_figures(records, executions_of(records, died), args.clock_tolerance)
         problems += clock_problems
         skews, skew_problems = skew_figures(records, load, args.skew)
@@ -1321,6 +1428,8 @@ def main(argv: list[str] | None = None) -> int:
                 "second_beats": chaos.figures.second_beats,
                 "capacity_changes": chaos.figures.capacity_changes,
                 "per_key_changes": chaos.figures.per_key_changes,
+                "pauses": chaos.figures.pauses,
+                **paused,
                 "connection_kills": f"{killer.kills} ({killer.backends} backends terminated, {killer.missed} skipped)",
                 **workers,
                 **guarded,

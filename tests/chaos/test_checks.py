@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from limits.models import Limit, Slot
+from limits.models import AuditEvent, Limit, Slot
 from tests.chaos import clocks
-from tests.chaos.__main__ import ChaosFigures, guarded_figures, worker_figures
+from tests.chaos.__main__ import ChaosFigures, guarded_figures, pause_figures, worker_figures
 from tests.chaos.records import Records
 from tests.conftest import requires_postgres
 from tests.factories import declare
@@ -107,6 +107,37 @@ def test_a_step_without_any_slot_is_outside(tmp_path: Path) -> None:
 
     assert figures["guarded_outside_slot"] == 1
     assert "no slot" in problems[0]
+
+
+def paused(start: float, end: float) -> None:
+    """An audited pause of guarded-work over [start, end), as pause_limit/resume_limit write it."""
+    limit = Limit.objects.get(name="guarded-work")
+    for when, action in ((start, "pause"), (end, "resume")):
+        AuditEvent.objects.create(at=at(when), actor="chaos", action=action, limit=limit, old_value="", new_value="")
+
+
+def test_a_step_in_a_slot_held_from_before_a_pause_passes(tmp_path: Path) -> None:
+    held = slot("run_a", 0, 6.0)
+    paused(1.0, 5.0)
+    records = write(tmp_path, ("run_a", held, 2.0, 3.0, 1))  # a reservation confirmed while paused
+
+    figures, problems = pause_figures(records, tolerance=0.05)
+
+    assert problems == []
+    assert (figures["guarded_started_while_paused"], figures["guarded_peak_while_paused"]) == (1, 1)
+    assert figures["paused_seconds"] == 4.0
+
+
+def test_a_step_in_a_slot_granted_during_a_pause_is_caught(tmp_path: Path) -> None:
+    held = slot("run_a", 0, 0.9)  # freed before the pause: it began with nothing held
+    sneaky = slot("run_b", 2.0, 4.0)
+    paused(1.0, 5.0)
+    records = write(tmp_path, ("run_a", held, 0.1, 0.8, 0.7), ("run_b", sneaky, 2.1, 3.9, 1.8))
+
+    _, problems = pause_figures(records, tolerance=0.05)
+
+    assert any("granted during its pause" in problem for problem in problems), problems
+    assert any("ran at once during its pause" in problem for problem in problems), problems
 
 
 def test_two_steps_at_once_on_a_capacity_of_one_are_caught(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ nobody ends are taken back within the run; `partner-api` has a pool per account 
 (tests/chaos/workflows.py), whose steps record when they really run: `guarded-keyed` has a pool
 of one per key, and some runs take both limits at once, in either order (SPEC 10). Their max
 holds are far longer than any of their steps, so a step outside its slot is a bug, never max hold
-at work; no operator changes them, so their capacities and pools are the declared ones.
+at work; no operator changes their capacities or pools (the declared ones hold throughout); the
+chaos driver pauses `guarded-work` now and then (SPEC 5.6).
 
 `guarded-long` takes the chaos run's long steps (`chaos_with_limit`, 31-34 s: longer than a run's
 lease, 30 s), some run by the workers whose clock is 10 minutes ahead or behind: room for all of

@@ -276,11 +276,12 @@ def test_show_prints_the_run_its_waits_and_steps() -> None:
     assert text.code == 0, text.err
     assert text.out.splitlines()[0] == f"{run.id}  place_call  running"
     assert '  input:     {"call_id": "c-9"}' in text.out
-    assert "  waits for: voice-calls (label c-9)" in text.out
+    assert "  waits for: voice-calls (label c-9): the limit is full" in text.out  # SPEC 6.5
     assert "Esperando hueco · voice-calls" in text.out
     assert set(details) == SUMMARY_KEYS | {"input", "output", "error", "waits", "slots", "steps"}
     assert details["input"] == {"call_id": "c-9"}
     assert [wait["limit"] for wait in details["waits"]] == ["voice-calls"]
+    assert details["waits"][0]["reason"] == {"code": "limit_full", "text": "the limit is full", "limit": "voice-calls"}
     assert [step["name"] for step in details["steps"]] == ["Esperando hueco · voice-calls"]
 
 

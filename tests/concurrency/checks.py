@@ -218,6 +218,7 @@ def figures(results: dict[str, Any], owed_after_ms: int, crossing: tuple[str, st
         "groups_timed_out_in_part": results["monitor"]["groups_timed_out_in_part"],
         "timed_out_in_part_example": next(iter(results["monitor"]["split_examples"].items()), None),
         "operator_actions": stats["operator_actions"],
+        "pauses": stats["pauses"],
         "foreign_releases": stats["foreign_releases"],
         "partial_holds": stats["partial_holds"],
         "ended_runs": stats["ended_runs"],

@@ -61,8 +61,10 @@ class Juggler:
     held one (its slots released one by one, so a group is held in part for a moment as SPEC
     10.1 allows, or, for slots tied to the run, by ending the run); release someone else's live
     slot; or, as an operator, change the keyed limit's per_key, one key's pool size, or its
-    capacity. Once the load stops it takes no new work and keeps calling its waiting acquire
-    calls until each is granted or times out: one still waiting after `drain` seconds starved.
+    capacity, or pause one of the limits for a moment (SPEC 5.6: the juggler that paused it
+    resumes it 0.1-0.4 s later, and every pause is resumed when the load stops). Once the load
+    stops it takes no new work and keeps calling its waiting acquire calls until each is granted
+    or times out: one still waiting after `drain` seconds starved.
     """
 
     def __init__(self, params: dict[str, Any]) -> None:
@@ -81,6 +83,7 @@ class Juggler:
         self.rng = random.Random(params["seed"])
         self.run_number = 0
         self.flights: list[Flight] = []
+        self.paused: dict[str, float] = {}  # limits this juggler paused: when it resumes each
         self.outcomes: list[dict[str, Any]] = []
         self.deadlocks: list[str] = []
         self.problems: list[str] = []
@@ -97,6 +100,7 @@ class Juggler:
             "tied": 0,
             "operator_actions": 0,
             "partial_holds": 0,
+            "pauses": 0,
         }
 
     # The loop ---------------------------------------------------------------------------------
@@ -111,6 +115,7 @@ class Juggler:
                 or (elapsed > self.seconds and self.stats["operations"] >= self.min_ops)
             ):
                 loading, self.stats["load_seconds"] = False, round(elapsed, 2)
+                self.resume_due(forever=True)
             if not loading and not self.flights:
                 break
             if not loading and elapsed > self.stats["load_seconds"] + self.drain:
@@ -131,12 +136,13 @@ class Juggler:
         }
 
     def step(self, loading: bool) -> None:
+        self.resume_due()
         roll = self.rng.random()
         if loading and self.operator and not self.stats["operator_actions"] and self.stats["operations"] >= 3:
             # Every operator acts at least once, however few operations a loaded machine allows
             # (CI once ran 70 operations in all and drew none).
             self.stats["operations"] += 1
-            self.operate()
+            self.operate(pause=self.index == 0)  # so every run pauses a limit at least once
         elif loading and len(self.flights) < self.in_flight and roll < 0.4:
             self.stats["operations"] += 1
             self.start()
@@ -365,23 +371,39 @@ class Juggler:
             self.call("foreign release", services.release, slot_id, actor=self.rng.choice([None, "user:op"]))
             self.stats["foreign_releases"] += 1
 
-    def operate(self) -> None:
-        """SPEC 9.4 and 5.3: per_key of the whole limit, one key's pool, or the capacity, raised,
-        lowered or reset. Lowering takes nothing back."""
+    def operate(self, *, pause: bool = False) -> None:
+        """SPEC 9.4, 5.3 and 5.6: per_key of the whole limit, one key's pool, or the capacity,
+        raised, lowered or reset (lowering takes nothing back); or a pause of one limit."""
         from limits import services
 
-        roll = self.rng.random()
-        if roll < 0.4:
+        roll = 1.0 if pause else self.rng.random()
+        if roll < 0.35:
             value = self.rng.choice([1, 2, 3, None])
             self.call("set_per_key", services.set_per_key, self.keyed, value, actor="stress")
-        elif roll < 0.9:
+        elif roll < 0.7:
             key = self.rng.choice(self.hot) if self.rng.random() < 0.6 else self.rng.choice(self.keys)
             value = self.rng.choice([1, 2, 3, 4, None])
             self.call("set_per_key", services.set_per_key, self.keyed, value, key=key, actor="stress")
-        else:
+        elif roll < 0.8:
             value = self.rng.choice(self.capacities)
             self.call("set_capacity", services.set_capacity, self.keyed, value, actor="stress")
+        else:
+            name = self.rng.choice([limit for limit in self.limits if limit not in self.paused] or self.limits)
+            self.call("pause", services.pause_limit, name, actor="stress")
+            self.paused[name] = time.monotonic() + self.rng.uniform(0.1, 0.4)
+            self.stats["pauses"] += 1
         self.stats["operator_actions"] += 1
+
+    def resume_due(self, *, forever: bool = False) -> None:
+        """Resume the limits this juggler paused whose moment has come (all of them `forever`: the
+        load stopped). A pause by another juggler meanwhile is resumed by that one."""
+        from limits import services
+
+        now = time.monotonic()
+        for name, due in list(self.paused.items()):
+            if forever or due <= now:
+                self.call("resume", services.resume_limit, name, actor="stress")
+                del self.paused[name]
 
 
 def juggler(params: dict[str, Any]) -> dict[str, Any]:

@@ -193,7 +193,8 @@ def test_keys_and_groups_in_crossing_orders_hold_under_six_processes(tmp_path: P
     """SPEC 9 and 10 under real concurrency: a keyed limit (capacity 6, per_key 2) used with 200
     keys, a few of them hot; acquisitions of two and three limits in every order at once (A+B
     beside B+A), with and without a key; single acquisitions beside them; operators raising,
-    lowering and resetting per_key, one key's pool size and the capacity; runs ending while they
+    lowering and resetting per_key, one key's pool size and the capacity, pausing a limit for a
+    moment and resuming it (SPEC 5.6); runs ending while they
     wait or right when reserved; others releasing slots (a group's reservation goes back whole);
     max-hold expiries and two sweeps. A passed-over run becomes owed after OWED_AFTER_MS here.
 
@@ -203,6 +204,7 @@ def test_keys_and_groups_in_crossing_orders_hold_under_six_processes(tmp_path: P
     - a group (an acquisition of several limits) granted, reserved or held in part while it
       waits: it holds all of its slots or none, until it releases them one by one;
     - a younger run granted a slot while an owed run of that limit waits;
+    - a slot granted while its limit was paused (limits.verify, check j);
     - a deadlock (PostgreSQL's DeadlockDetected): the limits are locked in id order;
     - counters (limit, keyed, group, pool) that differ from the rows;
     - a waiting run that starves: once the load stops, every waiting acquire call is granted or
@@ -278,6 +280,7 @@ def test_keys_and_groups_in_crossing_orders_hold_under_six_processes(tmp_path: P
     assert LimitKey.objects.filter(limit__name="tenants").count() == len(KEYS), "every key has its pool"
     assert at_once.get("2 limits", 0) >= 1 and at_once.get("3 limits", 0) >= 1, seen
     assert seen["passed_over"] > 0 and seen["operator_actions"] > 0 and seen["partial_holds"] > 0, seen
+    assert seen["pauses"] > 0, seen
 
 
 def counters_differ(name: str) -> list[str]:

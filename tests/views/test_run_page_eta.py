@@ -69,6 +69,7 @@ def test_a_waiting_run_shows_its_place_and_estimated_wait(calls, operator_client
     card = wait_card(page, "voice-calls")
     assert "<strong>3rd of 5</strong> in the queue" in card
     assert '<dd class="eta"><strong>about 15 min</strong></dd>' in card  # 3 / (2 / 600 s) = 900 s
+    assert '<dt>Why</dt><dd class="reason" data-reason="limit_full">The limit is full</dd>' in card  # SPEC 6.5
     assert "Key's place" not in card
 
 

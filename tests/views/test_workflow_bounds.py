@@ -318,6 +318,11 @@ def test_the_run_page_says_a_queued_run_waits_to_start_and_a_bound_holds_until_t
     assert 'class="badge status-queued" id="run-status">queued<' in queued
     assert "waits to start: its concurrency bounds are full" in queued
     assert "<strong>1st of 1</strong> in the queue" in queued
+    assert 'data-reason="limit_full">The limit is full<' in queued  # SPEC 6.5
+    services.release(Slot.objects.get(run_id=runs[0].id).id)  # to the queued run, reserved till a worker starts it
+    reserved = operator_client.get(f"/studio/runs/{runs[1].id}/").content.decode()
+    assert "its slots are reserved: it starts when a worker takes it" in reserved
+    assert "concurrency bounds are full" not in reserved
 
 
 # --- the admin ------------------------------------------------------------------------------------
