@@ -268,9 +268,7 @@ def why_waiting(entries: Sequence[QueueEntry], now: datetime | None = None) -> d
     if not waiting:
         return {}
     requests = {e.request for e in waiting if e.group_size > 1}
-    partners = (
-        list(QueueEntry.objects.filter(request__in=requests, state=QueueEntry.State.WAITING)) if requests else []
-    )
+    partners = list(QueueEntry.objects.filter(request__in=requests, state=QueueEntry.State.WAITING)) if requests else []
     limits = {limit.id: limit for limit in Limit.objects.filter(id__in={e.limit_id for e in [*waiting, *partners]})}
     keys_asked: dict[int, set[str]] = {}
     for e in [*waiting, *partners]:
@@ -285,9 +283,7 @@ def why_waiting(entries: Sequence[QueueEntry], now: datetime | None = None) -> d
         for row in rows:
             if row.key in keys_asked.get(row.limit_id, ()):
                 pools(limits[row.limit_id]).rows[row.key] = row
-    barriers = {
-        limit.id: owed_barrier(limit, now) if limit.group_waiting_count else None for limit in limits.values()
-    }
+    barriers = {limit.id: owed_barrier(limit, now) if limit.group_waiting_count else None for limit in limits.values()}
 
     def stopped_on(entry: QueueEntry) -> Reason | None:
         limit = limits[entry.limit_id]
