@@ -2,7 +2,7 @@
 
     stackbone limits list|slots|release|capacity|max-hold ...   (limits.cli)
     stackbone runs start|list|show|cancel ...                   (studio.runs_cli)
-    stackbone workers [--json]                                   (studio.workers_cli)
+    stackbone workers [--json] [--agent ID]                      (studio.workers_cli)
     stackbone dev [--demo] [--port N]                            (studio.dev)
 
 To add a group (say `stackbone dev`), write `add_<group>(groups)` that adds its parser and sets
