@@ -26,6 +26,10 @@ Writes go through limits.services with the actor `api:<username>`.
     POST /api/limits/<name>/per-key/   {"value": 3 | null, "key": "tenant-1" (optional)}
          {"old": 3 | null, "limit": limit, "key": key | null}; without "key" the limit's per_key,
          with it that key's pool size; a bad value is a 400 with field "value"
+    POST /api/limits/<name>/pause/     {} (or no body)   {"old": "running" | "paused", "limit": limit}: the
+         limit grants nothing until resumed (SPEC 5.6); pausing a paused limit changes nothing
+    POST /api/limits/<name>/resume/    {} (or no body)   {"old": "paused" | "running", "limit": limit}: its
+         free capacity goes to the queue at once; resuming a running limit changes nothing
     POST /api/limits/<name>/forget/    {} (or no body)
          {"forgotten": true, "limit", "kind", "at", "actor", "removed": {...}}: a limit that left the
          config, with no slot in use and no run waiting, removed with its history (limits.forget);
@@ -35,7 +39,8 @@ Writes go through limits.services with the actor `api:<username>`.
          under "-/" as in Studio: "<name>/" never takes a slash, so no limit's path is this one
 
 A `limit` is serializers.limit_summary (the keys of `stackbone limits list --json`; its `kind` is
-"limit" or "workflow", and a workflow's bound has null max hold), a `key` serializers.key_summary.
+"limit" or "workflow", and a workflow's bound has null max hold; `paused` and `paused_at` say
+whether and since when an operator paused it), a `key` serializers.key_summary.
 No key is null in JSON.
 """
 
@@ -378,6 +383,34 @@ def set_per_key(request: ApiRequest, name: str) -> JsonResponse:
             else serializers.unused_key_summary(changed, key)
         )
     return JsonResponse({"old": old, "limit": serializers.limit_summary(changed), "key": key_row})
+
+
+@csrf_exempt
+@require_POST
+@token_auth(operate=True)
+def pause(request: ApiRequest, name: str) -> JsonResponse:
+    """SPEC 5.6: the limit grants nothing until resumed; audited as `api:<username>` (a second
+    pause changes nothing and records nothing). The body is empty or `{}`."""
+    _json_body(request)
+    old = _limit(name).paused
+    limit = services.pause_limit(name, actor=actor(request))
+    return JsonResponse({"old": paused_word(old), "limit": serializers.limit_summary(limit)})
+
+
+@csrf_exempt
+@require_POST
+@token_auth(operate=True)
+def resume(request: ApiRequest, name: str) -> JsonResponse:
+    """Resume a paused limit: its free capacity goes to the queue at once. The body is empty or `{}`."""
+    _json_body(request)
+    old = _limit(name).paused
+    limit = services.resume_limit(name, actor=actor(request))
+    return JsonResponse({"old": paused_word(old), "limit": serializers.limit_summary(limit)})
+
+
+def paused_word(paused: bool) -> str:
+    """A limit's state as the audit log writes it: "paused" or "running"."""
+    return "paused" if paused else "running"
 
 
 @csrf_exempt

@@ -22,6 +22,8 @@ urlpatterns = [
     path("<str:name>/capacity/", api.set_capacity, name="capacity"),
     path("<str:name>/max-hold/", api.set_max_hold, name="max-hold"),
     path("<str:name>/per-key/", api.set_per_key, name="per-key"),
+    path("<str:name>/pause/", api.pause, name="pause"),
+    path("<str:name>/resume/", api.resume, name="resume"),
     path("<str:name>/forget/", api.forget, name="forget"),
     # Last: any other path under /api/limits/ answers a JSON 404, not Django's HTML page. It only
     # takes paths that end in '/', so a path without its slash is still redirected to the right one.

@@ -653,7 +653,7 @@ def _point(at: datetime, samples: list[tuple[int | None, ...] | None]) -> Point:
 # --- reading: Prometheus ----------------------------------------------------------------------
 
 
-LimitFigures = tuple[str, str, int, int, int, int | None, int]
+LimitFigures = tuple[str, str, int, int, int, int | None, int, datetime | None]
 
 
 def metric_rows() -> tuple[list[LimitFigures], list[dict[str, Any]], SweepState | None]:
@@ -663,7 +663,14 @@ def metric_rows() -> tuple[list[LimitFigures], list[dict[str, Any]], SweepState 
         Limit.objects.filter(Q(declared=True) | Q(busy_count__gt=0) | Q(reserved_count__gt=0) | Q(waiting_count__gt=0))
         .order_by("name")
         .values_list(
-            "name", "kind", "busy_count", "reserved_count", "waiting_count", "capacity_override", "declared_capacity"
+            "name",
+            "kind",
+            "busy_count",
+            "reserved_count",
+            "waiting_count",
+            "capacity_override",
+            "declared_capacity",
+            "paused_at",
         )
     )
     totals = list(LimitTotals.objects.order_by("limit__name").values("limit__name", "limit__kind", *COUNT_FIELDS))

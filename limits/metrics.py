@@ -9,7 +9,8 @@ histogram, from the sweep's per-minute rollup, so 30-45 s behind the end of each
 commit is added by a later pass, within its recount window) and the sweep's state. Every
 limit's metric carries `limit` and `kind` ("limit", or "workflow" for a workflow's own bound);
 busy, reserved and in use mean what they mean everywhere (SPEC 6.5): confirmed slots, slots
-handed out and not yet confirmed, and both.
+handed out and not yet confirmed, and both. stackbone_limit_paused is 1 while an operator has
+paused the limit (SPEC 5.6), read from the same row: no query more.
 
 The workers (WorkersCollector, limits.workers): one more query, the runs no worker has started,
 and Celery's inspect of the workers alive, asked at most every 10 s per web process.
@@ -68,9 +69,14 @@ class LimitsCollector(Collector):
                 "stackbone_limit_in_use", "Slots in use: busy + reserved, what counts against capacity.", labels=labels
             ),
             "waiting": GaugeMetricFamily("stackbone_limit_waiting", "Runs waiting in the queue.", labels=labels),
+            "paused": GaugeMetricFamily(
+                "stackbone_limit_paused",
+                "1 while an operator has paused the limit (it grants nothing until resumed), else 0.",
+                labels=labels,
+            ),
         }
         kinds: dict[str, str] = {}
-        for name, kind, busy, reserved, waiting, capacity_override, declared_capacity in limits:
+        for name, kind, busy, reserved, waiting, capacity_override, declared_capacity, paused_at in limits:
             label, kinds[name] = [name, kind], kind
             gauges["capacity"].add_metric(
                 label, float(capacity_override if capacity_override is not None else declared_capacity)
@@ -79,6 +85,7 @@ class LimitsCollector(Collector):
             gauges["reserved"].add_metric(label, float(reserved))
             gauges["in_use"].add_metric(label, float(busy + reserved))
             gauges["waiting"].add_metric(label, float(waiting))
+            gauges["paused"].add_metric(label, 0.0 if paused_at is None else 1.0)
         yield from gauges.values()
 
         by_name = {str(row["limit__name"]): row for row in totals}

@@ -33,7 +33,9 @@ def limit_summary(limit: Limit) -> dict[str, object]:
     has no max hold, so `max_hold_ms` and `declared_max_hold_ms` are null). The three figures of
     SPEC 6.5, as everywhere: `busy` the confirmed slots, `reserved` the slots handed to a run and
     not yet confirmed, `in_use` both (what counts against capacity). `per_key` is each key's
-    pool size in force, null when only the total applies."""
+    pool size in force, null when only the total applies. `paused` is true while an operator has
+    paused the limit (SPEC 5.6: it grants nothing until resumed), `paused_at` since when (null
+    while it runs)."""
     bound = limit.is_workflow_bound
     return {
         "name": limit.name,
@@ -52,6 +54,8 @@ def limit_summary(limit: Limit) -> dict[str, object]:
         "per_key": limit.per_key,
         "declared_per_key": limit.declared_per_key,
         "per_key_overridden": limit.per_key_overridden,
+        "paused": limit.paused,
+        "paused_at": _iso(limit.paused_at),
     }
 
 

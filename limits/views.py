@@ -64,6 +64,10 @@ PER_KEY_RESET_TO_NONE = "Pool size per key reset: none is declared, so only the 
 KEY_POOL_SET = "The pool of key “{key}” is now {value}."
 KEY_POOL_RESET = "The pool of key “{key}” is back to the pool size per key ({value})."
 KEY_POOL_RESET_TO_NONE = "The pool of key “{key}” is reset: only the total ({capacity}) applies."
+PAUSED = "Paused: {name} grants nothing until resumed. Held slots stay; waiting runs keep their places."
+RESUMED = "Resumed: {name} grants again; its free slots went to the queue."
+ALREADY_PAUSED = "{name} was already paused: nothing changed."
+ALREADY_RUNNING = "{name} was already running: nothing changed."
 BAD_KEY = "key is required: a string of 1 to 128 characters"
 NO_MAX_HOLD = "A workflow's own bound has no max hold: each run holds its slot until it ends."
 
@@ -253,6 +257,28 @@ def reset_limit(request: HtmxHttpRequest, name: str) -> HttpResponse:
             else:
                 text = PER_KEY_RESET.format(value=limit.per_key)
     return _edited(request, limit, Notice("success", text))
+
+
+@require_POST
+@operator_required
+def pause_limit(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    """SPEC 5.6: the limit grants nothing until resumed (audited; a second pause changes nothing)."""
+    limit = _limit_or_404(name)
+    was = limit.paused
+    limit = services.pause_limit(limit.name, actor=actor(request))
+    said = ALREADY_PAUSED if was else PAUSED
+    return _edited(request, limit, Notice("info" if was else "success", said.format(name=limit.name)))
+
+
+@require_POST
+@operator_required
+def resume_limit(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    """The limit's free capacity goes to the queue at once, as a capacity raise does."""
+    limit = _limit_or_404(name)
+    was = limit.paused
+    limit = services.resume_limit(limit.name, actor=actor(request))
+    said = RESUMED if was else ALREADY_RUNNING
+    return _edited(request, limit, Notice("success" if was else "info", said.format(name=limit.name)))
 
 
 @require_POST

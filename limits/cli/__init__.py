@@ -23,7 +23,7 @@ The modules, lowest first:
 
     errors.py    exit codes, CliError and its messages
     backend.py   the Backend interface and the shapes it returns (SlotsView, KeysView, Change,
-                 PoolChange)
+                 PoolChange, PauseChange)
     local.py     this installation (selectors, services, serializers; Django imported lazily)
     remote.py    another installation: the agents file and an HTTP client for its API
     parser.py    the arguments of the verbs (argparse)
@@ -36,7 +36,7 @@ copy here (which is why it is not re-exported).
 
 from __future__ import annotations
 
-from limits.cli.backend import Backend, Change, KeysView, PoolChange, SlotsView
+from limits.cli.backend import Backend, Change, KeysView, PauseChange, PoolChange, SlotsView
 from limits.cli.errors import (
     ALREADY_FREE,
     BAD_CUT,
@@ -92,6 +92,7 @@ __all__ = [
     "KeysView",
     "CliError",
     "LocalBackend",
+    "PauseChange",
     "PoolChange",
     "SlotsView",
     "Streams",

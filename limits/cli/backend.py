@@ -76,6 +76,19 @@ class PoolChange:
     key: dict[str, Any] | None = None
 
 
+@dataclass(slots=True)
+class PauseChange:
+    """A pause or a resume: the state before ("running" or "paused", as the audit log writes it)
+    and the limit after. Pausing a paused limit (resuming a running one) changes nothing."""
+
+    old: str
+    limit: dict[str, Any]
+
+    @property
+    def changed(self) -> bool:
+        return self.old != ("paused" if self.limit.get("paused") else "running")
+
+
 class Backend(Protocol):
     def limits(self, kind: str | None = None) -> list[dict[str, Any]]: ...
 
@@ -92,6 +105,8 @@ class Backend(Protocol):
     def set_max_hold(self, name: str, value: int | str | None) -> Change: ...
 
     def set_per_key(self, name: str, value: int | str | None, key: str | None = None) -> PoolChange: ...
+
+    def set_paused(self, name: str, paused: bool) -> PauseChange: ...
 
     def forget(self, name: str) -> dict[str, Any]: ...
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import getpass
 from typing import Any
 
-from limits.cli.backend import Change, KeysView, PoolChange, SlotsView, more_past_cut
+from limits.cli.backend import Change, KeysView, PauseChange, PoolChange, SlotsView, more_past_cut
 from limits.cli.errors import EXIT_NOT_FOUND, UNKNOWN_LIMIT, UNKNOWN_SLOT, CliError, one_line
 from studio.plumbing import clock as box_clock
 
@@ -141,6 +141,14 @@ class LocalBackend:
                 else serializers.unused_key_summary(changed, key)
             )
         return PoolChange(old, serializers.limit_summary(changed), key_row)
+
+    def set_paused(self, name: str, paused: bool) -> PauseChange:
+        """Pause (SPEC 5.6) or resume the limit; a second pause or resume changes nothing."""
+        from limits import serializers, services
+
+        old = "paused" if self._limit(name).paused else "running"
+        action = services.pause_limit if paused else services.resume_limit
+        return PauseChange(old, serializers.limit_summary(action(name, actor=self.actor)))
 
     def forget(self, name: str) -> dict[str, Any]:
         from limits import serializers

@@ -13,7 +13,7 @@ from limits.cli.remote import AGENTS_FILE_ENV
 from limits.config import KEY_MAX_LENGTH, check_key
 from limits.durations import DURATION_HELP
 
-VERBS = ("list", "slots", "keys", "release", "capacity", "max-hold", "per-key", "verify", "forget")
+VERBS = ("list", "slots", "keys", "release", "capacity", "max-hold", "per-key", "pause", "resume", "verify", "forget")
 KINDS = ("limit", "workflow")  # limits.models.Limit.Kind, without importing Django
 KEY_HELP = "a key: 1 to 128 characters, no control characters, case-sensitive"
 
@@ -72,6 +72,15 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
         "the limit's per_key)",
     )
     per_key.add_argument("--key", metavar="K", help=f"change this key's pool instead of the limit's ({KEY_HELP})")
+    # No --yes, like capacity: a pause takes no slot back and a resume undoes it at once.
+    pause = verbs.add_parser(
+        "pause",
+        help="pause a limit: it grants nothing until resumed (held slots stay, waiting runs keep their places)",
+        **kwargs,
+    )
+    pause.add_argument("limit", help="the limit's name")
+    resume = verbs.add_parser("resume", help="resume a paused limit: its free slots go to the queue at once", **kwargs)
+    resume.add_argument("limit", help="the limit's name")
     verify = verbs.add_parser(
         "verify",
         help="prove from the history rows that no limit broke its rules (exit 1 with the violations)",
@@ -85,7 +94,7 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     )
     forget.add_argument("limit", help="the limit's name")
     forget.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    for verb in (listing, slots, keys, release, capacity, max_hold, per_key, verify, forget):
+    for verb in (listing, slots, keys, release, capacity, max_hold, per_key, pause, resume, verify, forget):
         _json_usage_errors(verb)
     return verbs
 

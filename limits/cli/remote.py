@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from limits.cli.backend import Change, KeysView, PoolChange, SlotsView, more_past_cut
+from limits.cli.backend import Change, KeysView, PauseChange, PoolChange, SlotsView, more_past_cut
 from limits.cli.errors import EXIT_NOT_FOUND, EXIT_USAGE, UNKNOWN_LIMIT, UNKNOWN_SLOT, CliError, one_line
 
 AGENTS_FILE_ENV = "STACKBONE_AGENTS_FILE"
@@ -141,6 +141,12 @@ class AgentBackend:
             body["key"] = key
         answer = self._call("POST", f"{_quote(name)}/per-key/", body, not_found=UNKNOWN_LIMIT.format(name=name))
         return PoolChange(answer["old"], answer["limit"], answer.get("key"))
+
+    def set_paused(self, name: str, paused: bool) -> PauseChange:
+        """`POST <name>/pause/` or `<name>/resume/`: the state before and the limit after."""
+        verb = "pause" if paused else "resume"
+        answer = self._call("POST", f"{_quote(name)}/{verb}/", {}, not_found=UNKNOWN_LIMIT.format(name=name))
+        return PauseChange(answer["old"], answer["limit"])
 
     def forget(self, name: str) -> dict[str, Any]:
         """`POST <name>/forget/`: the record of the removal (the shape of `forget --json`). A

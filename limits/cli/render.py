@@ -119,8 +119,9 @@ def is_bound(limit: dict[str, Any]) -> bool:
 
 
 def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = None) -> None:
-    """The limits as a table. A workflow's own bound says so first in its NOTES ('workflow
-    bound'); its MAX HOLD is '-' (it has none). The columns stay those of a box without bounds."""
+    """The limits as a table. A paused limit says so first in its NOTES ('paused': it grants
+    nothing until resumed), a workflow's own bound next ('workflow bound'; its MAX HOLD is '-': it
+    has none). The columns stay those of a box without bounds."""
     if not limits:
         if kind == "workflow":
             io.out("no workflow bounds: no workflow caps its runs with @workflow(concurrency=...)")
@@ -130,6 +131,8 @@ def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = 
     rows = []
     for limit in limits:
         notes = ["workflow bound"] if is_bound(limit) else []
+        if limit.get("paused"):  # .get: an installation from before pause
+            notes.insert(0, "paused")
         if limit["reserved"]:
             notes.append(f"{limit['reserved']} reserved")
         if not limit["declared"]:
@@ -193,6 +196,8 @@ def render_slots(io: Streams, view: SlotsView) -> None:
         header += " (workflow bound: each running run holds a slot until it ends)"
     if not limit["declared"]:
         header += " (undeclared)"
+    if limit.get("paused"):
+        header += " (paused: grants nothing until resumed; waiting runs keep their places)"
     io.out(printable(header))
     if view.key is not None:
         io.out(printable(f"key {view.key['key']}: {_pool_figures(view.key)}"))

@@ -32,7 +32,7 @@ from limits.cli.parser import (
     search_option,
 )
 from limits.cli.remote import AgentBackend, load_agent
-from limits.cli.render import Streams, is_terminal, render_keys, render_limits, render_slots, write
+from limits.cli.render import Streams, in_use, is_terminal, render_keys, render_limits, render_slots, write
 from limits.durations import format_duration
 from limits.printable import printable
 
@@ -143,6 +143,42 @@ def per_key(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
     return EXIT_OK
 
 
+def pause(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    """SPEC 5.6: the limit grants nothing until resumed. No confirmation, like capacity: it
+    takes no slot back, and `resume` undoes it at once. A paused limit stays paused (exit 0)."""
+    return _set_paused(backend, options, io, paused=True)
+
+
+def resume(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    """The limit's free slots go to the queue at once. A running limit stays running (exit 0)."""
+    return _set_paused(backend, options, io, paused=False)
+
+
+def _set_paused(backend: Backend, options: argparse.Namespace, io: Streams, *, paused: bool) -> int:
+    change = backend.set_paused(options.limit, paused)
+    if options.json:
+        io.json(change.limit)
+        return EXIT_OK
+    name, new = change.limit["name"], "paused" if paused else "running"
+    if not change.changed:
+        io.out(printable(f"{name} was already {new}: nothing changed"))
+    elif paused:
+        io.out(
+            printable(
+                f"{name}: running → paused (grants nothing until `stackbone limits resume {name}`; "
+                f"{in_use(change.limit)} in use stay, {change.limit['waiting']} waiting keep their places)"
+            )
+        )
+    else:
+        io.out(
+            printable(
+                f"{name}: paused → running ({in_use(change.limit)}/{change.limit['capacity']} in use, "
+                f"{change.limit['waiting']} waiting)"
+            )
+        )
+    return EXIT_OK
+
+
 def _count(number: int, one: str, many: str) -> str:
     return f"{number} {one if number == 1 else many}"
 
@@ -208,6 +244,8 @@ HANDLERS: dict[str, Callable[[Backend, argparse.Namespace, Streams], int]] = {
     "capacity": capacity,
     "max-hold": max_hold,
     "per-key": per_key,
+    "pause": pause,
+    "resume": resume,
     "verify": verify,
     "forget": forget,
 }

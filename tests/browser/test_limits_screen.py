@@ -11,7 +11,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from limits import services
-from limits.models import Limit
+from limits.models import AuditEvent, Limit, Slot
 from studio.models import Run, Step
 from tests.browser.conftest import SCREENSHOTS
 from tests.factories import declare, holders, queue
@@ -186,6 +186,51 @@ def test_the_limit_page_reads_well_on_a_phone(live_server, browser, operator, bu
         phone.screenshot(path=str(SCREENSHOTS / "limit-page-phone.png"), full_page=True)
         width = phone.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, f"the page scrolls sideways ({width}px)"
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
+def test_an_operator_pauses_and_resumes_by_clicking(live_server, browser, operator, busy_limits, width, height) -> None:
+    """SPEC 5.6: Pause (confirmed) stops grants and the page says so without a reload: a badge, a
+    note, a queue header that no longer promises the head the next free slot; the button stays
+    on screen at 1280 px and on a phone. Resume grants the freed slot at once."""
+    context = browser.new_context(viewport={"width": width, "height": height}, is_mobile=width < 600)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    try:
+        sign_in(page, live_server.url, "/studio/limits/voice-calls/")
+        mark_window(page)
+        pause = page.locator("#pause-button")
+        pause.scroll_into_view_if_needed()
+        box = pause.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, box
+        page.once("dialog", lambda dialog: dialog.accept())
+        pause.click()
+        expect(page.locator("#edit-panel .notice")).to_contain_text("Paused: voice-calls grants nothing")
+        expect(page.locator("#paused-badge")).to_be_visible()
+        expect(page.locator("#paused-note")).to_contain_text("no slot is granted")
+        expect(page.locator("#queue-note")).to_contain_text("Paused: nobody gets a slot")
+        expect(page.locator("#resume-button")).to_be_visible()
+        assert Limit.objects.get(name="voice-calls").paused
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        page.screenshot(path=str(SCREENSHOTS / f"limit-paused-{width}.png"), full_page=True)
+
+        assert services.acquire("voice-calls", run_id="run-x").state == "waiting"  # paused: a new acquisition waits
+        services.release(Slot.objects.get(run_id="run-0", state="busy").id, actor="user:ada")
+        expect(page.locator("#figure-free")).to_have_text("1")  # freed, and nobody got it
+        expect(page.locator("#figure-waiting")).to_have_text("4")
+
+        page.locator("#resume-button").click()
+        expect(page.locator("#edit-panel .notice")).to_contain_text("Resumed: voice-calls grants again")
+        expect(page.locator("#paused-badge")).to_have_count(0)
+        expect(page.locator("#figure-waiting")).to_have_text("3")
+        expect(page.locator("#slots tbody tr", has_text="run-2").locator(".badge.reserved")).to_be_visible()
+        expect(page.locator("#pause-button")).to_be_visible()
+        assert_not_reloaded(page)
+        assert list(
+            AuditEvent.objects.filter(action__in=["pause", "resume"]).order_by("id").values_list("action", "actor")
+        ) == [("pause", "user:ada"), ("resume", "user:ada")]
     finally:
         context.close()
 

@@ -204,3 +204,23 @@ def test_without_a_token_set_it_is_not_found_outside_debug(settings) -> None:
 
 def test_it_rejects_post(scraper) -> None:
     assert scraper.post("/metrics").status_code == 405
+
+
+def test_a_paused_limit_is_1_on_stackbone_limit_paused_and_the_scrape_keeps_its_queries(
+    scraper, clock, django_assert_num_queries
+) -> None:
+    """SPEC 5.6 on /metrics: stackbone_limit_paused is 1 while an operator has paused the limit, 0
+    otherwise, for every limit with its kind; read from the same row, so no query more."""
+    from limits import run_bounds
+    from limits.services import pause_limit, resume_limit
+
+    declare(m={"capacity": 2, "max_hold": "10m"}, other={"capacity": 3, "max_hold": "1h"})
+    run_bounds.sync(["sync_tenant"])
+    pause_limit("m", actor="test")
+    with django_assert_num_queries(5):
+        samples = scrape(scraper)
+    assert one(samples, "stackbone_limit_paused", limit="m") == 1
+    assert one(samples, "stackbone_limit_paused", limit="other") == 0
+    assert one(samples, "stackbone_limit_paused", limit="workflow.sync_tenant", kind="workflow") == 0
+    resume_limit("m", actor="test")
+    assert one(scrape(scraper), "stackbone_limit_paused", limit="m") == 0

@@ -87,6 +87,7 @@ class Row(NamedTuple):
 
 
 DETAIL = "/studio/limits/{limit}/?slots=1&queue=1"
+RESUMED = done("/studio/limits/{paused}/?slots=1&queue=1")  # back to the paused limit's page
 RUN = "/studio/runs/{run}/"
 RUNS = "/studio/runs/"
 LIMIT_SAVED = done("/admin/limits/limit/")
@@ -137,6 +138,10 @@ MATRIX: list[Row] = [
     Row("POST", "/studio/limits/{limit}/key-pool/reset/", LOGIN,        DENIED,       done(DETAIL),       done(DETAIL)),
     Row("GET",  "/studio/limits/{limit}/reset/",          WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("POST", "/studio/limits/{limit}/reset/",          LOGIN,        DENIED,       done(DETAIL),       done(DETAIL)),
+    Row("GET",  "/studio/limits/{limit}/pause/",          WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("POST", "/studio/limits/{limit}/pause/",          LOGIN,        DENIED,       done(DETAIL),       done(DETAIL)),
+    Row("GET",  "/studio/limits/{paused}/resume/",        WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("POST", "/studio/limits/{paused}/resume/",        LOGIN,        DENIED,       RESUMED,            RESUMED),
     Row("GET",  "/studio/runs/",                          LOGIN,        OK,           OK,                 OK),
     Row("POST", "/studio/runs/",                          WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/studio/runs/-/start/",                  WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
@@ -156,8 +161,8 @@ MATRIX: list[Row] = [
     Row("GET",  "/admin/logout/",                         TO_ADMIN,     TO_ADMIN,     WRONG_METHOD,       WRONG_METHOD),
     Row("POST", "/admin/logout/",                         TO_ADMIN,     TO_ADMIN,     OK,                 OK),
     Row("GET",  "/admin/limits/limit/",                   ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
-    # a POST without an action (none is offered): the list again
-    Row("POST", "/admin/limits/limit/",                   ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
+    # the action "Pause selected limits" (operators: limits.operate_limit)
+    Row("POST", "/admin/limits/limit/",                   ADMIN_LOGIN,  ADMIN_LOGIN,  LIMIT_SAVED,        LIMIT_SAVED),
     Row("GET",  "/admin/limits/limit/{limit_pk}/change/", ADMIN_LOGIN,  ADMIN_LOGIN,  OK,                 OK),
     Row("POST", "/admin/limits/limit/{limit_pk}/change/", ADMIN_LOGIN,  ADMIN_LOGIN,  LIMIT_SAVED,        LIMIT_SAVED),
     Row("GET",  "/admin/limits/limit/add/",               ADMIN_LOGIN,  ADMIN_LOGIN,  DENIED,             DENIED),
@@ -244,6 +249,10 @@ MATRIX: list[Row] = [
     Row("POST", "/api/limits/{limit}/keys/",              WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/api/limits/{limit}/per-key/",           WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("POST", "/api/limits/{limit}/per-key/",           NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
+    Row("GET",  "/api/limits/{limit}/pause/",             WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("POST", "/api/limits/{limit}/pause/",             NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
+    Row("GET",  "/api/limits/{paused}/resume/",           WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("POST", "/api/limits/{paused}/resume/",           NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
     Row("GET",  "/api/limits/{old_limit}/forget/",        WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("POST", "/api/limits/{old_limit}/forget/",        NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
     Row("GET",  "/api/limits/-/workers/",                 NO_TOKEN,     OK,           OK,                 OK),
@@ -269,6 +278,7 @@ FORMS: dict[str, dict[str, Any]] = {
     "/studio/runs/-/start/": {"workflow": "export_report", "input": '{{"report_id": "r-1"}}'},  # {{: World.fill
     "/studio/runs/-/cancel/": {"run": "{run}"},
     "/admin/limits/limit/{limit_pk}/change/": {"capacity": "3", "max_hold": ""},
+    "/admin/limits/limit/": {"action": "pause_selected", "_selected_action": ["{limit_pk}"]},
     "/admin/limits/slot/": {"action": "release_selected", "_selected_action": ["{slot}"]},
     "/admin/limits/limitkey/{limitkey_pk}/change/": {"pool": "2"},
 }
@@ -277,6 +287,8 @@ JSON_BODIES: dict[str, dict[str, Any]] = {
     "/api/limits/{limit}/max-hold/": {"max_hold": "1h"},
     "/api/limits/{limit}/per-key/": {"value": 1},
     "/api/limits/{old_limit}/forget/": {},
+    "/api/limits/{limit}/pause/": {},
+    "/api/limits/{paused}/resume/": {},
 }
 
 
@@ -324,9 +336,12 @@ def world(clock) -> World:
         "superuser": User.objects.create_superuser("root", "root@example.com", "a-long-password"),
     }
     tokens = {persona: issue_token(user, name=persona)[1] for persona, user in users.items()}
-    # old-calls left the config with nothing in use (an operator may forget it); a record of one forgotten
+    # old-calls left the config with nothing in use (an operator may forget it); a record of one forgotten;
+    # paused-calls is paused (an operator may resume it)
+    paused_calls = {"capacity": 1, "max_hold": "1h"}
     declare(voice_calls={"capacity": 2, "max_hold": "45m"}, old_calls={"capacity": 1, "max_hold": "1h"})
-    declare(voice_calls={"capacity": 2, "max_hold": "45m"})
+    declare(voice_calls={"capacity": 2, "max_hold": "45m"}, paused_calls=paused_calls)
+    services.pause_limit("paused-calls", actor="user:setup")
     forgotten = ForgottenLimit.objects.create(
         name="older-calls", kind="limit", at=timezone.now(), actor="cli:ada", declared_capacity=1, removed={}
     )
@@ -348,6 +363,7 @@ def world(clock) -> World:
         "token_pk": str(ApiToken.objects.order_by("id").first().pk),
         "limitkey_pk": str(LimitKey.objects.get(key="acme").pk),
         "old_limit": "old-calls",
+        "paused": "paused-calls",
         "forgotten": str(forgotten.pk),
     }
     return World(ids=ids, users=users, tokens=tokens)

@@ -15,7 +15,8 @@ from limits.tokens import TokenError, issue_token
 
 class Command(BaseCommand):
     help = (
-        "Operate concurrency limits: list, slots, keys, release, capacity, max-hold, per-key, verify, forget, "
+        "Operate concurrency limits: list, slots, keys, release, capacity, max-hold, per-key, pause, resume, "
+        "verify, forget, "
         "sync, sweep, token."
     )
 
