@@ -82,14 +82,25 @@ def confirm(slot_id: str) -> bool | Answer:
     return NOT_HANDLED_HERE if outcome == SLOW else outcome == "busy"
 
 
-def release(slot_id: str, reservation_ms: int, owed_after_ms: int) -> tuple[bool, list[str]] | Answer:
-    """limits_release of a busy slot, with the grant of the freed capacity on every limit it locks
-    (keys and groups too): (released, the runs its settle woke). A reservation is NOT_HANDLED_HERE."""
+def release(slot_id: str, reservation_ms: int, owed_after_ms: int, actor: str | None = None) -> tuple[bool, list[str]]:
+    """limits_release of a busy or reserved slot (a reservation's run goes back to the queue, a
+    group's whole), audited when an operator (`actor`) releases it, with the grant of the freed
+    capacity on every limit it locks: (released, the runs its settle woke)."""
     outcome, woken = _call(
-        "SELECT outcome, woken FROM limits_release(%s, %s, %s, %s)",
-        [slot_id, clock.param(), reservation_ms, owed_after_ms],
+        "SELECT outcome, woken FROM limits_release(%s, %s, %s, %s, %s)",
+        [slot_id, clock.param(), reservation_ms, owed_after_ms, actor],
     )
-    return NOT_HANDLED_HERE if outcome == SLOW else (outcome == "released", woken)
+    return outcome == "released", woken
+
+
+def end_run(run_id: str, reservation_ms: int, owed_after_ms: int) -> tuple[int, list[str]]:
+    """limits_end_run: the run's waits cancelled, its reservations and tied busy slots freed, the
+    capacity granted: (entries and slots ended, the runs to wake)."""
+    ended, woken = _call(
+        "SELECT ended, woken FROM limits_end_run(%s, %s, %s, %s)",
+        [run_id, clock.param(), reservation_ms, owed_after_ms],
+    )
+    return ended, woken
 
 
 def grant(limit_ids: list[int], now: datetime, reservation_ms: int, owed_after_ms: int) -> tuple[int, int, list[str]]:

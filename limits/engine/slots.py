@@ -317,12 +317,12 @@ def release(slot_id: str, *, actor: str | None = None) -> bool:
     """
     if not isinstance(slot_id, str):
         return False
-    if server.available() and actor is None and is_storable_text(slot_id):
-        fast = server.release(slot_id, RESERVATION_MS, keys.OWED_AFTER_MS)
-        if fast is not server.NOT_HANDLED_HERE:
-            released, woken = fast
-            rules.wake_on_commit(woken)
-            return released
+    if server.available():
+        if not is_storable_text(slot_id):
+            return False  # no slot id holds a NUL or a lone surrogate; the database could not compare it
+        released, woken = server.release(slot_id, RESERVATION_MS, keys.OWED_AFTER_MS, actor)
+        rules.wake_on_commit(woken)
+        return released
     with transaction.atomic(savepoint=False):
         found = _locked_slot(slot_id)
         if found is None or not found[0].is_live:
@@ -361,6 +361,10 @@ def end_run(run_id: str) -> int:
     Never: a slot tied to a run stays busy or reserved after that run ended (`limits verify`
     checks it from the rows)."""
     check_run_id(run_id)
+    if server.available():
+        ended, woken = server.end_run(run_id, RESERVATION_MS, keys.OWED_AFTER_MS)
+        rules.wake_on_commit(woken)
+        return ended
     ended = 0
     with transaction.atomic(savepoint=False):
         limit_ids = _limits_ending_with(run_id)

@@ -247,15 +247,59 @@ BEGIN
 END
 $$;
 
--- Release a busy slot and hand the capacity to the queue: 'released' with the runs to wake;
--- already free or unknown: 'gone'; a reservation: 'slow' (it goes back to the queue: Python).
--- limits.engine.slots.release: the slot's limit is locked with the other limits of the groups
--- waiting in it or reserved from it (keys.lock: read without a lock, then locked in id order, so
--- crossing groups never deadlock; a group that joined meanwhile with a limit not locked here stays
--- waiting, as in Python), the slot freed, and the free capacity granted: by limits_settle when
--- every locked limit is plain, else by limits_grant over them all (issue 26: one call in every case).
+-- keys.lapse for the reserved slots of one acquisition (a group's all together, 10.2): freed as
+-- p_state ('lapsed', or 'released' by p_freed_by), and the run back at the end of each queue with
+-- its deadline, timeout, key and group (3.6), the counters of the limits and pools with them. The
+-- caller holds the locks of every limit of the acquisition. Returns how many slots it freed.
+CREATE OR REPLACE FUNCTION limits_take_back(p_request text, p_now timestamptz, p_state text, p_freed_by text)
+RETURNS integer
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    s record;
+    v_position bigint;
+    v_count integer := 0;
+BEGIN
+    FOR s IN
+        SELECT sl.id, sl.limit_id, sl.run_id, sl.label, sl.key, sl.group_size, q.deadline, q.timeout_ms
+        FROM limits_slot sl JOIN limits_queueentry q ON q.id = sl.queue_entry_id
+        WHERE sl.request = p_request AND sl.state = 'reserved'
+        ORDER BY sl.limit_id
+    LOOP
+        UPDATE limits_slot SET state = p_state, freed_at = p_now, freed_by = p_freed_by WHERE id = s.id;
+        UPDATE limits_limit
+        SET reserved_count = reserved_count - 1, keyed_reserved_count = keyed_reserved_count - (s.key <> '')::integer,
+            waiting_count = waiting_count + 1, keyed_waiting_count = keyed_waiting_count + (s.key <> '')::integer,
+            group_waiting_count = group_waiting_count + (s.group_size > 1)::integer,
+            next_position = next_position + 1
+        WHERE id = s.limit_id
+        RETURNING next_position - 1 INTO v_position;
+        INSERT INTO limits_queueentry (
+            limit_id, run_id, request, label, key, group_size, position, state, enqueued_at, deadline, timeout_ms
+        ) VALUES (
+            s.limit_id, s.run_id, p_request, s.label, s.key, s.group_size, v_position, 'waiting', p_now,
+            s.deadline, s.timeout_ms
+        );
+        IF s.key <> '' THEN
+            UPDATE limits_limitkey SET reserved_count = reserved_count - 1, waiting_count = waiting_count + 1
+            WHERE limit_id = s.limit_id AND key = s.key;
+        END IF;
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+
+-- limits.engine.slots.release: free a busy or reserved slot and hand the capacity to the queue:
+-- 'released' with the runs to wake; already free or unknown: 'gone'. A reservation sends its run
+-- back to the end of the queue (a group's whole, 10.2: limits_take_back). With p_actor (an
+-- operator, 5.1) the slot is freed by that name and the release audited. The slot's limit is
+-- locked with the other limits of the groups waiting in it or reserved from it (keys.lock: read
+-- without a lock, then locked in id order, so crossing groups never deadlock; a group that joined
+-- meanwhile with a limit not locked here stays waiting, as in Python), the slot freed, and the
+-- free capacity granted: by limits_settle when every locked limit is plain, else by limits_grant
+-- over them all (issue 26: one call in every case).
 CREATE OR REPLACE FUNCTION limits_release(
-    p_slot text, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    p_slot text, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint, p_actor text,
     OUT outcome text, OUT woken text[]
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
@@ -265,6 +309,7 @@ DECLARE
     v_now timestamptz;
     v_state text;
     v_key text;
+    v_request text;
     v_plain boolean := true;
     v_waiting boolean := false;
     l limits_limit;
@@ -281,42 +326,141 @@ BEGIN
        OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_limit AND state = 'reserved' AND group_size > 1) THEN
         v_ids := v_ids || limits_partners(v_limit);
     END IF;
-    BEGIN
-        FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
-            v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
-            v_plain := v_plain AND limits_is_plain(l);
-            v_waiting := v_waiting OR l.waiting_count > 0;
-        END LOOP;
-        SELECT state, key INTO v_state, v_key FROM limits_slot WHERE id = p_slot;
-        IF v_state = 'reserved' THEN
-            RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- it goes back to the queue: the Python rules
-        END IF;
-        IF v_state <> 'busy' THEN
-            outcome := 'gone';
-            RETURN;
-        END IF;
-        UPDATE limits_slot SET state = 'released', freed_at = v_now, freed_by = '' WHERE id = p_slot;
+    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
+        v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
+        v_plain := v_plain AND limits_is_plain(l);
+        v_waiting := v_waiting OR l.waiting_count > 0;
+    END LOOP;
+    SELECT state, key, request INTO v_state, v_key, v_request FROM limits_slot WHERE id = p_slot;
+    IF v_state NOT IN ('busy', 'reserved') THEN
+        outcome := 'gone';
+        RETURN;
+    END IF;
+    IF v_state = 'reserved' THEN
+        PERFORM limits_take_back(v_request, v_now, 'released', coalesce(p_actor, ''));
+        v_waiting := true;
+        v_plain := false;  -- the run is back in the queue: limits_grant takes it (a group's, all its limits)
+    ELSE
+        UPDATE limits_slot SET state = 'released', freed_at = v_now, freed_by = coalesce(p_actor, '')
+        WHERE id = p_slot;
         UPDATE limits_limit
         SET busy_count = busy_count - 1, keyed_busy_count = keyed_busy_count - (v_key <> '')::integer
         WHERE id = v_limit;
         IF v_key <> '' THEN
             UPDATE limits_limitkey SET busy_count = busy_count - 1 WHERE limit_id = v_limit AND key = v_key;
         END IF;
-        -- rules.clock_all: one time for the change to every locked limit
-        UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);
-        IF v_waiting AND v_plain THEN  -- the rows are locked: nobody joined since they were read
-            FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) AND waiting_count > 0 ORDER BY id LOOP
-                SELECT * INTO settled FROM limits_settle(l.id, v_now, p_reservation_ms);
-                woken := woken || settled.timed_out || settled.granted;
-            END LOOP;
-        ELSIF v_waiting THEN
-            SELECT g.woken INTO woken FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms) g;
-        END IF;
-        outcome := 'released';
-    EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
-        outcome := 'slow';
+    END IF;
+    -- rules.clock_all: one time for the change to every locked limit
+    UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);
+    IF v_waiting AND v_plain THEN  -- the rows are locked: nobody joined since they were read
+        FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) AND waiting_count > 0 ORDER BY id LOOP
+            SELECT * INTO settled FROM limits_settle(l.id, v_now, p_reservation_ms);
+            woken := woken || settled.timed_out || settled.granted;
+        END LOOP;
+    ELSIF v_waiting THEN
+        SELECT g.woken INTO woken FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms) g;
+    END IF;
+    IF p_actor IS NOT NULL THEN  -- rules.audit (5.5)
+        INSERT INTO limits_auditevent (at, actor, action, limit_id, slot_id, key, old_value, new_value)
+        VALUES (v_now, p_actor, 'release', v_limit, p_slot, '', v_state, 'released');
+    END IF;
+    outcome := 'released';
+END
+$$;
+
+-- limits.engine.slots.end_run: a run ended. Its waits are cancelled, its reservations and the busy
+-- slots tied to it (with_limit, 2.5) freed as run_ended, on every limit it touched, locked with
+-- their groups' other limits in id order; the free capacity granted over them all (limits_grant).
+-- How many entries and slots it ended, and the runs to wake.
+CREATE OR REPLACE FUNCTION limits_end_run(
+    p_run text, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    OUT ended integer, OUT woken text[]
+)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    v_mine bigint[];
+    v_ids bigint[];
+    v_id bigint;
+    v_now timestamptz;
+    l limits_limit;
+    v_cancelled integer;
+    v_freed integer;
+BEGIN
+    ended := 0;
+    woken := '{}';
+    SELECT coalesce(array_agg(DISTINCT limit_id), '{}') INTO v_mine FROM (
+        SELECT limit_id FROM limits_queueentry WHERE run_id = p_run AND state = 'waiting'
+        UNION ALL
+        SELECT limit_id FROM limits_slot
+        WHERE run_id = p_run AND (state = 'reserved' OR (state = 'busy' AND ends_with_run))
+    ) t;
+    IF cardinality(v_mine) = 0 THEN
         RETURN;
-    END;
+    END IF;
+    v_ids := v_mine;
+    FOREACH v_id IN ARRAY v_mine LOOP
+        IF EXISTS (SELECT 1 FROM limits_limit WHERE id = v_id AND group_waiting_count > 0)
+           OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_id AND state = 'reserved' AND group_size > 1) THEN
+            v_ids := v_ids || limits_partners(v_id);
+        END IF;
+    END LOOP;
+    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
+        v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
+    END LOOP;
+    WITH cancelled AS (
+        UPDATE limits_queueentry SET state = 'cancelled', finished_at = v_now
+        WHERE run_id = p_run AND state = 'waiting' AND limit_id = ANY (v_ids)
+        RETURNING limit_id, key, group_size
+    ), counted AS (
+        UPDATE limits_limit t
+        SET waiting_count = t.waiting_count - c.n, keyed_waiting_count = t.keyed_waiting_count - c.keyed,
+            group_waiting_count = t.group_waiting_count - c.grouped
+        FROM (
+            SELECT limit_id, count(*) AS n, count(*) FILTER (WHERE key <> '') AS keyed,
+                   count(*) FILTER (WHERE group_size > 1) AS grouped
+            FROM cancelled GROUP BY limit_id
+        ) c
+        WHERE t.id = c.limit_id
+    ), pools AS (
+        UPDATE limits_limitkey k SET waiting_count = k.waiting_count - c.n
+        FROM (SELECT limit_id, key, count(*) AS n FROM cancelled WHERE key <> '' GROUP BY limit_id, key) c
+        WHERE k.limit_id = c.limit_id AND k.key = c.key
+    )
+    SELECT count(*) INTO v_cancelled FROM cancelled;
+    WITH freed AS (
+        UPDATE limits_slot s SET state = 'run_ended', freed_at = v_now
+        FROM limits_slot o
+        WHERE s.id = o.id AND s.run_id = p_run AND s.limit_id = ANY (v_ids)
+          AND (s.state = 'reserved' OR (s.state = 'busy' AND s.ends_with_run))
+        RETURNING s.limit_id, s.key, o.state AS was
+    ), counted AS (
+        UPDATE limits_limit t
+        SET busy_count = t.busy_count - c.busy, reserved_count = t.reserved_count - c.reserved,
+            keyed_busy_count = t.keyed_busy_count - c.keyed_busy,
+            keyed_reserved_count = t.keyed_reserved_count - c.keyed_reserved
+        FROM (
+            SELECT limit_id,
+                   count(*) FILTER (WHERE was = 'busy') AS busy,
+                   count(*) FILTER (WHERE was = 'reserved') AS reserved,
+                   count(*) FILTER (WHERE was = 'busy' AND key <> '') AS keyed_busy,
+                   count(*) FILTER (WHERE was = 'reserved' AND key <> '') AS keyed_reserved
+            FROM freed GROUP BY limit_id
+        ) c
+        WHERE t.id = c.limit_id
+    ), pools AS (
+        UPDATE limits_limitkey k
+        SET busy_count = k.busy_count - c.busy, reserved_count = k.reserved_count - c.reserved
+        FROM (
+            SELECT limit_id, key, count(*) FILTER (WHERE was = 'busy') AS busy,
+                   count(*) FILTER (WHERE was = 'reserved') AS reserved
+            FROM freed WHERE key <> '' GROUP BY limit_id, key
+        ) c
+        WHERE k.limit_id = c.limit_id AND k.key = c.key
+    )
+    SELECT count(*) INTO v_freed FROM freed;
+    ended := v_cancelled + v_freed;
+    UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);  -- rules.clock_all
+    SELECT g.woken INTO woken FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms) g;
 END
 $$;
 

@@ -76,12 +76,12 @@ def _holding() -> dict[str, Callable[[], Any]]:
         "rules.locked_by_name": lambda: rules.locked_by_name(limit.name),
         "slots._locked_slot": lambda: slots._locked_slot(held),
         "limits_acquire": sql("SELECT outcome FROM limits_acquire('calls', 'r', 'req-a', '', 1000, now())", []),
-        "limits_release": sql("SELECT outcome FROM limits_release(%s, now(), 120000, 120000)", [held]),
+        "limits_release": sql("SELECT outcome FROM limits_release(%s, now(), 120000, 120000, NULL)", [held]),
         "limits_acquire_group": sql(
             "SELECT outcome FROM limits_acquire_group('{calls}', 'r', 'req-g', '', 'k1', 1000, now(), 120000, 120000)",
             [],
         ),
-        "keyed limits_release": sql("SELECT outcome FROM limits_release(%s, now(), 120000, 120000)", [keyed]),
+        "keyed limits_release": sql("SELECT outcome FROM limits_release(%s, now(), 120000, 120000, NULL)", [keyed]),
     }
 
 

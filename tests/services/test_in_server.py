@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from limits import services
-from limits.models import Limit, QueueEntry, Slot
+from limits.models import AuditEvent, Limit, QueueEntry, Slot
 from tests.conftest import START, requires_postgres
 from tests.factories import assert_counters_match_rows, declare
 
@@ -98,6 +98,44 @@ def test_queueing_handing_over_and_confirming_with_keys_or_groups_are_one_statem
     assert [name for name, _ in group.slots] == ["y", "x"]
     assert set(Slot.objects.filter(request="g6").values_list("state", flat=True)) == {"busy"}
     for name in ("api", "x", "y"):
+        assert_counters_match_rows(name)
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_releasing_a_reservation_an_operators_release_and_a_runs_end_are_one_statement_each() -> None:
+    """Issue 26: the release of a reservation (its run back to the queue, a group's whole), an
+    operator's release (audited) and a run's end (end_run over every limit it touched) are one
+    call each (limits_release, limits_end_run), where they were the Python rules under the locks."""
+    declare(x={"capacity": 1, "max_hold": "1h"}, y={"capacity": 1, "max_hold": "1h", "per_key": 1})
+    held = services.acquire("y", run_id="r1", key="k").slot_id
+    services.acquire_group(["x", "y"], run_id="r2", request="g2", key="k")
+    released, sent = _engine_statements(lambda: services.release(held, actor="user:ana"))  # g2 reserved on both
+    assert released is True and len(sent) == 1 and "limits_release(" in sent[0]
+    services.acquire("x", run_id="r3", request="q3")  # waits behind g2's reservation
+    reserved = Slot.objects.get(request="g2", limit__name="x").id
+    released, sent = _engine_statements(lambda: services.release(reserved, actor="user:bob"))
+    assert released is True and len(sent) == 1
+    assert sorted(Slot.objects.filter(request="g2").values_list("state", "freed_by")) == [
+        ("released", "user:bob"),
+        ("released", "user:bob"),
+    ]
+    # g2 goes back to the end of both queues, behind q3 on x, which gets x's freed slot.
+    assert Slot.objects.get(request="q3").state == "reserved"
+    assert QueueEntry.objects.filter(request="g2", state="waiting").count() == 2
+    audit = list(AuditEvent.objects.filter(action="release").order_by("id").values_list("actor", "old_value"))
+    assert audit == [("user:ana", "busy"), ("user:bob", "reserved")]
+    ended, sent = _engine_statements(lambda: services.end_run("r3"))  # its reservation of x
+    assert ended == 1 and len(sent) == 1 and "limits_end_run(" in sent[0]
+    assert sorted(Slot.objects.filter(request="g2").exclude(state="released").values_list("state", flat=True)) == [
+        "reserved",
+        "reserved",
+    ]
+    ended, sent = _engine_statements(lambda: services.end_run("r2"))  # its reservations
+    assert ended == 2 and len(sent) == 1
+    ended, sent = _engine_statements(lambda: services.end_run("r2"))
+    assert ended == 0 and len(sent) == 1
+    for name in ("x", "y"):
         assert_counters_match_rows(name)
 
 
