@@ -59,7 +59,7 @@ def add_runs(groups: argparse._SubParsersAction[Any]) -> None:
 
     parser = groups.add_parser(
         "runs",
-        help="start, list, show and cancel workflow runs (this installation only)",
+        help="start, list, show and cancel workflow runs (locally, or on another installation with --agent)",
         description="Start and watch workflow runs. Exit codes: 0 done; 1 not found or nothing cancelled; "
         "2 bad usage or bad value.",
     )

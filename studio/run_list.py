@@ -1,6 +1,9 @@
-"""Runs as the Runs screen (studio.runs_screen) and `stackbone runs` (studio.runs_cli) see them:
-a page of runs, newest first, filtered and searched in a constant number of queries at any
-number of runs; and starting and cancelling one with the checks both share.
+"""Runs as the Runs screen (studio.runs_screen), `stackbone runs` (studio.runs_cli) and the JSON
+API (studio.runs_api, /api/runs/) see them: a page of runs, newest first, filtered and searched
+in a constant number of queries at any number of runs; starting and cancelling one with the
+checks they all share; and the answers the CLI's --json and the API both print (*_answer). A
+run's input, RunsError and their messages live in studio.run_values (no Django, for `stackbone
+runs --agent`); RunsError and parse_input are named here too, as they always were.
 
 Pages are keyset pages ("older than this run", "newer than this run"), never OFFSET and never
 COUNT(*): at a million runs both cost a walk over every row before the page. Each filter has an
@@ -32,7 +35,6 @@ import base64
 import binascii
 import datetime as dt
 import inspect
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +45,9 @@ from limits.config import check_key
 from limits.models import LIVE_SLOT_STATES, Limit, QueueEntry, Slot, is_storable_text
 from limits.services import why_waiting
 from studio.plumbing import clock as box_clock
+from studio.run_values import FINISHED, check_input
+from studio.run_values import RunsError as RunsError
+from studio.run_values import parse_input as parse_input
 from studio.runs import runtime
 from studio.runs.models import Run
 
@@ -53,31 +58,16 @@ FINISHED_STATUSES = (Run.Status.COMPLETED.value, Run.Status.FAILED.value, Run.St
 WAITING_AS_LIST = 5_000  # a queue at most this long is paged as a list of run ids (runs_page)
 SEARCH_MATCHES = 500  # runs a label search can find (the labels of live slots and waiting runs)
 SEARCH_SCANNED = 5_000  # matching run ids a label search reads before it pages the runs instead
-INPUT_MAX_LENGTH = 64 * 1024
 
-# Messages (tests assert on them). Each error names its field.
+# Messages (tests assert on them). Each error names its field. The input's are studio.run_values'.
 UNKNOWN_WORKFLOW = "unknown workflow {name!r} (known: {known})"
 NO_WORKFLOWS = "none: no module in STACKBONE_WORKFLOWS registers one"
-BAD_JSON = "input is not valid JSON: {error}"
-NOT_AN_OBJECT = "input must be a JSON object ({{...}}), not {kind}"
-NOT_TEXT = "input must be UTF-8 text"
-TOO_DEEP = "input is nested too deeply"
-INPUT_TOO_LONG = "input must be at most {limit} characters of JSON, not {length}"
 KEY_WITHOUT_BOUNDS = (
     "key: workflow {name!r} caps no runs (no @workflow(concurrency=...) or limits=...), so a concurrency "
     "key means nothing for it; put a key its body reads into the input instead"
 )
 BAD_STATUS = "status must be one of {statuses}, not {value!r}"
 UNKNOWN_RUN = "unknown run {run_id!r}"
-
-
-class RunsError(Exception):
-    """A start or a filter that cannot be done as asked: the message names the field."""
-
-    def __init__(self, message: str, field: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
 
 
 # --- workflows ----------------------------------------------------------------------------------
@@ -105,77 +95,46 @@ def workflow_hints() -> dict[str, str]:
 # --- starting and cancelling --------------------------------------------------------------------
 
 
-def parse_input(text: str | None) -> dict[str, Any]:
-    """A run's input as typed: a JSON object (an empty text is `{}`)."""
-    if text is None or not text.strip():
-        return {}
-    if not _is_utf8(text):  # a non-UTF-8 argument arrives with lone surrogates: no database stores them
-        raise RunsError(NOT_TEXT, "input")
-    if len(text) > INPUT_MAX_LENGTH:
-        raise RunsError(INPUT_TOO_LONG.format(limit=INPUT_MAX_LENGTH, length=len(text)), "input")
-    try:
-        value = json.loads(text)
-    except ValueError as error:
-        raise RunsError(BAD_JSON.format(error=error), "input") from None
-    except RecursionError:  # json's parser recurses: a few thousand nested [ fit in the size limit
-        raise RunsError(TOO_DEEP, "input") from None
-    if not isinstance(value, dict):
-        raise RunsError(NOT_AN_OBJECT.format(kind=_json_kind(value)), "input")
-    return value
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _json_kind(value: object) -> str:
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "true or false"
-    if value is None:
-        return "null"
-    return "a number"
-
-
-def check_start(workflow: str, key: str | None) -> str | None:
-    """Refuse, before anything is created, an unknown workflow, a bad key, or a key for a workflow
-    whose runs have no bounds (start_run would drop it without a word). Returns the key."""
+def check_start(workflow: str, key: str | None, limits: list[str] | None = None) -> str | None:
+    """Refuse, before anything is created, an unknown workflow, bad `limits` (the named limits
+    this run holds instead of the workflow's: SPEC 11.1), a bad key, or a key for a run without
+    bounds (start_run would drop it without a word). Returns the key."""
     names = workflow_names()
     if workflow not in names:
         known = ", ".join(names) if names else NO_WORKFLOWS
         raise RunsError(UNKNOWN_WORKFLOW.format(name=workflow, known=known), "workflow")
+    bounds: list[str] | None = None
+    if limits is not None:
+        try:
+            bounds, _key = run_bounds.bounds_for_run(workflow, limits)
+        except runtime.WorkflowError as error:
+            raise RunsError(str(error), "limits") from None
     if key is None or key == "":
         return None
     try:
         check_key(key)
     except ValueError as error:
         raise RunsError(str(error), "key") from None
-    try:
-        bounds, _key = run_bounds.bounds_for_run(workflow)
-    except runtime.WorkflowError as error:
-        raise RunsError(str(error), "workflow") from None
+    if bounds is None:
+        try:
+            bounds, _key = run_bounds.bounds_for_run(workflow)
+        except runtime.WorkflowError as error:
+            raise RunsError(str(error), "workflow") from None
     if not bounds:
         raise RunsError(KEY_WITHOUT_BOUNDS.format(name=workflow), "key")
     return key
 
 
-def start(workflow: str, input: dict[str, Any], key: str | None = None) -> Run:
+def start(workflow: str, input: dict[str, Any], key: str | None = None, limits: list[str] | None = None) -> Run:
     """Start a run through the public studio.workflows.start_run, after check_start. A refusal
     of start_run itself (a bound's limit no longer declared) is a RunsError, nothing created."""
     from studio.workflows import start_run  # imports the workflows' package: only when starting
 
-    key = check_start(workflow, key)
+    key = check_start(workflow, key, limits)
     try:
-        return start_run(workflow, input, concurrency_key=key)
+        return start_run(workflow, input, concurrency_key=key, limits=limits)
     except runtime.WorkflowError as error:
-        field = "input" if "input" in str(error) else "workflow"
+        field = "input" if "input" in str(error) else "limits" if limits else "workflow"
         raise RunsError(str(error), field) from None
 
 
@@ -594,3 +553,46 @@ def run_details(row: RunRow) -> dict[str, Any]:
 
 def run_row(run: Run) -> RunRow:
     return _with_limits([run])[0]
+
+
+# --- the answers of `stackbone runs ... --json` and /api/runs/ (the same dicts) --------------------
+
+
+def start_answer(
+    workflow: str, input: object, key: str | None = None, limits: list[str] | None = None
+) -> dict[str, Any]:
+    """Start a run (start, with the input checked: check_input) and answer its summary."""
+    return run_summary(run_row(start(workflow, check_input(input), key, limits)))
+
+
+def list_answer(run_filter: RunFilter, *, size: int, older_than: str | None = None) -> dict[str, Any]:
+    """`{"runs": [summary, ...], "more": bool}`: the newest `size` runs that match, or with
+    `older_than` (a run's id) the runs created before that run; `more` says whether older runs
+    match."""
+    cursor = None
+    if older_than is not None:
+        run = get_run(older_than)
+        if run is None:
+            raise RunsError(UNKNOWN_RUN.format(run_id=older_than), "before")
+        cursor = Cursor.of(run)
+    page = runs_page(run_filter, older_than=cursor, size=size)
+    return {"runs": [run_summary(row) for row in page.rows], "more": page.older is not None}
+
+
+def show_answer(run_id: str) -> dict[str, Any]:
+    """One run's details (run_details); an unknown run is a RunsError (field 'run')."""
+    run = get_run(run_id)
+    if run is None:
+        raise RunsError(UNKNOWN_RUN.format(run_id=run_id), "run")
+    return run_details(run_row(run))
+
+
+def cancel_answer(run_id: str) -> dict[str, Any]:
+    """Cancel a run: `{"cancelled": true, "id", "status"}`, or for a run that had finished
+    `{"cancelled": false, "id", "status", "reason": "already finished"}` (nothing changed). An
+    unknown run is a RunsError (field 'run')."""
+    cancelled, run = cancel(run_id)
+    answer: dict[str, Any] = {"cancelled": cancelled, "id": run.id, "status": run.status}
+    if not cancelled:
+        answer["reason"] = FINISHED
+    return answer

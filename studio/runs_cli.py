@@ -1,42 +1,52 @@
 """`stackbone runs start|list|show|cancel`: start and watch workflow runs from a terminal.
 
-    stackbone runs start <workflow> [--input JSON] [--key K] [--json]
-    stackbone runs list [--status S] [--workflow W] [--key K] [--waiting-for L] [--rows N] [--json]
-    stackbone runs show <run id> [--json]
-    stackbone runs cancel <run id> [--json]
+    stackbone runs start <workflow> [--input JSON] [--key K] [--limits L,...] [--json] [--agent ID]
+    stackbone runs list [--status S] [--workflow W] [--key K] [--waiting-for L] [--rows N] [--json] [--agent ID]
+    stackbone runs show <run id> [--json] [--agent ID]
+    stackbone runs cancel <run id> [--json] [--agent ID]
 
 Exit codes, as `stackbone limits`: 0 done; 1 not found (an unknown run) or nothing cancelled (the
 run had already finished); 2 bad usage or a bad value (an unknown workflow, input that is not a
 JSON object, a bad key or status). An error is one line on stderr, never a traceback; with
 `--json` it is JSON on stderr: `{"error": ..., "field": ...}`. A refused start creates nothing.
 
-This installation only: `--agent` answers a one-line error (the API has no runs endpoints yet).
-Reads and writes go through studio.run_list, like the Runs screen; starting is the public
-studio.workflows.start_run and cancelling the run page's cancel_run.
+Each verb gets its answer as a dict from a backend, and prints it (as JSON with --json): on this
+installation from studio.run_list (the answers of the Runs screen's reads, the public
+studio.workflows.start_run and the run page's cancel_run); with `--agent <id>` from another
+installation's /api/runs/ (studio.runs_api), which answers the same dicts, through the HTTP
+client of `stackbone limits --agent` (limits.cli.remote). No Django is loaded for --agent.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
-from collections.abc import Callable
-from datetime import datetime
-from typing import Any
+import urllib.parse
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
-from limits.cli.errors import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
+from limits.cli.errors import EMPTY_AGENT, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
+from limits.cli.remote import AGENTS_FILE_ENV, AgentBackend, load_agent
 from limits.cli.render import Streams, table
+from limits.durations import format_duration
 from limits.printable import printable
+from studio.run_values import (
+    DEFAULT_LIST_SIZE,
+    FINISHED_STATUSES,
+    MAX_LIST_SIZE,
+    UNKNOWN,
+    RunsError,
+    parse_input,
+)
 
 VERBS = ("start", "list", "show", "cancel")
-DEFAULT_LIST_SIZE = 20
-MAX_LIST_SIZE = 1000
-AGENT_NOT_SUPPORTED = "runs: --agent is not supported yet; run `stackbone runs` on that installation"
 BAD_LIST_SIZE = "--rows must be a whole number from 1 to {max}, not {value!r}"
 NOT_CANCELLED = "{run_id} had already finished ({status}): nothing cancelled"
-# The `reason` of `cancel --json`'s {"cancelled": false}: no such run, or it had finished already.
-UNKNOWN = "unknown"
-FINISHED = "already finished"
+CANCELLED = "it left every queue and freed what ends with it"
+UNKNOWN_RUN = "unknown run {run_id!r}"  # studio.run_list.UNKNOWN_RUN, without Django for --agent
 
 
 class RunsCliError(CliError):
@@ -50,7 +60,12 @@ class RunsCliError(CliError):
 def add_verbs(parser: argparse.ArgumentParser) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print machine-readable JSON (errors too, on stderr)")
-    common.add_argument("--agent", metavar="ID", help="not supported for runs yet (runs on this installation only)")
+    common.add_argument(
+        "--agent",
+        metavar="ID",
+        help=f"run it on another installation, listed in the agents file (${AGENTS_FILE_ENV}, "
+        "default ~/.config/stackbone/agents.toml), through its JSON API",
+    )
     verbs = parser.add_subparsers(dest="verb", metavar="<verb>", required=True)
     kwargs: dict[str, Any] = {"parents": [common]}
     start = verbs.add_parser("start", help="start a run of a workflow; prints its id (only the id on stdout)", **kwargs)
@@ -60,7 +75,13 @@ def add_verbs(parser: argparse.ArgumentParser) -> None:
         "--key",
         metavar="K",
         help="the run's concurrency key: which per-key pool of the workflow's bounds it takes "
-        "(1 to 128 characters, no control characters; only for a workflow that caps its runs)",
+        "(1 to 128 characters, no control characters; only for a run with bounds)",
+    )
+    start.add_argument(
+        "--limits",
+        metavar="L,...",
+        help="the named limits this run holds for its whole run, instead of the workflow's own limits=[...] "
+        "(comma-separated; '' for none, only the workflow's own bound)",
     )
     listing = verbs.add_parser("list", help="runs, newest first", **kwargs)
     listing.add_argument("--status", metavar="S", help="only runs in this status (queued, pending, running, ...)")
@@ -100,10 +121,14 @@ def run(options: argparse.Namespace, *, streams: Streams | None = None, setup: C
     io = streams or Streams()
     try:
         if options.agent is not None:
-            raise RunsCliError(AGENT_NOT_SUPPORTED, EXIT_USAGE, "agent")
-        if setup is not None:
-            setup()
-        return _execute(options, io)
+            if not options.agent.strip():  # an unset $TARGET must not mean "this installation"
+                raise RunsCliError(EMPTY_AGENT, EXIT_USAGE, "agent")
+            backend: RunsBackend = AgentRuns(load_agent(options.agent))
+        else:
+            if setup is not None:
+                setup()
+            backend = LocalRuns()
+        return HANDLERS[options.verb](backend, options, io)
     except CliError as error:
         if options.json:
             io.err(json.dumps({"error": error.message, "field": getattr(error, "field", None)}))
@@ -112,14 +137,30 @@ def run(options: argparse.Namespace, *, streams: Streams | None = None, setup: C
         return error.code
 
 
-def _execute(options: argparse.Namespace, io: Streams) -> int:
+# --- where the answers come from ------------------------------------------------------------------
+
+
+class RunsBackend(Protocol):
+    def start(self, workflow: str, input: dict[str, Any], key: str | None, limits: list[str] | None) -> Any: ...
+
+    def list(self, filters: dict[str, str], size: int) -> Any: ...
+
+    def show(self, run_id: str) -> Any: ...
+
+    def cancel(self, run_id: str) -> Any: ...
+
+    def now(self) -> datetime: ...
+
+
+@contextlib.contextmanager
+def _local_errors() -> Iterator[None]:
+    """run_list's refusals and a database that cannot be reached, as the CLI's errors."""
     from django.db import DatabaseError, InterfaceError
 
     from limits.cli.local import database_error_message
-    from studio.run_list import RunsError
 
     try:
-        return HANDLERS[options.verb](options, io)
+        yield
     except RunsError as error:
         code = EXIT_NOT_FOUND if error.field == "run" else EXIT_USAGE
         raise RunsCliError(error.message, code, error.field) from None
@@ -127,84 +168,134 @@ def _execute(options: argparse.Namespace, io: Streams) -> int:
         raise RunsCliError(database_error_message(error), EXIT_NOT_FOUND) from None
 
 
-def start(options: argparse.Namespace, io: Streams) -> int:
-    from studio import run_list
+class LocalRuns:
+    """This installation: studio.run_list (Django loaded by the caller's setup)."""
 
-    values = run_list.parse_input(options.input)
-    run = run_list.start(options.workflow, values, options.key)
+    def start(self, workflow: str, input: dict[str, Any], key: str | None, limits: list[str] | None) -> Any:
+        from studio import run_list
+
+        with _local_errors():
+            return run_list.start_answer(workflow, input, key, limits)
+
+    def list(self, filters: dict[str, str], size: int) -> Any:
+        from studio import run_list
+
+        with _local_errors():
+            return run_list.list_answer(run_list.RunFilter(**filters), size=size)
+
+    def show(self, run_id: str) -> Any:
+        from studio import run_list
+
+        with _local_errors():
+            return run_list.show_answer(run_id)
+
+    def cancel(self, run_id: str) -> Any:
+        from studio import run_list
+
+        with _local_errors():
+            return run_list.cancel_answer(run_id)
+
+    def now(self) -> datetime:
+        from studio.plumbing import clock
+
+        return clock.now()
+
+
+class AgentRuns(AgentBackend):
+    """Another installation: its /api/runs/ (studio.runs_api), through limits.cli.remote's client
+    (its agents file, token, time-out and the errors of its answers)."""
+
+    def start(self, workflow: str, input: dict[str, Any], key: str | None, limits: list[str] | None) -> Any:
+        body: dict[str, object] = {"workflow": workflow, "input": input, "key": key, "limits": limits}
+        return self._call("POST", "", body, api="runs")
+
+    def list(self, filters: dict[str, str], size: int) -> Any:
+        query = urllib.parse.urlencode({**{name: value for name, value in filters.items() if value}, "size": size})
+        return self._call("GET", f"?{query}", api="runs")
+
+    def show(self, run_id: str) -> Any:
+        return self._call("GET", f"{quote(run_id)}/", not_found=UNKNOWN_RUN.format(run_id=run_id), api="runs")
+
+    def cancel(self, run_id: str) -> Any:
+        not_found = UNKNOWN_RUN.format(run_id=run_id)
+        return self._call("POST", f"{quote(run_id)}/cancel/", {}, not_found=not_found, api="runs")
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+# --- the verbs ------------------------------------------------------------------------------------
+
+
+def start(backend: RunsBackend, options: argparse.Namespace, io: Streams) -> int:
+    values = _checked(parse_input, options.input)
+    limits = None if options.limits is None else [name.strip() for name in options.limits.split(",") if name.strip()]
+    run = backend.start(options.workflow, values, options.key, limits)
     if options.json:
-        io.json(run_list.run_summary(run_list.run_row(run)))
+        io.json(run)
     else:
         # Only the id on stdout, so `R=$(stackbone runs start ...)` holds it; the rest to stderr.
-        key = f", key {run.concurrency_key}" if run.concurrency_key else ""
-        io.out(run.id)
-        io.err(printable(f"started {run.id} ({run.workflow}{key}): {run.status}"))
+        key = f", key {run['key']}" if run["key"] else ""
+        io.out(printable(run["id"]))
+        io.err(printable(f"started {run['id']} ({run['workflow']}{key}): {run['status']}"))
     return EXIT_OK
 
 
-def list_runs(options: argparse.Namespace, io: Streams) -> int:
-    from studio import run_list
-    from studio.plumbing import clock
-
+def list_runs(backend: RunsBackend, options: argparse.Namespace, io: Streams) -> int:
     size = _list_size(options.size)
-    run_filter = run_list.RunFilter(
-        status=options.status or "",
-        workflow=options.workflow or "",
-        waiting_for=options.waiting_for or "",
-        key=options.key or "",
-    )
-    page = run_list.runs_page(run_filter, size=size)
+    filters = {
+        "status": options.status or "",
+        "workflow": options.workflow or "",
+        "waiting_for": options.waiting_for or "",
+        "key": options.key or "",
+    }
+    answer = backend.list(filters, size)
     if options.json:
-        io.json({"runs": [run_list.run_summary(row) for row in page.rows], "more": page.older is not None})
+        io.json(answer)
         return EXIT_OK
-    if not page.rows:
-        io.out("no runs" + (" match" if run_filter.active else " yet"))
+    if not answer["runs"]:
+        io.out("no runs" + (" match" if any(filters.values()) else " yet"))
         return EXIT_OK
-    now = clock.now()
+    now = backend.now()
     rows = [
         [
-            row.run.id,
-            row.run.workflow,
-            row.run.status,
-            ", ".join(row.keys) or "-",
-            _ago(row.run.created_at, now),
-            _ago(row.run.started_at, now),
-            _duration(row),
-            _limits_of(row),
+            run["id"],
+            run["workflow"],
+            run["status"],
+            ", ".join(run["keys"]) or "-",
+            _ago(run["created_at"], now),
+            _ago(run["started_at"], now),
+            _duration(run),
+            _limits_of(run),
         ]
-        for row in page.rows
+        for run in answer["runs"]
     ]
     for line in table(["RUN", "WORKFLOW", "STATUS", "KEY", "CREATED", "STARTED", "DURATION", "LIMITS"], rows):
         io.out(line)
-    if page.older is not None:
+    if answer["more"]:
         io.out(f"… more runs: raise --rows (at most {MAX_LIST_SIZE}) or filter")
     return EXIT_OK
 
 
-def show(options: argparse.Namespace, io: Streams) -> int:
-    from studio import run_list
-    from studio.plumbing import clock
-
-    run = run_list.get_run(options.run_id)
-    if run is None:
-        raise run_list.RunsError(run_list.UNKNOWN_RUN.format(run_id=options.run_id), "run")
-    details = run_list.run_details(run_list.run_row(run))
+def show(backend: RunsBackend, options: argparse.Namespace, io: Streams) -> int:
+    details = backend.show(options.run_id)
     if options.json:
         io.json(details)
         return EXIT_OK
-    now = clock.now()
-    suspended = " (suspended)" if run.suspended and run.status == "running" else ""
-    io.out(printable(f"{run.id}  {run.workflow}  {run.status}{suspended}"))
+    now = backend.now()
+    suspended = " (suspended)" if details["suspended"] and details["status"] == "running" else ""
+    io.out(printable(f"{details['id']}  {details['workflow']}  {details['status']}{suspended}"))
+    output = details["output"]
     facts = [
-        ("key", run.concurrency_key or "-"),
-        ("created", _ago(run.created_at, now)),
-        ("started", _ago(run.started_at, now)),
-        ("finished", _ago(run.finished_at, now)),
-        ("input", json.dumps(run.input, ensure_ascii=False, sort_keys=True)),
-        ("output", "-" if run.output is None else json.dumps(run.output, ensure_ascii=False, sort_keys=True)),
+        ("key", details["key"] or "-"),
+        ("created", _ago(details["created_at"], now)),
+        ("started", _ago(details["started_at"], now)),
+        ("finished", _ago(details["finished_at"], now)),
+        ("input", json.dumps(details["input"], ensure_ascii=False, sort_keys=True)),
+        ("output", "-" if output is None else json.dumps(output, ensure_ascii=False, sort_keys=True)),
     ]
-    if run.error:
-        facts.append(("error", run.error.strip().splitlines()[-1]))
+    if details["error"]:
+        facts.append(("error", details["error"].strip().splitlines()[-1]))
     for wait in details["waits"]:
         why = f": {wait['reason']['text']}" if wait["reason"] else ""
         facts.append(("waits for", f"{wait['limit']}" + (f" (label {wait['label']})" if wait["label"] else "") + why))
@@ -220,33 +311,45 @@ def show(options: argparse.Namespace, io: Streams) -> int:
     return EXIT_OK
 
 
-def cancel(options: argparse.Namespace, io: Streams) -> int:
-    from studio import run_list
-
+def cancel(backend: RunsBackend, options: argparse.Namespace, io: Streams) -> int:
     try:
-        cancelled, run = run_list.cancel(options.run_id)
-    except run_list.RunsError:
-        if options.json:
+        answer = backend.cancel(options.run_id)
+    except CliError as error:
+        if options.json and error.field == "run" and error.code == EXIT_NOT_FOUND:
             io.json({"cancelled": False, "reason": UNKNOWN})
         raise
     if options.json:
-        answer: dict[str, Any] = {"cancelled": cancelled, "id": run.id, "status": run.status}
-        if not cancelled:
-            answer["reason"] = FINISHED
         io.json(answer)
-    if not cancelled:
-        raise RunsCliError(NOT_CANCELLED.format(run_id=run.id, status=run.status), EXIT_NOT_FOUND, "run")
+    if not answer["cancelled"]:
+        message = NOT_CANCELLED.format(run_id=answer["id"], status=answer["status"])
+        raise RunsCliError(message, EXIT_NOT_FOUND, "run")
     if not options.json:
-        io.out(printable(f"cancelled {run.id} ({run.workflow}): it left every queue and freed what ends with it"))
+        io.out(printable(f"cancelled {answer['id']} ({_workflow_of(backend, answer['id'])}): {CANCELLED}"))
     return EXIT_OK
 
 
-HANDLERS: dict[str, Callable[[argparse.Namespace, Streams], int]] = {
+HANDLERS: dict[str, Callable[[RunsBackend, argparse.Namespace, Streams], int]] = {
     "start": start,
     "list": list_runs,
     "show": show,
     "cancel": cancel,
 }
+
+
+def quote(run_id: str) -> str:
+    return urllib.parse.quote(run_id, safe="")
+
+
+def _workflow_of(backend: RunsBackend, run_id: str) -> str:
+    workflow: str = backend.show(run_id)["workflow"]
+    return workflow
+
+
+def _checked[T](check: Callable[[str], T], text: str) -> T:
+    try:
+        return check(text)
+    except RunsError as error:
+        raise RunsCliError(error.message, EXIT_USAGE, error.field) from None
 
 
 def _list_size(text: str) -> int:
@@ -255,27 +358,23 @@ def _list_size(text: str) -> int:
     return int(text)
 
 
-def _duration(row: Any) -> str:
+def _duration(run: dict[str, Any]) -> str:
     """How long it ran: '1m 15s', or '12s so far' while it runs; '-' before it started."""
-    from limits.durations import format_duration
-
-    if row.duration_ms is None:
+    if run["duration_ms"] is None:
         return "-"
-    return format_duration(row.duration_ms) + ("" if row.run.is_finished else " so far")
+    return format_duration(run["duration_ms"]) + ("" if run["status"] in FINISHED_STATUSES else " so far")
 
 
-def _limits_of(row: Any) -> str:
-    waits = [f"waits {entry.limit.name}" for entry in row.waits]
-    holds = [f"holds {slot.limit.name}" for slot in row.holds]
+def _limits_of(run: dict[str, Any]) -> str:
+    waits = [f"waits {name}" for name in run["waiting_for"]]
+    holds = [f"holds {name}" for name in run["holding"]]
     return ", ".join(waits + holds) or "-"
 
 
-def _ago(moment: datetime | None, now: datetime) -> str:
-    from limits.durations import format_duration
-
+def _ago(moment: str | None, now: datetime) -> str:
     if moment is None:
         return "-"
-    ms = int((now - moment).total_seconds() * 1000)
+    ms = int((now - datetime.fromisoformat(moment)).total_seconds() * 1000)
     return "just now" if ms < 1000 else f"{format_duration(ms)} ago"
 
 

@@ -188,8 +188,11 @@ class AgentBackend:
                 return rows[:cut], more, datetime.fromisoformat(answer["now"]), first
             page += 1
 
-    def _call(self, method: str, path: str, body: object = None, *, not_found: str = "not found") -> Any:
-        url = f"{self.agent.url}/api/limits/{path}"
+    def _call(
+        self, method: str, path: str, body: object = None, *, not_found: str = "not found", api: str = "limits"
+    ) -> Any:
+        """One request to the agent's /api/<api>/ (`limits`, or `runs` for `stackbone runs --agent`)."""
+        url = f"{self.agent.url}/api/{api}/{path}"
         request = urllib.request.Request(
             url,
             data=None if body is None else json.dumps(body).encode(),

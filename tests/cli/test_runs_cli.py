@@ -115,6 +115,17 @@ def test_the_key_is_the_runs_concurrency_key() -> None:
     assert json.loads(second.out)["waiting_for"] == ["workflow.sync_tenant"]
 
 
+def test_limits_are_the_named_limits_the_run_holds_instead_of_the_workflows() -> None:
+    declare(voice_calls={"capacity": 1, "max_hold": "45m"})
+    first = runs("start", "export_report", "--limits", "voice-calls", "--json")
+    second = runs("start", "export_report", "--limits", " voice-calls ", "--key", "acme", "--json")
+
+    assert (first.code, second.code) == (0, 0), (first.err, second.err)
+    assert json.loads(first.out)["holding"] == ["voice-calls"]
+    assert (json.loads(second.out)["status"], json.loads(second.out)["waiting_for"]) == ("queued", ["voice-calls"])
+    assert [run.bounds for run in Run.objects.all()] == [["voice-calls"], ["voice-calls"]]
+
+
 BAD_STARTS = [
     pytest.param(
         ["start", "no_such_flow"], "workflow", "unknown workflow 'no_such_flow' (known: ", id="unknown-workflow"
@@ -126,6 +137,8 @@ BAD_STARTS = [
     pytest.param(["start", "place_call", "--key", "acme"], "key", "caps no runs", id="key-without-bounds"),
     pytest.param(["start", "sync_tenant", "--key", "a\x1bb"], "key", "control characters", id="control-key"),
     pytest.param(["start", "sync_tenant", "--key", "k" * 129], "key", "1 to 128 characters", id="long-key"),
+    pytest.param(["start", "place_call", "--limits", "nope"], "limits", "unknown limit 'nope'", id="unknown-limit"),
+    pytest.param(["start", "place_call", "--limits", "a,b,c"], "limits", "at most 2 named limits", id="three-limits"),
     # JSON that Python reads and PostgreSQL's jsonb refuses: refused on every database.
     *(
         pytest.param(["start", "place_call", "--input", text], "input", message, id=name)
@@ -172,11 +185,31 @@ def test_the_unknown_workflow_message_lists_the_known_ones() -> None:
         assert name in result.err
 
 
-def test_agent_is_not_supported_for_runs_yet() -> None:
-    result = runs("start", "place_call", "--agent", "prod")
-    assert_one_error_line(result, 2, contains="--agent is not supported yet")
-    assert not Run.objects.exists()
-    assert json_error(runs("list", "--agent", "prod", "--json"))["field"] == "agent"
+@pytest.mark.django_db(transaction=True)  # the live server reads committed rows
+@pytest.mark.usefixtures("no_worker")
+def test_agent_runs_each_verb_on_another_installation(live_server, tmp_path, monkeypatch) -> None:
+    """Issue 29: `--agent` starts, lists, shows and cancels runs over the other installation's
+    /api/runs/ (it was "not supported yet"); tests/cli/test_runs_agent.py has the rest."""
+    from limits.cli import AGENTS_FILE_ENV
+    from tests.api.test_runs import run_operator
+    from tests.cli.conftest import write_agents
+
+    agents = write_agents(tmp_path / "agents.toml", {"prod": {"url": live_server.url, "token": run_operator()[1]}})
+    monkeypatch.setenv(AGENTS_FILE_ENV, str(agents))
+
+    started = runs("start", "place_call", "--input", '{"call_id": "c-1"}', "--agent", "prod")
+    run_id = started.out.strip()
+    listed = json.loads(runs("list", "--agent", "prod", "--json").out)
+    shown = json.loads(runs("show", run_id, "--agent", "prod", "--json").out)
+    cancelled = runs("cancel", run_id, "--agent", "prod")
+
+    assert started.code == 0, started.err
+    assert Run.objects.get().id == run_id
+    assert [run["id"] for run in listed["runs"]] == [run_id]
+    assert (shown["input"], shown["status"]) == ({"call_id": "c-1"}, "pending")
+    assert cancelled.code == 0, cancelled.err
+    assert Run.objects.get().status == "cancelled"
+    assert json_error(runs("list", "--agent", "", "--json"))["field"] == "agent"
 
 
 # --- list ---------------------------------------------------------------------------------------

@@ -70,6 +70,7 @@ DENIED = Outcome(403)
 NOT_FOUND = Outcome(404)
 WRONG_METHOD = Outcome(405)
 API_DONE = Outcome(200, writes=True)
+API_STARTED = Outcome(201, writes=True)  # POST /api/runs/: a run created
 
 
 def done(location: str) -> Outcome:
@@ -259,6 +260,15 @@ MATRIX: list[Row] = [
     Row("POST", "/api/limits/-/workers/",                 WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/api/limits/{limit}/no-such-thing/",     NO_TOKEN,     NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
     Row("POST", "/api/limits/{limit}/no-such-thing/",     NO_TOKEN,     NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
+    # --- /api/runs/ (studio.runs_api): reads need any active user's token; starting and cancelling studio.change_run
+    Row("GET",  "/api/runs/",                             NO_TOKEN,     OK,           OK,                 OK),
+    Row("POST", "/api/runs/",                             NO_TOKEN,     DENIED,       API_STARTED,        API_STARTED),
+    Row("GET",  "/api/runs/{run}/",                       NO_TOKEN,     OK,           OK,                 OK),
+    Row("POST", "/api/runs/{run}/",                       WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("GET",  "/api/runs/{run}/cancel/",                WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("POST", "/api/runs/{run}/cancel/",                NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
+    Row("GET",  "/api/runs/{run}/no-such-thing/",         NO_TOKEN,     NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
+    Row("POST", "/api/runs/{run}/no-such-thing/",         NO_TOKEN,     NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
 ]
 # fmt: on
 
@@ -289,6 +299,8 @@ JSON_BODIES: dict[str, dict[str, Any]] = {
     "/api/limits/{old_limit}/forget/": {},
     "/api/limits/{limit}/pause/": {},
     "/api/limits/{paused}/resume/": {},
+    "/api/runs/": {"workflow": "export_report", "input": {"report_id": "r-1"}},
+    "/api/runs/{run}/cancel/": {},
 }
 
 
