@@ -186,3 +186,19 @@ def test_a_bad_token_an_unreachable_or_an_empty_agent_is_one_line(box) -> None:
     assert down.code == 1 and down.err.startswith("error: cannot reach agent 'down'")
     assert (empty.code, json.loads(empty.err)["field"]) == (2, "agent")
     assert not Run.objects.exists()
+
+
+def test_the_console_script_with_an_agent_needs_no_local_settings(box) -> None:
+    """The real `stackbone` process: with --agent it never sets Django up here, so settings that
+    would stop a local verb (a DEBUG that is not a boolean) do not matter."""
+    from tests.cli.test_script import stackbone
+
+    broken = {"DEBUG": "maybe"}
+    local = stackbone("runs", "list", env=broken)
+    started = stackbone("runs", "start", "place_call", "--input", '{"call_id": "c-1"}', "--agent", "box", env=broken)
+    listed = stackbone("runs", "list", "--agent", "box", "--json", env=broken)
+
+    assert local.returncode == 2 and "settings are wrong" in local.stderr
+    assert started.returncode == 0, started.stderr
+    assert started.stdout == f"{Run.objects.get().id}\n"
+    assert [run["id"] for run in json.loads(listed.stdout)["runs"]] == [Run.objects.get().id]
