@@ -277,8 +277,11 @@ def limit_queue(request: ApiRequest, name: str) -> JsonResponse:
             rows = selectors.queue_page(limit, number=page, size=size).items
     groups = serializers.entry_groups(rows)
     etas = selectors.queue_etas(limit, rows, first_place=None if key is not None else offset + 1)
+    reasons = services.why_waiting(rows)
     queue = [
-        serializers.queue_entry_summary(entry, offset + index + 1, groups, eta_seconds=eta)
+        serializers.queue_entry_summary(
+            entry, offset + index + 1, groups, eta_seconds=eta, reason=reasons.get(entry.id)
+        )
         for index, (entry, eta) in enumerate(zip(rows, etas, strict=True))
     ]
     return _page_answer(limit, "queue", queue, page, size, total, {"key": key})

@@ -311,6 +311,16 @@ def with_group_partners[Row: (Slot, QueueEntry)](limit: Limit, rows: Sequence[Ro
     return rows
 
 
+def with_reasons(limit: Limit, entries: Sequence[QueueEntry]) -> Sequence[QueueEntry]:
+    """Give each waiting entry of `limit` `reason`: why it is not granted now (SPEC 6.5), by the
+    grant's own rules (limits.engine.keys.why_waiting): no query for a limit without room or
+    without keys and groups waiting, a few otherwise, whatever the size of the page."""
+    reasons = engine_keys.why_waiting(entries, limits=[limit])
+    for entry in entries:
+        entry.reason = reasons.get(entry.id)  # type: ignore[attr-defined]  # for the template, not a field
+    return entries
+
+
 # --- a run's hold on limits (Studio run page) ----------------------------------------------------
 
 

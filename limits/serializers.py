@@ -18,6 +18,7 @@ from datetime import datetime
 
 from django.db.models import QuerySet
 
+from limits.engine.results import Reason
 from limits.models import ForgottenLimit, Limit, LimitKey, QueueEntry, Slot
 
 Groups = Mapping[str, list[str]]
@@ -85,13 +86,19 @@ def slot_summary(slot: Slot, groups: Groups | None = None, *, bound: bool = Fals
 
 
 def queue_entry_summary(
-    entry: QueueEntry, position: int, groups: Groups | None = None, *, eta_seconds: int | None = None
+    entry: QueueEntry,
+    position: int,
+    groups: Groups | None = None,
+    *,
+    eta_seconds: int | None = None,
+    reason: Reason | None = None,
 ) -> dict[str, object]:
     """A waiting run as the CLI and the API print it; `position` is 1 for the head of the queue
     (of the key's queue, when the list is filtered by key). `group` names the limits the run
     waits for together (from entry_groups) when it waits for several. `eta_seconds` is its
     estimated wait in this limit's queue (limits.selectors.queue_etas, the rule in limits.eta),
-    null when unknown (the limit granted nothing in the last 10 minutes)."""
+    null when unknown (the limit granted nothing in the last 10 minutes). `reason` says why it
+    waits (SPEC 6.5, limits.services.why_waiting): {code, text, limit[, key][, owed_run]}."""
     return {
         "position": position,
         "run": entry.run_id,
@@ -102,6 +109,7 @@ def queue_entry_summary(
         "waiting_since": _iso(entry.enqueued_at),
         "deadline": _iso(entry.deadline),
         "eta_seconds": eta_seconds,
+        "reason": None if reason is None else reason.as_json(),
     }
 
 

@@ -426,6 +426,7 @@ def _live_context(
     here = replace(here, slots=slots.number, queue=queue.number, keys=keys.number)
     selectors.with_group_partners(limit, slots.items)
     selectors.with_group_partners(limit, queue.items)
+    selectors.with_reasons(limit, queue.items)
     no_key = selectors.no_key_pool(limit) if keys.number == 1 and not here.key_filter else None
     return {
         "limit": limit,

@@ -39,7 +39,7 @@ class LocalBackend:
         """The limit's slots and queue, or with `key` only that key's (queue positions then
         count within the key's queue)."""
 
-        from limits import selectors, serializers
+        from limits import selectors, serializers, services
 
         limit = self._limit(name)
         slot_rows = selectors.live_slots(limit)
@@ -61,8 +61,11 @@ class LocalBackend:
         bound = limit.is_workflow_bound
         slots = [serializers.slot_summary(slot, slot_groups, bound=bound) for slot in slot_list]
         etas = selectors.queue_etas(limit, entry_list, first_place=None if key is not None else 1)
+        reasons = services.why_waiting(entry_list)
         queue = [
-            serializers.queue_entry_summary(entry, index + 1, entry_groups, eta_seconds=eta)
+            serializers.queue_entry_summary(
+                entry, index + 1, entry_groups, eta_seconds=eta, reason=reasons.get(entry.id)
+            )
             for index, (entry, eta) in enumerate(zip(entry_list, etas, strict=True))
         ]
         return SlotsView(

@@ -252,11 +252,12 @@ def render_slots(io: Streams, view: SlotsView) -> None:
                 eta_words(entry.get("eta_seconds")),  # .get: a server from before eta_seconds
                 _ago(entry["waiting_since"], now),
                 _until(entry["deadline"], now, passed="passed"),
+                (entry.get("reason") or {}).get("text", "-"),  # .get: a server from before reasons (SPEC 6.5)
             ]
             for entry, more in zip(view.queue, cells, strict=True)
         ]
         since = "QUEUED SINCE" if bound else "WAITING SINCE"
-        for line in table(["POSITION", "RUN", "LABEL", *extra, "ETA", since, "DEADLINE IN"], rows):
+        for line in table(["POSITION", "RUN", "LABEL", *extra, "ETA", since, "DEADLINE IN", "WHY"], rows):
             io.out(line)
     else:
         io.out("no runs queued" if bound else "no runs waiting")

@@ -252,7 +252,9 @@ def held(limit: Limit, now: datetime | None = None) -> int:
     return limit.room
 
 
-def why_waiting(entries: Sequence[QueueEntry], now: datetime | None = None) -> dict[int, Reason]:
+def why_waiting(
+    entries: Sequence[QueueEntry], now: datetime | None = None, *, limits: Iterable[Limit] = ()
+) -> dict[int, Reason]:
     """Why each of these waiting entries is not granted now (SPEC 6.5), by the grant's own rules
     (`_Grant.open_to`: Limit.room, Pools.has_room, owed_barrier), checked in the order a grant
     meets them: the limit paused, the limit full, the key's pool full, capacity held for an older
@@ -260,21 +262,25 @@ def why_waiting(entries: Sequence[QueueEntry], now: datetime | None = None) -> d
     these stops is next: the next settle grants it (a hand-over under way, or the sweep's).
 
     Read without locks, for the pages and the API: a constant number of queries for any number
-    of entries (the limits, the key rows asked about, the groups' other entries, one owed-run
-    probe per limit with groups waiting). {entry id: Reason}; entries no longer waiting are left
-    out."""
+    of entries (the limits not given in `limits`, the groups' other entries, and only for limits
+    with room: the key rows asked about, one owed-run probe per limit with groups waiting).
+    {entry id: Reason}; entries no longer waiting are left out."""
     now = now or box_clock.now()
     waiting = [e for e in entries if e.state == QueueEntry.State.WAITING]
     if not waiting:
         return {}
     requests = {e.request for e in waiting if e.group_size > 1}
     partners = list(QueueEntry.objects.filter(request__in=requests, state=QueueEntry.State.WAITING)) if requests else []
-    limits = {limit.id: limit for limit in Limit.objects.filter(id__in={e.limit_id for e in [*waiting, *partners]})}
+    known = {limit.id: limit for limit in limits}
+    needed = {e.limit_id for e in [*waiting, *partners]}
+    if needed - set(known):
+        known |= {limit.id: limit for limit in Limit.objects.filter(id__in=needed - set(known))}
+    by_id = {limit_id: known[limit_id] for limit_id in needed}
     keys_asked: dict[int, set[str]] = {}
     for e in [*waiting, *partners]:
-        if e.key:
+        if e.key and by_id[e.limit_id].room:  # a limit without room stops its runs before any pool
             keys_asked.setdefault(e.limit_id, set()).add(e.key)
-    for limit in limits.values():
+    for limit in by_id.values():
         pools(limit).rows.update(dict.fromkeys(keys_asked.get(limit.id, ()), None))
     if keys_asked:
         rows = LimitKey.objects.filter(
@@ -282,11 +288,14 @@ def why_waiting(entries: Sequence[QueueEntry], now: datetime | None = None) -> d
         )
         for row in rows:
             if row.key in keys_asked.get(row.limit_id, ()):
-                pools(limits[row.limit_id]).rows[row.key] = row
-    barriers = {limit.id: owed_barrier(limit, now) if limit.group_waiting_count else None for limit in limits.values()}
+                pools(by_id[row.limit_id]).rows[row.key] = row
+    barriers = {
+        limit.id: owed_barrier(limit, now) if limit.group_waiting_count and limit.room else None
+        for limit in by_id.values()
+    }
 
     def stopped_on(entry: QueueEntry) -> Reason | None:
-        limit = limits[entry.limit_id]
+        limit = by_id[entry.limit_id]
         if limit.paused:
             return Reason("limit_paused", limit.name)
         if not limit.room:
@@ -305,14 +314,14 @@ def why_waiting(entries: Sequence[QueueEntry], now: datetime | None = None) -> d
     for entry in waiting:
         reason = stopped_on(entry)
         if reason is None:
-            for other in sorted(group_of.get(entry.request, ()), key=lambda e: limits[e.limit_id].name):
+            for other in sorted(group_of.get(entry.request, ()), key=lambda e: by_id[e.limit_id].name):
                 if other.limit_id == entry.limit_id:
                     continue
                 stopped = stopped_on(other)
                 if stopped is not None:
                     reason = Reason("group_limit_full", stopped.limit, key=stopped.key, detail=stopped.code)
                     break
-        found[entry.id] = reason or Reason("next", limits[entry.limit_id].name)
+        found[entry.id] = reason or Reason("next", by_id[entry.limit_id].name)
     return found
 
 

@@ -246,7 +246,15 @@ def _previous_group_outcome(request: str, order: list[str] | None = None) -> Acq
                 key=key,
             )
         if QueueEntry.State.CANCELLED in states or QueueEntry.State.WAITING in states:
-            return Acquisition("cancelled", names[0], request, limits=shown, key=key)
+            return Acquisition(
+                "cancelled",
+                names[0],
+                request,
+                timeout_ms=first.timeout_ms,
+                deadline=first.deadline,
+                limits=shown,
+                key=key,
+            )
         if not any(slot.queue_entry_id == first.id for slot in slots):
             return _previous_group_outcome(request, order)  # granted after the slots were read: read again
     ever_confirmed = [slot for slot in slots if slot.confirmed_at is not None]

@@ -110,3 +110,23 @@ def test_an_estimated_place_gives_the_run_pages_eta_and_the_exact_position(tenan
     assert {row["run"]: row["eta_seconds"] for row in rows} == page_etas
     keyed = _queue(viewer, key="acme")
     assert {row["run"]: row["eta_seconds"] for row in keyed} == {run: page_etas[run] for run in ("w1", "w3", "w5")}
+
+
+def test_queue_rows_say_why_each_run_waits(tenants, viewer) -> None:
+    """SPEC 6.5: the grant's own answer, in the one vocabulary: the limit is full for all five
+    (its 3 slots are held); with room for all, the keyed runs still wait for their key's pool."""
+    rows = _queue(viewer)
+    assert {row["reason"]["code"] for row in rows if isinstance(row["reason"], dict)} == {"limit_full"}
+    assert all(row["reason"] for row in rows)
+    services.set_capacity("partner-api", 10, actor="test")  # room for all: w4 (no key) is granted
+    rows = _queue(viewer)
+
+    def pool_full(key: str) -> dict[str, str]:
+        return {"code": "key_pool_full", "text": "its key's pool is full", "limit": "partner-api", "key": key}
+
+    assert [(row["run"], row["reason"]) for row in rows] == [
+        ("w1", pool_full("acme")),
+        ("w2", pool_full("globex")),
+        ("w3", pool_full("acme")),
+        ("w5", pool_full("acme")),
+    ]

@@ -98,7 +98,11 @@ def test_slots_shows_busy_slots_then_the_queue_with_times(clock, calls) -> None:
     queue_header = next(line for line in text.splitlines() if line.startswith("POSITION"))
     queue_lines = text.splitlines()[text.splitlines().index(queue_header) + 1 :]
     assert [line.split()[:3] for line in queue_lines] == [["1", "r3", "call-3"], ["2", "r4", "call-4"]]
-    assert queue_lines[0].endswith("50s ago        59m 10s")
+    assert queue_lines[0].endswith("50s ago        59m 10s      the limit is full")  # WHY (SPEC 6.5)
+    queue = json.loads(run_cli("slots", "voice-calls", "--json").out)["queue"]
+    assert [entry["reason"] for entry in queue] == [
+        {"code": "limit_full", "text": "the limit is full", "limit": "voice-calls"}
+    ] * 2
 
 
 def test_slots_json_lists_slots_busy_first_then_the_queue_in_order(calls) -> None:
@@ -119,6 +123,7 @@ def test_slots_json_lists_slots_busy_first_then_the_queue_in_order(calls) -> Non
             "waiting_since": payload["queue"][0]["waiting_since"],
             "deadline": payload["queue"][0]["deadline"],
             "eta_seconds": None,  # nothing granted in the last 10 minutes
+            "reason": {"code": "limit_full", "text": "the limit is full", "limit": "voice-calls"},
         }
     ]
     assert payload["queue"][0]["deadline"].endswith("+00:00")

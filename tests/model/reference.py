@@ -530,8 +530,10 @@ class Model:
                 return MAcquisition(
                     "timed_out", names[0], request, timeout_ms=first.timeout_ms, deadline=first.deadline, slots=()
                 )
-            if "cancelled" in states or "waiting" in states:
-                return MAcquisition("cancelled", names[0], request, slots=())
+            if "cancelled" in states or "waiting" in states:  # its wait's timeout and deadline, as for the others
+                return MAcquisition(
+                    "cancelled", names[0], request, timeout_ms=first.timeout_ms, deadline=first.deadline, slots=()
+                )
         confirmed = [s for s in slots if s.confirmed_at is not None]
         if confirmed:
             newest = max(s.granted_at for s in confirmed)

@@ -253,8 +253,11 @@ def test_a_page_of_keys_costs_the_same_queries_with_30_keys_or_3000(db, operator
 
 
 def test_the_first_page_of_a_few_keys_is_one_read(keyed_limit, operator_client) -> None:
+    """One read for the keys panel, and one for the pools of the keys the queue page's runs wait
+    with (their reason, SPEC 6.5: read only while the limit has room), whatever their number."""
     sql = _queries(operator_client, URL)
-    assert len([q for q in sql if "limits_limitkey" in q]) == 1
+    key_reads = [q for q in sql if "limits_limitkey" in q]
+    assert len(key_reads) == 2 and '"limits_limitkey"."key" IN' in key_reads[1], key_reads
     assert not [q for q in sql if "COUNT(" in q.upper()]
 
 
@@ -268,6 +271,7 @@ def test_each_slot_and_waiting_run_shows_its_key(keyed_limit, operator_client) -
     assert re.search(r'<td [^>]*class="key-cell"><span class="muted">—</span>', page)  # n-1 has no key
     waiting = _table_rows(page, "queue")
     assert len(waiting) == 1 and "a-3" in waiting[0] and "acme" in _text(waiting[0])
+    assert '<td data-label="Why" class="cell-why" data-reason="key_pool_full">Its key&#x27;s pool is full</td>' in page
 
 
 # --- several limits in one acquisition ----------------------------------------------------------
