@@ -1,5 +1,5 @@
-"""Issue 16 in a real Chromium: a waiting run's page shows its place in each queue, its key's
-place and its expected wait, readable at 1280 px and on a 390 px phone without scrolling
+"""Issues 16 and 30 in a real Chromium: a waiting run's page shows why it waits, its place in each
+queue, its key's place and its expected wait, readable at 1280 px and on a 390 px phone without scrolling
 sideways, and the place follows the queue through the page's live refresh."""
 
 from __future__ import annotations
@@ -77,9 +77,16 @@ def _check_the_figures(page: Page) -> None:
     expect(calls.locator(".place")).to_have_text("1st of 1 in the queue")
     expect(calls.locator(".eta")).to_have_text("about 10 min")  # 1st x 600 s
     expect(calls.locator(".key-place")).to_have_count(0)  # voice-calls has no pool per key
+    expect(partner.locator(".reason")).to_have_text("The limit is full")  # why it waits (SPEC 6.5)
+    expect(calls.locator(".reason")).to_have_text("The limit is full")
     expect(page.locator("#run-eta")).to_contain_text("expected wait about 10 min")
     expect(page.locator(".step-meaning")).to_have_text("waiting for a slot")
-    for figure in (partner.locator(".place"), partner.locator(".key-place"), partner.locator(".eta")):
+    for figure in (
+        partner.locator(".reason"),
+        partner.locator(".place"),
+        partner.locator(".key-place"),
+        partner.locator(".eta"),
+    ):
         expect(figure).to_be_in_viewport()
 
 
