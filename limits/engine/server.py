@@ -103,6 +103,16 @@ def end_run(run_id: str, reservation_ms: int, owed_after_ms: int) -> tuple[int, 
     return ended, woken
 
 
+def sweep_limit(limit_id: int, reservation_ms: int, owed_after_ms: int) -> tuple[int, int, int, int, list[str]]:
+    """limits_sweep_limit: one limit's sweep under its locks (and its groups' other limits'):
+    (expired, lapsed, timed out, granted, the runs to wake)."""
+    expired, lapsed, timed_out, granted, woken = _call(
+        "SELECT expired, lapsed, timed_out, granted, woken FROM limits_sweep_limit(%s, %s, %s, %s)",
+        [limit_id, clock.param(), reservation_ms, owed_after_ms],
+    )
+    return expired, lapsed, timed_out, granted, woken
+
+
 def grant(limit_ids: list[int], now: datetime, reservation_ms: int, owed_after_ms: int) -> tuple[int, int, list[str]]:
     """limits_grant, under the caller's locks of every limit in `limit_ids` (keys and groups):
     (entries timed out, slots granted, runs to wake). It reads the counters from the rows and

@@ -464,6 +464,79 @@ BEGIN
 END
 $$;
 
+-- limits.engine.sweeper.sweep for one limit with work, in one call (issue 26): under the locks of
+-- the limit and of its groups' other limits (id order), take back the busy slots past their expiry
+-- (not a workflow's own bound, 11.4; one audit row for the lot), lapse the reservations past their
+-- 2 minutes (single runs in queue order, then each group whole: limits_take_back), then time out
+-- and grant over the locked limits (limits_grant). The figures of the SweepReport, and the runs to
+-- wake.
+CREATE OR REPLACE FUNCTION limits_sweep_limit(
+    p_limit bigint, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    OUT expired integer, OUT lapsed integer, OUT timed_out integer, OUT granted integer, OUT woken text[]
+)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    l limits_limit;
+    v_ids bigint[] := ARRAY[p_limit];
+    v_now timestamptz;
+    v_request text;
+    g record;
+BEGIN
+    expired := 0;
+    lapsed := 0;
+    timed_out := 0;
+    granted := 0;
+    woken := '{}';
+    IF EXISTS (SELECT 1 FROM limits_limit WHERE id = p_limit AND group_waiting_count > 0)
+       OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = p_limit AND state = 'reserved' AND group_size > 1) THEN
+        v_ids := v_ids || limits_partners(p_limit);
+    END IF;
+    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
+        v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
+    END LOOP;
+    SELECT * INTO l FROM limits_limit WHERE id = p_limit;
+    IF l.kind <> 'workflow' THEN
+        WITH gone AS (
+            UPDATE limits_slot SET state = 'expired', freed_at = v_now, freed_by = 'sweep'
+            WHERE limit_id = p_limit AND state = 'busy' AND expires_at <= v_now
+            RETURNING key
+        ), counted AS (
+            UPDATE limits_limit t
+            SET busy_count = t.busy_count - c.n, keyed_busy_count = t.keyed_busy_count - c.keyed
+            FROM (SELECT count(*) AS n, count(*) FILTER (WHERE key <> '') AS keyed FROM gone) c
+            WHERE t.id = p_limit AND c.n > 0
+        ), pools AS (
+            UPDATE limits_limitkey k SET busy_count = k.busy_count - c.n
+            FROM (SELECT key, count(*) AS n FROM gone WHERE key <> '' GROUP BY key) c
+            WHERE k.limit_id = p_limit AND k.key = c.key
+        )
+        SELECT count(*) INTO expired FROM gone;
+        IF expired > 0 THEN  -- rules.audit: one row for the lot
+            INSERT INTO limits_auditevent (at, actor, action, limit_id, slot_id, key, old_value, new_value)
+            VALUES (v_now, 'sweep', 'expire', p_limit, '', '', '', expired || ' slot(s)');
+        END IF;
+    END IF;
+    -- keys.lapse: single runs first, in queue order, then each group whole (10.2)
+    FOR v_request IN
+        SELECT s.request FROM limits_slot s JOIN limits_queueentry q ON q.id = s.queue_entry_id
+        WHERE s.limit_id = p_limit AND s.state = 'reserved' AND s.reserved_until <= v_now AND s.group_size = 1
+        ORDER BY q.position
+    LOOP
+        lapsed := lapsed + limits_take_back(v_request, v_now, 'lapsed', '');
+    END LOOP;
+    FOR g IN
+        SELECT s.request, min(q.position) AS first FROM limits_slot s JOIN limits_queueentry q ON q.id = s.queue_entry_id
+        WHERE s.limit_id = p_limit AND s.state = 'reserved' AND s.reserved_until <= v_now AND s.group_size > 1
+        GROUP BY s.request ORDER BY first
+    LOOP
+        lapsed := lapsed + limits_take_back(g.request, v_now, 'lapsed', '');
+    END LOOP;
+    UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);  -- rules.clock_all
+    SELECT t.timed_out, t.granted, t.woken INTO timed_out, granted, woken
+    FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms) t;
+END
+$$;
+
 -- keys.partners: the limits of every group waiting in, or reserved from, this limit (read without
 -- locks: the caller locks them all in id order).
 CREATE OR REPLACE FUNCTION limits_partners(p_limit bigint) RETURNS bigint[]

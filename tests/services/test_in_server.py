@@ -7,6 +7,7 @@ so on PostgreSQL the same tests drive the functions and the Python rules they fa
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from django.db import connection, transaction
@@ -304,3 +305,30 @@ def test_the_functions_keep_index_plans_made_while_the_tables_were_empty() -> No
     assert any("limits_acquire" in plan for plan in plans), "auto_explain sent no plans"
     scans = [plan for plan in plans if "Seq Scan on limits_" in plan and "FOR KEY SHARE OF x" not in plan]
     assert scans == []
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_sweep_is_one_call_per_limit_with_work_and_nothing_else_under_a_lock(clock) -> None:
+    """Issue 26: each limit with work (expiries, a group's lapse, time-outs, grants) is swept in
+    one call (limits_sweep_limit); the rest of a pass reads without locks (finding the limits,
+    the history purge, insights). Not yet: one statement for the whole pass."""
+    declare(
+        x={"capacity": 1, "max_hold": "1m"}, y={"capacity": 2, "max_hold": "1h"}, idle={"capacity": 1, "max_hold": "1h"}
+    )
+    services.acquire("x", run_id="r1")  # past its max hold below
+    services.acquire("y", run_id="r2")
+    services.acquire_group(["x", "y"], run_id="g1", request="g1", timeout="10m")
+    services.acquire("x", run_id="r3", timeout="30s")  # times out
+    clock.advance(minutes=2)
+    report, sent = _engine_statements(services.sweep)
+    calls = [sql for sql in sent if "limits_sweep_limit(" in sql]
+    assert len(calls) == report.limits == 2  # x (expiry, time-out) and y (room, g1 waiting)
+    assert not [sql for sql in sent if re.search(r"FOR (NO KEY )?UPDATE", sql)]
+    assert (report.expired, report.timed_out, report.granted) == (1, 1, 2)
+    assert sorted(Slot.objects.filter(request="g1").values_list("state", flat=True)) == ["reserved", "reserved"]
+    clock.advance(minutes=3)  # g1's reservations lapse together: back to the end of both queues, granted again
+    report, sent = _engine_statements(services.sweep)
+    assert report.lapsed == 2 and len([sql for sql in sent if "limits_sweep_limit(" in sql]) == report.limits
+    for name in ("x", "y", "idle"):
+        assert_counters_match_rows(name)

@@ -46,15 +46,24 @@ def in_another_connection(work: Callable[[], Any]) -> None:
     thread.join()
 
 
+def _calls_the_engine(sql: str) -> bool:
+    return bool(re.match(r"\s*SELECT .* FROM limits_\w+\(", sql, re.S))
+
+
 def before_first(table: str, work: Callable[[], Any], *, locking: bool = False) -> Callable[..., Any]:
     """An execute wrapper that commits `work` elsewhere just before the first SELECT on `table`
-    (with locking, the first SELECT ... FOR [NO KEY] UPDATE on it)."""
+    (with locking, the first SELECT ... FOR [NO KEY] UPDATE on it, or the first call of an engine
+    function, limits/sql/engine.sql, which takes its locks inside the server)."""
     done = False
 
     def wrapper(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
         nonlocal done
         selects = sql.lstrip().upper().startswith("SELECT") and f'FROM "{table}"' in sql
-        if not done and selects and (not locking or re.search(r"FOR (NO KEY )?UPDATE", sql)):
+        if locking:
+            fire = bool(selects and re.search(r"FOR (NO KEY )?UPDATE", sql)) or _calls_the_engine(sql)
+        else:
+            fire = selects
+        if not done and fire:
             done = True
             in_another_connection(work)
         return execute(sql, params, many, context)
