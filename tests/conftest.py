@@ -62,6 +62,26 @@ requires_postgres = pytest.mark.skipif(
     reason="needs PostgreSQL (set DATABASE_URL=postgres://...)",
 )
 
+# Folders whose every test is `one_database`: a real Chromium renders and clicks what the Django
+# test client already proves on both databases (tests/views, tests/security).
+ONE_DATABASE_FOLDERS = (Path(__file__).resolve().parent / "browser",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """CI runs the suite twice, on SQLite and on PostgreSQL. A test marked `one_database` proves
+    nothing that depends on the database (a browser's layout, the scripts, a subprocess that keeps
+    its own embedded SQLite whatever DATABASE_URL says, the settings, the layers): it runs on
+    SQLite only, and is skipped, saying so, on PostgreSQL (docs/testing.md, "Skips")."""
+    for item in items:
+        if any(item.path.is_relative_to(folder) for folder in ONE_DATABASE_FOLDERS):
+            item.add_marker(pytest.mark.one_database)
+    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        return
+    skip = pytest.mark.skip(reason="one_database: nothing database-specific, run on SQLite (docs/testing.md)")
+    for item in items:
+        if item.get_closest_marker("one_database"):
+            item.add_marker(skip)
+
 
 def use_broker(url: str, *, eager: bool) -> None:
     """Point this process's Celery app at a broker (its pools are rebuilt on next use)."""

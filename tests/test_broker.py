@@ -53,6 +53,7 @@ def consume(folder: Path, results: multiprocessing.Queue, expected: int) -> None
         queue.close()
 
 
+@pytest.mark.one_database  # the embedded broker, whatever CELERY_BROKER_URL says
 def test_every_message_arrives_whole_and_exactly_once(tmp_path) -> None:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
@@ -92,6 +93,7 @@ def read_in_order(conn: Connection, runs: str) -> list[str]:
     return seen
 
 
+@pytest.mark.one_database  # the embedded broker, whatever CELERY_BROKER_URL says
 def test_the_embedded_broker_reads_the_maintenance_queue_first(tmp_path) -> None:
     """kombu's virtual channels go round robin: after a run's message they look at the next queue
     first, so two sweeps queued behind runs would be read run, sweep, run, sweep. Here every read

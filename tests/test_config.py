@@ -7,6 +7,9 @@ from django.core.management.base import SystemCheckError
 from limits.config import ConfigError, define_workspace, load_workspace
 from limits.durations import DurationError, format_duration, parse_duration
 
+# one_database (tests/conftest.py): the config's parsing and checks, before any database.
+pytestmark = pytest.mark.one_database
+
 
 @pytest.mark.parametrize(
     ("value", "ms"),

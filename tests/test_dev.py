@@ -17,7 +17,11 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import pytest
 from django.conf import settings
+
+# one_database (tests/conftest.py): the box drops DATABASE_URL and keeps its own embedded SQLite.
+pytestmark = pytest.mark.one_database
 
 PASSWORD = "dev-test-password-1"
 
@@ -132,8 +136,6 @@ def test_dev_takes_verbose_and_reset_demo() -> None:
 
 def test_dev_takes_the_workers_concurrency(capsys) -> None:
     """Issue 30: the worker's processes are the box's second ceiling; `--concurrency N` sets them."""
-    import pytest
-
     from studio import dev
     from studio.cli import build_parser
 

@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+# one_database (tests/conftest.py): reads the source, never a database.
+pytestmark = pytest.mark.one_database
+
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {"plumbing": 0, "runs": 1, "limits": 2, "project": 3}
 

@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+# one_database (tests/conftest.py): the scripts, and a box that keeps its own embedded SQLite.
+pytestmark = pytest.mark.one_database
+
 ROOT = Path(settings.BASE_DIR)
 RECORDER = """#!/usr/bin/env bash
 echo "$(basename "$0") $*" >> "$(dirname "$0")/../../calls.log"

@@ -25,22 +25,28 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+# one_database (tests/conftest.py): these start subprocesses without DATABASE_URL, or that stop
+# before any database; the two engine-specific tests below keep their own skips.
+@pytest.mark.one_database
 def test_the_box_refuses_to_start_with_debug_off_and_no_secret_key() -> None:
     result = run_python("import django; django.setup()", DEBUG="0")
     assert result.returncode != 0
     assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
 
 
+@pytest.mark.one_database
 def test_debug_off_with_a_key_starts() -> None:
     result = run_python("import django; django.setup(); print('ok')", DEBUG="false", SECRET_KEY="x" * 50)
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.one_database
 def test_a_bad_boolean_is_an_error_not_a_guess() -> None:
     result = run_python("import django; django.setup()", DEBUG="maybe")
     assert "DEBUG must be one of" in result.stderr
 
 
+@pytest.mark.one_database
 def test_the_defaults_are_an_embedded_database_and_broker() -> None:
     result = run_python(
         "import django; django.setup(); from django.conf import settings as s;"
@@ -58,6 +64,7 @@ def test_sqlite_runs_in_wal_mode_with_immediate_transactions() -> None:
     assert connection.settings_dict["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
 
 
+@pytest.mark.one_database
 def test_a_worker_refuses_to_start_with_a_bad_workspace(tmp_path) -> None:
     (tmp_path / "broken_ws.py").write_text(
         "from limits.config import define_workspace\n"
@@ -77,6 +84,7 @@ def test_a_worker_refuses_to_start_with_a_bad_workspace(tmp_path) -> None:
     assert "limit 'voice-calls': capacity must be" in result.stdout + result.stderr
 
 
+@pytest.mark.one_database
 def test_production_settings_pass_the_deploy_check_with_no_warning(tmp_path) -> None:
     """After the deploy step's collectstatic (without it the check refuses: test_static_manifest.py)."""
     env = {"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(64), "ALLOWED_HOSTS": "limits.example.com"}

@@ -20,6 +20,9 @@ from django.core.files.storage import storages
 
 from studio import checks
 
+# one_database (tests/conftest.py): static files; the subprocesses drop DATABASE_URL.
+pytestmark = pytest.mark.one_database
+
 MANIFEST_STORAGE = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},

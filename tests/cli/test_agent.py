@@ -17,7 +17,9 @@ from tests.api.conftest import operator, reader
 from tests.cli.conftest import closed_port, run_cli, write_agents
 from tests.factories import declare, holders, queue
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# one_database (tests/conftest.py): the CLI's HTTP client and its output against a live server;
+# the server's routes are proved on both databases by tests/api.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.one_database]
 
 
 @pytest.fixture

@@ -18,7 +18,9 @@ from tests.api.conftest import operator, reader
 from tests.cli.conftest import closed_port, run_cli, seed_tenants, write_agents
 from tests.factories import holders
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# one_database (tests/conftest.py): the CLI's HTTP client and its output against a live server;
+# the server's routes are proved on both databases by tests/api.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.one_database]
 
 
 @pytest.fixture

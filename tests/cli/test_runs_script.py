@@ -69,6 +69,7 @@ def test_show_of_an_unknown_run_exits_1() -> None:
     assert_one_clean_line(result)
 
 
+@pytest.mark.one_database  # never reaches the configured database (tests/conftest.py)
 def test_runs_help_lists_the_verbs_and_bad_usage_exits_2() -> None:
     result = stackbone("runs", "--help")
     assert result.returncode == 0

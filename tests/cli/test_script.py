@@ -49,6 +49,7 @@ def assert_one_clean_line(result: subprocess.CompletedProcess[str]) -> None:
     assert result.stderr.startswith("error: ")
 
 
+@pytest.mark.one_database  # never reaches the configured database (tests/conftest.py)
 def test_the_console_script_is_installed() -> None:
     assert STACKBONE.exists(), "run `pip install -e .`: pyproject.toml declares stackbone = studio.cli:main"
     result = stackbone("limits", "--help")
@@ -83,6 +84,7 @@ def test_release_without_yes_refuses_when_stdin_is_not_a_terminal(calls) -> None
     assert Slot.objects.get(id=calls[0]).state == "busy"
 
 
+@pytest.mark.one_database  # both databases named here, neither the configured one
 @pytest.mark.parametrize(
     "database_url",
     [f"postgres://postgres@127.0.0.1:{closed_port()}/stackbone", "sqlite:////nonexistent-dir/stackbone.sqlite3"],
@@ -94,12 +96,14 @@ def test_an_unreachable_database_is_one_line_and_exit_1(database_url: str) -> No
     assert "cannot use the database" in result.stderr
 
 
+@pytest.mark.one_database  # never reaches the configured database (tests/conftest.py)
 def test_bad_settings_are_one_line_and_exit_2() -> None:
     result = stackbone("limits", "list", env={"DEBUG": "maybe"})
     assert result.returncode == 2
     assert_one_clean_line(result)
 
 
+@pytest.mark.one_database  # never reaches the configured database (tests/conftest.py)
 def test_an_unreachable_agent_is_one_line_and_exit_1(tmp_path: Path) -> None:
     down = {"url": f"http://127.0.0.1:{closed_port()}", "token": "t"}
     agents = write_agents(tmp_path / "agents.toml", {"down": down})
@@ -109,6 +113,7 @@ def test_an_unreachable_agent_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert "cannot reach agent 'down'" in result.stderr
 
 
+@pytest.mark.one_database  # never reaches the configured database (tests/conftest.py)
 def test_bad_usage_exits_2() -> None:
     assert stackbone().returncode == 2
     assert stackbone("limits", "capacity").returncode == 2

@@ -21,7 +21,8 @@ from tests.browser import conftest as browser_conftest  # noqa: E402 (skips the 
 
 browser = browser_conftest.browser  # the one Chromium fixture, shared with tests/browser
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# one_database: Chromium under the policy; tests/security/test_csp.py proves the headers on both databases.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.one_database]
 
 PASSWORD = "a-long-password"
 RECORD_VIOLATIONS = """

@@ -14,7 +14,8 @@ from django.conf import settings
 from django.test import Client
 from django.urls import NoReverseMatch, reverse
 
-pytestmark = pytest.mark.django_db
+# one_database (tests/conftest.py): headers, routes and settings, the same on any database.
+pytestmark = [pytest.mark.django_db, pytest.mark.one_database]
 
 RESET_URLS = ["/accounts/password_reset/", "/accounts/password_reset/done/", "/accounts/reset/done/"]
 RESET_NAMES = ["password_reset", "password_reset_done", "password_reset_complete"]

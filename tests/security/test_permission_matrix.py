@@ -40,7 +40,9 @@ from studio.models import Run
 from tests.factories import declare
 from tests.views.conftest import make_user
 
-pytestmark = pytest.mark.django_db
+# one_database (tests/conftest.py): who may do what is decided before any engine call; the writes
+# themselves are proved on both databases by tests/views and tests/api.
+pytestmark = [pytest.mark.django_db, pytest.mark.one_database]
 
 PERSONAS = ["anonymous", "viewer", "operator", "superuser"]
 

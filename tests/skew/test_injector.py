@@ -16,7 +16,8 @@ from tests.runs.conftest import wait_for
 from tests.skew.conftest import SKEW_DIR, start_workers
 from tests.skew.sitecustomize import SKEW_ENV
 
-pytestmark = pytest.mark.django_db(transaction=True)  # the workers' recovery at start reads the runs
+# The workers' recovery at start reads the runs; what is proved is the injector's clock, on any database.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.one_database]
 
 
 def test_the_injector_skews_a_process_and_its_forks_and_the_clock_ticks() -> None:
