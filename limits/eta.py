@@ -3,7 +3,8 @@ Studio, `stackbone limits slots` and its `--json`, the JSON API's queue rows).
 
 Pure functions, no Django: the CLI's renderer imports them without settings. The figures they
 take come from limits.selectors (a run's places, `queue_etas`) and the grant rates from
-limits.insights.grant_rates (the per-minute rollup the sweep writes).
+limits.insights.eta_rates (the last minute's grants, else the per-minute rollup the sweep writes;
+the rule is grant_rate below).
 """
 
 from __future__ import annotations
@@ -12,16 +13,41 @@ import math
 from collections.abc import Iterable
 
 UNKNOWN = "unknown"
+RECENT_WINDOW_S = 60  # the grants of the last minute, read from the slots...
+RECENT_MIN_GRANTS = 10  # ...give the rate when there were at least this many
+
+
+def grant_rate(recent_grants: int, rollup_rate: float | None) -> float | None:
+    """The grant rate an estimate divides by, in grants per second.
+
+    The rule: when the limit handed out at least RECENT_MIN_GRANTS slots in the last
+    RECENT_WINDOW_S seconds (counted from the slots' grant times), the rate of that minute:
+    recent_grants / 60; else `rollup_rate`, the rate of the last 10 rolled-up minutes
+    (limits.insights.grant_rates; None when it granted nothing then).
+
+    Why: a rate averaged over 10 minutes is far too slow for a burst of fast hand-offs (20 grants
+    in the last 20 s after a quiet quarter of an hour read as 1 grant every 5 minutes, and a
+    queue of 14 that drained in 15 s was "about 70 min"), and the rollup is 30 s to 1 min 45 s
+    behind real time, so it never sees a burst that is still going on. Below RECENT_MIN_GRANTS a
+    minute says too little (3 grants could be one release or a lucky second): a quiet limit keeps
+    the steadier 10-minute figure. A limit that slowed down sharply (10 or more grants in the
+    last minute, but fewer than its 10-minute average) gets the slower, recent rate too: the rule
+    follows the current speed both ways.
+    """
+    if recent_grants >= RECENT_MIN_GRANTS:
+        return recent_grants / RECENT_WINDOW_S
+    return rollup_rate
 
 
 def eta_seconds(place: int, rate: float | None) -> int | None:
     """The estimated wait, in whole seconds, of the run at 1-based `place` in a limit's queue,
-    when the limit recently granted `rate` slots per second (limits.insights.grant_rates: the
-    grants of the last 10 complete minutes, at once or from the queue, divided by 600).
+    when the limit recently granted `rate` slots per second (grant_rate: the grants of the last
+    60 s when there were at least RECENT_MIN_GRANTS, else those of the last 10 complete minutes,
+    at once or from the queue, divided by 600).
 
     The rule: ETA = place / rate, rounded up to a whole second (the head of a queue that got one
     slot a minute waits about 60 s; the 3rd waits about 180 s). None (unknown) when the limit
-    granted nothing in that window (`rate` None or 0): nothing tells when a slot will free up.
+    granted nothing recently (`rate` None or 0): nothing tells when a slot will free up.
 
     What it does not count, on purpose:
     - A key pool. A run with a key waits in its limit's queue and in its key's pool; its place in

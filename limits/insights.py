@@ -98,10 +98,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q, Subquery, Sum
+from django.db.models import Count, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Now
 
+from limits import eta
 from limits.models import (
+    LIVE_SLOT_STATES,
     WAIT_BUCKETS_S,
     Limit,
     LimitKey,
@@ -191,6 +193,54 @@ def grant_rates(limit_ids: Iterable[int], *, now: datetime | None = None) -> dic
     for limit_id, granted, until in rows:
         covered = (min(end, until) - start).total_seconds()
         rates[limit_id] = granted / covered
+    return rates
+
+
+def eta_rates(limit_ids: Iterable[int], *, now: datetime | None = None) -> dict[int, float | None]:
+    """The grant rate each limit's estimated waits divide by (limits.eta.grant_rate): its grants
+    of the last 60 s, counted from the slots' grant times, when there were enough of them, else
+    grant_rates' 10-minute figure. One query, whatever the number of ids: per limit, the rollup's
+    grants of the window (as grant_rates), and two counts of the slots granted in the last 60 s,
+    the live ones (slot_live_by_limit: the limit's live slots, at most its capacity) and the
+    freed ones (slot_history_age: the slots freed in the last 60 s, of every limit). So the work
+    is bounded by the capacity and a minute of releases, never by the history kept."""
+    ids = list(dict.fromkeys(limit_ids))
+    if not ids:
+        return {}
+    now = now or box_clock.now()
+    end = floor_minute(now - ROLLUP_GRACE - SWEEP_PERIOD)
+    start = end - RATE_WINDOW_MINUTES * MINUTE
+    since = now - timedelta(seconds=eta.RECENT_WINDOW_S)
+    rolled_until = Subquery(SweepState.objects.filter(id=1).values("rolled_until")[:1])
+    minutes = (
+        LimitMinute.objects.filter(limit_id=OuterRef("id"), minute__gte=start, minute__lt=end)
+        .filter(minute__lt=rolled_until)
+        .order_by()
+        .values("limit_id")
+        .annotate(n=Sum("grants"))
+        .values("n")
+    )
+
+    def granted(slots: Any) -> Subquery:
+        return Subquery(slots.order_by().values("limit_id").annotate(n=Count("*")).values("n"))
+
+    slots = Slot.objects.filter(limit_id=OuterRef("id"), granted_at__gte=since)
+    rows = (
+        Limit.objects.filter(id__in=ids)
+        .annotate(
+            granted=Subquery(minutes),
+            until=rolled_until,
+            live=granted(slots.filter(state__in=LIVE_SLOT_STATES)),
+            freed=granted(slots.filter(freed_at__isnull=False, freed_at__gte=since)),
+        )
+        .values_list("id", "granted", "until", "live", "freed")
+    )
+    rates: dict[int, float | None] = dict.fromkeys(ids)
+    for limit_id, grants, until, live, freed in rows:
+        rollup_rate = None
+        if grants and until is not None and min(end, until) > start:
+            rollup_rate = grants / (min(end, until) - start).total_seconds()
+        rates[limit_id] = eta.grant_rate(int(live or 0) + int(freed or 0), rollup_rate)
     return rates
 
 

@@ -541,9 +541,11 @@ def limit_places(limit: Limit, entries: Sequence[QueueEntry]) -> dict[int, int]:
 
 
 def recent_grant_rates(limit_ids: Iterable[int]) -> dict[int, float | None]:
-    """Grants per second of each limit over the last 10 complete minutes (None: none granted),
-    from the per-minute rollup the sweep writes: one query. The one place the ETA reads it."""
-    return insights.grant_rates(limit_ids)
+    """Grants per second of each limit (None: none granted recently): over the last 60 s when
+    it granted at least limits.eta.RECENT_MIN_GRANTS then, else over the last 10 complete
+    minutes of the sweep's rollup (limits.eta.grant_rate): one query. The one place the ETA
+    reads it."""
+    return insights.eta_rates(limit_ids)
 
 
 # --- the CLI and the JSON API (issue 5) ----------------------------------------------------------

@@ -76,10 +76,14 @@ def acquire(limit_name: str, run_id: str, request: str, label: str, timeout_ms: 
     return NOT_HANDLED_HERE
 
 
-def confirm(slot_id: str) -> bool | Answer:
-    """limits_confirm: True for a reservation confirmed in time, False for a slot not reserved."""
-    (outcome,) = _call("SELECT limits_confirm(%s, %s)", [slot_id, clock.param()])
-    return NOT_HANDLED_HERE if outcome == SLOW else outcome == "busy"
+def confirm(slot_id: str, reservation_ms: int, owed_after_ms: int) -> tuple[bool, list[str]]:
+    """limits_confirm_or_lapse: (True, []) for reservations confirmed in time (a group's together);
+    (False, the runs its grant woke) for late ones, which lapse, or a slot not reserved."""
+    outcome, woken = _call(
+        "SELECT outcome, woken FROM limits_confirm_or_lapse(%s, %s, %s, %s)",
+        [slot_id, clock.param(), reservation_ms, owed_after_ms],
+    )
+    return outcome == "busy", woken
 
 
 def release(slot_id: str, reservation_ms: int, owed_after_ms: int, actor: str | None = None) -> tuple[bool, list[str]]:

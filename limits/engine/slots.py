@@ -203,7 +203,11 @@ def _previous_group_outcome(request: str, order: list[str] | None = None) -> Acq
     slots = list(Slot.objects.filter(request=request).select_related("limit").order_by("limit_id"))
     live = [slot for slot in slots if slot.is_live]
     if live:
-        if any(slot.state == Slot.State.RESERVED for slot in live):
+        reserved = next((slot for slot in live if slot.state == Slot.State.RESERVED), None)
+        if reserved is not None and server.available():  # confirmed together, or lapsed: one call
+            rules.wake_on_commit(server.confirm(reserved.id, RESERVATION_MS, keys.OWED_AFTER_MS)[1])
+            return _previous_group_outcome(request, order)
+        if reserved is not None:
             locked = keys.lock({slot.limit_id for slot in live})
             reading = box_clock.now()
             now = max(rules.clock(limit, reading) for limit in locked.values())
@@ -282,10 +286,12 @@ def confirm(slot_id: str) -> bool:
     """Turn a reserved slot busy, if its 2 minutes have not passed. A late confirm lapses the
     reservation as the sweep would (3.6) and returns False. A slot of a group is confirmed with
     the rest of its group (10.2)."""
-    if server.available() and is_storable_text(slot_id):
-        fast = server.confirm(slot_id)
-        if fast is not server.NOT_HANDLED_HERE:
-            return bool(fast)
+    if server.available():
+        if not is_storable_text(slot_id):
+            return False
+        confirmed, woken = server.confirm(slot_id, RESERVATION_MS, keys.OWED_AFTER_MS)
+        rules.wake_on_commit(woken)
+        return confirmed
     with transaction.atomic(savepoint=False):
         found = _locked_slot(slot_id)
         if found is None or found[0].state != Slot.State.RESERVED:

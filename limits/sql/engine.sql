@@ -247,6 +247,67 @@ BEGIN
 END
 $$;
 
+-- limits.engine.slots.confirm in every case: a single reservation in time (limits_confirm, its own
+-- lock only); otherwise, under the lock of the slot's limit with its groups' other limits (id
+-- order), the acquisition's reservations confirmed together if all are in time ('busy'), else all
+-- lapse, the run goes back to the end of each queue (limits_take_back) and the freed capacity is
+-- granted ('lapsed', with the runs to wake). Not reserved (any more), or unknown: 'gone'.
+CREATE OR REPLACE FUNCTION limits_confirm_or_lapse(
+    p_slot text, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    OUT outcome text, OUT woken text[]
+)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    v_limit bigint;
+    v_request text;
+    v_ids bigint[];
+    v_now timestamptz;
+    l limits_limit;
+BEGIN
+    woken := '{}';
+    outcome := limits_confirm(p_slot, p_now);
+    IF outcome <> 'slow' THEN
+        RETURN;
+    END IF;
+    SELECT limit_id, request INTO v_limit, v_request FROM limits_slot WHERE id = p_slot;
+    v_ids := ARRAY[v_limit];
+    IF EXISTS (SELECT 1 FROM limits_limit WHERE id = v_limit AND group_waiting_count > 0)
+       OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_limit AND state = 'reserved' AND group_size > 1) THEN
+        v_ids := v_ids || limits_partners(v_limit);
+    END IF;
+    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
+        v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
+    END LOOP;
+    UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);  -- rules.clock_all
+    IF NOT EXISTS (SELECT 1 FROM limits_slot WHERE id = p_slot AND state = 'reserved') THEN
+        outcome := 'gone';
+        RETURN;
+    END IF;
+    IF NOT EXISTS (
+        SELECT 1 FROM limits_slot WHERE request = v_request AND state = 'reserved' AND v_now > reserved_until
+    ) THEN  -- keys.confirm_group: all in time, all busy
+        WITH confirmed AS (
+            UPDATE limits_slot SET state = 'busy', confirmed_at = v_now
+            WHERE request = v_request AND state = 'reserved'
+            RETURNING limit_id, key
+        ), counted AS (
+            UPDATE limits_limit t
+            SET reserved_count = t.reserved_count - 1, busy_count = t.busy_count + 1,
+                keyed_reserved_count = t.keyed_reserved_count - (c.key <> '')::integer,
+                keyed_busy_count = t.keyed_busy_count + (c.key <> '')::integer
+            FROM confirmed c WHERE t.id = c.limit_id
+        )
+        UPDATE limits_limitkey k SET reserved_count = k.reserved_count - 1, busy_count = k.busy_count + 1
+        FROM confirmed c WHERE k.limit_id = c.limit_id AND k.key = c.key AND c.key <> '';
+        outcome := 'busy';
+        RETURN;
+    END IF;
+    PERFORM limits_take_back(v_request, v_now, 'lapsed', '');  -- keys.lapse (3.6, 10.2)
+    SELECT g.woken INTO woken FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms) g;
+    outcome := 'lapsed';
+END
+$$;
+
 -- keys.lapse for the reserved slots of one acquisition (a group's all together, 10.2): freed as
 -- p_state ('lapsed', or 'released' by p_freed_by), and the run back at the end of each queue with
 -- its deadline, timeout, key and group (3.6), the counters of the limits and pools with them. The

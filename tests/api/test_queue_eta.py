@@ -130,3 +130,73 @@ def test_queue_rows_say_why_each_run_waits(tenants, viewer) -> None:
         ("w3", pool_full("acme")),
         ("w5", pool_full("acme")),
     ]
+
+
+@pytest.fixture
+def burst(clock):
+    """voice-calls (capacity 1) granted 2 slots in the last 10 rolled-up minutes (1 every 300 s);
+    then, within the last 20 s, 20 runs took and gave back its slot one after the other, a 21st
+    holds it, and 14 runs wait (issue 30: the queue drained in 15 s, the ETA said minutes)."""
+    declare(voice_calls={"capacity": 1, "max_hold": "45m"})
+
+    def grants() -> None:
+        for n in range(2):
+            services.release(services.acquire("voice-calls", run_id=f"early-{n}").slot_id)
+
+    rolled_up_grants(clock, grants)
+    clock.advance(seconds=30)
+    for n in range(20):
+        slot = services.acquire("voice-calls", run_id=f"fast-{n}").slot_id
+        clock.advance(seconds=1)
+        assert services.release(slot)
+    assert services.acquire("voice-calls", run_id="holder").state == "busy"
+    for n in range(14):
+        assert services.acquire("voice-calls", run_id=f"w{n + 1}", timeout="1h").state == "waiting"
+
+
+def _voice_queue(api: Api) -> list[dict[str, object]]:
+    response = api.get("voice-calls/queue/")
+    assert response.status_code == 200, response.content
+    return response.json()["queue"]
+
+
+def test_after_a_burst_of_fast_grants_the_eta_is_in_seconds(burst, viewer) -> None:
+    """21 grants in the last 60 s (at least limits.eta.RECENT_MIN_GRANTS): the rate is 21 / 60 s,
+    so the 14th waits ceil(14 x 60 / 21) = 40 s; the 10-minute rate (2 / 600 s) said 4,200 s."""
+    rows = _voice_queue(viewer)
+    assert [row["position"] for row in rows] == list(range(1, 15))
+    assert rows[0]["eta_seconds"] == 3  # ceil(60 / 21)
+    assert rows[-1]["eta_seconds"] == 40
+
+
+def test_a_quiet_limit_keeps_the_ten_minute_rate(clock, viewer) -> None:
+    """9 grants in the last 60 s (one fewer than limits.eta.RECENT_MIN_GRANTS) say too little:
+    the estimate keeps the rate of the last 10 rolled-up minutes, 3 grants / 600 s."""
+    declare(voice_calls={"capacity": 1, "max_hold": "45m"})
+
+    def grants() -> None:
+        for n in range(3):
+            services.release(services.acquire("voice-calls", run_id=f"early-{n}").slot_id)
+
+    rolled_up_grants(clock, grants)
+    clock.advance(seconds=30)
+    for n in range(8):
+        slot = services.acquire("voice-calls", run_id=f"fast-{n}").slot_id
+        clock.advance(seconds=1)
+        assert services.release(slot)
+    assert services.acquire("voice-calls", run_id="holder").state == "busy"  # the 9th grant
+    for n in range(2):
+        assert services.acquire("voice-calls", run_id=f"w{n + 1}", timeout="1h").state == "waiting"
+    assert [row["eta_seconds"] for row in _voice_queue(viewer)] == [200, 400]
+
+
+def test_after_a_burst_a_page_of_the_queue_reads_as_many_queries_whatever_its_length(burst, viewer) -> None:
+    def count() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert viewer.get("voice-calls/queue/", size=3).status_code == 200
+        return len(captured.captured_queries)
+
+    short = count()
+    for n in range(30):
+        services.acquire("voice-calls", run_id=f"more-{n}", timeout="1h")
+    assert count() == short

@@ -18,6 +18,9 @@ LOCKING = (
     "limits_acquire_group(",
     "limits_release(",
     "limits_confirm(",
+    "limits_confirm_or_lapse(",
+    "limits_end_run(",
+    "limits_sweep_limit(",
     "limits_settle(",
 )
 

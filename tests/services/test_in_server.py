@@ -167,9 +167,10 @@ def test_the_sql_pool_room_answers_as_pools_has_room(clock) -> None:
 
 @requires_postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_case_the_function_leaves_to_python_changes_nothing_before_python_decides() -> None:
-    """A late confirm: limits_confirm answers 'slow' without touching a row, then the Python rule
-    lapses the reservation (SPEC 3.6) in its own transaction."""
+def test_a_late_confirm_lapses_in_one_statement_and_the_fast_check_changes_nothing_first() -> None:
+    """A late confirm: limits_confirm answers 'slow' without touching a row; the one call
+    services.confirm makes (limits_confirm_or_lapse) then lapses the reservation (SPEC 3.6) and
+    hands the freed slot on (here to the same run, re-queued at the end: granted again)."""
     import time_machine
 
     with time_machine.travel(START, tick=False) as traveller:
@@ -183,11 +184,41 @@ def test_a_case_the_function_leaves_to_python_changes_nothing_before_python_deci
             cursor.execute("SELECT limits_confirm(%s, %s)", [reserved.id, START + dt.timedelta(minutes=3)])
             assert cursor.fetchone() == ("slow",)
         assert Slot.objects.get(id=reserved.id).state == "reserved"
-        assert services.confirm(reserved.id) is False
+        confirmed, sent = _engine_statements(lambda: services.confirm(reserved.id))
+        assert confirmed is False and len(sent) == 1 and "limits_confirm_or_lapse(" in sent[0]
         assert Slot.objects.get(id=reserved.id).state == "lapsed"
         assert list(QueueEntry.objects.filter(state="waiting").values_list("run_id", flat=True)) == []
-        assert Slot.objects.get(request="r2:1", state="reserved").id != reserved.id  # re-queued, granted again
+        again = Slot.objects.get(request="r2:1", state="reserved")  # re-queued, granted again
+        assert again.id != reserved.id
+        confirmed, sent = _engine_statements(lambda: services.confirm(again.id))
+        assert confirmed is True and len(sent) == 1
     assert_counters_match_rows("calls")
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_groups_late_replay_lapses_it_whole_in_one_call(clock) -> None:
+    """A woken run asks again after its group's 2 minutes: limits_acquire_group's confirm answers
+    slow, and the Python path lapses the group with one call (limits_confirm_or_lapse), not the
+    ORM under the locks."""
+    declare(x={"capacity": 1, "max_hold": "1h"}, y={"capacity": 1, "max_hold": "1h"})
+    held = services.acquire("x", run_id="r1").slot_id
+    services.acquire_group(["x", "y"], run_id="g1", request="g1")
+    services.release(held)
+    assert sorted(Slot.objects.filter(request="g1").values_list("state", flat=True)) == ["reserved", "reserved"]
+    clock.advance(minutes=2, seconds=1)
+    got, sent = _engine_statements(lambda: services.acquire_group(["x", "y"], run_id="g1", request="g1"))
+    assert [sql for sql in sent if "limits_confirm_or_lapse(" in sql]
+    assert not [sql for sql in sent if re.search(r"FOR (NO KEY )?UPDATE", sql)]
+    assert sorted(Slot.objects.filter(request="g1").values_list("state", flat=True)) == [
+        "busy",
+        "busy",
+        "lapsed",
+        "lapsed",
+    ]
+    assert got.state == "busy"  # back at the end of both queues, granted again at once and confirmed
+    for name in ("x", "y"):
+        assert_counters_match_rows(name)
 
 
 @pytest.mark.django_db
