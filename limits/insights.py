@@ -94,7 +94,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
@@ -527,6 +527,99 @@ def _key_spans_sql() -> str:
         GROUP BY limit_id, key, {span}
         ON CONFLICT (limit_id, key, span) DO UPDATE SET {updates}
         WHERE {_changed(_KEY_SPAN_TABLE, KEY_FIELDS)}
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Peak:
+    """The most runs waiting and the most slots in use (busy + reserved) at any instant of one
+    limit's minute, from the history rows (minute_peaks); None: nothing changed in that minute
+    (the count stayed what it was when the minute began, which is then its sample)."""
+
+    waiting: int | None
+    in_use: int | None
+
+
+def minute_peaks(start: datetime, end: datetime) -> dict[tuple[int, datetime], Peak]:
+    """Each limit's peaks (Peak) in each minute of [start, end) (whole minutes) where its queue
+    or its slots changed, in one statement (_peaks_sql)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_peaks_sql(), {"a": _db_time(start), "b": _db_time(end)})
+        rows = cursor.fetchall()
+    return {(limit_id, _as_datetime(minute)): Peak(waiting, in_use) for limit_id, minute, waiting, in_use in rows}
+
+
+def _as_datetime(value: datetime | str) -> datetime:
+    """A minute as SQL returned it (SQLite: text, UTC) as an aware datetime."""
+    if isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+
+def _peaks_sql() -> str:
+    """SQL: for each limit and each minute of [%(a)s, %(b)s) in which its queue or its slots
+    changed, the most runs waiting and the most slots in use at any instant of it.
+
+    The number waiting at an instant t is the queue entries with enqueued_at <= t < finished_at
+    (or still waiting); in use, the slots with granted_at <= t < freed_at (or still live). So:
+    1. the events, each a change of one count (k: 'w' waiting, 'u' in use) by d at t: a run
+       joining (+1 at enqueued_at) and leaving (-1 at finished_at: granted, timed out,
+       cancelled), a slot granted (+1) and freed (-1), all in [a, b); and, at a, the count then
+       (d = the entries and slots that began before a and had not ended by a);
+    2. the running sum of d per limit and count, in time order (at one instant, ends first:
+       an interval is [begin, end)), is the count after each event;
+    3. a minute's peak is the largest count after or just before (n - d) one of its events: the
+       count just before its first event is the count the minute began with.
+    What it reads: the finished queue entries and the freed slots of [a, now) (queue_history_age,
+    slot_history_age, as the recount), the live slots (slot_live_by_limit, at most the total
+    capacity) and the waiting entries (the queues as they are now: their length, not history).
+    """
+    live = "state IN ('reserved', 'busy')"
+    freed = "freed_at IS NOT NULL AND freed_at >= %(a)s"
+    finished = "state <> 'waiting' AND finished_at >= %(a)s"
+    waiting = "state = 'waiting'"
+    begins = "{column} >= %(a)s AND {column} < %(b)s"
+    events = f"""
+        SELECT limit_id, 'w' AS k, finished_at AS t, 0 AS o, -1 AS d FROM {_QUEUE_TABLE}
+        WHERE {finished} AND finished_at < %(b)s
+        UNION ALL
+        SELECT limit_id, 'w', %(a)s, 1, count(*) FROM {_QUEUE_TABLE} WHERE {finished} AND enqueued_at < %(a)s
+        GROUP BY limit_id
+        UNION ALL
+        SELECT limit_id, 'w', %(a)s, 1, count(*) FROM {_QUEUE_TABLE} WHERE {waiting} AND enqueued_at < %(a)s
+        GROUP BY limit_id
+        UNION ALL
+        SELECT limit_id, 'w', enqueued_at, 2, 1 FROM {_QUEUE_TABLE}
+        WHERE {finished} AND {begins.format(column="enqueued_at")}
+        UNION ALL
+        SELECT limit_id, 'w', enqueued_at, 2, 1 FROM {_QUEUE_TABLE}
+        WHERE {waiting} AND {begins.format(column="enqueued_at")}
+        UNION ALL
+        SELECT limit_id, 'u', freed_at, 0, -1 FROM {_SLOT_TABLE} WHERE {freed} AND freed_at < %(b)s
+        UNION ALL
+        SELECT limit_id, 'u', %(a)s, 1, count(*) FROM {_SLOT_TABLE} WHERE {freed} AND granted_at < %(a)s
+        GROUP BY limit_id
+        UNION ALL
+        SELECT limit_id, 'u', %(a)s, 1, count(*) FROM {_SLOT_TABLE} WHERE {live} AND granted_at < %(a)s
+        GROUP BY limit_id
+        UNION ALL
+        SELECT limit_id, 'u', granted_at, 2, 1 FROM {_SLOT_TABLE} WHERE {freed} AND {begins.format(column="granted_at")}
+        UNION ALL
+        SELECT limit_id, 'u', granted_at, 2, 1 FROM {_SLOT_TABLE} WHERE {live} AND {begins.format(column="granted_at")}
+    """
+    greatest = "greatest" if connection.vendor == "postgresql" else "max"
+    peak = f"{greatest}(n, n - d)"
+    return f"""
+        WITH events AS ({events}),
+        counts AS (
+            SELECT limit_id, k, t, d,
+                   sum(d) OVER (PARTITION BY limit_id, k ORDER BY t, o ROWS UNBOUNDED PRECEDING) AS n
+            FROM events
+        )
+        SELECT limit_id, {_minute_of("t")} AS m,
+               max(CASE WHEN k = 'w' THEN {peak} END), max(CASE WHEN k = 'u' THEN {peak} END)
+        FROM counts
+        GROUP BY limit_id, {_minute_of("t")}
     """
 
 
