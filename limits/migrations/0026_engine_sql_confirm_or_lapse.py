@@ -8,7 +8,7 @@ from django.db import migrations
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "e2493edce5f81e10b3add66f27a6d7a0738444f7fdc45fe98644f54f6ea45737"
+ENGINE_SQL_FINGERPRINT = "d86a6cb26538d81976e28e088ae8f2b4ae52731447179977c553a042fae84ac3"
 
 
 def install(apps, schema_editor) -> None:

@@ -247,6 +247,32 @@ BEGIN
 END
 $$;
 
+-- keys.confirm_group: the reservations of one acquisition turn busy together (3.5, 10.2), with the
+-- counters of their limits and pools. The caller holds the locks and checked they are in time.
+-- Returns (slot id, limit id) of each slot confirmed.
+CREATE OR REPLACE FUNCTION limits_confirm_together(p_request text, p_now timestamptz)
+RETURNS TABLE (slot_id text, limit_id bigint)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+BEGIN
+    RETURN QUERY
+    WITH confirmed AS (
+        UPDATE limits_slot s SET state = 'busy', confirmed_at = p_now
+        WHERE s.request = p_request AND s.state = 'reserved'
+        RETURNING s.id, s.limit_id, s.key
+    ), counted AS (
+        UPDATE limits_limit t
+        SET reserved_count = t.reserved_count - 1, busy_count = t.busy_count + 1,
+            keyed_reserved_count = t.keyed_reserved_count - (c.key <> '')::integer,
+            keyed_busy_count = t.keyed_busy_count + (c.key <> '')::integer
+        FROM confirmed c WHERE t.id = c.limit_id
+    ), pooled AS (
+        UPDATE limits_limitkey k SET reserved_count = k.reserved_count - 1, busy_count = k.busy_count + 1
+        FROM confirmed c WHERE k.limit_id = c.limit_id AND k.key = c.key AND c.key <> ''
+    )
+    SELECT c.id::text, c.limit_id FROM confirmed c;
+END
+$$;
+
 -- limits.engine.slots.confirm in every case: a single reservation in time (limits_confirm, its own
 -- lock only); otherwise, under the lock of the slot's limit with its groups' other limits (id
 -- order), the acquisition's reservations confirmed together if all are in time ('busy'), else all
@@ -285,20 +311,8 @@ BEGIN
     END IF;
     IF NOT EXISTS (
         SELECT 1 FROM limits_slot WHERE request = v_request AND state = 'reserved' AND v_now > reserved_until
-    ) THEN  -- keys.confirm_group: all in time, all busy
-        WITH confirmed AS (
-            UPDATE limits_slot SET state = 'busy', confirmed_at = v_now
-            WHERE request = v_request AND state = 'reserved'
-            RETURNING limit_id, key
-        ), counted AS (
-            UPDATE limits_limit t
-            SET reserved_count = t.reserved_count - 1, busy_count = t.busy_count + 1,
-                keyed_reserved_count = t.keyed_reserved_count - (c.key <> '')::integer,
-                keyed_busy_count = t.keyed_busy_count + (c.key <> '')::integer
-            FROM confirmed c WHERE t.id = c.limit_id
-        )
-        UPDATE limits_limitkey k SET reserved_count = k.reserved_count - 1, busy_count = k.busy_count + 1
-        FROM confirmed c WHERE k.limit_id = c.limit_id AND k.key = c.key AND c.key <> '';
+    ) THEN  -- all in time, all busy
+        PERFORM limits_confirm_together(v_request, v_now);
         outcome := 'busy';
         RETURN;
     END IF;
@@ -802,20 +816,8 @@ BEGIN
         woken := settled.woken;
         IF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request AND state = 'reserved') THEN
             -- granted at once: keys.confirm_group, its reservations turn busy together
-            WITH confirmed AS (
-                UPDATE limits_slot SET state = 'busy', confirmed_at = v_now
-                WHERE request = p_request AND state = 'reserved'
-                RETURNING id, limit_id, key
-            ), counted AS (
-                UPDATE limits_limit t
-                SET reserved_count = t.reserved_count - 1, busy_count = t.busy_count + 1,
-                    keyed_reserved_count = t.keyed_reserved_count - v_keyed, keyed_busy_count = t.keyed_busy_count + v_keyed
-                FROM confirmed c WHERE t.id = c.limit_id
-            ), pooled AS (
-                UPDATE limits_limitkey k SET reserved_count = k.reserved_count - 1, busy_count = k.busy_count + 1
-                FROM confirmed c WHERE k.limit_id = c.limit_id AND k.key = c.key AND c.key <> ''
-            )
-            SELECT array_agg(c.id ORDER BY array_position(v_mine, c.limit_id)) INTO slot_ids FROM confirmed c;
+            SELECT array_agg(c.slot_id ORDER BY array_position(v_mine, c.limit_id)) INTO slot_ids
+            FROM limits_confirm_together(p_request, v_now) c;
             -- this run resumes with its slots: one wake less (keys' `woken.remove`, the first
             -- only: another wait of the same run, timed out or granted here, still wakes it)
             i := array_position(woken, p_run);
@@ -1113,20 +1115,8 @@ BEGIN
            ) THEN
             RAISE EXCEPTION USING ERRCODE = 'LMSLW';
         END IF;
-        WITH confirmed AS (
-            UPDATE limits_slot SET state = 'busy', confirmed_at = v_now
-            WHERE request = p_request AND state = 'reserved'
-            RETURNING limit_id, key
-        ), counted AS (
-            UPDATE limits_limit t
-            SET reserved_count = t.reserved_count - 1, busy_count = t.busy_count + 1,
-                keyed_reserved_count = t.keyed_reserved_count - (c.key <> '')::integer,
-                keyed_busy_count = t.keyed_busy_count + (c.key <> '')::integer,
-                last_event_at = v_now
-            FROM confirmed c WHERE t.id = c.limit_id
-        )
-        UPDATE limits_limitkey k SET reserved_count = k.reserved_count - 1, busy_count = k.busy_count + 1
-        FROM confirmed c WHERE k.limit_id = c.limit_id AND k.key = c.key AND c.key <> '';
+        PERFORM limits_confirm_together(p_request, v_now);
+        UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);  -- rules.clock_all
         outcome := 'busy';
     EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
         outcome := 'slow';
