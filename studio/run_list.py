@@ -14,6 +14,7 @@ index that yields its rows in page order (studio/migrations/0005_run_list_indexe
     ?workflow=         run_by_workflow     (workflow, created_at, id)
 
     ?key=              run_by_key          (concurrency_key, created_at, id), keyed runs only
+    ?q= (a reference)  run_by_reference    (reference, created_at, id), runs with one only
 
 A page is at most nine queries: with "waiting for", the limit's id and its queue's run ids (two,
 see _waiting_for); with a search, whether it is a run's whole id, and if not its matches (three,
@@ -163,8 +164,9 @@ def get_run(run_id: str) -> Run | None:
 @dataclass(frozen=True, slots=True)
 class RunFilter:
     """What the list shows: a status, a workflow, a limit the runs wait for, a search (a run's
-    whole id, or part of the label of a slot it holds or of a queue it waits in, any case), a key
-    (exact: the run's concurrency key, or the key of a slot it holds or a queue it waits in)."""
+    whole id, its reference exactly, or part of the label of a slot it holds or of a queue it
+    waits in, any case), a key (exact: the run's concurrency key, or the key of a slot it holds or
+    a queue it waits in)."""
 
     status: str = ""
     workflow: str = ""
@@ -353,13 +355,16 @@ class Matches:
 
 
 def search_matches(text: str) -> Matches:
-    """The runs a search finds: the run with that whole id, or else the runs that hold a live slot
-    or wait in a queue whose label contains the text (any case), the newest SEARCH_MATCHES of them
-    by (created_at, id), so every request (and every page) sees the same matches. Labels of
-    finished work are history and are not searched: a finished run is found by its id.
+    """The runs a search finds: the run with that whole id, or else the runs whose reference is
+    the text (exactly: the value of the input field their workflow names, @workflow(reference=...))
+    and those that hold a live slot or wait in a queue whose label contains the text (any case),
+    the newest SEARCH_MATCHES of them by (created_at, id), so every request (and every page) sees
+    the same matches. Labels of finished work are history and are not searched: a finished run is
+    found by its id or its reference.
 
     An existing run's whole id is one primary-key lookup and no label is scanned (a label that
-    contains another run's id is not looked for then). A label search is a scan of the live
+    contains another run's id is not looked for then). A reference is read from its index
+    (run_by_reference), in the same query as the labels. A label search is a scan of the live
     slots and the waiting entries (no index serves "contains"): its cost grows with the queues,
     docs/operations.md gives the figures."""
     text = text.strip()[:SEARCH_MAX_LENGTH]
@@ -367,17 +372,18 @@ def search_matches(text: str) -> Matches:
         return Matches([])
     if len(text) <= 64 and Run.objects.filter(id=text).exists():
         return Matches([text])
+    by_reference = Run.objects.filter(reference=text).order_by().values("id")
     slots = Slot.objects.filter(state__in=LIVE_SLOT_STATES, label__icontains=text).order_by().values("run_id")
     waits = QueueEntry.objects.filter(state=QueueEntry.State.WAITING, label__icontains=text).order_by()
     # First the matching run ids, up to SEARCH_SCANNED (the scan stops there); when that is all
     # of them, the newest are picked from them by primary key. Only a search matching more
     # looks the other way round: the runs newest first, kept while they match (the scan's run
     # ids hashed once), which stops after SEARCH_MATCHES + 1 of them.
-    scanned = list(slots.union(waits.values("run_id"), all=True)[: SEARCH_SCANNED + 1])
+    scanned = list(slots.union(waits.values("run_id"), by_reference, all=True)[: SEARCH_SCANNED + 1])
     if len(scanned) <= SEARCH_SCANNED:
         matching = Run.objects.filter(id__in={row["run_id"] for row in scanned})
     else:
-        matching = Run.objects.filter(Q(id__in=slots) | Q(id__in=waits.values("run_id")))
+        matching = Run.objects.filter(Q(reference=text) | Q(id__in=slots) | Q(id__in=waits.values("run_id")))
     found = list(matching.order_by("-created_at", "-id").values_list("id", flat=True)[: SEARCH_MATCHES + 1])
     return Matches(found[:SEARCH_MATCHES], capped=len(found) > SEARCH_MATCHES)
 
@@ -484,7 +490,8 @@ def _iso(moment: dt.datetime | None) -> str | None:
 
 def run_summary(row: RunRow) -> dict[str, Any]:
     """A run as `stackbone runs list --json` prints it. `key` is its concurrency key, "" for a run
-    without one; `keys` that and the keys of the slots it holds and the queues it waits in."""
+    without one; `keys` that and the keys of the slots it holds and the queues it waits in;
+    `reference` the value of its input's reference field ("" for none)."""
     run = row.run
     return {
         "id": run.id,
@@ -492,6 +499,7 @@ def run_summary(row: RunRow) -> dict[str, Any]:
         "status": run.status,
         "key": run.concurrency_key,
         "keys": row.keys,
+        "reference": run.reference,
         "suspended": run.suspended,
         "created_at": _iso(run.created_at),
         "started_at": _iso(run.started_at),

@@ -4,7 +4,7 @@ CSRF exposure), `{"error": ..., "field": ...}` with a 4xx. Reads need a token of
 starting and cancelling also need `studio.change_run` ("Can change run"), the permission Studio's
 Start form and Cancel buttons need.
 
-    GET  /api/runs/?status=&workflow=&key=&waiting_for=&size=20&before=<run id>
+    GET  /api/runs/?status=&workflow=&key=&waiting_for=&search=&size=20&before=<run id>
          {"runs": [run, ...], "more": bool}: newest first, the filters of `stackbone runs list`;
          `before` pages on: the runs created before that run
     POST /api/runs/  {"workflow": "place_call", "input": {...}, "key": "acme", "limits": ["voice-calls"]}
@@ -39,7 +39,7 @@ from studio.run_values import DEFAULT_LIST_SIZE, MAX_LIST_SIZE
 
 OPERATE_RUN = CANCEL_RUN  # as in Studio (studio.runs_screen): one permission starts and cancels runs
 START_FIELDS = ("workflow", "input", "key", "limits")
-FILTERS = ("status", "workflow", "waiting_for", "key")  # `stackbone runs list`'s, by RunFilter's names
+FILTERS = ("status", "workflow", "waiting_for", "key", "search")  # `stackbone runs list`'s, by RunFilter's names
 
 NO_PERMISSION = "user {username!r} may not start or cancel runs (needs the studio.change_run permission)"
 NO_WORKFLOW = "workflow is required: the name of a registered workflow"

@@ -92,6 +92,12 @@ def add_verbs(parser: argparse.ArgumentParser) -> None:
         help="only runs of this key (exact): their concurrency key, or the key of a slot they hold or a queue "
         "they wait in",
     )
+    listing.add_argument(
+        "--search",
+        metavar="TEXT",
+        help="only the run with this whole id, the runs whose reference is TEXT (exact), and those holding a slot "
+        "or waiting in a queue whose label contains TEXT (any case)",
+    )
     # --waiting-for L names the limit a run waits for; --limit L, its older name, still works (in
     # `limits slots/keys` --limit N counts rows, whose unambiguous name is --rows, as here).
     listing.add_argument(
@@ -248,6 +254,7 @@ def list_runs(backend: RunsBackend, options: argparse.Namespace, io: Streams) ->
         "workflow": options.workflow or "",
         "waiting_for": options.waiting_for or "",
         "key": options.key or "",
+        "search": options.search or "",
     }
     answer = backend.list(filters, size)
     if options.json:
@@ -288,6 +295,7 @@ def show(backend: RunsBackend, options: argparse.Namespace, io: Streams) -> int:
     output = details["output"]
     facts = [
         ("key", details["key"] or "-"),
+        ("reference", details["reference"] or "-"),
         ("created", _ago(details["created_at"], now)),
         ("started", _ago(details["started_at"], now)),
         ("finished", _ago(details["finished_at"], now)),

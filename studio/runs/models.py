@@ -37,6 +37,13 @@ class Run(models.Model):
         default=list, blank=True, help_text="The limits the whole run holds a slot of, granted before it starts."
     )
     concurrency_key = models.CharField(max_length=128, blank=True, default="")
+    reference = models.CharField(
+        max_length=128,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The value of the input field its workflow names as reference (@workflow(reference=...)).",
+    )
     lease_owner = models.CharField(max_length=64, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
@@ -69,6 +76,9 @@ class Run(models.Model):
             models.Index(
                 fields=["concurrency_key", "created_at", "id"], condition=~Q(concurrency_key=""), name="run_by_key"
             ),
+            # A search matches a run's reference exactly (studio/run_list.py search_matches): only
+            # runs that have one, newest first.
+            models.Index(fields=["reference", "created_at", "id"], condition=~Q(reference=""), name="run_by_reference"),
         ]
 
     def __str__(self) -> str:

@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import functools
 import importlib
+import json
 import logging
 import pkgutil
 import threading
@@ -37,6 +38,7 @@ from django.db.models.functions import Coalesce
 
 from studio.plumbing import clock
 from studio.runs import statements
+from studio.runs.json_values import unstorable
 from studio.runs.models import Run, Step
 from studio.runs.signals import find_stuck_waits, run_ended, run_queued, run_starting
 
@@ -105,6 +107,7 @@ class LeaseLost(BaseException):  # noqa: N818 - control flow, not an error
 class Workflow:
     name: str
     fn: Callable[[Any], Any]
+    reference: str = ""  # the field of its input a run is found by (reference_of), "" for none
 
     def __call__(self, input: Any) -> Any:
         return self.fn(input)
@@ -113,12 +116,51 @@ class Workflow:
 _registry: dict[str, Workflow] = {}
 _discovered = False
 
+REFERENCE_MAX_LENGTH = 128  # a reference longer than this is not kept: a search reads at most 128 characters
+BAD_REFERENCE = (
+    "workflow {name!r}: reference must name a field of the input (a string of 1 to 200 characters), not {value!r}"
+)
 
-def workflow(fn: Callable[[Any], Any] | None = None, *, name: str | None = None) -> Any:
-    """Register a workflow function under its name (or `name`). Use as @workflow or @workflow(name=...)."""
+
+def check_reference(name: str, reference: object) -> str:
+    """The field a workflow names as its reference, "" for None; anything else is a WorkflowError."""
+    if reference is None:
+        return ""
+    if not isinstance(reference, str) or not 1 <= len(reference) <= 200 or unstorable(reference) is not None:
+        raise WorkflowError(BAD_REFERENCE.format(name=name, value=reference))
+    return reference
+
+
+def reference_of(wf: Workflow, input: Any) -> str:
+    """What a run of `wf` with `input` is found by (its reference field's value, as text), or "":
+
+    - text is kept without its surrounding spaces, numbers as JSON writes them (42, 4.5);
+    - no field, an empty text, true/false, null, an object or a list: none (they name no one run);
+    - text longer than REFERENCE_MAX_LENGTH: none, as a search could not match it whole.
+
+    The input is already checked (_check_json), so the text holds no NUL and no lone surrogate."""
+    if not wf.reference or not isinstance(input, dict):
+        return ""
+    value = input.get(wf.reference)
+    if isinstance(value, str):
+        text = value.strip()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        text = json.dumps(value)
+    else:
+        return ""
+    if len(text) > REFERENCE_MAX_LENGTH or unstorable(text) is not None:
+        return ""
+    return text
+
+
+def workflow(fn: Callable[[Any], Any] | None = None, *, name: str | None = None, reference: str | None = None) -> Any:
+    """Register a workflow function under its name (or `name`). Use as @workflow or
+    @workflow(name=..., reference=...): `reference` names the field of the input each run is
+    found by in a search (reference_of)."""
 
     def register(fn: Callable[[Any], Any]) -> Workflow:
-        wf = Workflow(name=name or fn.__name__, fn=fn)
+        workflow_name = name or fn.__name__
+        wf = Workflow(name=workflow_name, fn=fn, reference=check_reference(workflow_name, reference))
         existing = _registry.get(wf.name)
         if existing is not None and existing.fn.__qualname__ != fn.__qualname__:
             raise WorkflowError(f"two workflows are named {wf.name!r}: pass workflow(name=...) to tell them apart")
@@ -330,9 +372,10 @@ def start_run(
     name = wf.name if isinstance(wf, Workflow) else wf
     if not isinstance(name, str):
         raise WorkflowError("start_run takes a @workflow function or its registered name")
-    get_workflow(name)
+    registered = get_workflow(name)
     input = {} if input is None else input
     _check_json(input, "the input")
+    reference = reference_of(registered, input)
     now = clock.expression()  # the database's time, read by each statement
     with transaction.atomic():
         if bounds:
@@ -344,6 +387,7 @@ def start_run(
                 waiting_for=START_GATE,
                 bounds=list(bounds),
                 concurrency_key=concurrency_key,
+                reference=reference,
                 created_at=now,
                 updated_at=now,
             )
@@ -355,7 +399,9 @@ def start_run(
                 )
                 _dispatch_on_commit([run.id])
         else:
-            run = Run.objects.create(workflow=name, input=input, created_at=now, updated_at=now, dispatched_at=now)
+            run = Run.objects.create(
+                workflow=name, input=input, reference=reference, created_at=now, updated_at=now, dispatched_at=now
+            )
             _dispatch_on_commit([run.id])
     run.refresh_from_db()
     return run

@@ -36,6 +36,7 @@ def workflow(
     name: str | None = None,
     concurrency: dict[str, int] | None = None,
     limits: list[str] | None = None,
+    reference: str | None = None,
 ) -> Workflow: ...
 
 
@@ -46,6 +47,7 @@ def workflow(
     name: str | None = None,
     concurrency: dict[str, int] | None = None,
     limits: list[str] | None = None,
+    reference: str | None = None,
 ) -> Callable[[Callable[[Any], Any]], Workflow]: ...
 
 
@@ -55,17 +57,21 @@ def workflow(
     name: str | None = None,
     concurrency: dict[str, int] | None = None,
     limits: list[str] | None = None,
+    reference: str | None = None,
 ) -> Workflow | Callable[[Callable[[Any], Any]], Workflow]:
     """Register a workflow function under its name (or `name`). Use as @workflow or
-    @workflow(name=..., concurrency={"total": n, "per_key": m}, limits=[...]): `concurrency` caps
-    its runs (total, and per concurrency key), `limits` names up to two declared limits every run
-    holds a slot of, from before its first step to its end (SPEC 11.1). Checked here; a mistake
-    is a WorkflowError naming the workflow and the field."""
+    @workflow(name=..., concurrency={"total": n, "per_key": m}, limits=[...], reference="call_id"):
+    `concurrency` caps its runs (total, and per concurrency key), `limits` names up to two declared
+    limits every run holds a slot of, from before its first step to its end (SPEC 11.1);
+    `reference` names the field of the input a run is found by in a search (the Runs screen,
+    `stackbone runs list --search`, the API). Checked here; a mistake is a WorkflowError naming
+    the workflow and the field."""
 
     def register(fn: Callable[[Any], Any]) -> Workflow:
         workflow_name = name or fn.__name__
+        runtime.check_reference(workflow_name, reference)
         run_bounds.declare(workflow_name, concurrency, limits, module=fn.__module__)
-        registered: Workflow = runtime.workflow(fn, name=workflow_name)
+        registered: Workflow = runtime.workflow(fn, name=workflow_name, reference=reference)
         return registered
 
     return register(fn) if fn is not None else register

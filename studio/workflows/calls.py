@@ -18,7 +18,7 @@ def dial_out(call_id: str, slot_id: str) -> None:
     logger.info("dialling %s with slot %s", call_id, slot_id)  # a real one calls the provider here
 
 
-@workflow
+@workflow(reference="call_id")  # a search for the call id finds the run, even before it takes a slot
 def place_call(input: dict[str, Any]) -> dict[str, Any]:
     """Place a call that keeps a voice-calls slot after the run ends; `call_ended` releases it.
     Input: {"call_id": "c-1"}; optional "account" (the key, its pool) and "timeout" (default "30m")."""

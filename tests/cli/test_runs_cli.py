@@ -27,6 +27,7 @@ SUMMARY_KEYS = {
     "status",
     "key",
     "keys",
+    "reference",
     "suspended",
     "created_at",
     "started_at",
