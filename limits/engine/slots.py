@@ -32,7 +32,6 @@ from limits.engine.errors import (
 from limits.engine.results import Acquisition
 from limits.engine.rules import DEFAULT_TIMEOUT_MS, RESERVATION_MS, Changes
 from limits.models import AuditEvent, Limit, QueueEntry, Slot, is_storable_text
-from studio.plumbing import clock as box_clock
 
 
 def acquire(
@@ -209,9 +208,7 @@ def _previous_group_outcome(request: str, order: list[str] | None = None) -> Acq
             return _previous_group_outcome(request, order)
         if reserved is not None:
             locked = keys.lock({slot.limit_id for slot in live})
-            reading = box_clock.now()
-            now = max(rules.clock(limit, reading) for limit in locked.values())
-            changes = Changes()
+            now, changes = rules.clock_all(locked), Changes()
             mine = keys.group_slots(request, locked)
             confirmed = keys.confirm_group(mine, now, changes) if mine else False
             if not confirmed:

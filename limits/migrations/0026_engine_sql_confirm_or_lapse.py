@@ -8,7 +8,7 @@ from django.db import migrations
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "d86a6cb26538d81976e28e088ae8f2b4ae52731447179977c553a042fae84ac3"
+ENGINE_SQL_FINGERPRINT = "856ff148822d5119351c1502d925ec675649029a120b5b279fd74e380a29f61f"
 
 
 def install(apps, schema_editor) -> None:

@@ -227,7 +227,7 @@ BEGIN
         IF v_state = 'reserved' AND v_now > v_reserved_until THEN
             RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- late: the Python rules lapse it
         END IF;
-        IF v_state <> 'reserved' THEN
+        IF v_state IS DISTINCT FROM 'reserved' THEN  -- NULL: the purge deleted it meanwhile
             RETURN 'gone';
         END IF;
         UPDATE limits_slot SET state = 'busy', confirmed_at = v_now WHERE id = p_slot;
@@ -407,7 +407,7 @@ BEGIN
         v_waiting := v_waiting OR l.waiting_count > 0;
     END LOOP;
     SELECT state, key, request INTO v_state, v_key, v_request FROM limits_slot WHERE id = p_slot;
-    IF v_state NOT IN ('busy', 'reserved') THEN
+    IF v_state IS NULL OR v_state NOT IN ('busy', 'reserved') THEN  -- NULL: the purge deleted it meanwhile
         outcome := 'gone';
         RETURN;
     END IF;
