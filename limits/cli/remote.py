@@ -52,7 +52,8 @@ def load_agent(agent_id: str) -> Agent:
     except FileNotFoundError:
         raise CliError(
             f"--agent {agent_id}: no agents file at {path} (add [agents.{agent_id}] with url and token, "
-            f"or point {AGENTS_FILE_ENV} at one)"
+            f"or point {AGENTS_FILE_ENV} at one)",
+            field="agent",
         ) from None
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise CliError(f"--agent {agent_id}: cannot read the agents file {path}: {error}", field="agent") from None

@@ -187,6 +187,8 @@ def test_a_bad_agents_file_exits_2(tmp_path, monkeypatch, content, message) -> N
     assert result.code == 2
     assert message in result.err
     assert result.err.count("\n") == 1
+    as_json = run_cli("list", "--agent", "box", "--json")
+    assert json.loads(as_json.err)["field"] == "agent"  # the argument at fault, as the docs say
 
 
 def test_a_token_may_come_from_an_environment_variable(box, tmp_path, monkeypatch, live_server) -> None:
