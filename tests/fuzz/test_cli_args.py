@@ -21,8 +21,8 @@ from tests.fuzz.conftest import NASTY_ARGV, argv_text, fuzz, snapshot
 pytestmark = pytest.mark.django_db
 
 STACKBONE = Path(sys.executable).parent / "stackbone"
-VERBS = ["list", "slots", "keys", "release", "capacity", "max-hold", "per-key"]
-WRITES = {"release", "capacity", "max-hold", "per-key"}
+VERBS = ["list", "slots", "keys", "release", "capacity", "max-hold", "per-key", "pause", "resume", "forget"]
+WRITES = {"release", "capacity", "max-hold", "per-key", "pause", "resume", "forget"}
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
@@ -98,13 +98,15 @@ def test_a_nasty_value_is_exit_2_naming_the_field(calls, verb: str, value: str) 
 
 
 @pytest.mark.parametrize("name", NASTY_ARGV)
-@pytest.mark.parametrize("verb", ["slots", "keys", "capacity", "max-hold", "per-key"])
+@pytest.mark.parametrize("verb", ["slots", "keys", "capacity", "max-hold", "per-key", "pause", "resume", "forget"])
 def test_an_unknown_limit_is_exit_1(calls, verb: str, name: str) -> None:
     if name.startswith("-") or not name:
         pytest.skip("argparse reads it as an option, or it is empty")
     before = snapshot()
     values = {"capacity": "3", "max-hold": "1m", "per-key": "1"}
     args = [name, values[verb]] if verb in values else [name]
+    if verb == "forget":
+        args.append("--yes")  # it asks before it looks the limit up
     code, _out, err = run([verb, *args])
     assert code == 1, (name, err)
     assert err.startswith("error: unknown limit")
