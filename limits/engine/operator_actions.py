@@ -8,11 +8,19 @@ from django.db import transaction
 
 from limits.config import MAX_CAPACITY, Workspace, check_capacity, check_per_key
 from limits.durations import MAX_DURATION_MS
-from limits.engine import keys, rules
-from limits.engine.errors import BAD_CAPACITY, BAD_MAX_HOLD, BAD_PER_KEY, LimitsError, check_key, duration_ms
-from limits.engine.results import SyncReport
+from limits.engine import keys, rules, server
+from limits.engine.errors import (
+    BAD_CAPACITY,
+    BAD_MAX_HOLD,
+    BAD_PER_KEY,
+    UNKNOWN_LIMIT,
+    LimitsError,
+    check_key,
+    duration_ms,
+)
+from limits.engine.results import RESERVATION_MS, SyncReport
 from limits.engine.rules import DEPLOY_ACTOR, Changes
-from limits.models import AuditEvent, Limit
+from limits.models import AuditEvent, Limit, is_storable_text
 
 
 def set_capacity(name: str, value: object, *, actor: str | None = None) -> Limit:
@@ -25,6 +33,8 @@ def set_capacity(name: str, value: object, *, actor: str | None = None) -> Limit
             capacity = check_capacity(value)
         except ValueError as error:
             raise LimitsError(BAD_CAPACITY.format(error=error), field="capacity") from None
+    if server.available():
+        return _operate(name, "capacity", actor, capacity=capacity)
     with transaction.atomic(durable=True):
         (limit, locked), changes = rules.locked_by_name(name), Changes()
         now = rules.clock_all(locked)
@@ -56,7 +66,30 @@ def resume_limit(name: str, *, actor: str | None = None) -> Limit:
     return _set_paused(name, False, actor)
 
 
+def _operate(name: str, action: str, actor: str | None, *, capacity: int | None = None, paused: bool = False) -> Limit:
+    """set_capacity or a pause on PostgreSQL: one call (engine.sql: limits_operate), then the
+    limit as it is now, read after the commit. Like the other operator actions it is not meant to
+    run inside a caller's transaction (they are durable)."""
+    if not is_storable_text(name):
+        raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
+    outcome, woken = server.operate(  # its own transaction: one round trip with its commit
+        name,
+        action,
+        capacity=capacity,
+        paused=paused,
+        actor=actor,
+        reservation_ms=RESERVATION_MS,
+        owed_after_ms=keys.OWED_AFTER_MS,
+    )
+    if outcome == "unknown":
+        raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
+    rules.wake_on_commit(woken)
+    return Limit.objects.get(name=name)
+
+
 def _set_paused(name: str, paused: bool, actor: str | None) -> Limit:
+    if server.available():
+        return _operate(name, "pause", actor, paused=paused)
     with transaction.atomic(durable=True):
         (limit, locked), changes = rules.locked_by_name(name), Changes()
         if limit.paused == paused:

@@ -117,6 +117,27 @@ def sweep_limit(limit_id: int, reservation_ms: int, owed_after_ms: int) -> tuple
     return expired, lapsed, timed_out, granted, woken
 
 
+def operate(
+    name: str,
+    action: str,
+    *,
+    capacity: int | None = None,
+    paused: bool = False,
+    actor: str | None,
+    reservation_ms: int,
+    owed_after_ms: int,
+) -> tuple[str, list[str]]:
+    """limits_operate: an operator's capacity (`action` 'capacity', None resets it) or pause
+    ('pause': `paused` True to pause, False to resume), with its grant and audit row: ('done',
+    the runs to wake), ('same', []) for a pause that changes nothing, ('unknown', []) for no
+    such limit."""
+    outcome, woken = _call(
+        "SELECT outcome, woken FROM limits_operate(%s, %s, %s, %s, %s, %s, %s, %s)",
+        [name, action, capacity, paused, actor, clock.param(), reservation_ms, owed_after_ms],
+    )
+    return outcome, woken
+
+
 def grant(limit_ids: list[int], now: datetime, reservation_ms: int, owed_after_ms: int) -> tuple[int, int, list[str]]:
     """limits_grant, under the caller's locks of every limit in `limit_ids` (keys and groups):
     (entries timed out, slots granted, runs to wake). It reads the counters from the rows and

@@ -612,6 +612,68 @@ BEGIN
 END
 $$;
 
+-- limits.engine.operator_actions.set_capacity and pause_limit / resume_limit, in one call each
+-- (issue 26): the limit locked with its groups' other limits (id order, as keys.lock), the change
+-- written, the free capacity granted over them all (limits_grant) and the audit row (5.5), with
+-- capacity_after. p_capacity NULL resets the override (5.2); the caller checked its range.
+-- p_paused: pause (true) or resume (false); a limit already so changes nothing ('same').
+-- 'unknown' for a name no limit has.
+CREATE OR REPLACE FUNCTION limits_operate(
+    p_name text, p_action text, p_capacity integer, p_paused boolean, p_actor text, p_now timestamptz,
+    p_reservation_ms bigint, p_owed_after_ms bigint, OUT outcome text, OUT woken text[]
+)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    v_limit bigint;
+    v_ids bigint[];
+    v_now timestamptz;
+    v_old text;
+    v_new text;
+    l limits_limit;
+BEGIN
+    woken := '{}';
+    SELECT id INTO v_limit FROM limits_limit WHERE name = p_name;
+    IF NOT FOUND THEN
+        outcome := 'unknown';
+        RETURN;
+    END IF;
+    v_ids := ARRAY[v_limit];
+    IF EXISTS (SELECT 1 FROM limits_limit WHERE id = v_limit AND group_waiting_count > 0)
+       OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_limit AND state = 'reserved' AND group_size > 1) THEN
+        v_ids := v_ids || limits_partners(v_limit);
+    END IF;
+    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
+        v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
+    END LOOP;
+    SELECT * INTO l FROM limits_limit WHERE id = v_limit;
+    IF p_action = 'capacity' THEN
+        v_old := limits_capacity(l)::text;
+        UPDATE limits_limit SET capacity_override = p_capacity, updated_at = v_now WHERE id = v_limit;
+    ELSE
+        IF (l.paused_at IS NOT NULL) = p_paused THEN
+            outcome := 'same';
+            RETURN;
+        END IF;
+        v_old := CASE WHEN p_paused THEN 'running' ELSE 'paused' END;
+        v_new := CASE WHEN p_paused THEN 'paused' ELSE 'running' END;
+        UPDATE limits_limit SET paused_at = CASE WHEN p_paused THEN v_now END, updated_at = v_now WHERE id = v_limit;
+    END IF;
+    UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);  -- rules.clock_all
+    SELECT g.woken INTO woken FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms) g;
+    SELECT * INTO l FROM limits_limit WHERE id = v_limit;
+    IF p_action = 'capacity' THEN
+        v_new := limits_capacity(l)::text || CASE WHEN p_capacity IS NULL THEN ' (declared)' ELSE '' END;
+    END IF;
+    INSERT INTO limits_auditevent (at, actor, action, limit_id, slot_id, key, old_value, new_value, capacity_after)
+    VALUES (
+        v_now, coalesce(p_actor, 'system'),
+        CASE WHEN p_action = 'capacity' THEN 'capacity' WHEN p_paused THEN 'pause' ELSE 'resume' END,
+        v_limit, '', '', v_old, v_new, limits_capacity(l)
+    );
+    outcome := 'done';
+END
+$$;
+
 -- keys.partners: the limits of every group waiting in, or reserved from, this limit (read without
 -- locks: the caller locks them all in id order).
 CREATE OR REPLACE FUNCTION limits_partners(p_limit bigint) RETURNS bigint[]

@@ -363,3 +363,31 @@ def test_a_sweep_is_one_call_per_limit_with_work_and_nothing_else_under_a_lock(c
     assert report.lapsed == 2 and len([sql for sql in sent if "limits_sweep_limit(" in sql]) == report.limits
     for name in ("x", "y", "idle"):
         assert_counters_match_rows(name)
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_operators_capacity_pause_and_resume_are_one_call_each(django_capture_on_commit_callbacks) -> None:
+    """Issue 26: set_capacity, pause_limit and resume_limit lock, change, grant and audit in one
+    call (limits_operate); the limit they return is read after the commit, without a lock."""
+    declare(x={"capacity": 1, "max_hold": "1h"}, y={"capacity": 1, "max_hold": "1h"})
+    services.acquire("x", run_id="r1")
+    services.acquire_group(["x", "y"], run_id="g1", request="g1")  # y is locked with x: g1 waits in both
+    for action, check in [
+        (lambda: services.pause_limit("x", actor="user:ana"), lambda limit: limit.paused),
+        (lambda: services.set_capacity("x", 2, actor="user:ana"), lambda limit: limit.capacity == 2),
+        (lambda: services.resume_limit("x", actor="user:ana"), lambda limit: not limit.paused),
+    ]:
+        limit, sent = _engine_statements(action)
+        assert check(limit)
+        assert [sql for sql in sent if "limits_operate(" in sql] == sent[:1] and len(sent) == 2, sent
+        assert not [sql for sql in sent if re.search(r"FOR (NO KEY )?UPDATE", sql)]
+    assert sorted(Slot.objects.filter(request="g1").values_list("state", flat=True)) == ["reserved", "reserved"]
+    audit = list(AuditEvent.objects.order_by("id").values_list("action", "old_value", "new_value", "capacity_after"))
+    assert audit[-3:] == [
+        ("pause", "running", "paused", 1),
+        ("capacity", "1", "2", 2),
+        ("resume", "paused", "running", 2),
+    ]
+    for name in ("x", "y"):
+        assert_counters_match_rows(name)
