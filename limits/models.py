@@ -470,8 +470,10 @@ def _bucket_fields() -> dict[str, models.PositiveIntegerField[int, int]]:
 
 class LimitMinute(models.Model):
     """One limit's minute (UTC, its start in `minute`): the counters sampled once at the minute's
-    first sweep (null: no sweep ran in it), and what happened in it, counted from the history
-    rows once the minute is over (limits.insights.roll_up). Kept 7 days (INSIGHTS_RETENTION)."""
+    first sweep (null: no sweep ran in it), the most waiting and in use at any instant of it
+    (set by the next minute's sample, limits.insights.record_peaks), and what happened in it,
+    counted from the history rows once the minute is over (limits.insights.roll_up). Kept 7 days
+    (INSIGHTS_RETENTION)."""
 
     pk = models.CompositePrimaryKey("limit_id", "minute")
     limit = models.ForeignKey(Limit, on_delete=models.CASCADE, related_name="minutes", db_index=False)
@@ -480,6 +482,15 @@ class LimitMinute(models.Model):
     reserved = models.PositiveIntegerField(null=True)
     waiting = models.PositiveIntegerField(null=True)
     capacity = models.PositiveIntegerField(null=True)
+    waiting_peak = models.PositiveIntegerField(
+        null=True, help_text="The most runs waiting at any instant of the minute (set by the next minute's sample)."
+    )
+    in_use_peak = models.PositiveIntegerField(
+        null=True, help_text="The most slots in use (busy + reserved) at any instant of the minute (idem)."
+    )
+    next_position = models.BigIntegerField(
+        null=True, help_text="The limit's next queue position at the sample: where a later peak looks for new runs."
+    )
     grants = models.PositiveIntegerField(
         default=0, db_default=0, help_text="Slots handed out (at once or from the queue)."
     )
