@@ -24,6 +24,9 @@ MAX_CAPACITY = 100_000
 LIMIT_FIELDS = frozenset({"capacity", "max_hold", "per_key"})
 KEY_MAX_LENGTH = 128
 BOUND_PREFIX = "workflow."  # a workflow's own bound is the limit 'workflow.<workflow name>' (SPEC 11.5)
+BOX_NAME = "box"  # the box's own run concurrency is the limit 'box', kind 'box' (SPEC 12.2)
+RUN_CONCURRENCY_FIELDS = frozenset({"base", "burst"})
+MIN_BURST, MAX_BURST, DEFAULT_BURST = 1.0, 10.0, 2.0
 NAME_HELP = "1 to 64 characters from lowercase letters, digits, '.', '_' and '-'"
 CAPACITY_HELP = f"a whole number from {MIN_CAPACITY} to {MAX_CAPACITY}"
 
@@ -55,8 +58,72 @@ class LimitSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class RunConcurrency:
+    """The box's run concurrency (SPEC 12.1): at most `ceiling` runs execute at once, and no one
+    workflow more than `base`."""
+
+    base: int
+    burst: float = DEFAULT_BURST
+
+    @property
+    def ceiling(self) -> int:
+        return box_ceiling(self.base, self.burst)
+
+
+@dataclass(frozen=True, slots=True)
 class Workspace:
     limits: Mapping[str, LimitSpec]
+    run_concurrency: RunConcurrency | None = None
+
+
+def box_ceiling(base: int, burst: float) -> int:
+    """floor(base x burst): the runs the box executes at once (SPEC 12.2). One home; the box's
+    writers keep its capacity so (limits.engine.operator_actions)."""
+    return int(base * burst + 1e-9)
+
+
+def check_base(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_CAPACITY <= value <= MAX_CAPACITY:
+        raise ValueError(f"base must be {CAPACITY_HELP}, not {value!r}")
+    return value
+
+
+def check_burst(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not MIN_BURST <= value <= MAX_BURST:
+        raise ValueError(f"burst must be from {MIN_BURST} to {MAX_BURST}, not {value!r}")
+    return float(value)
+
+
+def check_ceiling(base: int, burst: float) -> int:
+    ceiling = box_ceiling(base, burst)
+    if ceiling > MAX_CAPACITY:
+        raise ValueError(f"base x burst must be at most {MAX_CAPACITY}, not {ceiling}")
+    return ceiling
+
+
+def run_concurrency_problems(value: object) -> list[str]:
+    """Every problem of run_concurrency={"base": n, "burst": f}, each naming the field."""
+    if not isinstance(value, Mapping):
+        return ["run_concurrency must be a mapping like {'base': 10, 'burst': 2.0}"]
+    problems = []
+    unknown = sorted(set(value) - RUN_CONCURRENCY_FIELDS, key=str)
+    if unknown:
+        problems.append(f"run_concurrency: unknown field {unknown[0]!r} (allowed: base, burst)")
+    checked: list[int | float] = []
+    if "base" not in value:
+        problems.append("run_concurrency: base is required")
+    for field, check, default in (("base", check_base, None), ("burst", check_burst, DEFAULT_BURST)):
+        if field in value or default is not None:
+            try:
+                checked.append(check(value.get(field, default)))
+            except ValueError as error:
+                problems.append(f"run_concurrency: {error}")
+    if not problems:
+        try:
+            check_ceiling(int(checked[0]), float(checked[1]))
+        except ValueError as error:
+            problems.append(f"run_concurrency: {error}")
+    return problems
 
 
 def check_name(name: object) -> str:
@@ -94,9 +161,11 @@ def check_key(key: object) -> str:
     return key
 
 
-def define_workspace(*, limits: Mapping[str, Mapping[str, object]]) -> Workspace:
-    """Validate a workspace's limits; raise ConfigError naming every bad limit and field (its
-    `errors`: one per problem, in the order of the config)."""
+def define_workspace(
+    *, limits: Mapping[str, Mapping[str, object]], run_concurrency: Mapping[str, object] | None = None
+) -> Workspace:
+    """Validate a workspace's limits and the box's run concurrency (SPEC 12.1); raise ConfigError
+    naming every bad limit and field (its `errors`: one per problem, in the order of the config)."""
     if not isinstance(limits, Mapping):
         raise ConfigError("limits must be a mapping of limit name to {'capacity': ..., 'max_hold': ...}")
     specs: dict[str, LimitSpec] = {}
@@ -114,9 +183,19 @@ def define_workspace(*, limits: Mapping[str, Mapping[str, object]]) -> Workspace
             max_hold_ms=parse_duration(fields["max_hold"]),
             per_key=None if per_key is None else check_per_key(per_key, check_capacity(fields["capacity"])),
         )
+    box = None
+    if run_concurrency is not None:
+        found = run_concurrency_problems(run_concurrency)
+        problems.extend(found)
+        if BOX_NAME in limits:
+            problems.append(f"limit {BOX_NAME!r}: the name belongs to the box's run concurrency (run_concurrency)")
+        if not found:
+            assert isinstance(run_concurrency, Mapping)
+            base = check_base(run_concurrency["base"])
+            box = RunConcurrency(base, check_burst(run_concurrency.get("burst", DEFAULT_BURST)))
     if problems:
         raise ConfigError.collected(problems)
-    return Workspace(limits=specs)
+    return Workspace(limits=specs, run_concurrency=box)
 
 
 def _problems_of(name: object, fields: object) -> list[str]:

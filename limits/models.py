@@ -65,6 +65,7 @@ class Limit(models.Model):
     class Kind(models.TextChoices):
         LIMIT = "limit"  # declared in the workspace config
         WORKFLOW = "workflow"  # a workflow's own bound (SPEC 11.5): synced from its @workflow
+        BOX = "box"  # the box's own run concurrency (SPEC 12): capacity floor(base x burst), per_key base
 
     name = models.CharField(max_length=64, unique=True)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.LIMIT, db_default=Kind.LIMIT)
@@ -89,6 +90,10 @@ class Limit(models.Model):
     group_waiting_count = models.IntegerField(
         db_default=0, default=0, help_text="Waiting entries of acquisitions of several limits."
     )
+    declared_burst = models.FloatField(
+        null=True, blank=True, help_text="The box bound only (SPEC 12.1): its burst factor from the config."
+    )
+    burst_override = models.FloatField(null=True, blank=True, help_text="The box bound only: an operator's burst.")
     paused_at = models.DateTimeField(
         null=True,
         blank=True,
@@ -168,6 +173,17 @@ class Limit(models.Model):
     @property
     def is_workflow_bound(self) -> bool:
         return self.kind == self.Kind.WORKFLOW
+
+    @property
+    def is_box(self) -> bool:
+        return self.kind == self.Kind.BOX
+
+    @property
+    def burst(self) -> float | None:
+        """The box bound's burst factor in force (SPEC 12.1, 12.5); None for any other limit. Its
+        base is its per_key, its capacity floor(base x burst), kept so by the box's writers
+        (sync_workspace, set_box), so every reader of capacity reads the box like any limit."""
+        return self.burst_override if self.burst_override is not None else self.declared_burst
 
     @property
     def per_key(self) -> int | None:
@@ -398,6 +414,7 @@ class AuditEvent(models.Model):
         PER_KEY = "per_key", "changed per-key pool size"
         PAUSE = "pause", "paused the limit"
         RESUME = "resume", "resumed the limit"
+        BOX = "box", "changed the box's run concurrency"
 
     at = models.DateTimeField()
     actor = models.CharField(max_length=150)

@@ -20,6 +20,12 @@ its end, granted by the rules of several limits in one acquisition (SPEC 10).
   run frees them (services.end_run) and the next run starts. A start that does not happen within
   2 minutes lapses and the run goes back to the end of every queue (SPEC 3.6, 10.2).
 - A named limit's max hold still applies to the slot the run holds of it (SPEC 11.4).
+- The box's run concurrency (SPEC 12, when the workspace declares run_concurrency): every run
+  also holds a slot of the box bound `box` while it executes, from its workflow's pool (per_key
+  = the base, so no workflow executes more than the base; capacity = the burst ceiling). It is
+  one more limit of the start acquisition, so a run waits `queued` in trigger order for its
+  bounds and a box slot together. A run that waits for a limit's slot in its body gives its box
+  slot back and waits for both together (limits.workflow, `box_place`).
 
 Must never happen (limits verify checks it from the rows, as for any group): a run holds some of
 its bounds and not the others; a bound holds more runs than its total or a key more than its
@@ -35,11 +41,20 @@ from typing import Any
 from django.conf import settings
 
 from limits import services
-from limits.config import BOUND_PREFIX, MAX_CAPACITY, MIN_CAPACITY, NAME_RE, check_key, check_name
+from limits.config import (
+    BOUND_PREFIX,
+    BOX_NAME,
+    KEY_MAX_LENGTH,
+    MAX_CAPACITY,
+    MIN_CAPACITY,
+    NAME_RE,
+    check_key,
+    check_name,
+)
 from limits.durations import MAX_DURATION_MS
 from limits.models import Limit
-from studio.runs import runtime
-from studio.runs.models import Run
+from stackbone.runs import runtime
+from stackbone.runs.models import Run
 
 MAX_NAMED_LIMITS = 2
 QUEUE_TIMEOUT_MS = MAX_DURATION_MS  # a queued run waits as long as the longest wait there is: 30 days
@@ -136,7 +151,24 @@ def bounds_for_run(workflow_name: str, limits: object = None, concurrency_key: o
     own = [bound_name(workflow_name)] if bounds.has_own_bound else []
     if own:
         services.ensure_workflow_bound(own[0], bounds.total, bounds.per_key)  # SPEC 11.6
-    return own + list(named), key
+    box = [BOX_NAME] if Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True).exists() else []
+    return own + list(named) + box, key
+
+
+def box_place(run_id: str) -> services.BoxPlace | None:
+    """The box slot a run needs beside a limit's slot in its body (SPEC 12.2): for a run started
+    under the box (its bounds name it) while the box is still declared; None otherwise."""
+    found = Run.objects.filter(id=run_id).values_list("workflow", "bounds").first()
+    if found is None or BOX_NAME not in found[1]:
+        return None
+    if not Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True).exists():
+        return None
+    return _box_place(found[0])
+
+
+def _box_place(workflow_name: str) -> services.BoxPlace:
+    """A run's place in the box: its workflow's pool (SPEC 12.3)."""
+    return services.BoxPlace(BOX_NAME, key=workflow_name[:KEY_MAX_LENGTH])
 
 
 # --- the run layer's signals (limits/apps.py connects them) ---------------------------------------
@@ -170,13 +202,15 @@ def starting(sender: object, run: Run, **kwargs: object) -> str:
 
 
 def _acquire(run: Run) -> services.Acquisition:
+    box = _box_place(run.workflow) if BOX_NAME in run.bounds else None
     return services.acquire_group(
-        list(run.bounds),
+        [name for name in run.bounds if name != BOX_NAME],
         run_id=run.id,
         request=f"{run.id}{START_REQUEST_SUFFIX}",
         label=run.workflow[:200],
         key=run.concurrency_key or None,
         timeout=QUEUE_TIMEOUT_MS,
+        box=box,
     )
 
 

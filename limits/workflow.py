@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
-from limits import services
+from limits import run_bounds, services
 from studio.runs.models import Step
 from studio.runs.runtime import (
     Suspend,
@@ -96,7 +96,9 @@ def _acquire(
     3. Busy: record the hook step completed with the slot ids and return the handles.
        Waiting: record the hook step open ('Esperando hueco · <limit>', or '<a> + <b>' for
        several) and suspend the run; the box wakes it when its slots are reserved or the wait
-       times out. Timed out: record the hook step failed and raise SlotTimeoutError.
+       times out. Under the box's run concurrency (SPEC 12.2) the box bound is one more limit of
+       the acquisition: a run that must wait gives its box slot back and resumes only with a
+       box slot again (`run_bounds.box_place`). Timed out: record the hook step failed and raise SlotTimeoutError.
     Steps 2 and 3 are one transaction, under the run's lease. With ends_with_run (with_limit,
     with_limits), the busy slots are tied to the run in that same transaction
     (services.tie_to_run): if the run ends before the work gives them back, ending it frees them.
@@ -115,14 +117,17 @@ def _acquire(
     request = f"{ctx.run_id}:{seq}"
     with transaction.atomic():
         lock_own_run(ctx)
-        if many or key is not None:
+        box = run_bounds.box_place(ctx.run_id)
+        if many or key is not None or box is not None:
             outcome = services.acquire_group(
-                limits, run_id=ctx.run_id, request=request, label=label, timeout=timeout, key=key
+                limits, run_id=ctx.run_id, request=request, label=label, timeout=timeout, key=key, box=box
             )
         else:
             outcome = services.acquire(limits[0], run_id=ctx.run_id, request=request, label=label, timeout=timeout)
         if outcome.state == "busy":
             ids = [slot_id for _, slot_id in outcome.slots] or [str(outcome.slot_id)]
+            if box is not None:  # the box slot it executes in: kept, or taken again to resume
+                services.tie_to_run(ids.pop(), ctx.run_id)
             for slot_id in ids:
                 if ends_with_run:
                     services.tie_to_run(slot_id, ctx.run_id)

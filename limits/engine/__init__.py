@@ -47,11 +47,12 @@ from limits.engine.operator_actions import (
     resume_limit,
     set_capacity,
     set_max_hold,
+    set_box,
     set_per_key,
     sync_workflow_bounds,
     sync_workspace,
 )
-from limits.engine.results import REASONS, Acquisition, Reason, SweepReport, SyncReport
+from limits.engine.results import REASONS, Acquisition, BoxPlace, Reason, SweepReport, SyncReport
 from limits.engine.rules import (
     DEFAULT_TIMEOUT_MS,
     DEPLOY_ACTOR,
@@ -83,6 +84,7 @@ __all__ = [
     "UNDECLARED_LIMIT",
     "UNKNOWN_LIMIT",
     "Acquisition",
+    "BoxPlace",
     "REASONS",
     "Reason",
     "LimitsError",
@@ -97,6 +99,7 @@ __all__ = [
     "pause_limit",
     "resume_limit",
     "release",
+    "set_box",
     "set_capacity",
     "set_max_hold",
     "set_per_key",

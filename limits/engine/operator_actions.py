@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from limits.config import MAX_CAPACITY, Workspace, check_capacity, check_per_key
+from limits.config import (
+    BOX_NAME,
+    MAX_CAPACITY,
+    RunConcurrency,
+    Workspace,
+    check_base,
+    check_burst,
+    check_capacity,
+    check_ceiling,
+    check_per_key,
+)
 from limits.durations import MAX_DURATION_MS
 from limits.engine import keys, rules, server
 from limits.engine.errors import (
@@ -27,6 +37,7 @@ def set_capacity(name: str, value: object, *, actor: str | None = None) -> Limit
     """Override a limit's capacity (1..100000), or reset it to the declared value with None.
     Raising it grants waiting runs at once; lowering it takes no slot back. `value` is checked
     here (it may come straight from a request)."""
+    _not_the_box(name, "capacity")
     capacity = None
     if value is not None:
         try:
@@ -111,6 +122,7 @@ def set_max_hold(name: str, value: object, *, actor: str | None = None) -> Limit
     Only slots granted afterwards get the new value: a slot's expiry is fixed at grant. `value`
     is checked here (it may come straight from a request)."""
     ms = None if value is None else duration_ms(value, BAD_MAX_HOLD, "max_hold")
+    _not_the_box(name, "max_hold")
     with transaction.atomic(durable=True):
         limit = rules.locked_limit(name)
         if limit.is_workflow_bound:
@@ -132,6 +144,7 @@ def set_per_key(name: str, value: object, *, key: str | None = None, actor: str 
     request)."""
     if key is not None:
         key = check_key(key)
+    _not_the_box(name, "per_key")
     with transaction.atomic(durable=True):
         (limit, locked), changes = rules.locked_by_name(name), Changes()
         size = None
@@ -160,6 +173,148 @@ def set_per_key(name: str, value: object, *, key: str | None = None, actor: str 
         rules.audit(limit, actor, AuditEvent.Action.PER_KEY, now, old=old, new=new, key=key or "")
         rules.wake_on_commit(changes.woken)
         return limit
+
+
+BOX_FIELDS = "'box' is the box's run concurrency: change its base and burst (stackbone limits box --base/--burst)"
+
+
+def _not_the_box(name: object, field: str) -> None:
+    """The box bound's capacity and pools follow its base and burst (set_box), nothing else."""
+    if name == BOX_NAME and Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX).exists():
+        raise LimitsError(BOX_FIELDS, field=field)
+
+
+UNCHANGED = object()
+NO_BOX = "the box has no run concurrency: declare run_concurrency={'base': n} in the workspace config first"
+
+
+def set_box(*, base: object = UNCHANGED, burst: object = UNCHANGED, actor: str | None = None) -> Limit:
+    """Override the box's base (1..100000) or burst (1.0..10.0), or reset either with None (SPEC
+    12.5). The box bound's per-workflow pool is the base and its capacity floor(base x burst).
+    Audited; a deploy keeps it; raising grants waiting runs at once, lowering takes nothing back.
+    Values are checked here (they may come straight from a request): the error names the field."""
+    new_base = new_burst = None
+    try:
+        if base is not UNCHANGED and base is not None:
+            new_base = check_base(base)
+    except ValueError as error:
+        raise LimitsError(str(error), field="base") from None
+    try:
+        if burst is not UNCHANGED and burst is not None:
+            new_burst = check_burst(burst)
+    except ValueError as error:
+        raise LimitsError(str(error), field="burst") from None
+    with transaction.atomic(durable=True):
+        box = Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True).first()
+        if box is None:
+            raise LimitsError(NO_BOX, field="base" if base is not UNCHANGED else "burst")
+        (limit, locked), changes = rules.locked_by_name(BOX_NAME), Changes()
+        old = _box_text(limit)
+        if base is not UNCHANGED:
+            limit.per_key_override = new_base
+        if burst is not UNCHANGED:
+            limit.burst_override = new_burst
+        try:
+            _keep_box_capacity(limit)
+        except ValueError as error:
+            raise LimitsError(str(error), field="base" if base is not UNCHANGED else "burst") from None
+        now = rules.clock_all(locked)
+        limit.save(update_fields=["per_key_override", "burst_override", "capacity_override", "updated_at"])
+        rules.settle_all(locked, now, changes)
+        rules.save_all(locked)
+        rules.audit(
+            limit, actor, AuditEvent.Action.BOX, now, old=old, new=_box_text(limit), capacity_after=limit.capacity
+        )
+        rules.wake_on_commit(changes.woken)
+        return limit
+
+
+def _keep_box_capacity(limit: Limit) -> None:
+    """The box's capacity is floor(base x burst) of the values in force: declared, or an
+    override (then held in capacity_override, as any limit's override)."""
+    assert limit.per_key is not None and limit.burst is not None
+    overridden = limit.per_key_override is not None or limit.burst_override is not None
+    limit.capacity_override = check_ceiling(limit.per_key, limit.burst) if overridden else None
+
+
+def _box_text(limit: Limit) -> str:
+    return f"base {limit.per_key}, burst {limit.burst:g}, ceiling {limit.capacity}"
+
+
+def _sync_box(
+    spec: RunConcurrency | None,
+    existing: dict[str, Limit],
+    existing_by_id: dict[int, Limit],
+    actor: str,
+    report: SyncReport,
+) -> None:
+    """sync_workspace for the box bound (SPEC 12.1): created, updated (its overrides kept) or
+    undeclared like a limit. No max hold: a run holds its box slot while it executes."""
+    limit = existing.get(BOX_NAME)
+    if limit is not None and not limit.is_box:
+        if spec is None:
+            return
+        raise LimitsError(BOX_NAME_TAKEN, field="run_concurrency")
+    if spec is None:
+        if limit is not None and limit.declared:
+            limit.declared = False
+            now = rules.clock(limit)
+            limit.save(update_fields=["declared", "last_event_at", "updated_at"])
+            rules.audit(
+                limit, actor, AuditEvent.Action.SYNC, now, old="declared", new="undeclared",
+                capacity_after=limit.capacity,
+            )  # fmt: skip
+            report.undeclared.append(BOX_NAME)
+        return
+    if limit is None:
+        Limit.objects.create(
+            name=BOX_NAME,
+            kind=Limit.Kind.BOX,
+            declared_capacity=spec.ceiling,
+            declared_max_hold_ms=MAX_DURATION_MS,
+            declared_per_key=spec.base,
+            declared_burst=spec.burst,
+        )
+        report.created.append(BOX_NAME)
+        return
+    before = (limit.declared, limit.declared_per_key, limit.declared_burst)
+    after = (True, spec.base, spec.burst)
+    if before == after:
+        return
+    old = _box_text(limit) + ("" if limit.declared else ", undeclared")
+    limit.declared, limit.declared_per_key, limit.declared_burst = after
+    limit.declared_capacity = spec.ceiling
+    try:
+        _keep_box_capacity(limit)
+    except ValueError:  # the operator's base x the new burst passes the maximum: the override goes
+        limit.per_key_override = limit.burst_override = limit.capacity_override = None
+    limit.save(
+        update_fields=[
+            "declared",
+            "declared_capacity",
+            "declared_per_key",
+            "declared_burst",
+            "per_key_override",
+            "burst_override",
+            "capacity_override",
+            "updated_at",
+        ]
+    )
+    touched = {i: existing_by_id[i] for i in {limit.id} | keys.partners([limit.id]) if i in existing_by_id}
+    now, changes = rules.clock_all(touched), Changes()
+    rules.settle_all(touched, now, changes)
+    rules.save_all(touched)
+    rules.wake_on_commit(changes.woken)
+    rules.audit(
+        limit, actor, AuditEvent.Action.SYNC, now, old=old, new=_box_text(limit), capacity_after=limit.capacity
+    )
+    report.updated.append(BOX_NAME)
+
+
+BOX_NAME_TAKEN = (
+    "run_concurrency: a limit named 'box' exists in this box (declared before): the box's run concurrency "
+    "needs the name; rename that limit first"
+)
 
 
 def _pool_text(size: int | None) -> str:
@@ -222,9 +377,10 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
                 capacity_after=limit.capacity,
             )
             report.updated.append(name)
+        _sync_box(workspace.run_concurrency, existing, existing_by_id, actor, report)
         for name, limit in existing.items():
-            if limit.is_workflow_bound:
-                continue  # a workflow's own bound: sync_workflow_bounds keeps it
+            if limit.is_workflow_bound or limit.is_box:
+                continue  # a workflow's own bound: sync_workflow_bounds keeps it; the box: _sync_box
             if name not in workspace.limits and limit.declared:
                 limit.declared = False
                 now = rules.clock(limit)

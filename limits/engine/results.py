@@ -27,6 +27,18 @@ class Acquisition:
     key: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class BoxPlace:
+    """The box's run concurrency in one acquisition (SPEC 12.2): the run also needs a slot of the
+    box bound `limit`, from the pool of `key` (its workflow's name: 12.3 caps one workflow at the
+    box's base). If the run executes in a box slot already (a busy one of its own), it keeps it
+    when every other limit has room at once (no wait, no suspension); otherwise it gives it back
+    and waits for every limit and a box slot together, all or nothing."""
+
+    limit: str
+    key: str
+
+
 REASONS = {
     # SPEC 6.5: why a run waits, one vocabulary on every surface (code: sentence).
     "limit_paused": "the limit is paused",

@@ -149,16 +149,25 @@ def grant(limit_ids: list[int], now: datetime, reservation_ms: int, owed_after_m
 
 
 def acquire_group(
-    names: list[str], run_id: str, request: str, label: str, key: str, timeout_ms: int, owed_after_ms: int
+    names: list[str],
+    run_id: str,
+    request: str,
+    label: str,
+    member_keys: list[str],
+    timeout_ms: int,
+    owed_after_ms: int,
+    box: bool = False,
 ) -> Acquisition | Answer:
     """limits_acquire_group: a new request, with a key or several limits, granted busy slots of
     every limit at once when nobody waits and each has room, or joining every queue (granted and
     confirmed at once if the grant reaches it, else waiting). An earlier outcome of the request,
     an unknown or undeclared name are left to limits.engine.slots. The other runs the grant
-    woke are woken on commit."""
+    woke are woken on commit. `member_keys`: each limit's key pool; `box`: the last limit is the
+    box bound (limits.engine.slots.acquire_group)."""
+    key = member_keys[0]
     outcome, slot_ids, deadline, woken = _call(
-        "SELECT outcome, slot_ids, deadline, woken FROM limits_acquire_group(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        [names, run_id, request, label, key, timeout_ms, clock.param(), RESERVATION_MS, owed_after_ms],
+        "SELECT outcome, slot_ids, deadline, woken FROM limits_acquire_group(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        [names, run_id, request, label, member_keys, timeout_ms, clock.param(), RESERVATION_MS, owed_after_ms, box],
     )
     if outcome == SLOW:
         return NOT_HANDLED_HERE

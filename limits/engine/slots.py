@@ -29,7 +29,7 @@ from limits.engine.errors import (
     check_run_id,
     duration_ms,
 )
-from limits.engine.results import Acquisition
+from limits.engine.results import Acquisition, BoxPlace
 from limits.engine.rules import DEFAULT_TIMEOUT_MS, RESERVATION_MS, Changes
 from limits.models import AuditEvent, Limit, QueueEntry, Slot, is_storable_text
 
@@ -81,11 +81,17 @@ def acquire_group(
     label: str | None = None,
     timeout: int | str | None = None,
     key: str | None = None,
+    box: BoxPlace | None = None,
 ) -> Acquisition:
     """Take one slot of each of 1 to 3 distinct limits, all or nothing (SPEC 10), with a key's
     pool on each (SPEC 9), or join every queue. The answer's `slots` are (limit, slot id) in the
     order given. Like `acquire`, a second call with the same request answers what became of it
     (confirming the reservations together).
+
+    With `box` (SPEC 12.2, the run layer passes it) the box bound is one more limit of the group,
+    last in `slots`, from its own key's pool: a run waits for its slots and a box slot together.
+    A run that executes in a box slot (`box.held`) keeps it when the other limits have room at
+    once; else it gives it back in this transaction and waits holding nothing.
 
     1. Lock the limits and their waiting groups' other limits, in id order (limits.engine.keys).
     2. If no run waits on any of them and each has room in its total and the key's pool, grant
@@ -94,28 +100,37 @@ def acquire_group(
        or wait holding none of its slots.
     """
     check_run_id(run_id)
-    names = _check_limits(limit_names)
+    names = _check_limits(limit_names, none_ok=box is not None)  # a run may need only the box
     request = request or uuid.uuid4().hex
     check_request(request)
     label = check_label(label)
     key = "" if key is None else check_key(key)
     timeout_ms = DEFAULT_TIMEOUT_MS if timeout is None else duration_ms(timeout, BAD_TIMEOUT, "timeout")
+    member_keys = [key] * len(names)
+    if box is not None:
+        if box.limit in names:
+            raise LimitsError(BAD_LIMITS, field="limits")
+        names, member_keys = [*names, box.limit], [*member_keys, check_key(box.key)]
     if server.available() and all(is_storable_text(name) for name in names):
-        fast = server.acquire_group(names, run_id, request, label, key, timeout_ms, keys.OWED_AFTER_MS)
+        fast = server.acquire_group(
+            names, run_id, request, label, member_keys, timeout_ms, keys.OWED_AFTER_MS, box is not None
+        )
         if fast is not server.NOT_HANDLED_HERE:
             return fast
     with transaction.atomic(savepoint=False):
-        outcome = _acquire_group_in_transaction(names, run_id, request, label, key, timeout_ms)
+        outcome = _acquire_group_in_transaction(
+            names, run_id, request, label, member_keys, timeout_ms, box is not None
+        )
     if isinstance(outcome, LimitsError):
         raise outcome
     return outcome
 
 
-def _check_limits(limit_names: object) -> list[str]:
+def _check_limits(limit_names: object, *, none_ok: bool = False) -> list[str]:
     if (
         isinstance(limit_names, str)
         or not isinstance(limit_names, list | tuple)
-        or not 1 <= len(limit_names) <= keys.MAX_GROUP
+        or not (0 if none_ok else 1) <= len(limit_names) <= keys.MAX_GROUP
         or not all(isinstance(name, str) for name in limit_names)
         or len(set(limit_names)) != len(limit_names)
     ):
@@ -124,8 +139,12 @@ def _check_limits(limit_names: object) -> list[str]:
 
 
 def _acquire_group_in_transaction(
-    names: list[str], run_id: str, request: str, label: str, key: str, timeout_ms: int
+    names: list[str], run_id: str, request: str, label: str, member_keys: list[str], timeout_ms: int, box: bool
 ) -> Acquisition | LimitsError:
+    """acquire_group in its transaction: `member_keys` is the key of each limit's pool (the run's
+    key, the box's own for a BoxPlace); with `box` the last limit is the box bound, and the box
+    slot the run executes in is kept, or given back when the run waits."""
+    key = member_keys[0]
     previous = _previous_group_outcome(request, names)
     if previous is not None:
         return previous
@@ -140,21 +159,27 @@ def _acquire_group_in_transaction(
             return LimitsError(UNDECLARED_LIMIT.format(name=limit.name), field="limit")
     now = rules.clock_all(locked)
     size = len(mine)
-    if all(lim.waiting_count == 0 and lim.room and keys.pools(lim).has_room(key) for lim in mine):
+    kept = _held_slot(run_id, mine[-1]) if box else None
+    members = list(zip(mine, member_keys, strict=True))
+    needed = members[:-1] if kept is not None else members
+    if all(lim.waiting_count == 0 and lim.room and keys.pools(lim).has_room(k) for lim, k in needed):
         slots = [
-            keys.grant_busy(lim, run_id=run_id, request=request, label=label, key=key, group_size=size, now=now)
-            for lim in mine
+            keys.grant_busy(lim, run_id=run_id, request=request, label=label, key=k, group_size=size, now=now)
+            for lim, k in needed
         ]
         _save(locked)
-        return _busy(names, request, key, [slot.id for slot in slots])
+        return _busy(names, request, key, [slot.id for slot in slots] + ([kept.id] if kept is not None else []))
+    if kept is not None:  # SPEC 12.2: a run that waits gives its box slot back
+        Slot.objects.filter(id=kept.id).update(state=Slot.State.RELEASED, freed_at=now, freed_by=BOX_GIVEN_BACK)
+        keys.count_slots_freed(kept.limit, [kept])
     deadline = now + timedelta(milliseconds=timeout_ms)
-    for limit in mine:
+    for limit, k in members:
         keys.join(
             limit,
             run_id=run_id,
             request=request,
             label=label,
-            key=key,
+            key=k,
             group_size=size,
             now=now,
             deadline=deadline,
@@ -174,6 +199,17 @@ def _acquire_group_in_transaction(
     return Acquisition(
         "waiting", names[0], request, timeout_ms=timeout_ms, deadline=deadline, limits=tuple(names), key=key
     )
+
+
+BOX_GIVEN_BACK = "wait"  # freed_by of a box slot a run gave back to wait (SPEC 12.2)
+
+
+def _held_slot(run_id: str, box: Limit) -> Slot | None:
+    """The busy box slot this run executes in (read under the box's lock), or None."""
+    slot = Slot.objects.filter(run_id=run_id, limit_id=box.id, state=Slot.State.BUSY).first()
+    if slot is not None:
+        slot.limit = box
+    return slot
 
 
 def _busy(names: list[str], request: str, key: str, slot_ids: list[str]) -> Acquisition:

@@ -771,11 +771,14 @@ $$;
 -- limits_grant: if this very run is granted (its reservations come back in the same call) they
 -- are confirmed at once, as the Python rules do ('busy'); else it waits ('waiting', with its
 -- deadline). The slot ids come back in the order of p_names; `woken`: the other runs to wake.
+-- p_keys: each limit's key pool (the run's key; the box bound's own key, SPEC 12.3). p_box: the
+-- last limit is the box bound (SPEC 12.2): the box slot the run executes in, if it holds one, is
+-- kept if the other limits have room at once, else given back before the run joins every queue.
 -- An earlier outcome of the request, an unknown, repeated or undeclared name answers 'slow'
 -- before changing anything: the Python rules say what became of it, or which name is wrong.
 CREATE OR REPLACE FUNCTION limits_acquire_group(
-    p_names text[], p_run text, p_request text, p_label text, p_key text, p_timeout_ms bigint,
-    p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    p_names text[], p_run text, p_request text, p_label text, p_keys text[], p_timeout_ms bigint,
+    p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint, p_box boolean,
     OUT outcome text, OUT slot_ids text[], OUT deadline timestamptz, OUT woken text[]
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
@@ -788,7 +791,9 @@ DECLARE
     v_free boolean := true;
     v_slot text;
     v_size integer := cardinality(p_names);
-    v_keyed integer := (p_key <> '')::integer;
+    v_held limits_slot;
+    v_need integer := cardinality(p_names);
+    v_keyed integer;
     v_grouped integer := (cardinality(p_names) > 1)::integer;
     settled record;
     i integer;
@@ -824,38 +829,61 @@ BEGIN
                 IF NOT l.declared THEN
                     RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- Python names it
                 END IF;
-                v_free := v_free AND l.waiting_count = 0 AND limits_room(l) > 0
-                          AND limits_pool_room(l, p_key);
             END IF;
         END LOOP;
         UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);  -- rules.clock_all
+        -- slots._held_slot: the box slot the run executes in (SPEC 12.2), kept if the rest is free
+        IF p_box THEN
+            SELECT * INTO v_held FROM limits_slot
+            WHERE run_id = p_run AND limit_id = v_mine[v_size] AND state = 'busy' LIMIT 1;
+            IF FOUND THEN
+                v_need := v_size - 1;
+            END IF;
+        END IF;
+        FOR i IN 1 .. v_need LOOP
+            SELECT * INTO l FROM limits_limit WHERE id = v_mine[i];
+            v_free := v_free AND l.waiting_count = 0 AND limits_room(l) > 0 AND limits_pool_room(l, p_keys[i]);
+        END LOOP;
         IF v_free THEN
-            FOR i IN 1 .. v_size LOOP
+            FOR i IN 1 .. v_need LOOP
+                v_keyed := (p_keys[i] <> '')::integer;
                 SELECT * INTO l FROM limits_limit WHERE id = v_mine[i];
                 v_slot := limits_new_slot_id();
                 INSERT INTO limits_slot (
                     id, limit_id, run_id, request, label, key, group_size, state, granted_at, confirmed_at,
                     expires_at, freed_by
                 ) VALUES (
-                    v_slot, l.id, p_run, p_request, p_label, p_key, v_size, 'busy', v_now, v_now,
+                    v_slot, l.id, p_run, p_request, p_label, p_keys[i], v_size, 'busy', v_now, v_now,
                     v_now + limits_max_hold(l), ''
                 );
                 UPDATE limits_limit
                 SET busy_count = busy_count + 1, keyed_busy_count = keyed_busy_count + v_keyed
                 WHERE id = l.id;
-                IF p_key <> '' THEN
+                IF p_keys[i] <> '' THEN
                     INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at)
-                    VALUES (l.id, p_key, 1, 0, 0, v_now)
+                    VALUES (l.id, p_keys[i], 1, 0, 0, v_now)
                     ON CONFLICT (limit_id, key) DO UPDATE SET busy_count = limits_limitkey.busy_count + 1;
                 END IF;
                 slot_ids := slot_ids || v_slot;
             END LOOP;
+            IF v_need < v_size THEN
+                slot_ids := slot_ids || v_held.id;
+            END IF;
             outcome := 'busy';
             RETURN;
+        END IF;
+        IF v_need < v_size THEN  -- SPEC 12.2: a run that waits gives its box slot back
+            UPDATE limits_slot SET state = 'released', freed_at = v_now, freed_by = 'wait' WHERE id = v_held.id;
+            UPDATE limits_limit
+            SET busy_count = busy_count - 1, keyed_busy_count = keyed_busy_count - (v_held.key <> '')::integer
+            WHERE id = v_held.limit_id;
+            UPDATE limits_limitkey SET busy_count = busy_count - 1
+            WHERE limit_id = v_held.limit_id AND key = v_held.key AND v_held.key <> '';
         END IF;
         -- keys.join on every limit, then the grant over all the locked limits (settle_all)
         deadline := v_now + p_timeout_ms * interval '1 millisecond';
         FOR i IN 1 .. v_size LOOP
+            v_keyed := (p_keys[i] <> '')::integer;
             UPDATE limits_limit
             SET next_position = next_position + 1, waiting_count = waiting_count + 1,
                 keyed_waiting_count = keyed_waiting_count + v_keyed,
@@ -865,12 +893,12 @@ BEGIN
             INSERT INTO limits_queueentry (
                 limit_id, run_id, request, label, key, group_size, position, state, enqueued_at, deadline, timeout_ms
             ) VALUES (
-                l.id, p_run, p_request, p_label, p_key, v_size, l.next_position - 1, 'waiting', v_now, deadline,
+                l.id, p_run, p_request, p_label, p_keys[i], v_size, l.next_position - 1, 'waiting', v_now, deadline,
                 p_timeout_ms
             );
-            IF p_key <> '' THEN
+            IF p_keys[i] <> '' THEN
                 INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at)
-                VALUES (l.id, p_key, 0, 0, 1, v_now)
+                VALUES (l.id, p_keys[i], 0, 0, 1, v_now)
                 ON CONFLICT (limit_id, key) DO UPDATE SET waiting_count = limits_limitkey.waiting_count + 1;
             END IF;
         END LOOP;

@@ -1,0 +1,166 @@
+"""SPEC 12: the box's own run concurrency. Each test names the rule it holds; each fails when its
+rule breaks (on SQLite and on PostgreSQL, where the acquisition is limits_acquire_group).
+
+Must never happen (limits verify checks the rows): more runs executing than floor(base x burst),
+a workflow executing more than base runs, a run resumed from a wait without its box slot."""
+
+from __future__ import annotations
+
+import pytest
+
+from limits import services
+from limits.config import ConfigError, define_workspace
+from limits.models import AuditEvent, Limit, Slot
+from limits.verify import verify
+from limits.workflow import acquire_slot, release_slot
+from studio.models import Run
+from studio.runs.runtime import advance
+from studio.workflows import cancel_run, start_run, step, workflow
+from tests.factories import assert_counters_match_rows, holders, queue
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PARTNER = {"partner-api": {"capacity": 1, "max_hold": "1h"}}
+
+
+@step
+def work(label: str) -> str:
+    return label
+
+
+@workflow(name="box_plain")
+def plain(input: dict) -> str:
+    return work(input["label"])
+
+
+@workflow(name="box_other")
+def other(input: dict) -> str:
+    return work(input["label"])
+
+
+@workflow(name="box_partner")
+def with_partner(input: dict) -> str:
+    slot = acquire_slot("partner-api", label=input["label"])
+    done = work(input["label"])
+    release_slot(slot.id)
+    return done
+
+
+def box(base: int, burst: float = 2.0, limits: dict | None = None) -> Limit:
+    services.sync_workspace(
+        define_workspace(limits=limits or PARTNER, run_concurrency={"base": base, "burst": burst})
+    )
+    return Limit.objects.get(name="box")
+
+
+def status(run: Run) -> str:
+    return Run.objects.get(id=run.id).status
+
+
+def executing() -> list[str]:
+    """Runs holding a box slot (busy or reserved), oldest grant first."""
+    return [run_id for run_id, _ in holders("box")]
+
+
+def test_12_1_config_names_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"run_concurrency: burst must be from 1.0 to 10.0, not 11"):
+        define_workspace(limits={}, run_concurrency={"base": 10, "burst": 11})
+    with pytest.raises(ConfigError, match=r"run_concurrency: base must be"):
+        define_workspace(limits={}, run_concurrency={"base": 0})
+    with pytest.raises(ConfigError, match=r"run_concurrency: unknown field 'bursts'"):
+        define_workspace(limits={}, run_concurrency={"base": 2, "bursts": 2})
+    with pytest.raises(ConfigError, match=r"limit 'box': the name belongs to the box"):
+        define_workspace(limits={"box": {"capacity": 1, "max_hold": "1m"}}, run_concurrency={"base": 2})
+    assert define_workspace(limits={}, run_concurrency={"base": 3}).run_concurrency.ceiling == 6  # burst 2.0
+
+
+def test_12_2_the_box_bound_is_a_limit_of_kind_box_with_the_ceiling_and_no_max_hold() -> None:
+    limit = box(base=3, burst=1.5)
+    assert (limit.kind, limit.capacity, limit.per_key, limit.burst) == ("box", 4, 3, 1.5)  # floor(4.5)
+    assert limit.max_hold_ms >= 30 * 24 * 3600 * 1000
+    services.sync_workspace(define_workspace(limits=PARTNER))  # run_concurrency left the config
+    assert Limit.objects.get(name="box").declared is False
+    assert Run.objects.count() == 0
+
+
+def test_12_2_runs_past_the_ceiling_are_queued_and_start_in_trigger_order(no_worker) -> None:
+    box(base=2, burst=1.5)  # ceiling 3, base 2
+    runs = [start_run(plain if i % 2 else other, {"label": f"r{i}"}) for i in range(5)]
+    assert [status(run) for run in runs] == ["pending", "pending", "pending", "queued", "queued"]
+    assert queue("box") == [runs[3].id, runs[4].id]
+    assert advance(runs[0].id) == "completed"
+    assert holders("box")[-1] == (runs[3].id, "reserved")  # the oldest queued run gets the place
+    assert verify().ok, verify().violations
+    assert_counters_match_rows("box")
+
+
+def test_12_3_no_workflow_executes_more_than_base_runs(no_worker) -> None:
+    box(base=2, burst=3.0)  # ceiling 6
+    runs = [start_run(plain, {"label": f"p{i}"}) for i in range(3)]
+    assert [status(run) for run in runs] == ["pending", "pending", "queued"]
+    another = start_run(other, {"label": "o"})
+    assert status(another) == "pending"  # another workflow is not held back by the first's base
+
+
+def test_12_2_a_run_waiting_for_a_slot_gives_its_box_slot_back_and_resumes_with_both(no_worker) -> None:
+    box(base=1, burst=1.0)  # one run executes at a time
+    holder = services.acquire("partner-api", run_id="someone-else").slot_id
+    waiting = start_run(with_partner, {"label": "w"})
+    assert advance(waiting.id) == "suspended"  # partner-api is full: it waits, holding no box slot
+    assert executing() == []
+    assert Slot.objects.get(run_id=waiting.id, limit__name="box").freed_by == "wait"
+    second = start_run(plain, {"label": "second"})
+    assert status(second) == "pending"  # the box slot it gave back serves another run
+    services.release(holder)
+    # partner-api is free but the box is full: the waiting run gets neither until both are free.
+    assert holders("partner-api") == [] and queue("partner-api") == [waiting.id]
+    assert advance(second.id) == "completed"
+    assert sorted(holders("partner-api") + holders("box")) == [(waiting.id, "reserved")] * 2
+    assert advance(waiting.id) == "completed"
+    assert not Slot.objects.filter(state__in=["busy", "reserved"]).exists()
+    assert verify().ok, verify().violations
+    assert_counters_match_rows("box")
+    assert_counters_match_rows("partner-api")
+
+
+def test_12_2_a_run_whose_limit_has_room_keeps_its_box_slot_and_never_suspends(no_worker) -> None:
+    box(base=1, burst=1.0)
+    run = start_run(with_partner, {"label": "free"})
+    behind = start_run(plain, {"label": "behind"})
+    assert status(behind) == "queued"
+    assert advance(run.id) == "completed"
+    freed = Slot.objects.filter(run_id=run.id, limit__name="box")
+    assert [slot.state for slot in freed] == ["run_ended"]  # one box slot, held to the end
+
+
+def test_12_4_a_resuming_run_keeps_the_place_its_wait_began(no_worker) -> None:
+    box(base=2, burst=1.0)
+    holder = services.acquire("partner-api", run_id="someone-else").slot_id
+    waiting = start_run(with_partner, {"label": "w"})
+    assert advance(waiting.id) == "suspended"
+    started = [start_run(other, {"label": f"o{i}"}) for i in range(3)]
+    assert [status(run) for run in started] == ["pending", "pending", "queued"]
+    services.release(holder)  # partner-api free: the waiting run is ahead of o2 in the box queue
+    assert advance(started[0].id) == "completed"
+    assert (waiting.id, "reserved") in holders("box") and status(started[2]) == "queued"
+
+
+def test_12_5_operators_change_base_and_burst_audited_and_a_deploy_keeps_them(no_worker) -> None:
+    box(base=1, burst=1.0)
+    first, second = start_run(plain, {"label": "1"}), start_run(other, {"label": "2"})
+    assert status(second) == "queued"
+    services.set_box(base=2, burst=2.0, actor="ops")  # raising grants at once
+    assert holders("box")[-1] == (second.id, "reserved")
+    limit = box(base=1, burst=1.0)  # a deploy keeps the overrides
+    assert (limit.per_key, limit.burst, limit.capacity) == (2, 2.0, 4)
+    services.set_box(base=None, burst=None, actor="ops")  # reset: lowering takes nothing back
+    limit = Limit.objects.get(name="box")
+    assert (limit.per_key, limit.burst, limit.capacity, limit.in_use) == (1, 1.0, 1, 2)
+    actions = list(AuditEvent.objects.filter(limit=limit, action="box").order_by("id").values_list("actor", "new_value"))
+    assert actions == [("ops", "base 2, burst 2, ceiling 4"), ("ops", "base 1, burst 1, ceiling 1")]
+    with pytest.raises(services.LimitsError, match="burst must be from 1.0 to 10.0") as error:
+        services.set_box(burst=0.5, actor="ops")
+    assert error.value.field == "burst"
+    with pytest.raises(services.LimitsError, match="change its base and burst"):
+        services.set_capacity("box", 9, actor="ops")
+    cancel_run(first.id)
