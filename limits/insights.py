@@ -128,6 +128,7 @@ KEY_RETENTION = timedelta(hours=25)
 KEYS_SHOWN = 5
 PURGE_BATCH = 5_000
 RATE_WINDOW_MINUTES = 10
+PEAK_REFERENCE_AGE = timedelta(hours=1)
 
 BUCKET_FIELDS = tuple(f"wait_le_{bound}" for bound in WAIT_BUCKETS_S)
 COUNT_FIELDS = (
@@ -273,18 +274,107 @@ def sample(minute: datetime) -> bool:
         if claimed:
             with connection.cursor() as cursor:
                 cursor.execute(_SAMPLE_SQL, [_db_time(minute)])
+                cursor.execute(_record_peaks_sql(), _peak_params(minute - MINUTE))
     return bool(claimed)
 
 
 _SAMPLE_SQL = f"""
-    INSERT INTO {_MINUTE_TABLE} (limit_id, minute, busy, reserved, waiting, capacity, {", ".join(COUNT_FIELDS)})
+    INSERT INTO {_MINUTE_TABLE} (limit_id, minute, busy, reserved, waiting, capacity, next_position,
+                                 {", ".join(COUNT_FIELDS)})
     SELECT id, %s, busy_count, reserved_count, waiting_count, coalesce(capacity_override, declared_capacity),
-           {", ".join("0" for _ in COUNT_FIELDS)}
+           next_position, {", ".join("0" for _ in COUNT_FIELDS)}
     FROM {_LIMIT_TABLE}
     WHERE declared OR busy_count + reserved_count + waiting_count > 0
     ON CONFLICT (limit_id, minute) DO UPDATE SET
-        busy = excluded.busy, reserved = excluded.reserved, waiting = excluded.waiting, capacity = excluded.capacity
+        busy = excluded.busy, reserved = excluded.reserved, waiting = excluded.waiting, capacity = excluded.capacity,
+        next_position = excluded.next_position
 """
+
+
+def record_peaks(minute: datetime) -> None:
+    """Set `minute`'s peaks (waiting_peak, in_use_peak) of every limit sampled in the hour before
+    it: one statement (_record_peaks_sql). The sample of the next minute calls it."""
+    with connection.cursor() as cursor:
+        cursor.execute(_record_peaks_sql(), _peak_params(minute))
+
+
+def _peak_params(minute: datetime) -> dict[str, Any]:
+    return {"a": _db_time(minute), "b": _db_time(minute + MINUTE), "since": _db_time(minute - PEAK_REFERENCE_AGE)}
+
+
+def _record_peaks_sql() -> str:
+    """SQL: for each limit, the most runs waiting and slots in use at any instant of the minute
+    [%(a)s, %(b)s), upserted into its minute row; run by the next minute's sample (after b).
+
+    The count now is on the limit row (waiting_count; busy_count + reserved_count), so the count
+    at an instant t is the count now less the changes after t: n(t) = now - (joins after t) +
+    (leaves after t). Only the changes since a are read, never the whole queue or history:
+    1. ref: each limit with a sample in [%(since)s, a) (PEAK_REFERENCE_AGE), its counters now and
+       the newest such sample's next_position: every run that joined the queue at or after a has
+       a position at least that (a limit hands out positions in the order of its clock, which
+       never goes back, and that sample was read before a), so the queue's tail from there holds
+       the runs still waiting that joined since a (queue_waiting_order);
+    2. the events since a, each a change d of one count (k: 'w' waiting, 'u' in use) at t: runs
+       that joined (+1 at enqueued_at: still waiting, and finished since a) and left (-1 at
+       finished_at: queue_history_age), slots granted (+1 at granted_at: live ones through
+       slot_live_by_limit, freed ones) and freed (-1 at freed_at: slot_history_age); and a row
+       d = 0 at a, so the count the minute began with is a candidate;
+    3. the count after the events up to t is now - (sum of all d) + (sum of d up to t, ties
+       included); the peak is the largest over the events of [a, b).
+    So it reads the changes since a (about a minute), one index probe of the minute rows and of
+    the queue's tail per limit, never the length of a queue or the history kept. A limit with
+    no sample in the hour before a (insights just started, the sweep stopped for long) gets no
+    peak for that minute."""
+    live = "('reserved', 'busy')"
+    return f"""
+        WITH ref AS (
+            SELECT limit_id, waiting_now, in_use_now, after FROM (
+                SELECT l.id AS limit_id, l.waiting_count AS waiting_now, l.busy_count + l.reserved_count AS in_use_now,
+                       (SELECT m.next_position FROM {_MINUTE_TABLE} AS m
+                        WHERE m.limit_id = l.id AND m.minute >= %(since)s AND m.minute < %(a)s
+                          AND m.next_position IS NOT NULL
+                        ORDER BY m.minute DESC LIMIT 1) AS after
+                FROM {_LIMIT_TABLE} AS l
+            ) AS limits
+            WHERE after IS NOT NULL
+        ),
+        events AS (
+            SELECT limit_id, 'w' AS k, %(a)s AS t, 0 AS d FROM ref
+            UNION ALL
+            SELECT limit_id, 'u', %(a)s, 0 FROM ref
+            UNION ALL
+            SELECT q.limit_id, 'w', q.enqueued_at, 1 FROM ref
+            JOIN {_QUEUE_TABLE} AS q ON q.limit_id = ref.limit_id AND q.state = 'waiting' AND q.position >= ref.after
+            WHERE q.enqueued_at >= %(a)s
+            UNION ALL
+            SELECT limit_id, 'w', finished_at, -1 FROM {_QUEUE_TABLE} WHERE state <> 'waiting' AND finished_at >= %(a)s
+            UNION ALL
+            SELECT limit_id, 'w', enqueued_at, 1 FROM {_QUEUE_TABLE}
+            WHERE state <> 'waiting' AND finished_at >= %(a)s AND enqueued_at >= %(a)s
+            UNION ALL
+            SELECT s.limit_id, 'u', s.granted_at, 1 FROM ref
+            JOIN {_SLOT_TABLE} AS s ON s.limit_id = ref.limit_id AND s.state IN {live} AND s.granted_at >= %(a)s
+            UNION ALL
+            SELECT limit_id, 'u', freed_at, -1 FROM {_SLOT_TABLE} WHERE freed_at IS NOT NULL AND freed_at >= %(a)s
+            UNION ALL
+            SELECT limit_id, 'u', granted_at, 1 FROM {_SLOT_TABLE}
+            WHERE freed_at IS NOT NULL AND freed_at >= %(a)s AND granted_at >= %(a)s
+        ),
+        counts AS (
+            SELECT e.limit_id, e.k, e.t,
+                   CASE WHEN e.k = 'w' THEN ref.waiting_now ELSE ref.in_use_now END
+                   - sum(e.d) OVER (PARTITION BY e.limit_id, e.k)
+                   + sum(e.d) OVER (PARTITION BY e.limit_id, e.k ORDER BY e.t) AS n
+            FROM events AS e JOIN ref ON ref.limit_id = e.limit_id
+        )
+        INSERT INTO {_MINUTE_TABLE} (limit_id, minute, waiting_peak, in_use_peak)
+        SELECT limit_id, %(a)s, max(CASE WHEN k = 'w' THEN n END), max(CASE WHEN k = 'u' THEN n END)
+        FROM counts
+        WHERE t < %(b)s
+        GROUP BY limit_id
+        ON CONFLICT (limit_id, minute) DO UPDATE SET
+            waiting_peak = excluded.waiting_peak, in_use_peak = excluded.in_use_peak
+    """
 
 
 def roll_up(now: datetime, *, state: SweepState | None = None, max_minutes: int = MAX_MINUTES_PER_PASS) -> int:

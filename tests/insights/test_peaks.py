@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from limits import insights
 from limits.models import LimitMinute
@@ -78,3 +80,123 @@ def test_the_peaks_of_a_window_are_one_statement(clock, django_assert_num_querie
     with django_assert_num_queries(1):
         peaks = insights.minute_peaks(now - timedelta(minutes=15), now + timedelta(minutes=1))
     assert [peak.waiting for peak in peaks.values()] == [5]
+
+
+# --- stored with the sample: insights.record_peaks ------------------------------------------------
+
+
+def _row(limit, minute) -> tuple[int | None, int | None, int | None]:
+    row = LimitMinute.objects.get(limit=limit, minute=minute)
+    return row.waiting, row.waiting_peak, row.in_use_peak
+
+
+def test_the_next_minutes_sample_stores_the_burst_as_its_minutes_peak(clock) -> None:
+    """The burst of 14 of the first test, through the sweep alone: the minute's row keeps its
+    sample (0 waiting) and, once the next minute is sampled, its peaks (14 waiting, 1 in use)."""
+    limit = declare(voice_calls={"capacity": 1, "max_hold": "45m"})["voice-calls"]
+    start_insights(clock)
+    clock.advance(minutes=1)
+    sweep()  # a sample with the queue's next position: the reference of the minute after next
+    clock.advance(minutes=1)
+    minute = insights.floor_minute(clock.now())
+    holder = acquire("voice-calls", run_id="holder").slot_id
+    sweep()
+    clock.advance(seconds=20)
+    for n in range(14):
+        assert acquire("voice-calls", run_id=f"burst-{n}", request=f"req-{n}", timeout="1h").state == "waiting"
+    for n in range(14):
+        clock.advance(seconds=1.4)
+        assert release(holder)
+        holder = acquire("voice-calls", run_id=f"burst-{n}", request=f"req-{n}").slot_id
+    assert release(holder)
+    assert _row(limit, minute) == (0, None, None)  # not yet: the peak is set by the next sample
+    clock.advance(minutes=1)
+    sweep()
+    assert _row(limit, minute) == (0, 14, 1)
+    next_minute = minute + timedelta(minutes=1)
+    assert _row(limit, next_minute) == (0, None, None)
+    clock.advance(minutes=1)
+    sweep()
+    assert _row(limit, next_minute) == (0, 0, 0)  # nothing changed in it: the count it began with
+
+
+def test_the_stored_peaks_are_those_of_the_whole_history(clock) -> None:
+    """Never: a stored peak that differs from minute_peaks, which reads every waiting run and the
+    whole history. Eight minutes of a capacity-2 limit: runs that wait from before a minute
+    began, join and leave within it, time out, are granted at once, and slots freed by the run
+    or an operator; both counts change in every minute."""
+    limit = declare(api={"capacity": 2, "max_hold": "45m"})["api"]
+    start_insights(clock)
+    clock.advance(minutes=1)
+    sweep()
+    clock.advance(minutes=1)
+    first = insights.floor_minute(clock.now())
+    held: list[str] = []
+    waiting: list[tuple[str, str]] = []
+    for m in range(8):
+        sweep()
+        clock.advance(seconds=5)
+        for n in range(m % 3 + 1):
+            outcome = acquire("api", run_id=f"m{m}-{n}", request=f"q{m}-{n}", timeout="25s" if n == 2 else "1h")
+            if outcome.state == "busy":
+                held.append(outcome.slot_id)
+            else:
+                waiting.append((f"m{m}-{n}", f"q{m}-{n}"))
+            clock.advance(seconds=7)
+        if held:
+            assert release(held.pop(0), actor="alice" if m % 2 else None)
+        clock.advance(seconds=10)
+        for run_id, request in list(waiting):
+            outcome = acquire("api", run_id=run_id, request=request)
+            if outcome.state == "busy":
+                held.append(outcome.slot_id)
+                waiting.remove((run_id, request))
+            elif outcome.state != "waiting":
+                waiting.remove((run_id, request))
+        clock.advance(seconds=60 - 5 - 7 * (m % 3 + 1) - 10)
+    sweep()
+    expected = insights.minute_peaks(first - timedelta(minutes=1), first + timedelta(minutes=8))
+    for m in range(8):
+        minute = first + timedelta(minutes=m)
+        want = expected.get((limit.id, minute), insights.Peak(None, None))
+        row = LimitMinute.objects.get(limit=limit, minute=minute)
+        # None: that count did not change in the minute; it kept what its sample (at :00) read.
+        waiting = row.waiting if want.waiting is None else want.waiting
+        in_use = (row.busy or 0) + (row.reserved or 0) if want.in_use is None else want.in_use
+        assert (row.waiting_peak, row.in_use_peak) == (waiting, in_use), minute
+    peaks = list(LimitMinute.objects.filter(limit=limit, waiting__isnull=False).values_list("waiting_peak", "waiting"))
+    assert any(peak is not None and peak > sampled for peak, sampled in peaks)  # a burst the samples missed
+
+
+def test_a_limit_sampled_for_the_first_time_has_no_peak_yet(clock) -> None:
+    """The peak needs a sample at least a minute before its minute (where the queue's new runs
+    begin): a limit declared now has none for its first minute, then has one."""
+    start_insights(clock)
+    limit = declare(fresh={"capacity": 1, "max_hold": "45m"})["fresh"]
+    sweep()
+    minute = insights.floor_minute(clock.now())
+    for _ in range(2):
+        clock.advance(minutes=1)
+        sweep()
+    assert _row(limit, minute)[1:] == (None, None)
+    assert _row(limit, minute + timedelta(minutes=1))[1:] == (0, 0)
+
+
+@pytest.mark.parametrize("limits", [2, 20])
+def test_a_sample_with_its_peaks_is_three_statements_whatever_the_limits(clock, limits) -> None:
+    declare(**{f"l{n}": {"capacity": 2, "max_hold": "45m"} for n in range(limits)})
+    start_insights(clock)
+    clock.advance(minutes=1)
+    sweep()
+    clock.advance(minutes=1)
+    for n in range(limits):
+        acquire(f"l{n}", run_id=f"r{n}")
+    clock.advance(minutes=1)
+    with CaptureQueriesContext(connection) as queries:
+        assert insights.sample(insights.floor_minute(clock.now()))
+    statements = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    assert len(statements) == 3  # claim the minute, sample, the peaks of the minute before
+    peaks = LimitMinute.objects.filter(
+        minute=insights.floor_minute(clock.now()) - timedelta(minutes=1), limit__name__startswith="l"
+    )
+    assert sorted(peaks.values_list("in_use_peak", flat=True)) == [1] * limits
