@@ -28,7 +28,11 @@ i. time, on the box's one clock (the database's, studio/plumbing/clock.py): no s
    hold (expires_at), no wait timed out before its deadline;
 j. pause (SPEC 5.6): no slot granted while the limit was paused, between a pause and the resume
    that follows it (audited; a grant at the very instant of either cannot be ordered against it
-   and is let be), and a limit paused now has the audit row of that pause.
+   and is let be), and a limit paused now has the audit row of that pause;
+k. the box (SPEC 12): a, d and f hold it to its ceiling and to the base per workflow (its key
+   pools), g to all or nothing with the limits a run waits for; and no run executed outside a
+   box slot: every step of a run that held box slots began while one of them was busy for it
+   (so no run resumed from a wait, or started, without its box slot).
 
 Why timestamps are enough: every change to a limit's slots and queue happens under that limit's
 row lock, and every service reads the clock *after* taking the lock (tests/services/
@@ -70,6 +74,7 @@ LIVE = frozenset(LIVE_SLOT_STATES)
 FOREVER = dt.datetime.max.replace(tzinfo=dt.UTC)
 _LEADING_INT = re.compile(r"\s*(\d+)")
 _DECLARED_CAPACITY = re.compile(r"capacity (\d+)")
+_BOX_CEILING = re.compile(r"ceiling (\d+)")  # the box's audit text (operator_actions._box_text)
 
 
 @dataclass(slots=True)
@@ -187,7 +192,9 @@ class History:
             )
         )
         events = list(
-            AuditEvent.objects.filter(limit=limit, action__in=[AuditEvent.Action.CAPACITY, AuditEvent.Action.SYNC])
+            AuditEvent.objects.filter(
+                limit=limit, action__in=[AuditEvent.Action.CAPACITY, AuditEvent.Action.SYNC, AuditEvent.Action.BOX]
+            )
             .order_by("at", "id")
             .values("at", "action", "old_value", "new_value", "capacity_after")
         )
@@ -209,6 +216,7 @@ class History:
             + self.partial_groups(cutoff)
             + self.steps_before_start()
             + self.grants_while_paused()
+            + self.steps_outside_the_box()
         )
 
     # --- a. capacity ------------------------------------------------------------------------
@@ -474,8 +482,10 @@ class History:
         skipped once a per-key change was audited, by an operator or a deploy: past sizes are
         not kept)."""
         limit = self.limit
-        per_key_changed = Q(action=AuditEvent.Action.PER_KEY) | Q(
-            Q(old_value__contains="per_key") | Q(new_value__contains="per_key"), action=AuditEvent.Action.SYNC
+        per_key_changed = (
+            Q(action__in=[AuditEvent.Action.PER_KEY, AuditEvent.Action.BOX])
+            | Q(Q(old_value__contains="per_key") | Q(new_value__contains="per_key"), action=AuditEvent.Action.SYNC)
+            | Q(Q(old_value__contains="base") | Q(new_value__contains="base"), action=AuditEvent.Action.SYNC)
         )
         if AuditEvent.objects.filter(per_key_changed, limit=limit).exists():
             return []
@@ -555,6 +565,27 @@ class History:
             if row["first"] < confirmed[row["run_id"]]
         ]
 
+    # --- k. the box ---------------------------------------------------------------------------
+
+    def steps_outside_the_box(self) -> list[str]:
+        """Every step of a run that held slots of the box began while one of them was busy for
+        it (confirmed, not yet freed): a run executes only in a box slot (SPEC 12.2). Steps of
+        kind 'step' (the work); a hook step is recorded as the run begins to wait."""
+        from studio.runs.models import Step
+
+        if not self.limit.is_box:
+            return []
+        held: dict[str, list[tuple[dt.datetime, dt.datetime]]] = defaultdict(list)
+        for slot in self.slots:
+            if slot["confirmed_at"] is not None:
+                held[slot["run_id"]].append((slot["confirmed_at"], slot["freed_at"] or FOREVER))
+        steps = Step.objects.filter(run_id__in=list(held), kind=Step.Kind.STEP, started_at__isnull=False)
+        return [
+            f"{self.limit.name}: run {run_id} began step {name!r} at {_iso(started)} without a box slot"
+            for run_id, name, started in steps.values_list("run_id", "name", "started_at").iterator()
+            if not any(start <= started <= end for start, end in held[run_id])
+        ]
+
     # --- g. groups ----------------------------------------------------------------------------
 
     def partial_groups(self, cutoff: dt.datetime) -> list[str]:
@@ -609,6 +640,8 @@ def _capacity_before(event: Mapping[str, Any]) -> int:
     capacity; a sync records the old declared values, and before any capacity change there was
     no override (a limit is created without one)."""
     pattern = _LEADING_INT if event["action"] == AuditEvent.Action.CAPACITY else _DECLARED_CAPACITY
+    if "ceiling" in event["old_value"]:
+        pattern = _BOX_CEILING
     found = pattern.match(event["old_value"]) if pattern is _LEADING_INT else pattern.search(event["old_value"])
     if found:
         return int(found.group(1))
@@ -620,7 +653,7 @@ def _capacity_after_from_text(event: Mapping[str, Any], current: int, overridden
     if event["action"] == AuditEvent.Action.CAPACITY:
         found = _LEADING_INT.match(event["new_value"])
         return int(found.group(1)) if found else current
-    found = _DECLARED_CAPACITY.search(event["new_value"])
+    found = (_BOX_CEILING if "ceiling" in event["new_value"] else _DECLARED_CAPACITY).search(event["new_value"])
     return int(found.group(1)) if found and not overridden else current
 
 

@@ -164,3 +164,14 @@ def test_12_5_operators_change_base_and_burst_audited_and_a_deploy_keeps_them(no
     with pytest.raises(services.LimitsError, match="change its base and burst"):
         services.set_capacity("box", 9, actor="ops")
     cancel_run(first.id)
+
+
+def test_verify_finds_a_run_that_executed_without_its_box_slot(no_worker) -> None:
+    """limits verify, check k: the rows of a run that took a step after its box slot was freed."""
+    box(base=1, burst=1.0)
+    run = start_run(plain, {"label": "x"})
+    slot = Slot.objects.get(run_id=run.id, limit__name="box")
+    Slot.objects.filter(id=slot.id).update(state="released", freed_at=slot.confirmed_at)  # as if given back at once
+    assert advance(run.id) == "completed"
+    found = verify(["box"]).violations
+    assert any("without a box slot" in violation for violation in found), found
