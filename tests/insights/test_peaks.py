@@ -7,6 +7,7 @@ between two samples reads as 0 for its minute."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -16,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from limits import insights
 from limits.models import LimitMinute
 from limits.services import acquire, release, sweep
+from tests.conftest import requires_postgres
 from tests.factories import declare
 from tests.insights.helpers import start_insights
 
@@ -200,3 +202,47 @@ def test_a_sample_with_its_peaks_is_three_statements_whatever_the_limits(clock, 
         minute=insights.floor_minute(clock.now()) - timedelta(minutes=1), limit__name__startswith="l"
     )
     assert sorted(peaks.values_list("in_use_peak", flat=True)) == [1] * limits
+
+
+@pytest.mark.postgres
+@requires_postgres
+def test_on_postgresql_the_peaks_never_read_the_queue_before_the_minute(clock) -> None:
+    """A queue of 20,000 runs that joined an hour ago and 3 that joined in the minute: EXPLAIN
+    ANALYZE of the peaks' statement shows no scan of the queue returning more than the new runs
+    (the tail from the earlier sample's position), and no JIT (its estimate stays small)."""
+    limit = declare(voice_calls={"capacity": 1, "max_hold": "45m"})["voice-calls"]
+    start_insights(clock)
+    acquire("voice-calls", run_id="holder")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO limits_queueentry (limit_id, run_id, request, label, position, key, group_size, state,
+                                           enqueued_at, deadline, timeout_ms)
+            SELECT %s, 'bulk-' || g, 'bulk-' || g, '', 1000 + g, '', 1, 'waiting', %s, %s, 86400000
+            FROM generate_series(1, 20000) AS g
+            """,
+            [limit.id, clock.now() - timedelta(hours=1), clock.now() + timedelta(days=1)],
+        )
+        cursor.execute(
+            "UPDATE limits_limit SET waiting_count = waiting_count + 20000, next_position = 21001 WHERE id = %s",
+            [limit.id],
+        )
+        cursor.execute("ANALYZE limits_queueentry")
+    sweep()  # the reference sample: next position 21001
+    clock.advance(minutes=2)
+    minute = insights.floor_minute(clock.now())
+    sweep()
+    clock.advance(seconds=10)
+    for n in range(3):
+        assert acquire("voice-calls", run_id=f"new-{n}", timeout="1h").state == "waiting"
+    clock.advance(minutes=1)
+    params = insights._peak_params(minute)
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT TEXT) " + insights._record_peaks_sql(), params)
+        plan = [row[0] for row in cursor.fetchall()]
+    text = "\n".join(plan)
+    queue_scans = [line for line in plan if "Scan" in line and "limits_queueentry" in line]
+    rows = [int(n) for line in queue_scans for n in re.findall(r"actual time=\S+ rows=(\d+)", line)]
+    assert queue_scans and max(rows) <= 3, text
+    assert "Seq Scan on limits_queueentry" not in text and "JIT" not in text, text
+    assert _row(limit, minute) == (20000, 20003, 1)
