@@ -3,8 +3,11 @@
 The 15-second sweep (limits.engine.sweeper) calls `record` once per pass; it does two things.
 
 1. **Sample** (once per minute, at the minute's first pass): one ``INSERT ... SELECT`` copies every
-   limit's busy, reserved and waiting counters and its capacity into that minute's `LimitMinute`
-   row. These are the backlog chart's points: the state about 0-15 s after the minute began.
+   limit's busy, reserved and waiting counters, its capacity and its next queue position into
+   that minute's `LimitMinute` row. These are the backlog chart's points: the state about
+   0-15 s after the minute began. A second statement sets the minute before's peaks, the most
+   waiting and in use at any instant of it (record_peaks: a burst that came and went between
+   two samples), from the counters and the changes since that minute began.
 2. **Roll up** the minutes that ended at least ROLLUP_GRACE ago (and, by the database's own
    clock, too), oldest first, at most MAX_MINUTES_PER_PASS per pass, all in one transaction:
    a. lock the SweepState row (SELECT ... FOR UPDATE): sweeps at once roll up one after the
@@ -865,19 +868,22 @@ def key_wait_figures(limit: Limit, *, now: datetime | None = None) -> list[KeyWa
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """One chart point: the average of the samples of its minutes (None: no sample)."""
+    """One chart point: the average of the samples of its minutes (None: no sample), and the
+    most waiting and in use at any instant of them (None: no minute of it has its peak yet)."""
 
     at: datetime
     busy: float | None
     reserved: float | None
     waiting: float | None
     capacity: float | None
+    waiting_peak: float | None = None
+    in_use_peak: float | None = None
 
 
 def backlog_points(limit: Limit, *, now: datetime | None = None) -> dict[str, list[Point]]:
     """The backlog chart's points, one query: 'hour', the 60 minutes before the current one (one
     point each), and 'day', the 144 ten-minute spans before the current one (the average of each
-    span's samples). Oldest first."""
+    span's samples, the largest of its minutes' peaks). Oldest first."""
     now = now or box_clock.now()
     current = floor_minute(now)
     day_end = current.replace(minute=current.minute - current.minute % 10)
@@ -885,7 +891,7 @@ def backlog_points(limit: Limit, *, now: datetime | None = None) -> dict[str, li
     hour_start = current - timedelta(hours=1)
     rows = LimitMinute.objects.filter(
         limit=limit, minute__gte=min(day_start, hour_start), minute__lt=current, busy__isnull=False
-    ).values_list("minute", "busy", "reserved", "waiting", "capacity")
+    ).values_list("minute", "busy", "reserved", "waiting", "capacity", "waiting_peak", "in_use_peak")
     by_minute = {row[0]: row[1:] for row in rows}
     hour = [_point(hour_start + i * MINUTE, [by_minute.get(hour_start + i * MINUTE)]) for i in range(60)]
     day = []
@@ -900,7 +906,11 @@ def _point(at: datetime, samples: list[tuple[int | None, ...] | None]) -> Point:
     if not present:
         return Point(at, None, None, None, None)
     averages = [sum(float(s[i] or 0) for s in present) / len(present) for i in range(4)]
-    return Point(at, *averages)
+    peaks: list[float | None] = []
+    for i in (4, 5):
+        values = [value for s in present if (value := s[i]) is not None]
+        peaks.append(float(max(values)) if values else None)
+    return Point(at, *averages, *peaks)
 
 
 # --- reading: Prometheus ----------------------------------------------------------------------

@@ -163,9 +163,9 @@ def test_the_stored_peaks_are_those_of_the_whole_history(clock) -> None:
         want = expected.get((limit.id, minute), insights.Peak(None, None))
         row = LimitMinute.objects.get(limit=limit, minute=minute)
         # None: that count did not change in the minute; it kept what its sample (at :00) read.
-        waiting = row.waiting if want.waiting is None else want.waiting
-        in_use = (row.busy or 0) + (row.reserved or 0) if want.in_use is None else want.in_use
-        assert (row.waiting_peak, row.in_use_peak) == (waiting, in_use), minute
+        waiting_peak = row.waiting if want.waiting is None else want.waiting
+        in_use_peak = (row.busy or 0) + (row.reserved or 0) if want.in_use is None else want.in_use
+        assert (row.waiting_peak, row.in_use_peak) == (waiting_peak, in_use_peak), minute
     peaks = list(LimitMinute.objects.filter(limit=limit, waiting__isnull=False).values_list("waiting_peak", "waiting"))
     assert any(peak is not None and peak > sampled for peak, sampled in peaks)  # a burst the samples missed
 
