@@ -9,8 +9,8 @@ with 400 (bad value, `field` names it), 401 (no or bad token), 403 (no permissio
 over DATA_UPLOAD_MAX_MEMORY_SIZE) or 415 (a write whose body is not labelled application/json).
 Writes go through limits.services with the actor `api:<username>`.
 
-    GET  /api/limits/?kind=limit|workflow           {"limits": [limit, ...]}; kind: only the workspace's limits
-         or only the workflows' own bounds (SPEC 11.5); another kind is a 400 with field "kind"
+    GET  /api/limits/?kind=limit|workflow|box       {"limits": [limit, ...]}; kind: only the workspace's limits,
+         only the workflows' own bounds (SPEC 11.5) or only the box; another kind is a 400 with field "kind"
     GET  /api/limits/<name>/                        limit
     GET  /api/limits/<name>/slots/?page=1&size=100  {"limit", "key", "slots", "page", "size", "total", "has_next",
          "now"}
@@ -34,13 +34,19 @@ Writes go through limits.services with the actor `api:<username>`.
          {"forgotten": true, "limit", "kind", "at", "actor", "removed": {...}}: a limit that left the
          config, with no slot in use and no run waiting, removed with its history (limits.forget);
          still declared, in use or waited for: 409 with field "limit", nothing changed
+    GET  /api/limits/-/box/                         the box's run concurrency (SPEC 12): its limit row, with
+         "base", "burst" and their declared values; 404 with field "limit" when none is declared
+    POST /api/limits/-/box/   {"base": 12 | null, "burst": 1.5 | null} (either or both)
+         {"old": {"base", "burst", "ceiling"}, "limit": the box}: overrides or resets (null) the base and
+         burst (SPEC 12.5); a bad value is a 400 naming the field ("base", "burst"), nothing changed
     GET  /api/limits/-/workers/                     the Celery workers alive, the runs pending for one and
          the limits the workers bound (limits.workers.report, the keys of `stackbone workers --json`);
          under "-/" as in Studio: "<name>/" never takes a slash, so no limit's path is this one
 
 A `limit` is serializers.limit_summary (the keys of `stackbone limits list --json`; its `kind` is
-"limit" or "workflow", and a workflow's bound has null max hold; `paused` and `paused_at` say
-whether and since when an operator paused it), a `key` serializers.key_summary.
+"limit", "workflow" or "box", and a workflow's bound and the box have null max hold; the box also
+has `base` and `burst`, a workflow's bound `in_force` and `capped_by_box`; `paused` and
+`paused_at` say whether and since when an operator paused it), a `key` serializers.key_summary.
 No key is null in JSON.
 """
 
@@ -56,14 +62,15 @@ from django.contrib.auth.models import User
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from limits import selectors, serializers, services, workers
 from limits.config import KEY_MAX_LENGTH, check_key
+from limits.engine.operator_actions import NO_BOX
 from limits.forget import forget_limit
 from limits.models import Limit, QueueEntry, Slot, is_storable_text
 from limits.tokens import user_for_token
-from studio.plumbing import clock as box_clock
+from stackbone.plumbing import clock as box_clock
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 500
@@ -79,7 +86,15 @@ BAD_PAGE = "{field} must be a whole number from 1 to {maximum}"
 UNKNOWN_SLOT = "unknown slot {slot_id!r}"
 BAD_SEARCH = f"search must be text of at most {KEY_MAX_LENGTH} characters (no NUL characters)"
 PER_KEY_HELP = "a whole number from 1 to the limit's capacity"
-BAD_KIND = "kind must be 'limit' (a limit of the workspace) or 'workflow' (a workflow's own bound)"
+BAD_KIND = (
+    "kind must be 'limit' (a limit of the workspace), 'workflow' (a workflow's own bound) "
+    "or 'box' (the box's run concurrency)"
+)
+NO_BOX_FIELD = (
+    "send base (a whole number from 1 to 100000), burst (a number from 1.0 to 10.0) or both; "
+    "null resets one to the declared value"
+)
+UNKNOWN_BOX_FIELD = "unknown field {field!r}: the box's run concurrency has base and burst"
 UNKNOWN_PATH = "no such API path: {path} (see the README, section 'The JSON API')"
 
 
@@ -225,14 +240,18 @@ def limit_list(request: ApiRequest) -> JsonResponse:
     kind = request.GET.get("kind", "")
     if "kind" in request.GET and kind not in selectors.KINDS:
         raise ApiError(400, BAD_KIND, field="kind")
-    return JsonResponse({"limits": [serializers.limit_summary(limit) for limit in selectors.limits(kind=kind)]})
+    rows = list(selectors.limits(kind=kind))
+    box_base = selectors.box_base(rows)
+    return JsonResponse({"limits": [serializers.limit_summary(limit, box_base=box_base) for limit in rows]})
 
 
 @csrf_exempt
 @require_GET
 @token_auth()
 def limit_detail(request: ApiRequest, name: str) -> JsonResponse:
-    return JsonResponse(serializers.limit_summary(_limit(name)))
+    limit = _limit(name)
+    box_base = selectors.box_base() if limit.is_workflow_bound else None
+    return JsonResponse(serializers.limit_summary(limit, box_base=box_base))
 
 
 @csrf_exempt
@@ -253,7 +272,8 @@ def limit_slots(request: ApiRequest, name: str) -> JsonResponse:
         if (page - 1) * size < total:
             rows = selectors.live_slots_page(limit, number=page, size=size).items
     groups = serializers.slot_groups(rows)
-    slots = [serializers.slot_summary(slot, groups, bound=limit.is_workflow_bound) for slot in rows]
+    bound = limit.is_workflow_bound or limit.is_box  # held while a run executes: no expiry
+    slots = [serializers.slot_summary(slot, groups, bound=bound) for slot in rows]
     return _page_answer(limit, "slots", slots, page, size, total, {"key": key})
 
 
@@ -317,7 +337,8 @@ def slot_detail(request: ApiRequest, slot_id: str) -> JsonResponse:
     slot = selectors.get_slot(slot_id)
     if slot is None:
         raise ApiError(404, UNKNOWN_SLOT.format(slot_id=slot_id), field="slot_id")
-    summary = serializers.slot_summary(slot, serializers.slot_groups([slot]), bound=slot.limit.is_workflow_bound)
+    bound = slot.limit.is_workflow_bound or slot.limit.is_box
+    summary = serializers.slot_summary(slot, serializers.slot_groups([slot]), bound=bound)
     return JsonResponse({**summary, "limit": slot.limit.name})
 
 
@@ -330,7 +351,8 @@ def release_slot(request: ApiRequest, slot_id: str) -> JsonResponse:
     if slot is None:
         raise ApiError(404, UNKNOWN_SLOT.format(slot_id=slot_id), field="slot_id")
     released = services.release(slot_id, actor=actor(request))
-    summary = serializers.slot_summary(slot, serializers.slot_groups([slot]), bound=slot.limit.is_workflow_bound)
+    bound = slot.limit.is_workflow_bound or slot.limit.is_box
+    summary = serializers.slot_summary(slot, serializers.slot_groups([slot]), bound=bound)
     return JsonResponse({"released": released, "slot": {**summary, "limit": slot.limit.name}})
 
 
@@ -432,6 +454,45 @@ def forget(request: ApiRequest, name: str) -> JsonResponse:
             raise ApiError(404, error.message, field="limit") from None
         raise ApiError(409, error.message, field=error.field) from None
     return JsonResponse(serializers.forgotten_summary(record))
+
+
+@csrf_exempt
+@require_http_methods(["GET", "POST"])
+def box(request: ApiRequest) -> JsonResponse:
+    """GET: the box's run concurrency (SPEC 12), its limit row with base and burst; 404 (field
+    "limit") when the workspace declares none. POST: `stackbone limits box --base/--burst`
+    (SPEC 12.5), needing the operate permission: {"base": n | null, "burst": f | null}, either
+    or both (null resets to the declared value; a field left out stays); answers {"old":
+    {"base", "burst", "ceiling"}, "limit": the box}. A bad value is a 400 naming the field, and
+    nothing changes."""
+    return (_set_box if request.method == "POST" else _show_box)(request)
+
+
+@token_auth()
+def _show_box(request: ApiRequest) -> JsonResponse:
+    limit = selectors.box()
+    if limit is None:
+        raise ApiError(404, NO_BOX, field="limit")
+    return JsonResponse(serializers.limit_summary(limit))
+
+
+@token_auth(operate=True)
+def _set_box(request: ApiRequest) -> JsonResponse:
+    body = _json_body(request)
+    unknown = sorted(set(body) - {"base", "burst"})
+    if unknown:
+        field = unknown[0][:64]
+        raise ApiError(400, UNKNOWN_BOX_FIELD.format(field=field), field=field)
+    if not body:
+        raise ApiError(400, NO_BOX_FIELD, field="base")
+    before = selectors.box()
+    old = {
+        "base": None if before is None else before.per_key,
+        "burst": None if before is None else before.burst,
+        "ceiling": None if before is None else before.capacity,
+    }
+    limit = services.set_box(**body, actor=actor(request))
+    return JsonResponse({"old": old, "limit": serializers.limit_summary(limit)})
 
 
 @csrf_exempt

@@ -13,6 +13,7 @@ urlpatterns = [
     path("", api.limit_list, name="list"),
     # Under "-/" (as Studio's panel): "<str:name>/" never takes a slash, so no limit's path is this.
     path("-/workers/", api.workers_report, name="workers"),
+    path("-/box/", api.box, name="box"),
     re_path(r"^slots/(?P<slot_id>slot_[A-Za-z0-9_-]{1,35})/$", api.slot_detail, name="slot"),
     re_path(r"^slots/(?P<slot_id>slot_[A-Za-z0-9_-]{1,35})/release/$", api.release_slot, name="release"),
     path("<str:name>/", api.limit_detail, name="limit"),

@@ -13,17 +13,20 @@ from datetime import datetime
 from django.db.models import Case, F, Func, IntegerField, OuterRef, QuerySet, Subquery, Value, When
 
 from limits import eta, insights
+from limits.config import BOX_NAME
 from limits.engine import keys as engine_keys
 from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot, is_storable_text
 from studio.plumbing import clock as box_clock
 
-KINDS = tuple(Limit.Kind.values)  # ("limit", "workflow"): the values of a kind filter
+KINDS = tuple(Limit.Kind.values)  # ("limit", "workflow", "box"): the values of a kind filter
+BOX_FIRST = Case(When(kind=Limit.Kind.BOX, then=Value(0)), default=Value(1), output_field=IntegerField())
 
 
 def limits(search: str = "", kind: str = "") -> QuerySet[Limit]:
-    """Every limit (whose name contains `search`; of `kind`, "limit" or "workflow", if given),
-    declared first, by name. Counters are on the rows: no joins, no counts."""
-    rows = Limit.objects.order_by("-declared", "name")
+    """Every limit (whose name contains `search`; of `kind`, "limit", "workflow" or "box", if
+    given), declared first, the box's run concurrency at the top (SPEC 12.6), then by name.
+    Counters are on the rows: no joins, no counts."""
+    rows = Limit.objects.alias(box_first=BOX_FIRST).order_by("-declared", "box_first", "name")
     if kind:
         rows = rows.filter(kind=kind)
     return rows.filter(name__contains=search) if search else rows
@@ -36,6 +39,29 @@ def limits_page(*, search: str, kind: str = "", number: int, size: int) -> Page[
     number = clamp_page(number, total=total, size=size)
     offset = (number - 1) * size
     return Page(list(rows[offset : offset + size]), number, size, total)
+
+
+def box() -> Limit | None:
+    """The box's run concurrency (SPEC 12): the limit 'box' of kind box, declared or not; None
+    when the workspace never declared run_concurrency."""
+    return Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX).first()
+
+
+def box_base(limits: Iterable[Limit] = ()) -> int | None:
+    """The declared box's base: no single workflow executes more runs at once (SPEC 12.3); None
+    without a declared box. Read from `limits` when the box is among them, else one query."""
+    for limit in limits:
+        if limit.is_box:
+            return limit.per_key if limit.declared else None
+    found = (
+        Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True)
+        .values_list("declared_per_key", "per_key_override")
+        .first()
+    )
+    if found is None:
+        return None
+    declared, override = found
+    return override if override is not None else declared
 
 
 def get_limit(name: str) -> Limit | None:

@@ -28,7 +28,7 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment is not None else None
 
 
-def limit_summary(limit: Limit) -> dict[str, object]:
+def limit_summary(limit: Limit, *, box_base: int | None = None) -> dict[str, object]:
     """A limit as the CLI and the API print it. `kind` is "limit" (declared in the workspace) or
     "workflow" (a workflow's own bound, SPEC 11.5: its capacity is the workflow's total, and it
     has no max hold, so `max_hold_ms` and `declared_max_hold_ms` are null). The three figures of
@@ -36,15 +36,23 @@ def limit_summary(limit: Limit) -> dict[str, object]:
     not yet confirmed, `in_use` both (what counts against capacity). `per_key` is each key's
     pool size in force, null when only the total applies. `paused` is true while an operator has
     paused the limit (SPEC 5.6: it grants nothing until resumed), `paused_at` since when (null
-    while it runs)."""
+    while it runs).
+
+    The box's run concurrency (SPEC 12, `kind` "box") has `capacity` its ceiling, floor(base x
+    burst), and also `base` (no workflow executes more runs at once; its per_key), `burst`, their
+    declared values and whether an operator overrode them. A workflow's own bound also has
+    `in_force`, the runs of it that execute at once, and `capped_by_box`: true when `box_base`
+    (the declared box's base, selectors.box_base) is below its total (SPEC 12.3, "capped by the
+    box's base")."""
     bound = limit.is_workflow_bound
-    return {
+    no_hold = bound or limit.is_box  # a run holds its slot of either until it ends (or suspends)
+    summary: dict[str, object] = {
         "name": limit.name,
         "kind": limit.kind,
         "capacity": limit.capacity,
         "declared_capacity": limit.declared_capacity,
-        "max_hold_ms": None if bound else limit.max_hold_ms,
-        "declared_max_hold_ms": None if bound else limit.declared_max_hold_ms,
+        "max_hold_ms": None if no_hold else limit.max_hold_ms,
+        "declared_max_hold_ms": None if no_hold else limit.declared_max_hold_ms,
         "busy": limit.busy_count,
         "reserved": limit.reserved_count,
         "in_use": limit.in_use,
@@ -57,6 +65,24 @@ def limit_summary(limit: Limit) -> dict[str, object]:
         "per_key_overridden": limit.per_key_overridden,
         "paused": limit.paused,
         "paused_at": _iso(limit.paused_at),
+    }
+    if limit.is_box:
+        summary |= box_fields(limit)
+    elif bound:
+        capped = box_base is not None and box_base < limit.capacity
+        summary |= {"in_force": box_base if capped else limit.capacity, "capped_by_box": capped}
+    return summary
+
+
+def box_fields(limit: Limit) -> dict[str, object]:
+    """The box bound's base and burst (SPEC 12.1, 12.5): in force, declared, overridden."""
+    return {
+        "base": limit.per_key,
+        "declared_base": limit.declared_per_key,
+        "base_overridden": limit.per_key_override is not None,
+        "burst": limit.burst,
+        "declared_burst": limit.declared_burst,
+        "burst_overridden": limit.burst_override is not None,
     }
 
 

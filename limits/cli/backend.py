@@ -89,6 +89,15 @@ class PauseChange:
         return self.old != ("paused" if self.limit.get("paused") else "running")
 
 
+@dataclass(slots=True)
+class BoxChange:
+    """A change of the box's run concurrency (SPEC 12.5): base, burst and ceiling before, and
+    the box bound after (serializers.limit_summary, with `base` and `burst`)."""
+
+    old: dict[str, Any]
+    limit: dict[str, Any]
+
+
 class Backend(Protocol):
     def limits(self, kind: str | None = None) -> list[dict[str, Any]]: ...
 
@@ -109,6 +118,10 @@ class Backend(Protocol):
     def set_paused(self, name: str, paused: bool) -> PauseChange: ...
 
     def forget(self, name: str) -> dict[str, Any]: ...
+
+    def box(self) -> dict[str, Any]: ...
+
+    def set_box(self, changes: dict[str, object]) -> BoxChange: ...
 
 
 def more_past_cut(fetched: int, total: int, cut: int | None) -> int:

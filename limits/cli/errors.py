@@ -16,7 +16,10 @@ VERIFY_LOCAL_ONLY = "verify reads the history rows of an installation: run it th
 FORGET_NO_TERMINAL = "forget: refusing to forget {name} without --yes: there is no terminal to confirm on"
 FORGET_NOT_CONFIRMED = "forget: not confirmed; nothing forgotten"
 BAD_SEARCH = "--search must be text of at most 128 characters (no NUL characters)"
-BAD_KIND = "--kind must be 'limit' or 'workflow', not {value!r}"
+BAD_KIND = "--kind must be 'limit', 'workflow' or 'box', not {value!r}"
+# The engine's own words (limits.engine.operator_actions.NO_BOX; a test holds them equal): this
+# module imports no Django.
+NO_BOX = "the box has no run concurrency: declare run_concurrency={'base': n} in the workspace config first"
 EMPTY_AGENT = "--agent needs an agent id, not an empty value (leave --agent out for this installation)"
 
 

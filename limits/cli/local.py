@@ -10,8 +10,8 @@ from __future__ import annotations
 import getpass
 from typing import Any
 
-from limits.cli.backend import Change, KeysView, PauseChange, PoolChange, SlotsView, more_past_cut
-from limits.cli.errors import EXIT_NOT_FOUND, UNKNOWN_LIMIT, UNKNOWN_SLOT, CliError, one_line
+from limits.cli.backend import BoxChange, Change, KeysView, PauseChange, PoolChange, SlotsView, more_past_cut
+from limits.cli.errors import EXIT_NOT_FOUND, NO_BOX, UNKNOWN_LIMIT, UNKNOWN_SLOT, CliError, one_line
 from studio.plumbing import clock as box_clock
 
 
@@ -33,7 +33,9 @@ class LocalBackend:
     def limits(self, kind: str | None = None) -> list[dict[str, Any]]:
         from limits import selectors, serializers
 
-        return [serializers.limit_summary(limit) for limit in selectors.limits(kind=kind or "")]
+        rows = list(selectors.limits(kind=kind or ""))
+        box_base = selectors.box_base(rows)  # a workflow's bound shows the box's base when it caps it
+        return [serializers.limit_summary(limit, box_base=box_base) for limit in rows]
 
     def slots(self, name: str, cut: int | None, key: str | None = None) -> SlotsView:
         """The limit's slots and queue, or with `key` only that key's (queue positions then
@@ -58,7 +60,7 @@ class LocalBackend:
             slot_rows, queue_rows = slot_rows[: cut + 1], queue_rows[: cut + 1]  # one more tells if there are more
         slot_list, entry_list = list(slot_rows), list(queue_rows)
         slot_groups, entry_groups = serializers.slot_groups(slot_list), serializers.entry_groups(entry_list)
-        bound = limit.is_workflow_bound
+        bound = limit.is_workflow_bound or limit.is_box  # slots held while a run executes: no expiry
         slots = [serializers.slot_summary(slot, slot_groups, bound=bound) for slot in slot_list]
         etas = selectors.queue_etas(limit, entry_list, first_place=None if key is not None else 1)
         reasons = services.why_waiting(entry_list)
@@ -68,8 +70,9 @@ class LocalBackend:
             )
             for index, (entry, eta) in enumerate(zip(entry_list, etas, strict=True))
         ]
+        box_base = selectors.box_base() if limit.is_workflow_bound else None
         return SlotsView(
-            limit=serializers.limit_summary(limit),
+            limit=serializers.limit_summary(limit, box_base=box_base),
             slots=slots[:cut],
             queue=queue[:cut],
             more_slots=more_past_cut(len(slots), total_slots, cut),
@@ -102,7 +105,8 @@ class LocalBackend:
         slot = selectors.get_slot(slot_id)
         if slot is None:
             raise CliError(UNKNOWN_SLOT.format(slot_id=slot_id), EXIT_NOT_FOUND, field="slot_id")
-        return {**serializers.slot_summary(slot, bound=slot.limit.is_workflow_bound), "limit": slot.limit.name}
+        bound = slot.limit.is_workflow_bound or slot.limit.is_box
+        return {**serializers.slot_summary(slot, bound=bound), "limit": slot.limit.name}
 
     def release(self, slot_id: str) -> tuple[bool, dict[str, Any]]:
         from limits import services
@@ -153,6 +157,24 @@ class LocalBackend:
         action = services.pause_limit if paused else services.resume_limit
         return PauseChange(old, serializers.limit_summary(action(name, actor=self.actor)))
 
+    def box(self) -> dict[str, Any]:
+        """The box's run concurrency (SPEC 12), as a limit row with its base and burst."""
+        from limits import selectors, serializers
+
+        limit = selectors.box()
+        if limit is None:
+            raise CliError(NO_BOX, EXIT_NOT_FOUND, field="limit")
+        return serializers.limit_summary(limit)
+
+    def set_box(self, changes: dict[str, object]) -> BoxChange:
+        """Override or reset (None) the base and burst in `changes`; the others stay."""
+        from limits import selectors, serializers, services
+
+        before = selectors.box()
+        old = _box_figures(before)
+        changed = services.set_box(**changes, actor=self.actor)
+        return BoxChange(old, serializers.limit_summary(changed))
+
     def forget(self, name: str) -> dict[str, Any]:
         from limits import serializers
         from limits.forget import forget_limit
@@ -171,6 +193,12 @@ class LocalBackend:
         if limit is None:
             raise CliError(UNKNOWN_LIMIT.format(name=name), EXIT_NOT_FOUND, field="limit")
         return limit
+
+
+def _box_figures(limit: Any) -> dict[str, Any]:
+    if limit is None:
+        return {"base": None, "burst": None, "ceiling": None}
+    return {"base": limit.per_key, "burst": limit.burst, "ceiling": limit.capacity}
 
 
 def database_error_message(error: Exception) -> str:

@@ -13,8 +13,21 @@ from limits.cli.remote import AGENTS_FILE_ENV
 from limits.config import KEY_MAX_LENGTH, check_key
 from limits.durations import DURATION_HELP
 
-VERBS = ("list", "slots", "keys", "release", "capacity", "max-hold", "per-key", "pause", "resume", "verify", "forget")
-KINDS = ("limit", "workflow")  # limits.models.Limit.Kind, without importing Django
+VERBS = (
+    "list",
+    "slots",
+    "keys",
+    "release",
+    "capacity",
+    "max-hold",
+    "per-key",
+    "pause",
+    "resume",
+    "box",
+    "verify",
+    "forget",
+)
+KINDS = ("limit", "workflow", "box")  # limits.models.Limit.Kind, without importing Django
 KEY_HELP = "a key: 1 to 128 characters, no control characters, case-sensitive"
 
 
@@ -35,7 +48,8 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     listing.add_argument(
         "--kind",
         metavar="KIND",
-        help="only limits of this kind: 'limit' (declared in the workspace) or 'workflow' (a workflow's own bound)",
+        help="only limits of this kind: 'limit' (declared in the workspace), 'workflow' (a workflow's own bound) "
+        "or 'box' (the box's run concurrency)",
     )
     slots = verbs.add_parser("slots", help="a limit's slots (busy first), then its queue", **kwargs)
     slots.add_argument("limit", help="the limit's name")
@@ -81,6 +95,25 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     pause.add_argument("limit", help="the limit's name")
     resume = verbs.add_parser("resume", help="resume a paused limit: its free slots go to the queue at once", **kwargs)
     resume.add_argument("limit", help="the limit's name")
+    # No --yes, like capacity: raising grants at once, lowering takes nothing back.
+    box = verbs.add_parser(
+        "box",
+        help="the box's run concurrency (base, burst, runs executing and waiting); --base/--burst change it",
+        **kwargs,
+    )
+    _values_may_start_with_a_minus(box)
+    box.add_argument(
+        "--base",
+        metavar="N|reset",
+        help="no single workflow executes more than N runs at once: a whole number from 1 to 100000, "
+        "or 'reset' for the declared value",
+    )
+    box.add_argument(
+        "--burst",
+        metavar="F|reset",
+        help="the box executes at most floor(base x F) runs at once: a number from 1.0 to 10.0, "
+        "or 'reset' for the declared value",
+    )
     verify = verbs.add_parser(
         "verify",
         help="prove from the history rows that no limit broke its rules (exit 1 with the violations)",
@@ -94,7 +127,7 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     )
     forget.add_argument("limit", help="the limit's name")
     forget.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    for verb in (listing, slots, keys, release, capacity, max_hold, per_key, pause, resume, verify, forget):
+    for verb in (listing, slots, keys, release, capacity, max_hold, per_key, pause, resume, box, verify, forget):
         _json_usage_errors(verb)
     return verbs
 
@@ -160,6 +193,23 @@ def capacity_value(text: str) -> int | str | None:
 def per_key_value(text: str) -> int | str | None:
     """'reset' → None; a whole number → int; anything else is passed on for the service to reject."""
     return capacity_value(text)
+
+
+def base_value(text: str) -> int | str | None:
+    """`--base`: 'reset' → None; a whole number → int; anything else is passed on for the
+    service to reject naming the field (`base must be a whole number from 1 to 100000, ...`)."""
+    return capacity_value(text)
+
+
+def burst_value(text: str) -> float | str | None:
+    """`--burst`: 'reset' → None; a decimal number ('1.5', '2', '.5') → float; anything else
+    (including 'nan' and 'inf') is passed on for the service to reject naming the field."""
+    text = _argument_text(text)
+    if text.strip().lower() == "reset":
+        return None
+    if re.fullmatch(r"[+-]?([0-9]{1,12}(\.[0-9]{0,12})?|\.[0-9]{1,12})", text.strip()):
+        return float(text)
+    return text
 
 
 def key_option(value: str | None) -> str | None:

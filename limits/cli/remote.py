@@ -15,8 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from limits.cli.backend import Change, KeysView, PauseChange, PoolChange, SlotsView, more_past_cut
-from limits.cli.errors import EXIT_NOT_FOUND, EXIT_USAGE, UNKNOWN_LIMIT, UNKNOWN_SLOT, CliError, one_line
+from limits.cli.backend import BoxChange, Change, KeysView, PauseChange, PoolChange, SlotsView, more_past_cut
+from limits.cli.errors import EXIT_NOT_FOUND, EXIT_USAGE, NO_BOX, UNKNOWN_LIMIT, UNKNOWN_SLOT, CliError, one_line
 
 AGENTS_FILE_ENV = "STACKBONE_AGENTS_FILE"
 AGENT_TIMEOUT_SECONDS = 15.0
@@ -156,6 +156,17 @@ class AgentBackend:
             "POST", f"{_quote(name)}/forget/", {}, not_found=UNKNOWN_LIMIT.format(name=name)
         )
         return answer
+
+    def box(self) -> dict[str, Any]:
+        """`GET -/box/`: the box's run concurrency, as a limit row with its base and burst."""
+        answer: dict[str, Any] = self._call("GET", "-/box/", not_found=NO_BOX)
+        return answer
+
+    def set_box(self, changes: dict[str, object]) -> BoxChange:
+        """`POST -/box/` with the fields to change (null resets one): the figures before and the
+        box after. A bad value is a 400 naming the field, exit 2 with the installation's message."""
+        answer = self._call("POST", "-/box/", changes, not_found=NO_BOX)
+        return BoxChange(answer["old"], answer["limit"])
 
     def workers(self) -> dict[str, Any]:
         """`GET -/workers/`: the other installation's workers (the shape of `stackbone workers --json`)."""

@@ -118,6 +118,50 @@ def is_bound(limit: dict[str, Any]) -> bool:
     return limit.get("kind") == "workflow"
 
 
+def is_box(limit: dict[str, Any]) -> bool:
+    return limit.get("kind") == "box"
+
+
+def _burst(value: object) -> str:
+    """A burst factor as the audit log writes it: 2 for 2.0, 1.5 for 1.5."""
+    return f"{value:g}" if isinstance(value, int | float) else str(value)
+
+
+def box_text(figures: dict[str, Any]) -> str:
+    """'base 3, burst 2, ceiling 6', from the box's limit row (its capacity is the ceiling) or
+    from the figures before a change ({base, burst, ceiling})."""
+    ceiling = figures["ceiling"] if "ceiling" in figures else figures.get("capacity")
+    return f"base {figures.get('base')}, burst {_burst(figures.get('burst'))}, ceiling {ceiling}"
+
+
+def render_box(io: Streams, limit: dict[str, Any]) -> None:
+    """The box's run concurrency (SPEC 12): runs executing of the ceiling, runs waiting for the
+    box, and its base and burst with their declared values."""
+    header = f"box: {in_use(limit)}/{limit['capacity']} runs executing"
+    if limit["reserved"]:
+        header += f" ({limit['reserved']} starting)"
+    header += f", {limit['waiting']} waiting for the box"
+    if not limit["declared"]:
+        header += " (undeclared: run_concurrency left the workspace config; the box caps no new run)"
+    if limit.get("paused"):
+        header += " (paused: no run starts or resumes until `stackbone limits resume box`)"
+    io.out(printable(header))
+    base, burst = limit.get("base"), limit.get("burst")
+    base_note = f" (overridden; declared {limit.get('declared_base')})" if limit.get("base_overridden") else ""
+    burst_note = (
+        f" (overridden; declared {_burst(limit.get('declared_burst'))})" if limit.get("burst_overridden") else ""
+    )
+    runs = "run" if base == 1 else "runs"
+    io.out(printable(f"base  {base}{base_note}: no single workflow executes more than {base} {runs} at once"))
+    io.out(
+        printable(
+            f"burst {_burst(burst)}{burst_note}: the box executes at most {limit['capacity']} runs at once "
+            f"(floor({base} x {_burst(burst)}))"
+        )
+    )
+    io.out("runs executing and waiting: `stackbone limits slots box`; per workflow: `stackbone limits keys box`")
+
+
 def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = None) -> None:
     """The limits as a table. A paused limit says so first in its NOTES ('paused': it grants
     nothing until resumed), a workflow's own bound next ('workflow bound'; its MAX HOLD is '-': it
@@ -131,13 +175,20 @@ def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = 
     rows = []
     for limit in limits:
         notes = ["workflow bound"] if is_bound(limit) else []
+        if is_box(limit):
+            notes.append(
+                f"box: base {limit.get('base')}" + ("*" if limit.get("base_overridden") else "")
+                + f", burst {_burst(limit.get('burst'))}" + ("*" if limit.get("burst_overridden") else "")
+            )  # fmt: skip
+        if limit.get("capped_by_box"):
+            notes.append(f"capped by the box's base: {limit.get('in_force')} at once")
         if limit.get("paused"):  # .get: an installation from before pause
             notes.insert(0, "paused")
         if limit["reserved"]:
             notes.append(f"{limit['reserved']} reserved")
         if not limit["declared"]:
             notes.append("undeclared")
-        if limit.get("per_key") is not None:
+        if limit.get("per_key") is not None and not is_box(limit):
             notes.append(f"per key {limit['per_key']}" + ("*" if limit.get("per_key_overridden") else ""))
         rows.append(
             [
@@ -151,7 +202,9 @@ def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = 
     for line in table(["NAME", "IN USE/CAPACITY", "WAITING", "MAX HOLD", "NOTES"], rows):
         io.out(line)
     if any(
-        limit["capacity_overridden"] or limit["max_hold_overridden"] or limit.get("per_key_overridden")
+        (limit["capacity_overridden"] and not is_box(limit))
+        or limit["max_hold_overridden"]
+        or limit.get("per_key_overridden")
         for limit in limits
     ):
         io.out("* overridden by an operator; `reset` restores the declared value")
@@ -186,14 +239,19 @@ def render_slots(io: Streams, view: SlotsView) -> None:
     header = f"{limit['name']}: {in_use(limit)}/{limit['capacity']} in use"
     if limit["reserved"]:
         header += f" ({limit['reserved']} reserved)"
-    if is_bound(limit):
+    if is_bound(limit) or is_box(limit) or limit.get("max_hold_ms") is None:
         header += f", {limit['waiting']} queued, no max hold"
     else:
         header += f", {limit['waiting']} waiting, max hold {format_duration(limit['max_hold_ms'])}"
-    if limit.get("per_key") is not None:
+    if is_box(limit):
+        header += f", base {limit.get('base')}, burst {_burst(limit.get('burst'))}"
+        header += " (the box's run concurrency: each executing run holds a slot of its workflow's pool of base)"
+    elif limit.get("per_key") is not None:
         header += f", per key {limit['per_key']}"
     if is_bound(limit):
         header += " (workflow bound: each running run holds a slot until it ends)"
+        if limit.get("capped_by_box"):
+            header += f" (capped by the box's base: {limit.get('in_force')} at once)"
     if not limit["declared"]:
         header += " (undeclared)"
     if limit.get("paused"):
@@ -202,7 +260,7 @@ def render_slots(io: Streams, view: SlotsView) -> None:
     if view.key is not None:
         io.out(printable(f"key {view.key['key']}: {_pool_figures(view.key)}"))
     io.out()
-    bound = is_bound(limit)  # its slots last as long as their run: no EXPIRES IN
+    bound = is_bound(limit) or is_box(limit)  # its slots last as long as their run: no EXPIRES IN
     if view.slots:
         extra, cells = _extra_columns(view.slots, keys=view.key is None)
         # A reserved slot has two timers: its run must confirm by `reserved_until` or the slot

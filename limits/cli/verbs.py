@@ -23,7 +23,9 @@ from limits.cli.errors import (
 )
 from limits.cli.local import LocalBackend, database_error_message, local_actor
 from limits.cli.parser import (
+    base_value,
     build_parser,
+    burst_value,
     capacity_value,
     key_option,
     kind_option,
@@ -32,7 +34,17 @@ from limits.cli.parser import (
     search_option,
 )
 from limits.cli.remote import AgentBackend, load_agent
-from limits.cli.render import Streams, in_use, is_terminal, render_keys, render_limits, render_slots, write
+from limits.cli.render import (
+    Streams,
+    box_text,
+    in_use,
+    is_terminal,
+    render_box,
+    render_keys,
+    render_limits,
+    render_slots,
+    write,
+)
 from limits.durations import format_duration
 from limits.printable import printable
 
@@ -179,6 +191,33 @@ def _set_paused(backend: Backend, options: argparse.Namespace, io: Streams, *, p
     return EXIT_OK
 
 
+def box(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    """SPEC 12.5: without options, show the box's run concurrency; `--base N|reset` and
+    `--burst F|reset` (either or both, in one audited change) override or reset them. A bad value
+    is one line naming the field (exit 2) and changes nothing."""
+    changes: dict[str, object] = {}
+    if options.base is not None:
+        changes["base"] = base_value(options.base)
+    if options.burst is not None:
+        changes["burst"] = burst_value(options.burst)
+    if not changes:
+        limit = backend.box()
+        if options.json:
+            io.json(limit)
+        else:
+            render_box(io, limit)
+        return EXIT_OK
+    change = backend.set_box(changes)
+    if options.json:
+        io.json(change.limit)
+        return EXIT_OK
+    new = box_text(change.limit)
+    resets = [field for field, value in changes.items() if value is None]
+    note = f" ({' and '.join(resets)} reset to the declared value)" if resets else ""
+    io.out(printable(f"box: {box_text(change.old)} → {new}{note}"))
+    return EXIT_OK
+
+
 def _count(number: int, one: str, many: str) -> str:
     return f"{number} {one if number == 1 else many}"
 
@@ -246,6 +285,7 @@ HANDLERS: dict[str, Callable[[Backend, argparse.Namespace, Streams], int]] = {
     "per-key": per_key,
     "pause": pause,
     "resume": resume,
+    "box": box,
     "verify": verify,
     "forget": forget,
 }

@@ -316,7 +316,7 @@ def test_a_negative_max_hold_is_a_value_not_an_option(calls) -> None:
 @pytest.mark.parametrize(
     ("argv", "code", "error", "field"),
     [
-        (("list", "--kind", "nope"), 2, "--kind must be 'limit' or 'workflow', not 'nope'", "kind"),
+        (("list", "--kind", "nope"), 2, "--kind must be 'limit', 'workflow' or 'box', not 'nope'", "kind"),
         (("slots", "nope"), 1, "unknown limit 'nope'", "limit"),
         (("slots", "voice-calls", "--key", "a\x01"), 2, "key must not contain control characters", "key"),
         (("keys", "nope"), 1, "unknown limit 'nope'", "limit"),
