@@ -39,7 +39,8 @@ from studio.plumbing import clock as box_clock
 OWED_AFTER_MS = 2 * 60 * 1000  # SPEC 10.4: passed over and waiting longer than this: owed
 SCAN_BATCH = 500
 GRANT_BATCH = 5_000  # entries granted per statement by grant_heads
-MAX_GROUP = 3
+MAX_GROUP = 3  # limits a caller names; the box bound (SPEC 12.2) may come on top
+BOX_REASONS = frozenset({"box_full", "workflow_at_base"})
 
 
 class Pools:
@@ -258,7 +259,8 @@ def why_waiting(
     """Why each of these waiting entries is not granted now (SPEC 6.5), by the grant's own rules
     (`_Grant.open_to`: Limit.room, Pools.has_room, owed_barrier), checked in the order a grant
     meets them: the limit paused, the limit full, the key's pool full, capacity held for an older
-    owed run; then, for a group, the same on each other limit of its group. An entry that none of
+    owed run; then, for a group, the same on each other limit of its group. The box bound (SPEC
+    12) says box_full (its ceiling) or workflow_at_base (the workflow's pool), as itself. An entry that none of
     these stops is next: the next settle grants it (a hand-over under way, or the sweep's).
 
     Read without locks, for the pages and the API: a constant number of queries for any number
@@ -299,9 +301,9 @@ def why_waiting(
         if limit.paused:
             return Reason("limit_paused", limit.name)
         if not limit.room:
-            return Reason("limit_full", limit.name)
+            return Reason("box_full" if limit.is_box else "limit_full", limit.name)
         if not pools(limit).has_room(entry.key):
-            return Reason("key_pool_full", limit.name, key=entry.key)
+            return Reason("workflow_at_base" if limit.is_box else "key_pool_full", limit.name, key=entry.key)
         barrier = barriers[limit.id]
         if barrier is not None and barrier.position < entry.position:
             return Reason("held_for_owed", limit.name, owed_run=barrier.run_id)
@@ -318,6 +320,9 @@ def why_waiting(
                 if other.limit_id == entry.limit_id:
                     continue
                 stopped = stopped_on(other)
+                if stopped is not None and stopped.code in BOX_REASONS:
+                    reason = stopped  # the box is said as itself: it stops the run whatever it waits for
+                    break
                 if stopped is not None:
                     reason = Reason("group_limit_full", stopped.limit, key=stopped.key, detail=stopped.code)
                     break

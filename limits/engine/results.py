@@ -47,6 +47,9 @@ REASONS = {
     "group_limit_full": "another limit of its group is full",
     "held_for_owed": "capacity is held for an owed run",
     "next": "next in line: granted at the next hand-over",
+    # SPEC 12: the box's run concurrency, said of the box whichever limit's queue shows the run
+    "box_full": "the box is full: as many runs execute as its ceiling allows (base x burst)",
+    "workflow_at_base": "its workflow executes the box's base of runs already",
 }
 
 

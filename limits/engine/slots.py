@@ -118,9 +118,7 @@ def acquire_group(
         if fast is not server.NOT_HANDLED_HERE:
             return fast
     with transaction.atomic(savepoint=False):
-        outcome = _acquire_group_in_transaction(
-            names, run_id, request, label, member_keys, timeout_ms, box is not None
-        )
+        outcome = _acquire_group_in_transaction(names, run_id, request, label, member_keys, timeout_ms, box is not None)
     if isinstance(outcome, LimitsError):
         raise outcome
     return outcome
@@ -163,8 +161,8 @@ def _acquire_group_in_transaction(
     members = list(zip(mine, member_keys, strict=True))
     needed = members[:-1] if kept is not None else members
     if all(lim.waiting_count == 0 and lim.room and keys.pools(lim).has_room(k) for lim, k in needed):
-        slots = [
-            keys.grant_busy(lim, run_id=run_id, request=request, label=label, key=k, group_size=size, now=now)
+        slots = [  # a kept box slot is an earlier acquisition's: this one takes `needed` together
+            keys.grant_busy(lim, run_id=run_id, request=request, label=label, key=k, group_size=len(needed), now=now)
             for lim, k in needed
         ]
         _save(locked)

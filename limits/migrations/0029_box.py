@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "45110cb966cf59e8b25c9c6535ae0717fc4571d599857a6821fadd71b34295e2"
+ENGINE_SQL_FINGERPRINT = "fa9394f858cd46ea3f483a72f0d5c09fc87c7d5ad98fd19e1005334826e840d9"
 
 
 def install(apps, schema_editor) -> None:

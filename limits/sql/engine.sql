@@ -853,7 +853,7 @@ BEGIN
                     id, limit_id, run_id, request, label, key, group_size, state, granted_at, confirmed_at,
                     expires_at, freed_by
                 ) VALUES (
-                    v_slot, l.id, p_run, p_request, p_label, p_keys[i], v_size, 'busy', v_now, v_now,
+                    v_slot, l.id, p_run, p_request, p_label, p_keys[i], v_need, 'busy', v_now, v_now,
                     v_now + limits_max_hold(l), ''
                 );
                 UPDATE limits_limit

@@ -53,6 +53,16 @@ class MLimit:
     per_key_override: int | None = None
     paused: bool = False
     next_position: int = 1
+    kind: str = "limit"
+    declared_burst: float | None = None  # the box bound (SPEC 12): its base is per_key
+    burst_override: float | None = None
+
+    @property
+    def burst(self) -> float | None:
+        return self.declared_burst if self.burst_override is None else self.burst_override
+
+    def box_text(self) -> str:
+        return f"base {self.per_key}, burst {self.burst:g}, ceiling {self.capacity}"
 
     @property
     def capacity(self) -> int:
@@ -257,30 +267,45 @@ class Model:
         timeout_ms: int | None,
         now: datetime,
         key: str | None = None,
+        box: str | None = None,
     ) -> MAcquisition:
         """10.1, 10.2 with 9.1-9.3: one slot of each limit, all or nothing. Busy at once when
         nobody waits on any of them and each has room in its total and the key's pool; otherwise
         the run joins every queue and may be granted (then confirms at once) or waits holding
-        none of its slots."""
+        none of its slots.
+
+        12.2, 12.3 with `box` (the key of the run's workflow in the box): the box bound is one
+        more limit, last, from that key's pool. A busy box slot the run holds is kept when the
+        other limits have room at once; otherwise it is given back and the run waits for every
+        limit and a box slot together."""
         if key is not None:
             _check_key(key)
+        names = [*names, BOX] if box is not None else list(names)
         previous = self._previous_group(request, now)
         if previous is not None:
             return previous
         if any(name not in self.limits or not self.limits[name].declared for name in names):
             raise ModelError("limit")
         key = key or ""
+        keys = [key] * (len(names) - 1) + [box if box is not None else key]
         self.asked.setdefault(request, tuple(names))
         mine = [self.limits[name] for name in names]
         size = len(names)
         locked = self._lock(names)
-        if all(not self.waiting(lim.name) and self.room(lim.name) and self.pool_room(lim.name, key) for lim in mine):
-            slots = tuple(self._busy_slot(lim, run_id, request, label, key, size, now) for lim in mine)
+        held = None
+        if box is not None:
+            held = next((s for s in self.live(BOX, "busy") if s.run_id == run_id), None)
+        needed = list(zip(mine, keys, strict=True))[: -1 if held is not None else None]
+        if all(not self.waiting(lim.name) and self.room(lim.name) and self.pool_room(lim.name, k) for lim, k in needed):
+            slots = tuple(self._busy_slot(lim, run_id, request, label, k, len(needed), now) for lim, k in needed)
+            slots += (held,) if held is not None else ()
             return MAcquisition("busy", names[0], request, slots[0], slots=slots)
+        if held is not None:
+            held.state, held.freed_at, held.freed_by = "released", now, "wait"
         timeout_ms = DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms
         deadline = now + timedelta(milliseconds=timeout_ms)
-        for lim in mine:
-            self._enqueue(lim, run_id, request, label, key, size, now, deadline, timeout_ms)
+        for lim, k in zip(mine, keys, strict=True):
+            self._enqueue(lim, run_id, request, label, k, size, now, deadline, timeout_ms)
         woken_before = len(self.woken)
         # Engine choice: the group path settles with the rules of keys and groups, whatever the
         # limits (limits.engine.keys.settle).
@@ -403,7 +428,9 @@ class Model:
         self._settle_all(locked, now)
         self.audit.append(("per_key", actor, name, None, old, new, now, key or ""))
 
-    def sync(self, declared: dict[str, tuple[int, int, int | None]], now: datetime) -> None:
+    def sync(
+        self, declared: dict[str, tuple[int, int, int | None]], now: datetime, box: tuple[int, float] | None = None
+    ) -> None:
         """1.4, 1.5, 5.2, 9.4: declared values change, overrides survive, a limit that left the
         config is kept undeclared; a declared capacity or per_key that rose grants at once."""
         for name, (capacity, max_hold_ms, per_key) in sorted(declared.items()):
@@ -418,10 +445,57 @@ class Model:
             limit.declared, limit.declared_capacity, limit.declared_max_hold_ms, limit.declared_per_key = after
             self._settle_all(self._lock([name]), now)
             self.audit.append(("sync", "deploy", name, None, _declared_text(*before), _declared_text(*after), now, ""))
+        self._sync_box(box, now)
         for name, limit in self.limits.items():
-            if name not in declared and limit.declared:
+            if limit.kind == "limit" and name not in declared and limit.declared:
                 limit.declared = False
                 self.audit.append(("sync", "deploy", name, None, "declared", "undeclared", now, ""))
+
+    def _sync_box(self, box: tuple[int, float] | None, now: datetime) -> None:
+        """12.1, 12.5: the box bound is created, changed (overrides kept, its capacity floor(base x
+        burst) of the values in force) or undeclared like a limit."""
+        limit = self.limits.get(BOX)
+        if box is None:
+            if limit is not None and limit.declared:
+                limit.declared = False
+                self.audit.append(("sync", "deploy", BOX, None, "declared", "undeclared", now, ""))
+            return
+        base, burst = box
+        if limit is None:
+            self.limits[BOX] = MLimit(
+                BOX, _ceiling(base, burst), MAX_DURATION_MS, base, kind="box", declared_burst=burst
+            )
+            return
+        if (limit.declared, limit.declared_per_key, limit.declared_burst) == (True, base, burst):
+            return
+        old = limit.box_text() + ("" if limit.declared else ", undeclared")
+        limit.declared, limit.declared_per_key, limit.declared_burst = True, base, burst
+        limit.declared_capacity = _ceiling(base, burst)
+        self._keep_box_capacity(limit)
+        self._settle_all(self._lock([BOX]), now)
+        self.audit.append(("sync", "deploy", BOX, None, old, limit.box_text(), now, ""))
+
+    @staticmethod
+    def _keep_box_capacity(limit: MLimit) -> None:
+        overridden = limit.per_key_override is not None or limit.burst_override is not None
+        assert limit.per_key is not None and limit.burst is not None
+        limit.capacity_override = _ceiling(limit.per_key, limit.burst) if overridden else None
+
+    def set_box(self, *, base: object, burst: object, actor: str, now: datetime) -> None:
+        """12.5: an operator overrides or resets (None) the base or the burst; raising grants at
+        once, lowering takes nothing back. Audited."""
+        limit = self.limits.get(BOX)
+        if limit is None or not limit.declared:
+            raise ModelError("base" if base is not UNCHANGED else "burst")
+        locked = self._lock([BOX])
+        old = limit.box_text()
+        if base is not UNCHANGED:
+            limit.per_key_override = base  # type: ignore[assignment]
+        if burst is not UNCHANGED:
+            limit.burst_override = burst  # type: ignore[assignment]
+        self._keep_box_capacity(limit)
+        self._settle_all(locked, now)
+        self.audit.append(("box", actor, BOX, None, old, limit.box_text(), now, ""))
 
     def sweep(self, now: datetime) -> MSweepReport:
         """4.1, 4.2, 3.6, 3.3: for each limit with work (found first, for all of them), expire
@@ -757,6 +831,15 @@ def _check_key(key: str) -> None:
 
 def _size_text(size: int | None) -> str:
     return "none" if size is None else str(size)
+
+
+BOX = "box"
+UNCHANGED = object()
+MAX_DURATION_MS = 30 * 24 * 60 * 60 * 1000  # limits.durations.MAX_DURATION_MS: the box's "no max hold"
+
+
+def _ceiling(base: int, burst: float) -> int:
+    return int(base * burst + 1e-9)
 
 
 def _declared_text(declared: bool, capacity: int, max_hold_ms: int, per_key: int | None) -> str:

@@ -2,7 +2,9 @@
 
 Hypothesis drives limits.services with random sequences of: acquire (several runs, three limits,
 with and without keys, with and without timeouts, and a limit that is unknown or undeclared),
-acquire_group over two or three limits in any order (with and without a key), re-acquire with the
+acquire_group over two or three limits in any order (with and without a key), a run in the box
+(SPEC 12: its acquisition with the box bound, keeping or giving back the box slot it executes in;
+the box's base and burst declared, changed by a deploy or an operator), re-acquire with the
 same request (a woken run's replay, which confirms a reservation, a group's together), confirm,
 release (own, repeated, unknown, and operators' releases of reserved slots), a run ending while it
 waits, is reserved or holds a busy slot, set/reset capacity, max hold, per_key and one key's pool
@@ -45,13 +47,15 @@ from limits.services import LimitsError
 from limits.signals import runs_woken
 from limits.verify import verify
 from tests.conftest import START
-from tests.model.reference import OWED_AFTER, MAcquisition, Model, ModelError, MSlot
+from tests.model.reference import OWED_AFTER, UNCHANGED, MAcquisition, Model, ModelError, MSlot
 
 LIMITS = ("a", "b", "c")
 KEYS = (None, None, "t1", "t2")
 TIMEOUTS = (None, None, 500, "30s", "2m", "1h")
 MAX_HOLDS = ("500ms", "90s", "45m", "2h", 60_000)
 CAPACITIES = (1, 1, 2, 3)
+# SPEC 12: no run concurrency, or (base, burst): ceilings 1, 2 and 3 (floor(2 x 1.5))
+BOXES = st.sampled_from((None, (1, 1.0), (1, 2.0), (2, 1.5)))
 CLOCK_STEPS_MS = (1, 500, 15_000, 60_000, 119_999, 120_000, 121_000, 45 * 60_000, 2 * 3_600_000, 24 * 3_600_000)
 OPERATOR = "user:op"
 SEEN: Counter[str] = Counter()
@@ -97,8 +101,10 @@ class EngineAgainstModel(RuleBasedStateMachine):
         self.model = Model()
         self.runs = ["r1", "r2", "r3", "r4"]
         self.next_run = 5
-        # Every acquire call: (request, its limits as given, run, key, whether acquire_group).
-        self.requests: list[tuple[str, tuple[str, ...], str, str | None, bool]] = []
+        # Every acquire call: (request, its limits as given, run, key, whether acquire_group, and
+        # for a run in the box (SPEC 12) its workflow's key there).
+        self.requests: list[tuple[str, tuple[str, ...], str, str | None, bool, str | None]] = []
+        self.box: tuple[int, float] | None = None  # the box's run concurrency declared: (base, burst)
         self.woken: list[str] = []
         self.audited = 0  # audit events compared so far
         runs_woken.connect(self._on_woken, weak=False, dispatch_uid="model-woken")
@@ -146,6 +152,9 @@ class EngineAgainstModel(RuleBasedStateMachine):
             "capacity_override",
             "max_hold_override_ms",
             "per_key_override",
+            "kind",
+            "declared_burst",
+            "burst_override",
             "busy_count",
             "reserved_count",
             "waiting_count",
@@ -181,6 +190,9 @@ class EngineAgainstModel(RuleBasedStateMachine):
                     lim.capacity_override,
                     lim.max_hold_override_ms,
                     lim.per_key_override,
+                    lim.kind,
+                    lim.declared_burst,
+                    lim.burst_override,
                     len(busy),
                     len(reserved),
                     len(waiting),
@@ -397,16 +409,21 @@ class EngineAgainstModel(RuleBasedStateMachine):
             capacity = data.draw(st.sampled_from(CAPACITIES))
             max_hold = parse_duration(hold if name == "a" else "45m")
             declared[name] = (capacity, max_hold, data.draw(per_key_for(capacity)))
+        self.box = data.draw(BOXES)
         self.sync_to(declared)
 
     def sync_to(self, declared: Declared) -> None:
+        box = self.box
         workspace = define_workspace(
             limits={
                 name: {"capacity": cap, "max_hold": hold} | ({} if per_key is None else {"per_key": per_key})
                 for name, (cap, hold, per_key) in declared.items()
-            }
+            },
+            run_concurrency=None if box is None else {"base": box[0], "burst": box[1]},
         )
-        self.step(lambda: quietly(services.sync_workspace, workspace), lambda: self.model.sync(declared, self.now()))
+        self.step(
+            lambda: quietly(services.sync_workspace, workspace), lambda: self.model.sync(declared, self.now(), box)
+        )
 
     @rule(
         calls=st.lists(
@@ -428,7 +445,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
             run_id = self.runs[run]
             request = f"{run_id}:{len(self.requests)}"
             label = f"order-{len(self.requests)}" if labelled else None
-            self.requests.append((request, (limit,), run_id, key, False))
+            self.requests.append((request, (limit,), run_id, key, False, None))
             timeout_ms = None if timeout is None else parse_duration(timeout)
             self.step(
                 lambda limit=limit, run_id=run_id, request=request, label=label, timeout=timeout, key=key: (
@@ -467,7 +484,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
             run_id = self.runs[run]
             request = f"{run_id}:{len(self.requests)}"
             label = f"order-{len(self.requests)}" if labelled else None
-            self.requests.append((request, tuple(limits), run_id, key, True))
+            self.requests.append((request, tuple(limits), run_id, key, True, None))
             timeout_ms = None if timeout is None else parse_duration(timeout)
             self.step(
                 lambda limits=limits, run_id=run_id, request=request, label=label, timeout=timeout, key=key: (
@@ -488,12 +505,22 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 ),
             )
 
-    def replay_request(self, request: str, limits: tuple[str, ...], run_id: str, key: str | None, group: bool) -> None:
+    def replay_request(
+        self, request: str, limits: tuple[str, ...], run_id: str, key: str | None, group: bool, box: str | None
+    ) -> None:
         if group:
+            place = None if box is None else services.BoxPlace("box", box)
             self.step(
-                lambda: services.acquire_group(list(limits), run_id=run_id, request=request, key=key),
+                lambda: services.acquire_group(list(limits), run_id=run_id, request=request, key=key, box=place),
                 lambda: self.model.acquire_group(
-                    list(limits), run_id=run_id, request=request, label="", timeout_ms=None, now=self.now(), key=key
+                    list(limits),
+                    run_id=run_id,
+                    request=request,
+                    label="",
+                    timeout_ms=None,
+                    now=self.now(),
+                    key=key,
+                    box=box,
                 ),
             )
             return
@@ -503,6 +530,67 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 limits[0], run_id=run_id, request=request, label="", timeout_ms=None, now=self.now(), key=key
             ),
         )
+
+    def runs_free_to_act_in_the_box(self) -> list[int]:
+        """Runs that neither wait for the box nor hold a reservation of it: a real run is
+        suspended meanwhile, so it holds at most one busy box slot (the one a wait keeps or gives
+        back)."""
+        model = self.model
+        return [
+            i
+            for i, run_id in enumerate(self.runs)
+            if not any(e.run_id == run_id for e in model.waiting("box"))
+            and not any(s.run_id == run_id for s in model.live("box", "reserved"))
+        ]
+
+    @precondition(lambda self: self.model.limits.get("box") is not None)
+    @rule(
+        data=st.data(),
+        limits=st.lists(st.sampled_from(LIMITS), max_size=2, unique=True),
+        timeout=st.sampled_from(TIMEOUTS),
+        workflow=st.sampled_from(("w1", "w1", "w2")),
+        key=st.sampled_from(KEYS),
+    )
+    def acquire_in_box(
+        self, data: st.DataObject, limits: list[str], timeout: str | int | None, workflow: str, key: str | None
+    ) -> None:
+        """SPEC 12.2: a run in the box takes slots of 0-2 limits and a box slot of its workflow's
+        pool (no limit: a run starting), keeping the box slot it executes in when the limits have
+        room at once, else giving it back and waiting for all of them together."""
+        free = self.runs_free_to_act_in_the_box()
+        if not free:
+            return
+        executing = [i for i in free if any(s.run_id == self.runs[i] for s in self.model.live("box", "busy"))]
+        if executing and data.draw(st.sampled_from((True, True, False))):
+            free = executing  # most often a run that executes in its box slot: it keeps it or gives it back
+        run_id = self.runs[data.draw(st.sampled_from(free))]
+        request = f"{run_id}:{len(self.requests)}"
+        self.requests.append((request, tuple(limits), run_id, key, True, workflow))
+        held = any(s.run_id == run_id for s in self.model.live("box", "busy"))
+        timeout_ms = None if timeout is None else parse_duration(timeout)
+        self.step(
+            lambda: services.acquire_group(
+                limits,
+                run_id=run_id,
+                request=request,
+                timeout=timeout,
+                key=key,
+                box=services.BoxPlace("box", workflow),
+            ),
+            lambda: self.model.acquire_group(
+                limits,
+                run_id=run_id,
+                request=request,
+                label="",
+                timeout_ms=timeout_ms,
+                now=self.now(),
+                key=key,
+                box=workflow,
+            ),
+        )
+        if held:
+            kept = any(s.run_id == run_id for s in self.model.live("box", "busy"))
+            SEEN["box: a run kept its box slot" if kept else "box: a run gave its box slot back to wait"] += 1
 
     @precondition(lambda self: self.requests)
     @rule(data=st.data())
@@ -603,7 +691,13 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 st.sampled_from((*KEYS, "")),  # "": a bad key (9.2), refused
             ),
             st.tuples(st.just("deploy"), st.sampled_from(MAX_HOLDS), st.sampled_from((True, True, False)), st.none()),
-            st.tuples(st.just("pause"), st.sampled_from((*LIMITS, "nope")), st.booleans(), st.none()),
+            st.tuples(st.just("pause"), st.sampled_from((*LIMITS, "box", "nope")), st.booleans(), st.none()),
+            st.tuples(
+                st.just("box"),
+                st.sampled_from((UNCHANGED, None, 1, 2, 3)),
+                st.sampled_from((UNCHANGED, None, 1.0, 1.5, 2.0)),
+                st.none(),
+            ),
         ),
         data=st.data(),
     )
@@ -631,6 +725,17 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 lambda: quietly(service, name, actor=OPERATOR),
                 lambda: self.model.set_paused(name, value, actor=OPERATOR, now=self.now()),
             )
+        elif kind == "box":
+            base, burst = name, value
+            self.step(
+                lambda: quietly(
+                    services.set_box,
+                    actor=OPERATOR,
+                    **({} if base is UNCHANGED else {"base": base}),
+                    **({} if burst is UNCHANGED else {"burst": burst}),
+                ),
+                lambda: self.model.set_box(base=base, burst=burst, actor=OPERATOR, now=self.now()),
+            )
         elif kind == "per_key":
             self.step(
                 lambda: quietly(services.set_per_key, name, value, key=key, actor=OPERATOR),
@@ -644,6 +749,8 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 capacity = data.draw(st.sampled_from(CAPACITIES))
                 max_hold = parse_duration(name) if limit == "a" else self.model.limits[limit].declared_max_hold_ms
                 declared[limit] = (capacity, max_hold, data.draw(per_key_for(capacity)))
+            if data.draw(st.booleans()):
+                self.box = data.draw(BOXES)  # the box's run concurrency changes, comes or goes
             self.sync_to(declared)
 
     def edges(self) -> list[dt.datetime]:
@@ -700,3 +807,4 @@ def test_the_engine_behaves_as_the_model() -> None:
     print("engine steps:", dict(sorted(SEEN.items())))
     assert SEEN["acquire: busy"] and SEEN["acquire: waiting"] and SEEN["returned True"], SEEN
     assert SEEN["acquire group: busy"] and SEEN["acquire group: waiting"], SEEN
+    assert SEEN["box: a run kept its box slot"] and SEEN["box: a run gave its box slot back to wait"], SEEN

@@ -47,9 +47,7 @@ def with_partner(input: dict) -> str:
 
 
 def box(base: int, burst: float = 2.0, limits: dict | None = None) -> Limit:
-    services.sync_workspace(
-        define_workspace(limits=limits or PARTNER, run_concurrency={"base": base, "burst": burst})
-    )
+    services.sync_workspace(define_workspace(limits=limits or PARTNER, run_concurrency={"base": base, "burst": burst}))
     return Limit.objects.get(name="box")
 
 
@@ -156,7 +154,9 @@ def test_12_5_operators_change_base_and_burst_audited_and_a_deploy_keeps_them(no
     services.set_box(base=None, burst=None, actor="ops")  # reset: lowering takes nothing back
     limit = Limit.objects.get(name="box")
     assert (limit.per_key, limit.burst, limit.capacity, limit.in_use) == (1, 1.0, 1, 2)
-    actions = list(AuditEvent.objects.filter(limit=limit, action="box").order_by("id").values_list("actor", "new_value"))
+    actions = list(
+        AuditEvent.objects.filter(limit=limit, action="box").order_by("id").values_list("actor", "new_value")
+    )
     assert actions == [("ops", "base 2, burst 2, ceiling 4"), ("ops", "base 1, burst 1, ceiling 1")]
     with pytest.raises(services.LimitsError, match="burst must be from 1.0 to 10.0") as error:
         services.set_box(burst=0.5, actor="ops")
@@ -175,3 +175,23 @@ def test_verify_finds_a_run_that_executed_without_its_box_slot(no_worker) -> Non
     assert advance(run.id) == "completed"
     found = verify(["box"]).violations
     assert any("without a box slot" in violation for violation in found), found
+
+
+def test_6_5_a_run_waiting_for_the_box_says_why(no_worker) -> None:
+    """The reason names the box itself, on the box's queue and on a limit's queue alike."""
+    from limits.models import QueueEntry
+
+    box(base=1, burst=2.0)  # ceiling 2, one run per workflow
+    running = start_run(plain, {"label": "p1"})
+    same_workflow = start_run(plain, {"label": "p2"})
+    assert status(same_workflow) == "queued"
+    entry = QueueEntry.objects.get(run_id=same_workflow.id, limit__name="box", state="waiting")
+    reason = services.why_waiting([entry])[entry.id]
+    assert (reason.code, reason.limit, reason.key) == ("workflow_at_base", "box", "box_plain")
+    other_run = start_run(other, {"label": "o1"})
+    holder = services.acquire("partner-api", run_id="someone-else").slot_id
+    waiting = start_run(with_partner, {"label": "w"})  # box full: 2 execute
+    entry = QueueEntry.objects.get(run_id=waiting.id, limit__name="box", state="waiting")
+    assert services.why_waiting([entry])[entry.id].code == "box_full"
+    services.release(holder)
+    assert [status(run) for run in (running, other_run)] == ["pending", "pending"]
