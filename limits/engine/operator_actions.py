@@ -305,9 +305,7 @@ def _sync_box(
     rules.settle_all(touched, now, changes)
     rules.save_all(touched)
     rules.wake_on_commit(changes.woken)
-    rules.audit(
-        limit, actor, AuditEvent.Action.SYNC, now, old=old, new=_box_text(limit), capacity_after=limit.capacity
-    )
+    rules.audit(limit, actor, AuditEvent.Action.SYNC, now, old=old, new=_box_text(limit), capacity_after=limit.capacity)
     report.updated.append(BOX_NAME)
 
 
