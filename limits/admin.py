@@ -25,7 +25,7 @@ from limits.durations import DURATION_HELP, DurationError, format_duration, pars
 from limits.forms import POOL_HELP, duration_input, number_or_text, shortened
 from limits.models import AuditEvent, ForgottenLimit, Limit, LimitKey, QueueEntry, Slot
 from limits.printable import printable
-from studio.plumbing.access import OPERATE_LIMIT, actor
+from stackbone.plumbing.access import OPERATE_LIMIT, actor
 
 SEARCH_MAX_LENGTH = 200  # the longest text any admin searches (a label)
 NO_MAX_HOLD = "—"  # a workflow's own bound: a run holds its slot until it ends

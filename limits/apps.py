@@ -3,7 +3,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.db.models import QuerySet
 from django.db.models.signals import post_migrate
 
@@ -11,17 +11,24 @@ from django.db.models.signals import post_migrate
 class LimitsConfig(AppConfig):
     name = "limits"
     verbose_name = "Concurrency limits"
+    default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
         from celery.signals import worker_init
 
         from limits import (
             checks,  # registers the workspace check
+            conf,
             run_bounds,
         )
         from limits.signals import runs_woken
-        from studio.runs.models import Run
-        from studio.runs.signals import find_stuck_waits, run_ended, run_queued, run_starting
+        from stackbone.runs.models import Run
+        from stackbone.runs.signals import find_stuck_waits, run_ended, run_queued, run_starting
+
+        conf.install_defaults()
+        if apps.is_installed("django.contrib.admin"):
+            # Runs and their steps in the admin: the run layer below knows no admin of its own.
+            from limits import run_admin  # noqa: F401
 
         post_migrate.connect(_sync_declared_limits, sender=self)
         worker_init.connect(checks.refuse_to_start_with_a_bad_workspace, weak=False)
@@ -70,7 +77,7 @@ def _wake_runs(sender: object, run_ids: list[str], **kwargs: object) -> None:
     This runs after the engine's change committed; a failure here (the database restarting)
     must not make that change look failed to its caller. Runs left unwoken are woken by
     the run layer's recovery (a reserved slot, or a deadline past)."""
-    from studio.runs.runtime import logger, wake
+    from stackbone.runs.runtime import logger, wake
 
     try:
         wake(run_ids)

@@ -33,7 +33,7 @@ from limits.models import (
     is_storable_text,
 )
 from limits.services import UNKNOWN_LIMIT, LimitsError
-from studio.plumbing import clock as box_clock
+from stackbone.plumbing import clock as box_clock
 
 STILL_DECLARED = (
     "limit {name!r} is still declared in the workspace: remove it from the config and deploy "

@@ -41,7 +41,7 @@ from prometheus_client.registry import Collector
 
 from limits import insights, workers
 from limits.models import WAIT_BUCKETS_S
-from studio.plumbing import clock as box_clock
+from stackbone.plumbing import clock as box_clock
 
 RELEASE_CAUSES = (
     ("workflow", "released_by_workflow"),
@@ -186,7 +186,7 @@ class WorkersCollector(Collector):
 
 
 def largest_skew_by_host() -> dict[str, float]:
-    """host -> its largest recent skew (signed), one query (studio.plumbing.clock.recent_skews)."""
+    """host -> its largest recent skew (signed), one query (stackbone.plumbing.clock.recent_skews)."""
     largest: dict[str, float] = {}
     for host, seconds in box_clock.recent_skews().values_list("host", "skew_seconds"):
         largest.setdefault(host, seconds)  # recent() orders by size, largest first

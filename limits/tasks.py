@@ -7,7 +7,7 @@ from celery import shared_task
 
 from limits import services
 from limits.models import SweepState
-from studio.plumbing import clock
+from stackbone.plumbing import clock
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def sweep() -> None:
 
 def last_pass_is_recent() -> bool:
     """Did the last sweep pass begin within RECENT_PASS, by the box's clock (the database's:
-    studio/plumbing/clock.py)? One read of one row. A last pass stamped ahead of that clock is not
+    stackbone/plumbing/clock.py)? One read of one row. A last pass stamped ahead of that clock is not
     trusted: the sweep then runs, as it would with no pass recorded."""
     return SweepState.objects.filter(
         id=1, last_run_at__gt=clock.expression(-RECENT_PASS), last_run_at__lte=clock.expression()

@@ -30,8 +30,8 @@ from django.db.models import Count, Min
 from django.db.models.functions import Coalesce
 
 from limits.models import Limit
-from studio.plumbing import clock as box_clock
-from studio.runs.models import Run
+from stackbone.plumbing import clock as box_clock
+from stackbone.runs.models import Run
 
 ANSWER_SECONDS = 0.5
 GIVE_UP_SECONDS = 3.0

@@ -1,13 +1,14 @@
 from django.apps import AppConfig
 
 
-class StudioConfig(AppConfig):
-    """The project's app: its models are the run layer's and the plumbing's (studio/models.py)."""
+class BoxConfig(AppConfig):
+    """The box's own app: no models (the runs' are the stackbone app's, label "studio"), only its
+    system checks and its Celery app."""
 
     name = "studio"
-    verbose_name = "Studio"
+    label = "box"
+    verbose_name = "The box"
 
     def ready(self) -> None:
+        import studio.celery  # noqa: F401 - the box's Celery app, current for .delay() in every process
         import studio.checks  # noqa: F401 - registers the static files check (and its report at worker start)
-        import studio.plumbing.clock  # noqa: F401 - registers the clock's system check
-        import studio.runs.tasks  # noqa: F401 - registers the tasks the runtime dispatches by name

@@ -8,9 +8,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from limits.models import SweepState
+from stackbone.plumbing import clock
 from studio.celery import app
 from studio.checks import static_files_problem
-from studio.plumbing import clock
 
 SWEEP_STALE_SECONDS = 60
 
@@ -23,7 +23,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     the first sweep; above 60 s the status is 'degraded' (is beat running?). `clock_skew_s`: the
     largest skew of a host's clock against the database's that its workers or beat measured in
     the last 15 minutes (null: none measured), shown, not judged: every rule keeps the database's
-    time (studio.plumbing.clock)."""
+    time (stackbone.plumbing.clock)."""
     body: dict[str, object] = {
         "database": "ok",
         "broker": "ok",

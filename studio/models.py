@@ -1,8 +1,6 @@
-"""The studio app's models, defined by the layers that own them: the run layer's runs and steps
-(studio.runs.models) and the plumbing's sign-in failures (studio.plumbing.models). Their app label
-stays "studio", so their tables and migrations are those of the studio app."""
+"""Kept for old imports: the run layer's and the plumbing's models live in the stackbone app
+(stackbone.models; app label "studio", so their tables and migrations are unchanged)."""
 
-from studio.plumbing.models import SignInFailure
-from studio.runs.models import Run, Step, new_run_id
+from stackbone.models import ClockSkew, Run, SignInFailure, Step, new_run_id
 
-__all__ = ["Run", "SignInFailure", "Step", "new_run_id"]
+__all__ = ["ClockSkew", "Run", "SignInFailure", "Step", "new_run_id"]

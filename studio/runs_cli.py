@@ -11,9 +11,9 @@ JSON object, a bad key or status). An error is one line on stderr, never a trace
 `--json` it is JSON on stderr: `{"error": ..., "field": ...}`. A refused start creates nothing.
 
 Each verb gets its answer as a dict from a backend, and prints it (as JSON with --json): on this
-installation from studio.run_list (the answers of the Runs screen's reads, the public
+installation from limits.run_list (the answers of the Runs screen's reads, the public
 studio.workflows.start_run and the run page's cancel_run); with `--agent <id>` from another
-installation's /api/runs/ (studio.runs_api), which answers the same dicts, through the HTTP
+installation's /api/runs/ (limits.runs_api), which answers the same dicts, through the HTTP
 client of `stackbone limits --agent` (limits.cli.remote). No Django is loaded for --agent.
 """
 
@@ -33,7 +33,7 @@ from limits.cli.remote import AGENTS_FILE_ENV, AgentBackend, load_agent
 from limits.cli.render import Streams, table
 from limits.durations import format_duration
 from limits.printable import printable
-from studio.run_values import (
+from limits.run_values import (
     DEFAULT_LIST_SIZE,
     FINISHED_STATUSES,
     MAX_LIST_SIZE,
@@ -46,7 +46,7 @@ VERBS = ("start", "list", "show", "cancel")
 BAD_LIST_SIZE = "--rows must be a whole number from 1 to {max}, not {value!r}"
 NOT_CANCELLED = "{run_id} had already finished ({status}): nothing cancelled"
 CANCELLED = "it left every queue and freed what ends with it"
-UNKNOWN_RUN = "unknown run {run_id!r}"  # studio.run_list.UNKNOWN_RUN, without Django for --agent
+UNKNOWN_RUN = "unknown run {run_id!r}"  # limits.run_list.UNKNOWN_RUN, without Django for --agent
 
 
 class RunsCliError(CliError):
@@ -175,40 +175,40 @@ def _local_errors() -> Iterator[None]:
 
 
 class LocalRuns:
-    """This installation: studio.run_list (Django loaded by the caller's setup)."""
+    """This installation: limits.run_list (Django loaded by the caller's setup)."""
 
     def start(self, workflow: str, input: dict[str, Any], key: str | None, limits: list[str] | None) -> Any:
-        from studio import run_list
+        from limits import run_list
 
         with _local_errors():
             return run_list.start_answer(workflow, input, key, limits)
 
     def list(self, filters: dict[str, str], size: int) -> Any:
-        from studio import run_list
+        from limits import run_list
 
         with _local_errors():
             return run_list.list_answer(run_list.RunFilter(**filters), size=size)
 
     def show(self, run_id: str) -> Any:
-        from studio import run_list
+        from limits import run_list
 
         with _local_errors():
             return run_list.show_answer(run_id)
 
     def cancel(self, run_id: str) -> Any:
-        from studio import run_list
+        from limits import run_list
 
         with _local_errors():
             return run_list.cancel_answer(run_id)
 
     def now(self) -> datetime:
-        from studio.plumbing import clock
+        from stackbone.plumbing import clock
 
         return clock.now()
 
 
 class AgentRuns(AgentBackend):
-    """Another installation: its /api/runs/ (studio.runs_api), through limits.cli.remote's client
+    """Another installation: its /api/runs/ (limits.runs_api), through limits.cli.remote's client
     (its agents file, token, time-out and the errors of its answers)."""
 
     def start(self, workflow: str, input: dict[str, Any], key: str | None, limits: list[str] | None) -> Any:

@@ -1,8 +1,8 @@
-"""Kept so that `studio.runtime` goes on naming the run layer's runtime (studio.runs.runtime):
+"""Kept so that `studio.runtime` goes on naming the run layer's runtime (stackbone.runs.runtime):
 the same module object, so attributes set on one are seen by the other."""
 
 import sys
 
-from studio.runs import runtime
+from stackbone.runs import runtime
 
 sys.modules[__name__] = runtime

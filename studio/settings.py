@@ -21,6 +21,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 from kombu import Exchange, Queue
 
+from limits.beat import BEAT_SCHEDULE, MAINTENANCE_TASKS
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STACKBONE_VAR_DIR", BASE_DIR / "var"))
 
@@ -36,7 +38,7 @@ if "pytest_django" in sys.modules:
     # An empty static root: tests serve no collected files, and WhiteNoise warns on a missing one.
     (VAR_DIR / "staticfiles").mkdir()
 STACKBONE_TEST_RUN = os.environ.get("STACKBONE_TEST_RUN", "")
-# Whose clock the box keeps (studio/plumbing/clock.py): "database", the only production value.
+# Whose clock the box keeps (stackbone/plumbing/clock.py): "database", the only production value.
 # The pytest process takes "process" so time_machine moves the box's time on PostgreSQL too; the
 # workers and commands the tests start are production processes and keep the database's.
 STACKBONE_CLOCK = "process" if "pytest_django" in sys.modules else "database"
@@ -95,14 +97,15 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "limits",
-    "studio",
+    "stackbone",
+    "studio",  # the box's own checks and Celery app (label "box"); the runs' app is stackbone
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "studio.plumbing.middleware.RejectNulCharactersMiddleware",
+    "stackbone.plumbing.middleware.RejectNulCharactersMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -125,7 +128,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "studio.plumbing.clock.skew_banner",
+                "stackbone.plumbing.clock.skew_banner",
             ],
         },
     },
@@ -190,7 +193,7 @@ SECURE_CSP = {
     "frame-ancestors": [CSP.NONE],
     "form-action": [CSP.SELF],
 }
-# Sign-in throttling (studio.plumbing.throttle): this many failed attempts for one username (or from one
+# Sign-in throttling (stackbone.plumbing.throttle): this many failed attempts for one username (or from one
 # address) within the window lock that username (or address) out until failures age out of it.
 STACKBONE_LOGIN_MAX_FAILURES = int(os.environ.get("STACKBONE_LOGIN_MAX_FAILURES", "5"))
 STACKBONE_LOGIN_WINDOW_SECONDS = int(os.environ.get("STACKBONE_LOGIN_WINDOW_SECONDS", str(15 * 60)))
@@ -201,7 +204,7 @@ STACKBONE_LOGIN_MAX_FAILURES_PER_ADDRESS = int(
 # --- Celery ---------------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL == "filesystem://":
-    CELERY_BROKER_TRANSPORT = "studio.plumbing.broker:Transport"  # kombu's filesystem transport, multi-process safe
+    CELERY_BROKER_TRANSPORT = "stackbone.plumbing.broker:Transport"  # kombu's filesystem transport, multi-process safe
     _broker_dir = VAR_DIR / "broker"
     for _sub in ("out", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
@@ -215,12 +218,12 @@ if CELERY_BROKER_URL == "filesystem://":
     }
 elif CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://")):
     # kombu's Redis channel rotates its queues round robin by default; this reads them in a fixed
-    # order, the maintenance queue first (studio/plumbing/broker.py).
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"queue_order_strategy": "studio.plumbing.broker:MaintenanceFirst"}
+    # order, the maintenance queue first (stackbone/plumbing/broker.py).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"queue_order_strategy": "stackbone.plumbing.broker:MaintenanceFirst"}
 # Two queues (docs/operations.md, "Queues"). The sweep and run recovery (beat's two tasks, and the
 # recovery each worker sends at start) go to the maintenance queue; every other task, the runs',
 # to Celery's default queue. A worker consumes both unless -Q says otherwise, and takes from the
-# maintenance queue first whenever it takes a message (studio/plumbing/broker.py: on the
+# maintenance queue first whenever it takes a message (stackbone/plumbing/broker.py: on the
 # filesystem broker and on Redis), so however many runs are queued the sweep waits for at most
 # the tasks the worker already holds. A test run's queues have names of its own (STACKBONE_TEST_RUN).
 CELERY_TASK_DEFAULT_QUEUE = f"stackbone-test-{STACKBONE_TEST_RUN}" if STACKBONE_TEST_RUN else "celery"
@@ -230,10 +233,7 @@ STACKBONE_MAINTENANCE_QUEUE = (
 CELERY_TASK_QUEUES = [
     Queue(name, Exchange(name), routing_key=name) for name in (STACKBONE_MAINTENANCE_QUEUE, CELERY_TASK_DEFAULT_QUEUE)
 ]
-CELERY_TASK_ROUTES = {
-    "limits.tasks.sweep": {"queue": STACKBONE_MAINTENANCE_QUEUE},
-    "studio.tasks.recover_runs": {"queue": STACKBONE_MAINTENANCE_QUEUE},
-}
+CELERY_TASK_ROUTES = {name: {"queue": STACKBONE_MAINTENANCE_QUEUE} for name in MAINTENANCE_TASKS}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -246,14 +246,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TASK_EAGER_PROPAGATES = True
-# No `expires`: a worker would judge it by its own clock (one minutes ahead drops every message).
-# A backlog (no worker for hours) costs little: a sweep within 5 s of the last pass, by the
-# database's clock, does nothing (limits/tasks.py), and a recovery pass with nothing to do is a
-# few indexed reads.
-CELERY_BEAT_SCHEDULE = {
-    "limits-sweep": {"task": "limits.tasks.sweep", "schedule": 15.0},
-    "runs-recover": {"task": "studio.tasks.recover_runs", "schedule": 15.0},
-}
+# The sweep and run recovery every 15 s (limits/beat.py says why no `expires`).
+CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE}
 
 # --- Stackbone ------------------------------------------------------------------------------------
 STACKBONE_WORKSPACE = os.environ.get("STACKBONE_WORKSPACE", "studio.workspace")

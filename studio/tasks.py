@@ -1,6 +1,6 @@
-"""The run layer's Celery tasks, where Celery's autodiscovery looks for the studio app's tasks
-(their names, studio.tasks.*, are what the broker carries): defined in studio.runs.tasks."""
+"""Kept for old imports: the run layer's tasks live in stackbone.runs.tasks (their names,
+studio.tasks.*, are what the broker carries)."""
 
-from studio.runs.tasks import advance_run, advance_runs, recover_at_worker_start, recover_runs
+from stackbone.runs.tasks import advance_run, advance_runs, recover_at_worker_start, recover_runs
 
 __all__ = ["advance_run", "advance_runs", "recover_at_worker_start", "recover_runs"]

@@ -10,12 +10,10 @@ from django.views.decorators.http import require_safe
 from django.views.generic import RedirectView
 
 from limits.metrics import metrics
-from studio import runs_screen
-from studio import views as studio_views
+from stackbone.plumbing.throttle import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
 from studio.health import healthz
-from studio.plumbing.throttle import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
 
-admin.site.login_form = ThrottledAdminAuthenticationForm  # sign-in throttling (studio.plumbing.throttle)
+admin.site.login_form = ThrottledAdminAuthenticationForm  # sign-in throttling (stackbone.plumbing.throttle)
 
 
 @require_safe
@@ -34,19 +32,11 @@ urlpatterns = [
     path("accounts/password_change/", auth_views.PasswordChangeView.as_view(), name="password_change"),
     path("accounts/password_change/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("api/limits/", include("limits.api_urls")),
-    path("api/runs/", include("studio.runs_api_urls")),
+    path("api/runs/", include("limits.runs_api_urls")),
     path("favicon.ico", favicon, name="favicon"),
     # GET and HEAD (uptime checks, link previews) both redirect to the Limits screen.
     path("", require_safe(RedirectView.as_view(pattern_name="limits:list")), name="home"),
-    path("studio/limits/", include("limits.urls")),
-    path("studio/runs/", runs_screen.run_list_view, name="runs"),
-    # Under "-/": a run id is any text up to 64 characters (new_run_id makes "run_...", but nothing
-    # stops a row with another id), and /studio/runs/start/ would hide a run whose id is "start".
-    # "<run_id>/" never takes a slash, so "-/start/" cannot be a run's page.
-    path("studio/runs/-/start/", runs_screen.start_run, name="runs-start"),
-    path("studio/runs/-/cancel/", runs_screen.cancel_run, name="runs-cancel"),
-    path("studio/runs/<str:run_id>/", studio_views.run_detail, name="run-detail"),
-    path("studio/runs/<str:run_id>/cancel/", studio_views.cancel_run, name="run-cancel"),
+    path("studio/", include("limits.studio_urls")),
 ]
 
 if settings.STACKBONE_PASSWORD_RESET:

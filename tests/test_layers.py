@@ -1,12 +1,16 @@
 """The layers point one way (docs/architecture.md):
 
-    project  studio/ (settings, urls, celery, CLI, dev box, demo, example workflows, run page)
+    project  studio/ (the box: settings, urls, celery, CLI, dev box, demo, example workflows)
        ↓
-    limits   limits/ (the engine, the workflow API, Studio's limit screens, API, CLI, admin)
+    limits   limits/ (the engine, the workflow API, Studio's screens, the JSON API, CLI, admin)
        ↓
-    runs     studio/runs/ (the durable run layer: runtime, Run/Step, tasks, signals)
+    runs     stackbone/ and stackbone/runs/ (the durable run layer: runtime, Run/Step, tasks, signals)
        ↓
-    plumbing studio/plumbing/ (access, sign-in throttle, middleware, broker transport)
+    plumbing stackbone/plumbing/ (access, sign-in throttle, middleware, broker transport, clock)
+
+limits/ and stackbone/ are the installable apps; studio/ is one project built from them. The
+shims left at studio/runs/ and studio/plumbing/ (the old paths, issue 29) count as the layer of
+the module each one is.
 
 Must never happen: a module imports one of a higher layer (a lower layer tells a higher one
 things through signals, connected in the higher layer's AppConfig.ready()), or modules import
@@ -29,9 +33,10 @@ LAYERS = {"plumbing": 0, "runs": 1, "limits": 2, "project": 3}
 
 
 def layer(module: str) -> str:
-    if module == "studio.plumbing" or module.startswith("studio.plumbing."):
-        return "plumbing"
-    if module == "studio.runs" or module.startswith("studio.runs."):
+    for plumbing in ("stackbone.plumbing", "studio.plumbing"):
+        if module == plumbing or module.startswith(f"{plumbing}."):
+            return "plumbing"
+    if module == "stackbone" or module.startswith(("stackbone.", "studio.runs.")) or module == "studio.runs":
         return "runs"
     if module == "limits" or module.startswith("limits."):
         return "limits"
@@ -40,7 +45,7 @@ def layer(module: str) -> str:
 
 def modules() -> dict[str, Path]:
     found = {}
-    for package in ("limits", "studio"):
+    for package in ("limits", "stackbone", "studio"):
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -112,7 +117,18 @@ def test_no_modules_import_each_other_in_a_circle() -> None:
 
 def test_the_layers_are_what_this_test_reads() -> None:
     """A guard on the guard: the walk sees the imports it must judge."""
-    assert "studio.runs.models" in GRAPH["limits.verify"]
-    assert "studio.runs.runtime" in GRAPH["limits.workflow"]
-    assert layer("studio.runs.runtime") == "runs" and layer("studio.settings") == "project"
-    assert all(layer(t) in ("runs", "plumbing") for t in GRAPH["studio.runs.runtime"])
+    assert "stackbone.runs.models" in GRAPH["limits.apps"]
+    assert "stackbone.runs.runtime" in GRAPH["limits.runs"]
+    assert "stackbone.runs.runtime" in GRAPH["studio.runs.runtime"]  # a shim at the old path
+    assert layer("stackbone.runs.runtime") == "runs" and layer("studio.settings") == "project"
+    assert layer("stackbone.apps") == "runs" and layer("studio.plumbing.clock") == "plumbing"
+    assert all(layer(t) in ("runs", "plumbing") for t in GRAPH["stackbone.runs.runtime"])
+
+
+def test_the_installable_apps_import_nothing_of_the_box() -> None:
+    """limits and stackbone install into any project (docs/embedding.md): they never import the
+    box's modules (the old paths studio.runs.* and studio.plumbing.* are the moved modules)."""
+    box = {name for name in GRAPH if layer(name) == "project" and not name.startswith(("limits", "stackbone"))}
+    for name in GRAPH:
+        if name.startswith(("limits", "stackbone")):
+            assert not GRAPH[name] & box, f"{name} imports {sorted(GRAPH[name] & box)} of the box"

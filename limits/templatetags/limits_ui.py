@@ -10,7 +10,7 @@ from django import template
 from limits.durations import format_duration
 from limits.models import AuditEvent, Limit
 from limits.printable import printable as printable_text
-from studio.plumbing import clock as box_clock
+from stackbone.plumbing import clock as box_clock
 
 register = template.Library()
 

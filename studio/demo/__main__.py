@@ -31,7 +31,7 @@ import django
 django.setup()
 
 from limits.models import Limit  # noqa: E402
-from studio.models import Run  # noqa: E402
+from stackbone.runs.models import Run  # noqa: E402
 from studio.workflows import start_run  # noqa: E402
 
 logger = logging.getLogger("studio.demo")

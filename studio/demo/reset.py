@@ -40,7 +40,7 @@ def demo_run_ids() -> list[str]:
     from django.db.models import Q
 
     from limits.models import Slot
-    from studio.models import Run
+    from stackbone.runs.models import Run
 
     marked = Q(input__demo=True)
     legacy = Q(workflow="place_call", input__call_id__startswith="demo-") | Q(
@@ -59,8 +59,8 @@ def reset_demo() -> ResetReport:
 
     from limits import services
     from limits.models import QueueEntry, Slot
-    from studio.models import Run
-    from studio.runs.runtime import cancel_run
+    from stackbone.runs.models import Run
+    from stackbone.runs.runtime import cancel_run
 
     report = ResetReport()
     run_ids = demo_run_ids()

@@ -1,3 +1,2 @@
-"""Web and infrastructure plumbing at the bottom of the house: access checks, the sign-in
-throttle, middleware, the embedded broker transport, migration helpers. It imports nothing of
-the layers above it."""
+"""Moved to stackbone.plumbing (issue 29, docs/embedding.md). Each module here is a shim whose
+import gives the moved module itself, so old imports (and attributes a test sets) keep working."""

@@ -1,40 +1,8 @@
-"""The plumbing's rows: failed sign-ins for the throttle (table studio_signinfailure), and each
-host's clock skew against the database (studio_clockskew)."""
+"""Moved to stackbone.plumbing.models: this old path is that module itself (sys.modules)."""
 
-from __future__ import annotations
+import sys
 
-from django.db import models
+from stackbone.plumbing import models as _moved
+from stackbone.plumbing.models import *  # noqa: F403 - its names, for type checkers
 
-
-class SignInFailure(models.Model):
-    """One failed sign-in, kept for the throttle window (studio.plumbing.throttle). `key` is a SHA-256 of
-    'user:<username>' or 'addr:<ip>': what people typed as a username is never stored."""
-
-    key = models.CharField(max_length=64)
-    at = models.DateTimeField()
-
-    class Meta:
-        app_label = "studio"
-        indexes = [models.Index(fields=["key", "at"], name="signin_failure_key_at"), models.Index(fields=["at"])]
-
-    def __str__(self) -> str:
-        return f"{self.key[:12]}… at {self.at:%Y-%m-%d %H:%M:%S}"
-
-
-class ClockSkew(models.Model):
-    """How far one host's clock is off the database's, as its workers and beat last measured it
-    (studio.plumbing.clock.check_skew, at start and every 5 minutes). One row per host and role;
-    a row nobody measured for a day is removed by the next measurement anywhere. Positive:
-    the host is ahead. `measured_at` is the database's time."""
-
-    host = models.CharField(max_length=200)
-    role = models.CharField(max_length=20)
-    skew_seconds = models.FloatField()
-    measured_at = models.DateTimeField()
-
-    class Meta:
-        app_label = "studio"
-        constraints = [models.UniqueConstraint(fields=["host", "role"], name="clock_skew_one_per_host_role")]
-
-    def __str__(self) -> str:
-        return f"{self.host} ({self.role}): {self.skew_seconds:+.1f} s"
+sys.modules[__name__] = _moved

@@ -1,3 +1,2 @@
-"""The durable run layer: workflow runs advanced by replay on Celery (runtime), their rows
-(models), the tasks that advance them (tasks) and what it tells the layers above (signals).
-It knows nothing of limits: they listen to its signals (limits/apps.py)."""
+"""Moved to stackbone.runs (issue 29, docs/embedding.md). Each module here is a shim whose import
+gives the moved module itself, so old imports (and attributes a test sets) keep working."""

@@ -1,4 +1,4 @@
-"""Issue 29, item 4: runs over the JSON API (/api/runs/, studio.runs_api), with a real token:
+"""Issue 29, item 4: runs over the JSON API (/api/runs/, limits.runs_api), with a real token:
 start (workflow, input, key, limits), list (the filters of `stackbone runs list`), show, cancel.
 Each answer is the dict `stackbone runs ... --json` prints on the same installation.
 

@@ -1,4 +1,4 @@
-"""The clock-skew banner (templates/base.html, studio.plumbing.clock.skew_banner) in a real
+"""The clock-skew banner (limits/templates/studio/base.html, stackbone.plumbing.clock.skew_banner) in a real
 Chromium: a host whose clock is off by more than 2 s is named at the top of every Studio page.
 At 1280 px and on a 390 px phone, with a host name as long as a host name gets (a 200-character
 FQDN of 63-character labels), the banner is visible, legible (white on red, a readable size) and

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import pytest
 from django.utils import timezone
 
-from limits import run_bounds, services
+from limits import run_bounds, run_list, services
 from limits.cli import Streams
 from limits.models import QueueEntry
-from studio import run_list, runs_cli
+from studio import runs_cli
 from studio.models import Run
 from tests.factories import declare
 

@@ -15,8 +15,8 @@ import time
 import pytest
 from django.utils import timezone
 
+from stackbone.runs import runtime
 from studio.models import Run
-from studio.runs import runtime
 from studio.runs.runtime import advance, recover
 from studio.workflows import start_run, step, workflow
 from tests.conftest import use_broker

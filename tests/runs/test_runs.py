@@ -332,7 +332,7 @@ def test_a_cancel_during_a_step_stops_the_run(one_line, no_worker) -> None:
 
 def test_a_mass_wake_resumes_every_run_through_chunked_tasks(one_line, no_worker) -> None:
     """A capacity raise that grants more runs than one dispatch chunk still resumes every one."""
-    from studio.runs import runtime
+    from stackbone.runs import runtime
     from tests.conftest import use_broker
 
     holder = services.acquire("voice-calls", run_id="holder").slot_id
@@ -348,8 +348,8 @@ def test_a_mass_wake_resumes_every_run_through_chunked_tasks(one_line, no_worker
 def test_a_mass_wake_goes_out_in_few_messages_that_cover_every_run(no_worker) -> None:
     """100,000 granted runs are 200 messages, not 2,000: publishing must not dominate a sweep's
     wake. Read back from the broker: every run once, in order, in at most DISPATCH_TASKS tasks."""
+    from stackbone.runs import runtime
     from studio.celery import app
-    from studio.runs import runtime
 
     def drain() -> list[list[str]]:
         """The run ids of every task waiting in the in-process broker, consumed."""

@@ -95,7 +95,9 @@ def test_a_workflow_returning_an_unstorable_output_fails_with_a_clear_message(ki
     run = start_run("test_unstorable_output", {"kind": kind})
     run.refresh_from_db()
     assert (run.status, run.output) == ("failed", None)
-    assert run.error == f"studio.runs.runtime.WorkflowError: the workflow's output must be JSON-serializable: {message}"
+    assert (
+        run.error == f"stackbone.runs.runtime.WorkflowError: the workflow's output must be JSON-serializable: {message}"
+    )
 
 
 @step

@@ -82,7 +82,7 @@ def test_a_worker_keeps_its_database_connection_from_one_task_to_the_next(worker
     """Celery's Django fixup closes every connection before and after each task; on PostgreSQL
     that made every run a new server process, with every plan and PL/pgSQL function compiled
     again (most of a short run's time in the worker: docs/performance.md, scenario 11). A worker
-    keeps its connection between tasks as a web process does between requests (studio/celery.py),
+    keeps its connection between tasks as a web process does between requests (stackbone/celery_signals.py),
     and a connection that breaks is still replaced (tests/runs/test_connection_cut.py)."""
     worker = Worker(env=WORKFLOWS)
     workers.append(worker)

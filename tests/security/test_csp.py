@@ -14,8 +14,9 @@ from tests.views.conftest import make_user
 
 pytestmark = pytest.mark.django_db
 
-TEMPLATES = Path(settings.BASE_DIR) / "templates"
-STATIC_JS = Path(settings.BASE_DIR) / "static" / "studio"
+# Every template: the box's (templates/) and the limits app's (limits/templates/).
+TEMPLATE_DIRS = (Path(settings.BASE_DIR) / "templates", Path(settings.BASE_DIR) / "limits" / "templates")
+STATIC_JS = Path(settings.BASE_DIR) / "limits" / "static" / "studio"
 
 
 def directives(response) -> dict[str, list[str]]:
@@ -67,12 +68,15 @@ EVAL_FILTER = re.compile(r'hx-trigger="[^"]*\[')  # a trigger filter is evaluate
 JS_VALUES = re.compile(r'hx-(vals|vars|headers)=[\'"]\s*js:', re.I)
 
 
-@pytest.mark.parametrize("template", sorted(p.relative_to(TEMPLATES).as_posix() for p in TEMPLATES.rglob("*.html")))
+@pytest.mark.parametrize(
+    "template",
+    sorted(p.relative_to(Path(settings.BASE_DIR)).as_posix() for d in TEMPLATE_DIRS for p in d.rglob("*.html")),
+)
 def test_no_template_needs_what_the_policy_forbids(template: str) -> None:
-    text = (TEMPLATES / template).read_text()
-    assert not INLINE_SCRIPT.search(text), "inline <script>: move it to static/studio/studio.js"
-    assert not HANDLER_ATTRIBUTE.search(text), "on*/hx-on handler: listen in static/studio/studio.js"
-    assert not STYLE.search(text), "inline style: put it in static/studio/studio.css"
+    text = (Path(settings.BASE_DIR) / template).read_text()
+    assert not INLINE_SCRIPT.search(text), "inline <script>: move it to limits/static/studio/studio.js"
+    assert not HANDLER_ATTRIBUTE.search(text), "on*/hx-on handler: listen in limits/static/studio/studio.js"
+    assert not STYLE.search(text), "inline style: put it in limits/static/studio/studio.css"
     assert not EVAL_FILTER.search(text), "hx-trigger filter: htmx evaluates it, the policy forbids eval"
     assert not JS_VALUES.search(text), "js: values are evaluated, the policy forbids eval"
 

@@ -34,6 +34,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
 from limits import services
+from limits.config import define_workspace
 from limits.models import ApiToken, AuditEvent, ForgottenLimit, Limit, LimitKey, QueueEntry, Slot
 from limits.tokens import issue_token
 from studio.models import Run
@@ -92,6 +93,7 @@ class Row(NamedTuple):
 DETAIL = "/studio/limits/{limit}/?slots=1&queue=1"
 RESUMED = done("/studio/limits/{paused}/?slots=1&queue=1")  # back to the paused limit's page
 RUN = "/studio/runs/{run}/"
+BOX_SAVED = done("/studio/limits/box/?slots=1&queue=1")  # back to the box's page
 RUNS = "/studio/runs/"
 LIMIT_SAVED = done("/admin/limits/limit/")
 RELEASED = done("/admin/limits/slot/")
@@ -123,6 +125,9 @@ MATRIX: list[Row] = [
     Row("POST", "/studio/limits/",                        WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/studio/limits/-/workers/",              LOGIN,        OK,           OK,                 OK),
     Row("POST", "/studio/limits/-/workers/",              WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    # the box's run concurrency (base 2, burst 1.5): its base and burst, from the box's edit panel
+    Row("GET",  "/studio/limits/-/box/",                  WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("POST", "/studio/limits/-/box/",                  LOGIN,        DENIED,       BOX_SAVED,          BOX_SAVED),
     Row("GET",  "/studio/limits/{limit}/",                LOGIN,        OK,           OK,                 OK),
     Row("POST", "/studio/limits/{limit}/",                WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
     Row("GET",  "/studio/limits/{limit}/insights/",       LOGIN,        OK,           OK,                 OK),
@@ -260,9 +265,11 @@ MATRIX: list[Row] = [
     Row("POST", "/api/limits/{old_limit}/forget/",        NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
     Row("GET",  "/api/limits/-/workers/",                 NO_TOKEN,     OK,           OK,                 OK),
     Row("POST", "/api/limits/-/workers/",                 WRONG_METHOD, WRONG_METHOD, WRONG_METHOD,       WRONG_METHOD),
+    Row("GET",  "/api/limits/-/box/",                     NO_TOKEN,     OK,           OK,                 OK),
+    Row("POST", "/api/limits/-/box/",                     NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
     Row("GET",  "/api/limits/{limit}/no-such-thing/",     NO_TOKEN,     NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
     Row("POST", "/api/limits/{limit}/no-such-thing/",     NO_TOKEN,     NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
-    # --- /api/runs/ (studio.runs_api): reads need any active user's token; starting and cancelling studio.change_run
+    # --- /api/runs/ (limits.runs_api): reads need any active user's token; starting and cancelling studio.change_run
     Row("GET",  "/api/runs/",                             NO_TOKEN,     OK,           OK,                 OK),
     Row("POST", "/api/runs/",                             NO_TOKEN,     DENIED,       API_STARTED,        API_STARTED),
     Row("GET",  "/api/runs/{run}/",                       NO_TOKEN,     OK,           OK,                 OK),
@@ -287,6 +294,7 @@ FORMS: dict[str, dict[str, Any]] = {
     "/studio/limits/{limit}/per-key/": {"per_key": "1"},
     "/studio/limits/{limit}/key-pool/": {"key": "acme", "pool": "1"},
     "/studio/limits/{limit}/key-pool/reset/": {"key": "acme"},
+    "/studio/limits/-/box/": {"base": "3", "burst": "2"},
     "/studio/runs/-/start/": {"workflow": "export_report", "input": '{{"report_id": "r-1"}}'},  # {{: World.fill
     "/studio/runs/-/cancel/": {"run": "{run}"},
     "/admin/limits/limit/{limit_pk}/change/": {"capacity": "3", "max_hold": ""},
@@ -301,6 +309,7 @@ JSON_BODIES: dict[str, dict[str, Any]] = {
     "/api/limits/{old_limit}/forget/": {},
     "/api/limits/{limit}/pause/": {},
     "/api/limits/{paused}/resume/": {},
+    "/api/limits/-/box/": {"base": 3},
     "/api/runs/": {"workflow": "export_report", "input": {"report_id": "r-1"}},
     "/api/runs/{run}/cancel/": {},
 }
@@ -356,6 +365,11 @@ def world(clock) -> World:
     declare(voice_calls={"capacity": 2, "max_hold": "45m"}, old_calls={"capacity": 1, "max_hold": "1h"})
     declare(voice_calls={"capacity": 2, "max_hold": "45m"}, paused_calls=paused_calls)
     services.pause_limit("paused-calls", actor="user:setup")
+    box = {"base": 2, "burst": 1.5}  # the box's run concurrency (an operator may change it)
+    services.sync_workspace(
+        define_workspace(limits={"voice-calls": {"capacity": 2, "max_hold": "45m"}, "paused-calls": paused_calls},
+                         run_concurrency=box)
+    )  # fmt: skip
     forgotten = ForgottenLimit.objects.create(
         name="older-calls", kind="limit", at=timezone.now(), actor="cli:ada", declared_capacity=1, removed={}
     )

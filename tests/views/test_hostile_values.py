@@ -82,7 +82,7 @@ def test_a_long_label_on_the_run_page_is_cut_and_shown_whole_in_its_title(hostil
 def test_the_style_sheet_wraps_blocks_and_cuts_long_values() -> None:
     from django.conf import settings
 
-    css = (settings.BASE_DIR / "static" / "studio" / "studio.css").read_text()
+    css = (settings.BASE_DIR / "limits" / "static" / "studio" / "studio.css").read_text()
     assert re.search(r"pre \{[^}]*white-space: pre-wrap;[^}]*overflow-wrap: anywhere", css)
     assert re.search(r"\.long-value \{[^}]*max-width:[^}]*text-overflow: ellipsis", css)
     assert "grid-template-columns: minmax(0, 1fr) minmax(0, 1fr)" in css  # a wide <pre> cannot widen .io

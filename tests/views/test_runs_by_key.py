@@ -14,8 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from limits import services
-from studio import run_list
+from limits import run_list, services
 from studio.models import Run
 from tests.conftest import requires_postgres
 from tests.factories import declare

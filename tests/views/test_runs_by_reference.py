@@ -1,7 +1,7 @@
 """Issue 30: a run is found by its reference, the value of the input field its workflow names
 (`@workflow(reference="call_id")`), while it is still `pending` and holds no slot and no wait, in
 Studio's search, `stackbone runs list --search` and the API's `?search=` (one filter:
-studio.run_list.search_matches). The reference is stored as the run starts (studio migration
+limits.run_list.search_matches). The reference is stored as the run starts (studio migration
 0008, run_by_reference) and matched exactly from that index, beside the whole id and the labels.
 
 Must never happen: a search for a reference lists a run whose reference is another (a part, a
@@ -17,9 +17,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from limits import services
+from limits import run_list, services
 from limits.cli import Streams
-from studio import run_list, runs_cli
+from studio import runs_cli
 from studio.models import Run
 from studio.runs import runtime
 from studio.workflows import WorkflowError, start_run, workflow

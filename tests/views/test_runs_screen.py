@@ -16,9 +16,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from limits import run_bounds, services
+from limits import run_bounds, run_list, runs_screen, services
 from limits.models import QueueEntry
-from studio import run_list, runs_screen
 from studio.models import Run
 from tests.conftest import requires_postgres
 from tests.factories import declare

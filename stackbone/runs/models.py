@@ -1,0 +1,125 @@
+"""The run layer's rows: runs and their recorded steps (tables studio_run, studio_step)."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+def new_run_id() -> str:
+    return "run_" + uuid.uuid4().hex[:24]
+
+
+class Run(models.Model):
+    """One execution of a workflow. Durable by replay: the body is called again on every
+    advance, and each step returns its recorded result instead of running twice."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"  # its bounds are full: it waits before its first step (SPEC 11.3)
+        PENDING = "pending"
+        RUNNING = "running"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    id = models.CharField(primary_key=True, max_length=64, default=new_run_id, editable=False)
+    workflow = models.CharField(max_length=200)
+    input = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    output = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    suspended = models.BooleanField(default=False, help_text="Waiting on a hook; the body is not running.")
+    waiting_for = models.CharField(max_length=128, blank=True, default="", help_text="The hook it waits on.")
+    wait_deadline = models.DateTimeField(null=True, blank=True, help_text="When the wait it is suspended on ends.")
+    bounds = models.JSONField(
+        default=list, blank=True, help_text="The limits the whole run holds a slot of, granted before it starts."
+    )
+    concurrency_key = models.CharField(max_length=128, blank=True, default="")
+    reference = models.CharField(
+        max_length=128,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The value of the input field its workflow names as reference (@workflow(reference=...)).",
+    )
+    lease_owner = models.CharField(max_length=64, blank=True, default="")
+    lease_until = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        app_label = "studio"  # the run layer's tables belong to the studio app (studio_run)
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(
+                fields=["dispatched_at"],
+                condition=Q(status__in=["pending", "running", "queued"], suspended=False),
+                name="run_runnable",
+            ),
+            models.Index(
+                fields=["wait_deadline"],
+                condition=Q(status__in=["running", "queued"], suspended=True),
+                name="run_suspended",
+            ),
+            # The Runs screen and `stackbone runs list`: newest first, by status, by workflow
+            # (limits/run_list.py: keyset pages in each index's order, never OFFSET or COUNT).
+            models.Index(fields=["created_at", "id"], name="run_newest"),
+            models.Index(fields=["status", "created_at", "id"], name="run_by_status"),
+            models.Index(fields=["workflow", "created_at", "id"], name="run_by_workflow"),
+            # ?key= / runs list --key: a tenant's runs in page order. Only keyed runs: most runs of
+            # a box may have no key, and each index is one more entry per run row written.
+            models.Index(
+                fields=["concurrency_key", "created_at", "id"], condition=~Q(concurrency_key=""), name="run_by_key"
+            ),
+            # A search matches a run's reference exactly (limits/run_list.py search_matches): only
+            # runs that have one, newest first.
+            models.Index(fields=["reference", "created_at", "id"], condition=~Q(reference=""), name="run_by_reference"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.workflow}, {self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (self.Status.COMPLETED, self.Status.FAILED, self.Status.CANCELLED)
+
+    @property
+    def steps(self) -> list[Step]:
+        """The run's steps in order."""
+        return list(self.step_records.order_by("seq"))
+
+
+class Step(models.Model):
+    """A recorded step (kind 'step') or a wait (kind 'hook', e.g. 'Esperando hueco · voice-calls')."""
+
+    class Kind(models.TextChoices):
+        STEP = "step"
+        HOOK = "hook"
+
+    class Status(models.TextChoices):
+        WAITING = "waiting"
+        COMPLETED = "completed"
+        FAILED = "failed"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="step_records")
+    seq = models.PositiveIntegerField(help_text="Position of the call in the workflow body.")
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.STEP)
+    status = models.CharField(max_length=16, choices=Status.choices)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        app_label = "studio"
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="step_unique_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.name}"

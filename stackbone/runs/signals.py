@@ -1,0 +1,23 @@
+"""What the run layer tells the layers above it, without knowing them (limits/apps.py listens).
+
+run_ended(sender=Run, run_id, status): a run completed, failed or was cancelled. Sent inside the
+    transaction that ends it, so whatever a receiver changes commits (or rolls back) with it.
+find_stuck_waits(sender=Run, now): recovery asks which suspended runs should be woken although
+    their wait's deadline has not passed (e.g. a slot was reserved for them but the wake was
+    lost). Each receiver returns run ids: a list, or a queryset of one column (a subquery).
+run_queued(sender=Run, run): a run with bounds (SPEC 11) was created queued, inside the transaction
+    that creates it. A receiver takes its place in the bounds' queues and answers "start" (its
+    bounds had room: the run starts as any run does) or "wait"; raising refuses the start (the
+    run is not created).
+run_starting(sender=Run, run): a worker is about to start a queued run that was woken, inside a
+    transaction that holds the run's row lock. Each receiver answers "start" (its bounds are
+    confirmed for the run), "wait" (not yet: the run goes back to waiting) or an error message
+    (the run fails before its first step).
+"""
+
+from django.dispatch import Signal
+
+run_ended = Signal()
+find_stuck_waits = Signal()
+run_queued = Signal()
+run_starting = Signal()

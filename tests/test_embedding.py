@@ -1,0 +1,421 @@
+"""Issue 29, item 3: the guide (docs/embedding.md), followed literally, gives a working project.
+
+In a temporary folder: `django-admin startproject mysite` and `startapp billing`, a fresh virtual
+environment with this checkout pip-installed into it (no extras: what a user gets), every block of
+the guide marked `file=... append|create` applied to its file, then the project's own pieces the
+guide tells a user to write (a workspace with one keyed limit, a workflow using
+`with_limit(..., key=...)` in its own app) and its own choices (a PostgreSQL database and a Redis
+broker of this test's own). Then, as real processes in that environment: migrate, the web server,
+a Celery worker and beat; runs started over the new project's JSON API with a token.
+
+Must never happen: more runs inside the keyed limit at once than its capacity, or than its
+per-key pool for one key, read from two places (the step's own side file, and the slot history
+rows through `limits verify` and their overlaps); a run not completing; the Studio Limits screen
+not rendering for an operator signed in through the project's own sign-in page.
+
+It needs PostgreSQL and Redis on 127.0.0.1 (CI starts both); without them it skips, unless
+STACKBONE_EMBEDDING_REQUIRED=1 (CI) makes that a failure. It proves nothing that depends on the
+suite's database, so CI runs it once (one_database). About a minute: most of it is pip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.cookiejar
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.one_database
+
+ROOT = Path(__file__).resolve().parents[1]
+GUIDE = ROOT / "docs" / "embedding.md"
+# A guide block the test applies: ```python file=<path in the project> append|create
+BLOCK = re.compile(r"^```python file=(?P<path>\S+) (?P<how>append|create)\n(?P<code>.*?)^```$", re.M | re.S)
+GUIDE_FILES = {"mysite/settings.py", "mysite/urls.py", "mysite/celery.py", "mysite/__init__.py"}
+PACKAGE = ("pyproject.toml", "README.md", "limits", "stackbone", "studio")
+
+CAPACITY, PER_KEY = 3, 2
+RUNS = {"acme": 5, "globex": 4}  # two keys: together their pools (2 + 2) are above the capacity
+STEP_SECONDS = 0.6
+PASSWORD = "a-long-operator-password"
+
+
+def reachable(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+    return False
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def guide_blocks() -> list[tuple[str, str, str]]:
+    return [(m["path"], m["how"], m["code"]) for m in BLOCK.finditer(GUIDE.read_text())]
+
+
+def test_the_guide_marks_the_blocks_this_test_applies() -> None:
+    """A guard on the guard: the guide's marked blocks are the files a project must change."""
+    assert {path for path, _, _ in guide_blocks()} == GUIDE_FILES
+
+
+WORKSPACE = f"""\
+from limits.config import define_workspace
+
+workspace = define_workspace(limits={{
+    "partner-api": {{"capacity": {CAPACITY}, "max_hold": "10m", "per_key": {PER_KEY}}},
+}})
+"""
+
+WORKFLOWS = """\
+import json
+import time
+
+from limits.runs import step, workflow
+from limits.workflow import with_limit
+
+SIDE_FILE = {side_file!r}
+
+
+def note(*event):
+    with open(SIDE_FILE, "a") as side:  # one short append per line: whole lines, never mixed
+        side.write(json.dumps([*event, time.time()]) + "\\n")
+
+
+@step
+def fetch_invoices(tenant: str, n: int) -> dict:
+    note("start", tenant, n)
+    time.sleep({step_seconds})  # stands for the partner API call
+    note("end", tenant, n)
+    return {{"tenant": tenant, "n": n}}
+
+
+@workflow
+def sync_invoices(input: dict) -> dict:
+    tenant, n = input["tenant"], input["n"]
+    return with_limit("partner-api", lambda: fetch_invoices(tenant, n), label=f"{{tenant}}-{{n}}", key=tenant)
+"""
+
+# The project's own choices, not the guide's: its database, its broker, its own app.
+PROJECT_SETTINGS = """
+# --- this project's own: its app, its database and its broker ---
+INSTALLED_APPS += ["billing"]
+DATABASES = {{
+    "default": {{
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": {database!r},
+        "USER": "postgres",
+        "HOST": "127.0.0.1",
+        "PORT": "5432",
+    }}
+}}
+CELERY_BROKER_URL = "redis://127.0.0.1:6379/0"
+# Keys of this test's own on a Redis others may share (a box, another test run).
+CELERY_BROKER_TRANSPORT_OPTIONS = {{"global_keyprefix": {prefix!r}}}
+"""
+
+PEAKS = """
+import json
+from limits.models import Slot
+events = []
+for granted, freed, key in Slot.objects.filter(limit__name="partner-api").values_list("granted_at", "freed_at", "key"):
+    events += [(granted, 1, key)] + ([(freed, -1, key)] if freed else [])
+total, per_key, peak, key_peak, slots = 0, {}, 0, 0, 0
+for _, change, key in sorted(events, key=lambda event: (event[0], event[1])):
+    total += change
+    per_key[key] = per_key.get(key, 0) + change
+    peak, key_peak = max(peak, total), max(key_peak, per_key[key])
+    slots += change > 0
+print(json.dumps({"peak": peak, "key_peak": key_peak, "slots": slots, "open": total}))
+"""
+
+OPERATOR = f"""
+from django.contrib.auth.models import Permission, User
+user = User.objects.create_user("ops", password={PASSWORD!r}, is_staff=True)
+user.user_permissions.add(*Permission.objects.filter(codename__in=["operate_limit", "change_run"]))
+"""
+
+
+class Project:
+    """The new project, its environment and the processes it runs (stopped at the end)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.venv = folder / "venv"
+        self.dir = folder / "project"
+        self.logs = folder / "logs"
+        self.logs.mkdir()
+        self.processes: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.timings: list[tuple[str, float]] = []
+        # Nothing of this test's process leaks in (its settings module, its state folder, a
+        # PYTHONPATH): the project's processes see what a user's shell would.
+        keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
+        self.env = {k: v for k, v in os.environ.items() if k in keep or k.startswith("PIP_")}
+        self.env["PATH"] = f"{self.venv / 'bin'}:{self.env.get('PATH', '/usr/bin:/bin')}"
+        self.env["PYTHONUNBUFFERED"] = "1"
+
+    def bin(self, name: str) -> str:
+        return str(self.venv / "bin" / name)
+
+    def run(self, *args: str, cwd: Path | None = None, timeout: float = 120) -> str:
+        began = time.monotonic()
+        done = subprocess.run(
+            args, cwd=cwd or self.dir, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        assert done.returncode == 0, f"{' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        self.timings.append(
+            (" ".join(Path(arg).name if "/" in arg else arg for arg in args[:4]), time.monotonic() - began)
+        )
+        return done.stdout
+
+    def manage(self, *args: str) -> str:
+        return self.run(self.bin("python"), "manage.py", *args)
+
+    def start(self, name: str, *args: str) -> None:
+        log = (self.logs / f"{name}.log").open("wb")
+        process = subprocess.Popen(
+            args, cwd=self.dir, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.processes.append((name, process))
+
+    def stop(self) -> None:
+        for _, process in self.processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for _, process in self.processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=5)
+
+    def tail(self) -> str:
+        return "\n".join(
+            f"--- {path.name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-40:])
+            for path in sorted(self.logs.glob("*.log"))
+        )
+
+
+@pytest.fixture
+def services() -> None:
+    if reachable(5432) and reachable(6379):
+        return
+    if os.environ.get("STACKBONE_EMBEDDING_REQUIRED") == "1":
+        pytest.fail("PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) are required (CI starts both)")
+    pytest.skip("needs PostgreSQL on 127.0.0.1:5432 and Redis on 127.0.0.1:6379")
+
+
+@pytest.fixture
+def database(services: None) -> Iterator[str]:
+    import psycopg
+
+    name = f"stackbone_embed_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def redis_prefix(services: None) -> Iterator[str]:
+    import redis
+
+    prefix = f"stackbone-embed-{uuid.uuid4().hex[:8]}:"
+    yield prefix
+    client = redis.Redis(host="127.0.0.1", port=6379, socket_timeout=5)
+    with contextlib.suppress(redis.RedisError):
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Project]:
+    made = Project(tmp_path)
+    try:
+        yield made
+    finally:
+        made.stop()
+
+
+class Browser:
+    """An HTTP client with cookies (a signed-in session), over the real server."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+
+    def request(self, path: str, data: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> Any:
+        body = urllib.parse.urlencode(data).encode() if data is not None else None
+        request = urllib.request.Request(self.base + path, data=body, headers=headers or {})
+        return self.opener.open(request, timeout=30)
+
+
+def api(base: str, token: str, path: str, payload: dict[str, Any] | None = None) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {token}"}
+    body = None
+    if payload is not None:
+        body = json.dumps(payload).encode()
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(base + path, data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null")
+
+
+def wait_for_server(base: str, project: Project, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(base + "/admin/login/", timeout=2).close()
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the web server did not answer\n{project.tail()}")
+
+
+def peaks(events: list[list[Any]]) -> tuple[int, int]:
+    """The most steps running at once, overall and for one key, from the side file."""
+    total, per_key, peak, key_peak = 0, dict[str, int](), 0, 0
+    for kind, tenant, _, _ in sorted(events, key=lambda event: (event[3], event[0] == "start")):
+        change = 1 if kind == "start" else -1
+        total += change
+        per_key[tenant] = per_key.get(tenant, 0) + change
+        peak, key_peak = max(peak, total), max(key_peak, per_key[tenant])
+    return peak, key_peak
+
+
+def test_a_new_project_built_from_the_guide_runs_keyed_workflows_within_their_limit(
+    project: Project, database: str, redis_prefix: str
+) -> None:
+    started = time.monotonic()
+    source = project.folder / "source"
+    source.mkdir()
+    for name in PACKAGE:  # the checkout's package, as `pip install <checkout>` builds it
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(ROOT / name, source / name)
+    project.run(sys.executable, "-m", "venv", str(project.venv), cwd=project.folder)
+    project.run(project.bin("python"), "-m", "pip", "install", "--quiet", str(source), cwd=project.folder, timeout=300)
+    installed = project.run(
+        project.bin("python"),
+        "-c",
+        "import limits, stackbone; print(limits.__file__, stackbone.__file__)",
+        cwd=project.folder,
+    )
+    assert str(project.venv) in installed and str(ROOT) not in installed, installed
+
+    project.run(project.bin("django-admin"), "startproject", "mysite", str(project.dir), cwd=project.folder)
+    project.manage("startapp", "billing")
+    for path, how, code in guide_blocks():
+        target = project.dir / path
+        if how == "create":
+            target.write_text(code)
+        else:
+            target.write_text(target.read_text() + "\n" + code)
+    with (project.dir / "mysite" / "settings.py").open("a") as settings:
+        settings.write(PROJECT_SETTINGS.format(database=database, prefix=redis_prefix))
+    side_file = project.folder / "steps.jsonl"
+    (project.dir / "billing" / "workspace.py").write_text(WORKSPACE)
+    (project.dir / "billing" / "workflows.py").write_text(
+        WORKFLOWS.format(side_file=str(side_file), step_seconds=STEP_SECONDS)
+    )
+    installed_at = time.monotonic()
+
+    project.manage("check")
+    project.manage("migrate", "--no-input")
+    project.manage("shell", "-v", "0", "-c", OPERATOR)
+    token = project.manage("limits", "token", "create", "ops").strip()
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    project.start("web", project.bin("python"), "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}")
+    celery = project.bin("celery")
+    project.start("worker", celery, "-A", "mysite", "worker", "--concurrency=4", "--loglevel=INFO", "-n", "embed@%h")
+    beat_schedule = str(project.folder / "celerybeat-schedule")
+    project.start("beat", celery, "-A", "mysite", "beat", "--loglevel=INFO", "-s", beat_schedule)
+    wait_for_server(base, project, time.monotonic() + 30)
+
+    # Runs over the new project's API, with the operator's token.
+    run_ids = []
+    for tenant, count in RUNS.items():
+        for n in range(count):
+            status, answer = api(
+                base, token, "/api/runs/", {"workflow": "sync_invoices", "input": {"tenant": tenant, "n": n}}
+            )
+            assert status == 201, answer
+            run_ids.append(answer["id"])
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        status, answer = api(base, token, "/api/runs/?workflow=sync_invoices&size=100")
+        assert status == 200, answer
+        statuses = {run["id"]: run["status"] for run in answer["runs"]}
+        if all(statuses.get(run_id) in ("completed", "failed", "cancelled") for run_id in run_ids):
+            break
+        time.sleep(0.5)
+    assert [statuses.get(run_id) for run_id in run_ids] == ["completed"] * len(run_ids), project.tail()
+    status, detail = api(base, token, f"/api/runs/{run_ids[0]}/")
+    assert status == 200 and detail["output"] == {"tenant": "acme", "n": 0}, detail
+
+    # Within the limit, from the step's own side file...
+    events = [json.loads(line) for line in side_file.read_text().splitlines()]
+    assert sorted((tenant, n) for kind, tenant, n, _ in events if kind == "end") == sorted(
+        (tenant, n) for tenant, count in RUNS.items() for n in range(count)
+    )
+    peak, key_peak = peaks(events)
+    assert peak <= CAPACITY and key_peak <= PER_KEY, (peak, key_peak)
+    assert peak >= 2, "the runs never ran side by side: the test would prove nothing"
+    # ... and from the slot history rows: the engine's own proof, and their overlaps.
+    project.manage("limits", "verify", "partner-api")
+    rows = json.loads(project.manage("shell", "-v", "0", "-c", PEAKS))
+    assert rows["slots"] == len(run_ids) and rows["open"] == 0, rows
+    assert rows["peak"] <= CAPACITY and rows["key_peak"] <= PER_KEY, rows
+
+    # The Studio Limits screen, for the operator signed in through the project's sign-in page.
+    browser = Browser(base)
+    page = browser.request("/studio/limits/")
+    assert "/admin/login/" in page.url, "Studio let an anonymous visitor in"
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.read().decode())
+    assert csrf, "no sign-in form"
+    form = {"csrfmiddlewaretoken": csrf[1], "username": "ops", "password": PASSWORD, "next": "/studio/limits/"}
+    page = browser.request(page.url.removeprefix(base), form)
+    html = page.read().decode()
+    assert page.status == 200 and page.url == base + "/studio/limits/", page.url
+    assert "partner-api" in html and 'href="/static/studio/studio.css"' in html, html[:2000]
+    assert browser.request("/static/studio/studio.css").status == 200
+    assert "partner-api" in browser.request("/studio/limits/partner-api/").read().decode()
+    assert run_ids[0] in browser.request("/studio/runs/").read().decode()
+
+    # Beat: the sweep's first pass (every 15 s) is recorded in the new project's database.
+    sweep_seen = (
+        "from limits.models import SweepState; print(SweepState.objects.filter(last_run_at__isnull=False).exists())"
+    )
+    deadline = time.monotonic() + 40
+    while project.manage("shell", "-v", "0", "-c", sweep_seen).strip() != "True":
+        assert time.monotonic() < deadline, f"beat's sweep never ran\n{project.tail()}"
+        time.sleep(1)
+    steps = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in project.timings if seconds > 1)
+    print(
+        f"\nembedding: installed in {installed_at - started:.1f}s, all in {time.monotonic() - started:.1f}s ({steps})"
+    )
