@@ -75,6 +75,43 @@ class PerKeyForm(forms.Form):
         return number_or_text(self.cleaned_data["per_key"])
 
 
+_DECIMAL = re.compile(r"[+-]?([0-9]{1,12}(\.[0-9]{0,12})?|\.[0-9]{1,12})")
+BASE_REQUIRED = f"Enter a base: {CAPACITY_HELP}."
+BURST_REQUIRED = "Enter a burst: a number from 1.0 to 10.0."
+
+
+def decimal_or_text(raw: str) -> float | str:
+    """A burst as the CLI reads it: a decimal number as a float, anything else as it is
+    (shortened), for the service to refuse naming the field."""
+    if _DECIMAL.fullmatch(raw):
+        return float(raw)
+    return shortened(raw)
+
+
+class BoxForm(forms.Form):
+    """The box's run concurrency (SPEC 12.5): its base and burst, or `reset` of one of them."""
+
+    base = forms.CharField(
+        required=False, widget=forms.TextInput(attrs={"inputmode": "numeric", "autocomplete": "off"})
+    )
+    burst = forms.CharField(
+        required=False, widget=forms.TextInput(attrs={"inputmode": "decimal", "autocomplete": "off"})
+    )
+    reset = forms.ChoiceField(required=False, choices=[("", ""), ("base", "base"), ("burst", "burst")])
+
+    def clean_base(self) -> int | str | None:
+        raw = self.cleaned_data["base"]
+        if not raw and not self.data.get("reset"):
+            raise forms.ValidationError(BASE_REQUIRED)
+        return number_or_text(raw) if raw else None
+
+    def clean_burst(self) -> float | str | None:
+        raw = self.cleaned_data["burst"]
+        if not raw and not self.data.get("reset"):
+            raise forms.ValidationError(BURST_REQUIRED)
+        return decimal_or_text(raw) if raw else None
+
+
 class KeyForm(forms.Form):
     """The key a pool form acts on, as sent back by its row (the service checks it)."""
 

@@ -10,6 +10,7 @@ urlpatterns = [
     path("", views.limit_list, name="list"),
     # Under "-/": "<str:name>/" never takes a slash, so no limit's page can be this one.
     path("-/workers/", views.workers_panel, name="workers"),
+    path("-/box/", views.set_box, name="box"),
     path("<str:name>/", views.limit_detail, name="detail"),
     path("<str:name>/release/", views.release_slot, name="release"),
     path("<str:name>/capacity/", views.set_capacity, name="capacity"),

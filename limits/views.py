@@ -19,6 +19,7 @@ from django_htmx.http import trigger_client_event
 from limits import selectors, services, workers
 from limits.durations import format_duration
 from limits.forms import (
+    BoxForm,
     CapacityForm,
     KeyForm,
     KeyPoolForm,
@@ -70,9 +71,20 @@ ALREADY_PAUSED = "{name} was already paused: nothing changed."
 ALREADY_RUNNING = "{name} was already running: nothing changed."
 BAD_KEY = "key is required: a string of 1 to 128 characters"
 NO_MAX_HOLD = "A workflow's own bound has no max hold: each run holds its slot until it ends."
+BOX_SET = (
+    "The box now executes at most {ceiling} runs at once (base {base} × burst {burst}), no workflow more than {base}."
+)
+BOX_RESET = "{field} reset to the declared {value}: the box executes at most {ceiling} runs at once."
+BOX_UNCHANGED = "Base {base} and burst {burst} are already in force: nothing changed."
+NO_BOX_PAGE = "The box has no run concurrency: declare run_concurrency={'base': n} in the workspace config first."
 
 # The kind filter of the list: (value of ?kind=, what the select shows).
-KIND_CHOICES = (("", "All kinds"), (Limit.Kind.LIMIT.value, "Limits"), (Limit.Kind.WORKFLOW.value, "Workflow bounds"))
+KIND_CHOICES = (
+    ("", "All kinds"),
+    (Limit.Kind.LIMIT.value, "Limits"),
+    (Limit.Kind.WORKFLOW.value, "Workflow bounds"),
+    (Limit.Kind.BOX.value, "The box"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +164,7 @@ def limit_list(request: HtmxHttpRequest) -> HttpResponse:
         "search": search,
         "kind": kind,
         "kinds": KIND_CHOICES,
+        "box_base": selectors.box_base(page.items),  # "capped by the box's base" on workflow bounds
         "declared_limits": [limit for limit in page.items if limit.declared],
         "undeclared_limits": [limit for limit in page.items if not limit.declared],
         "list_url": _list_url(search, page.number, kind),
@@ -241,22 +254,28 @@ def reset_limit(request: HtmxHttpRequest, name: str) -> HttpResponse:
     form = ResetForm(request.POST)
     if not form.is_valid():
         return HttpResponseBadRequest("field must be 'capacity', 'max_hold' or 'per_key'")
-    match form.cleaned_data["field"]:
+    try:
+        limit, text = _reset(request, limit, form.cleaned_data["field"])
+    except services.LimitsError as error:  # the box: its base and burst are reset on their own form
+        return _edit_rejected(request, limit, edit_notice=Notice("error", _sentence(error.message)))
+    return _edited(request, limit, Notice("success", text))
+
+
+def _reset(request: HtmxHttpRequest, limit: Limit, field: str) -> tuple[Limit, str]:
+    match field:
         case "capacity":
             limit = services.set_capacity(limit.name, None, actor=actor(request))
-            text = (TOTAL_RESET if limit.is_workflow_bound else CAPACITY_RESET).format(value=limit.capacity)
+            return limit, (TOTAL_RESET if limit.is_workflow_bound else CAPACITY_RESET).format(value=limit.capacity)
         case "max_hold":
             if limit.is_workflow_bound:
-                return _edit_rejected(request, limit, edit_notice=Notice("error", NO_MAX_HOLD))
+                raise services.LimitsError(NO_MAX_HOLD, field="max_hold")
             limit = services.set_max_hold(limit.name, None, actor=actor(request))
-            text = MAX_HOLD_RESET.format(value=format_duration(limit.max_hold_ms))
+            return limit, MAX_HOLD_RESET.format(value=format_duration(limit.max_hold_ms))
         case _:
             limit = services.set_per_key(limit.name, None, actor=actor(request))
             if limit.per_key is None:
-                text = PER_KEY_RESET_TO_NONE.format(capacity=limit.capacity)
-            else:
-                text = PER_KEY_RESET.format(value=limit.per_key)
-    return _edited(request, limit, Notice("success", text))
+                return limit, PER_KEY_RESET_TO_NONE.format(capacity=limit.capacity)
+            return limit, PER_KEY_RESET.format(value=limit.per_key)
 
 
 @require_POST
@@ -339,7 +358,44 @@ def reset_key_pool(request: HtmxHttpRequest, name: str) -> HttpResponse:
     return _live_changed(request, limit, Notice("success", text))
 
 
+@require_POST
+@operator_required
+def set_box(request: HtmxHttpRequest) -> HttpResponse:
+    """The box's base and burst (SPEC 12.5), from its page's edit panel: the values that differ
+    from those in force (so an unchanged one stays declared), or `reset` of one. A refused value
+    comes back next to its field and nothing changes."""
+    limit = selectors.box()
+    if limit is None:
+        raise Http404(NO_BOX_PAGE)
+    form = BoxForm(request.POST)
+    if form.is_valid():
+        reset = form.cleaned_data["reset"]
+        changes: dict[str, object] = {reset: None} if reset else {}
+        for field, now in (("base", limit.per_key), ("burst", limit.burst)):
+            if not reset and form.cleaned_data[field] != now:
+                changes[field] = form.cleaned_data[field]
+        if not changes:
+            text = BOX_UNCHANGED.format(base=limit.per_key, burst=_burst(limit.burst))
+            return _edited(request, limit, Notice("info", text))
+        try:
+            limit = services.set_box(**changes, actor=actor(request))
+        except services.LimitsError as error:
+            form.add_error(error.field if error.field in ("base", "burst") else None, _sentence(error.message))
+        else:
+            if reset:
+                value = limit.per_key if reset == "base" else _burst(limit.burst)
+                text = BOX_RESET.format(field=reset.capitalize(), value=value, ceiling=limit.capacity)
+            else:
+                text = BOX_SET.format(ceiling=limit.capacity, base=limit.per_key, burst=_burst(limit.burst))
+            return _edited(request, limit, Notice("success", text))
+    return _edit_rejected(request, limit, box_form=form)
+
+
 # --- helpers ------------------------------------------------------------------------------------
+
+
+def _burst(value: float | None) -> str:
+    return "—" if value is None else f"{value:g}"
 
 
 def _limit_or_404(name: str) -> Limit:
@@ -351,7 +407,7 @@ def _limit_or_404(name: str) -> Limit:
 
 def _search(params: QueryDict) -> str:
     """?q= as a limit name fragment: names are lowercase, at most 64 characters. (A NUL never
-    gets here: studio.plumbing.middleware answers 400 first.)"""
+    gets here: stackbone.plumbing.middleware answers 400 first.)"""
     return params.get("q", "").strip().lower()[:SEARCH_MAX_LENGTH]
 
 
@@ -428,8 +484,13 @@ def _live_context(
     selectors.with_group_partners(limit, queue.items)
     selectors.with_reasons(limit, queue.items)
     no_key = selectors.no_key_pool(limit) if keys.number == 1 and not here.key_filter else None
+    box_base = selectors.box_base() if limit.is_workflow_bound else None
     return {
         "limit": limit,
+        # Runs hold its slots while they execute (a workflow's bound, the box): runs tables.
+        "runs_bound": limit.is_workflow_bound or limit.is_box,
+        # SPEC 12.3: a workflow's total above the box's base acts as the base.
+        "capped_by_box": box_base if box_base is not None and box_base < limit.capacity else None,
         "here": here,
         "slots": slots,
         "queue": queue,
@@ -467,10 +528,14 @@ def _edit_context(
     capacity_form: CapacityForm | None = None,
     max_hold_form: MaxHoldForm | None = None,
     per_key_form: PerKeyForm | None = None,
+    box_form: BoxForm | None = None,
     edit_notice: Notice | None = None,
 ) -> dict[str, Any]:
+    if limit.is_box:
+        box_form = box_form or BoxForm(initial={"base": limit.per_key, "burst": _burst(limit.burst)})
     return {
         "limit": limit,
+        "box_form": box_form,
         "capacity_form": capacity_form or CapacityForm(initial={"capacity": limit.capacity}),
         "max_hold_form": None
         if limit.is_workflow_bound

@@ -102,7 +102,7 @@ def test_the_list_filters_by_kind(bound, operator_client, query, kinds) -> None:
 def test_the_kind_select_shows_the_filter_in_force(bound, operator_client) -> None:
     page = operator_client.get("/studio/limits/?kind=workflow").content.decode()
     select = re.search(r'<select id="limit-kind" name="kind".*?</select>', page, re.S)[0]
-    assert re.findall(r"<option value=\"([^\"]*)\"", select) == ["", "limit", "workflow"]
+    assert re.findall(r"<option value=\"([^\"]*)\"", select) == ["", "limit", "workflow", "box"]
     assert '<option value="workflow" selected>Workflow bounds</option>' in select
     page = operator_client.get("/studio/limits/").content.decode()
     assert '<option value="" selected>All kinds</option>' in page
