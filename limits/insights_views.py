@@ -8,7 +8,8 @@ waiting and their 10-minute spans (at most 5 x 145 rows), whatever the history.
 
 The chart is inline SVG drawn here, no JavaScript: two panels sharing the time axis, the slots
 in use (busy, then reserved stacked on it, under the capacity line) and the runs waiting (their
-own scale: a queue may be many times the capacity). The SVG stretches to its box
+own scale: a queue may be many times the capacity), each with a thin line of its peaks (the
+most at any instant of each minute: limits.insights.record_peaks). The SVG stretches to its box
 (preserveAspectRatio="none", lines keep their width with vector-effect); the labels are HTML
 around it, so they stay readable at 390 px. Colours are classes in static/studio/studio.css
 (the CSP forbids inline style).
@@ -44,6 +45,7 @@ class Panel:
     top: int
     areas: dict[str, str]
     line: str
+    peak: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,12 +121,24 @@ def describe(figures: WaitFigures) -> dict[str, object]:
 
 def chart(title: str, points: list[Point], now: datetime, step: str) -> Chart:
     present = [p for p in points if p.busy is not None]
+    # The peaks (the most at any instant of a point's minutes) are drawn as a line over the
+    # sampled areas: a burst that came and went between two samples shows there.
+    in_use_peaks = [p.in_use_peak if p.busy is not None else None for p in points]
+    waiting_peaks = [p.waiting_peak if p.busy is not None else None for p in points]
     # A little headroom, so the capacity line never runs along the top edge.
     top_in_use = nice_top(
         HEADROOM
-        * max([(p.busy or 0) + (p.reserved or 0) for p in present] + [p.capacity or 0 for p in present], default=0)
+        * max(
+            [(p.busy or 0) + (p.reserved or 0) for p in present]
+            + [p.capacity or 0 for p in present]
+            + [peak for peak in in_use_peaks if peak is not None],
+            default=0,
+        )
     )
-    top_waiting = nice_top(HEADROOM * max([p.waiting or 0 for p in present], default=0))
+    top_waiting = nice_top(
+        HEADROOM
+        * max([p.waiting or 0 for p in present] + [peak for peak in waiting_peaks if peak is not None], default=0)
+    )
     busy = [(p.busy, 0.0) if p.busy is not None else None for p in points]
     reserved = [((p.busy or 0) + (p.reserved or 0), p.busy or 0.0) if p.busy is not None else None for p in points]
     waiting = [(p.waiting or 0.0, 0.0) if p.busy is not None else None for p in points]
@@ -134,15 +148,28 @@ def chart(title: str, points: list[Point], now: datetime, step: str) -> Chart:
         top_in_use,
         {"busy": area(busy, top_in_use, IN_USE_HEIGHT), "reserved": area(reserved, top_in_use, IN_USE_HEIGHT)},
         line(capacity, top_in_use, IN_USE_HEIGHT),
+        line(in_use_peaks, top_in_use, IN_USE_HEIGHT),
     )
-    queue = Panel(WAITING_HEIGHT, top_waiting, {"waiting": area(waiting, top_waiting, WAITING_HEIGHT)}, "")
+    queue = Panel(
+        WAITING_HEIGHT,
+        top_waiting,
+        {"waiting": area(waiting, top_waiting, WAITING_HEIGHT)},
+        "",
+        line(waiting_peaks, top_waiting, WAITING_HEIGHT),
+    )
     if present:
         last = present[-1]
+        peaks = ""
+        if any(peak is not None for peak in waiting_peaks + in_use_peaks):
+            peaks = (
+                f" At any instant: peak {max(peak or 0 for peak in waiting_peaks):g} waiting, "
+                f"{max(peak or 0 for peak in in_use_peaks):g} in use."
+            )
         summary = (
             f"{title}: busy up to {max(p.busy or 0 for p in present):g}, reserved up to "
             f"{max(p.reserved or 0 for p in present):g}, waiting up to {max(p.waiting or 0 for p in present):g}; "
             f"latest: {last.busy:g} busy, {last.reserved:g} reserved, {last.waiting:g} waiting of capacity "
-            f"{last.capacity:g}."
+            f"{last.capacity:g}.{peaks}"
         )
     else:
         summary = f"{title}: no samples yet."

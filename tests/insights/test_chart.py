@@ -70,6 +70,39 @@ def test_a_day_point_is_the_average_of_its_ten_minutes(api, clock) -> None:
     assert (point.busy, point.waiting, point.capacity) == (1.5, 3.0, 2.0)  # 4 samples of 10
 
 
+def test_a_point_carries_its_minutes_peaks_and_a_day_point_the_largest(api, clock) -> None:
+    """The burst the samples missed: a minute sampled at 0 waiting whose peak was 14 is drawn
+    with 14; a ten-minute point keeps the largest peak of its minutes, not their average."""
+    current = insights.floor_minute(clock.now())
+    span = current.replace(minute=current.minute - current.minute % 10) - timedelta(minutes=30)
+    minute = current - timedelta(minutes=2)
+    rows = [
+        LimitMinute(limit=api, minute=minute, busy=1, reserved=0, waiting=0, capacity=2, waiting_peak=14, in_use_peak=2)
+    ]
+    rows += [
+        LimitMinute(
+            limit=api,
+            minute=span + timedelta(minutes=i),
+            busy=1,
+            reserved=0,
+            waiting=0,
+            capacity=2,
+            waiting_peak=peak,
+            in_use_peak=1,
+        )
+        for i, peak in enumerate([3, 9, 0, None])
+    ]
+    LimitMinute.objects.bulk_create(rows)
+    points = insights.backlog_points(api, now=clock.now())
+    hour = next(p for p in points["hour"] if p.at == minute)
+    assert (hour.waiting, hour.waiting_peak, hour.in_use_peak) == (0, 14, 2)
+    day = next(p for p in points["day"] if p.at == span)
+    assert (day.waiting, day.waiting_peak, day.in_use_peak) == (0, 9, 1)
+    chart = insights_views.chart("Last hour", points["hour"], clock.now(), "1-minute points")
+    assert chart.waiting.top == 20 and chart.waiting.peak  # the scale fits the peak, drawn as a line
+    assert chart.in_use.peak and "peak 14 waiting, 2 in use" in chart.summary
+
+
 def test_the_chart_draws_gaps_and_scales_to_the_capacity() -> None:
     assert insights_views.nice_top(0) == 1
     assert insights_views.nice_top(7) == 8
