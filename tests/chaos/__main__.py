@@ -36,6 +36,10 @@ with keys and several limits per acquisition (issue 13):
    without a slot of every limit they asked for, and every grant of a group gave all its slots;
    while `guarded-work` was paused, its guarded steps under way never outnumbered the slots it
    held when the pause began, and none ran in a slot granted during the pause;
+   the box's run concurrency (SPEC 12; tests/chaos/workspace.py declares a base and a burst that
+   bind during the load): at no instant did more runs execute steps than floor(base x burst),
+   nor more runs of one workflow than the base (every step of every run writes to the side
+   files when it really runs), and some runs did wait for a box slot;
    no worker exited on its own, and every worker alive at a Redis restart went on consuming
    tasks after it. In the database's time (tests/chaos/clocks.py: a trigger writes each slot's
    and wait's changes with clock_timestamp()): no slot or wait stamped by a host's clock, no slot
@@ -1101,6 +1105,133 @@ def guarded_figures(
     return figures, problems
 
 
+def box_of_the_run(
+    records: Records, tolerance: float, died: dict[int, float] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """box_figures and box_rows_figures for the box of tests/chaos/workspace.py (its row gives
+    the ceiling, its capacity, and the base, its per_key); a failure if the box is missing."""
+    from limits.config import BOX_NAME
+    from limits.models import Limit
+    from studio.models import Run
+
+    box = Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True).first()
+    if box is None or box.per_key is None:
+        return {}, ["the box's run concurrency is not declared: the box checks proved nothing"]
+    workflow_of = dict(Run.objects.values_list("id", "workflow"))
+    figures, problems = box_figures(records, tolerance, box.capacity, box.per_key, workflow_of, died)
+    figures.update(box_rows_figures())
+    if not figures["box_waits_alone"]:
+        problems.append("no run waited for a box slot alone: the box never bound, its checks proved little")
+    return figures, problems
+
+
+def step_executions(records: Records, died: dict[int, float] | None = None) -> tuple[list[dict[str, Any]], int]:
+    """Every execution of any step of any run from the side files (`step` / `step_end` lines,
+    records.record_steps): {id, run_id, name, t, end}; one without a `step_end` ran until its
+    worker was SIGKILLed (`died`, as executions_of); one with neither is left out and counted
+    (the second number): its process died some other way, which other checks catch."""
+    executions, unfinished = [], 0
+    for key, start in records.steps.items():
+        end = records.step_ends.get(key)
+        if end is None:
+            killed = (died or {}).get(start.get("ppid", -1))
+            if killed is None or killed < start["t"]:
+                unfinished += 1
+                continue
+            end = killed
+        executions.append({**start, "end": end})
+    return executions, unfinished
+
+
+def _runs_at_work(executions: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """Each run's time at work: the union of its steps' executions (a run counts once however
+    many of its steps overlap, e.g. a step run again by a worker that took over)."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for e in sorted(executions, key=lambda e: e["t"]):
+        mine = spans.setdefault(e["run_id"], [])
+        if mine and e["t"] <= mine[-1][1]:
+            mine[-1] = (mine[-1][0], max(mine[-1][1], e["end"]))
+        else:
+            mine.append((e["t"], e["end"]))
+    return spans
+
+
+def box_figures(
+    records: Records,
+    tolerance: float,
+    ceiling: int,
+    base: int,
+    workflow_of: dict[str, str],
+    died: dict[int, float] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """The box's run concurrency (SPEC 12) on the real work, from the side files: at no instant
+    did more runs execute steps than the ceiling floor(base x burst), nor more runs of one
+    workflow (`workflow_of`: run id -> workflow) than the base.
+
+    A run is at work while one of its steps runs (records.record_steps: every step of every
+    workflow, not only the guarded ones); the replays of its body between steps are not counted,
+    so this undercounts a run's executing time, never its overlap with others. The sweep is
+    _sweep's: each span shrunk by the tolerance at both ends, so steps shorter than twice the
+    tolerance count for nothing. No operator changes the box during the chaos run: the ceiling
+    and the base in force are the declared ones."""
+    executions, unfinished = step_executions(records, died)
+    spans = [
+        {"id": f"{run_id}:{index}", "run_id": run_id, "t": start, "end": end}
+        for run_id, mine in _runs_at_work(executions).items()
+        for index, (start, end) in enumerate(mine)
+    ]
+    problems: list[str] = []
+    peak, _, over = _sweep(spans, tolerance, lambda since, now: ceiling)
+    for at, count, bound in over:
+        problems.append(f"{count} runs executed steps at once at {_hms(at)}: the box's ceiling is {bound}")
+    by_workflow: dict[str, list[dict[str, Any]]] = {}
+    for span in spans:
+        by_workflow.setdefault(workflow_of.get(span["run_id"], "?"), []).append(span)
+    workflow_peak, peak_workflow, workflow_over = 0, "", 0
+    for workflow in sorted(by_workflow):
+        found, _, over_base = _sweep(by_workflow[workflow], tolerance, lambda since, now: base)
+        if found > workflow_peak:
+            workflow_peak, peak_workflow = found, workflow
+        workflow_over += len(over_base)
+        for at, count, bound in over_base:
+            problems.append(f"{count} runs of {workflow} executed steps at once at {_hms(at)}: the base is {bound}")
+    figures = {
+        "box_step_executions": f"{len(executions)} ({unfinished} without an end)",
+        "box_peak_executing": f"{peak} (ceiling {ceiling}; {len(over)} time(s) over)",
+        "box_peak_per_workflow": f"{workflow_peak} ({peak_workflow or '-'}; base {base}; {workflow_over} time(s) over)",
+    }
+    return figures, problems
+
+
+def box_rows_figures() -> dict[str, Any]:
+    """From the rows: that the box bound during the load, and the most box slots live at once
+    (busy or reserved; limits verify holds them to the ceiling and the base). `box_waits_alone`:
+    waits for a box slot alone (group_size 1: a run of a workflow with no bound of its own
+    created `queued` because the box, or its workflow's base, was full); `box_waits_with_limits`:
+    waits for a box slot together with a limit's or a bound's slot (a run that waits in its body
+    for a limit waits for both, SPEC 12.2, so these are not all the box's doing)."""
+    from limits.config import BOX_NAME
+    from limits.models import QueueEntry, Slot
+
+    entries = QueueEntry.objects.filter(limit__name=BOX_NAME)
+    slots = Slot.objects.filter(limit__name=BOX_NAME).values_list("granted_at", "freed_at", "key")
+    events = sorted(
+        [(granted, 1, key) for granted, _, key in slots]
+        + [(freed, -1, key) for _, freed, key in slots if freed is not None],
+        key=lambda event: (event[0], event[1]),
+    )
+    live, per_key, peak, key_peak = 0, Counter[str](), 0, 0
+    for _, change, key in events:
+        live += change
+        per_key[key] += change
+        peak, key_peak = max(peak, live), max(key_peak, per_key[key])
+    return {
+        "box_waits_alone": entries.filter(group_size=1).count(),
+        "box_waits_with_limits": entries.filter(group_size__gt=1).count(),
+        "box_peak_slots_rows": f"{peak} (one workflow {key_peak})",
+    }
+
+
 def pause_figures(
     records: Records, tolerance: float, died: dict[int, float] | None = None
 ) -> tuple[dict[str, Any], list[str]]:
@@ -1408,6 +1539,8 @@ def main(argv: list[str] | None = None) -> int:
         problems += guarded_problems
         paused, pause_problems = pause_figures(records, args.clock_tolerance, died)
         problems += pause_problems
+        boxed, box_problems = box_of_the_run(records, args.clock_tolerance, died)
+        problems += box_problems
         if not chaos.figures.pauses:
             problems.append(f"the chaos never paused {PAUSED_LIMIT}: the pause checks proved nothing")
         clock, clock_problems = clocks.clock_figures(records, executions_of(records, died), args.clock_tolerance)
@@ -1435,6 +1568,7 @@ def main(argv: list[str] | None = None) -> int:
                 "connection_kills": f"{killer.kills} ({killer.backends} backends terminated, {killer.missed} skipped)",
                 **workers,
                 **guarded,
+                **boxed,
                 **skews,
                 **clock,
                 "clock_tolerance_s": args.clock_tolerance,

@@ -3,6 +3,8 @@
 Each worker process appends JSON lines to its own file under $STACKBONE_CHAOS_RECORDS:
 
 - `start` / `end` of every execution of a guarded step (tests/chaos/workflows.py);
+- `step` / `step_end` of every execution of any step of any run (`record_steps`: the work a run
+  does while it executes, for the box's run concurrency, SPEC 12): its run, its name;
 - `task`: a task this process began (at most one line a second per process, every periodic
   task), so the chaos run can tell which worker processes kept consuming after a Redis restart;
 - `revoked`: a message this worker discarded unrun (expired or revoked), with the expiry the
@@ -10,7 +12,8 @@ Each worker process appends JSON lines to its own file under $STACKBONE_CHAOS_RE
 - `process`: a pool process began (its clock's skew: the skew injector, tests/skew).
 
 Workers import this module at start (`celery worker --include tests.chaos.records`), before
-their pool forks, so every pool process records its tasks. It imports nothing from Django.
+their pool forks, so every pool process records its tasks. It imports nothing from Django
+(record_steps imports the run layer once a pool process begins, when Django is set up).
 
 Times are the machine's real wall clock (`now()`), even in a worker whose clock the skew
 injector moved (tests/skew/sitecustomize.py): every side file, the chaos driver and the
@@ -23,6 +26,8 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +92,38 @@ def _task_discarded(sender: Any = None, request: Any = None, expired: bool = Fal
 @worker_process_init.connect(weak=False)
 def _process_began(**kwargs: Any) -> None:
     record({"event": "process", "t": now()})
+    if os.environ.get(RECORDS_ENV):
+        record_steps()
+
+
+def record_steps() -> None:
+    """In this process, every step of a run that really runs (not a replay's recorded result)
+    writes a `step` line as its function begins and a `step_end` line as it returns or raises
+    (the run layer's run_step, through which every @step goes, wrapped once; Django is set up by
+    the time a pool process begins)."""
+    from studio.runs import runtime
+
+    original: Callable[..., Any] = runtime.run_step
+    if getattr(original, "chaos_records", False):
+        return
+
+    def run_step(name: str, fn: Callable[[], Any], *, atomic: bool = False) -> Any:
+        ctx = runtime.current_run()
+        if ctx is None or ctx.in_step:
+            return original(name, fn, atomic=atomic)
+        run_id, execution = ctx.run_id, uuid.uuid4().hex
+
+        def timed() -> Any:
+            record({"event": "step", "id": execution, "run_id": run_id, "name": name, "t": now()})
+            try:
+                return fn()
+            finally:
+                record({"event": "step_end", "id": execution, "t": now()})
+
+        return original(name, timed, atomic=atomic)
+
+    run_step.chaos_records = True  # type: ignore[attr-defined]
+    runtime.run_step = run_step
 
 
 class Records:
@@ -100,6 +137,8 @@ class Records:
         self.tasks: list[dict[str, Any]] = []
         self.revoked: list[dict[str, Any]] = []
         self.processes: list[dict[str, Any]] = []
+        self.steps: dict[str, dict[str, Any]] = {}  # any step of any run: execution id -> its `step` line
+        self.step_ends: dict[str, float] = {}
 
     def read(self) -> Records:
         for path in sorted(self.folder.glob("*.jsonl")):
@@ -120,6 +159,10 @@ class Records:
                     self.revoked.append(event)
                 elif event["event"] == "process":
                     self.processes.append(event)
+                elif event["event"] == "step":
+                    self.steps[event["id"]] = event
+                elif event["event"] == "step_end":
+                    self.step_ends[event["id"]] = event["t"]
         return self
 
     def running(self, now: float, min_age: float, min_left: float) -> list[dict[str, Any]]:

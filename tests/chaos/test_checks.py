@@ -15,7 +15,7 @@ import pytest
 
 from limits.models import AuditEvent, Limit, Slot
 from tests.chaos import clocks
-from tests.chaos.__main__ import ChaosFigures, guarded_figures, pause_figures, worker_figures
+from tests.chaos.__main__ import ChaosFigures, box_figures, guarded_figures, pause_figures, worker_figures
 from tests.chaos.records import Records
 from tests.conftest import requires_postgres
 from tests.factories import declare
@@ -526,6 +526,61 @@ def test_a_message_discarded_before_its_expiry_is_caught(tmp_path: Path) -> None
     ]
 
 
+Step = tuple[str, float, float | None]
+
+
+def steps(folder: Path, *executions: Step) -> Records:
+    """Side files of any step of any run (records.record_steps): (run id, start, end or None)."""
+    lines: list[dict[str, Any]] = []
+    for index, (run_id, start, end) in enumerate(executions):
+        lines.append({"event": "step", "id": f"s{index}", "run_id": run_id, "name": "work", "t": T0 + start})
+        lines[-1].update({"pid": 1, "ppid": 0})
+        if end is not None:
+            lines.append({"event": "step_end", "id": f"s{index}", "t": T0 + end, "pid": 1, "ppid": 0})
+    (folder / "2.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return Records(folder).read()
+
+
+WORKFLOWS = {"run_a": "calls", "run_b": "calls", "run_c": "reports", "run_d": "reports"}
+
+
+def test_runs_at_work_within_the_ceiling_and_the_base_pass(tmp_path: Path) -> None:
+    records = steps(
+        tmp_path,
+        ("run_a", 0.0, 1.0),
+        ("run_a", 0.5, 2.0),  # the same run twice at once counts once
+        ("run_b", 1.0, 2.0),
+        ("run_c", 1.0, 2.0),
+        ("run_c", 3.0, 4.0),
+    )
+
+    figures, problems = box_figures(records, 0.05, ceiling=3, base=2, workflow_of=WORKFLOWS)
+
+    assert problems == []
+    assert figures["box_peak_executing"] == "3 (ceiling 3; 0 time(s) over)"
+    assert figures["box_peak_per_workflow"] == "2 (calls; base 2; 0 time(s) over)"
+
+
+def test_more_runs_at_work_than_the_ceiling_are_caught(tmp_path: Path) -> None:
+    records = steps(tmp_path, ("run_a", 0.0, 2.0), ("run_c", 0.5, 2.0), ("run_d", 1.0, 2.0))
+
+    figures, problems = box_figures(records, 0.05, ceiling=2, base=2, workflow_of=WORKFLOWS)
+
+    assert figures["box_peak_executing"] == "3 (ceiling 2; 1 time(s) over)"
+    assert problems == ["3 runs executed steps at once at 08:00:01.050: the box's ceiling is 2"]
+
+
+def test_more_runs_of_one_workflow_at_work_than_the_base_are_caught(tmp_path: Path) -> None:
+    records = steps(tmp_path, ("run_c", 0.0, 2.0), ("run_d", 1.0, None))  # run_d's worker was SIGKILLed
+
+    figures, problems = box_figures(records, 0.05, ceiling=4, base=1, workflow_of=WORKFLOWS, died={0: T0 + 1.5})
+
+    assert figures["box_peak_per_workflow"] == "2 (reports; base 1; 1 time(s) over)"
+    assert problems == ["2 runs of reports executed steps at once at 08:00:01.050: the base is 1"]
+    (_, no_kill) = box_figures(records, 0.05, ceiling=4, base=1, workflow_of=WORKFLOWS)
+    assert no_kill == []  # a step without an end whose worker was not killed is left out
+
+
 def test_a_step_whose_worker_was_sigkilled_ends_when_the_worker_died(tmp_path: Path) -> None:
     from tests.chaos.__main__ import executions_of
 
@@ -548,6 +603,34 @@ def test_side_files_keep_the_real_time_in_a_process_whose_clock_travels(tmp_path
     (line,) = Records(tmp_path).read().tasks
 
     assert abs(line["t"] - time.time()) < 5 and abs(line["skew"] - 600) < 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_step_that_really_runs_writes_its_start_and_its_end(tmp_path: Path, monkeypatch, no_worker) -> None:
+    """records.record_steps (in every pool process of the chaos run's workers): the lines the
+    box's checks read, for any step of any workflow."""
+    from studio.runs import runtime
+    from studio.workflows import start_run, step, workflow
+    from tests.chaos import records as side_files
+
+    @step(name="chaos_probe_step")
+    def probe_step(label: str) -> str:
+        return label
+
+    @workflow(name="chaos_probe")
+    def probe(input: dict[str, Any]) -> str:
+        return probe_step(input["label"]) + probe_step("again")
+
+    monkeypatch.setenv(side_files.RECORDS_ENV, str(tmp_path))
+    monkeypatch.setattr(runtime, "run_step", runtime.run_step)  # put back after the test
+    side_files.record_steps()
+    side_files.record_steps()  # wrapped once
+    run = start_run(probe, {"label": "x"})
+    assert runtime.advance(run.id) == "completed"
+    found = Records(tmp_path).read()
+
+    assert [(s["run_id"], s["name"]) for s in found.steps.values()] == [(run.id, "chaos_probe_step")] * 2
+    assert all(found.steps[key]["t"] <= found.step_ends[key] for key in found.steps)
 
 
 @pytest.mark.postgres
