@@ -4,10 +4,19 @@ from django.core.checks import Error, register
 
 from limits.config import ConfigError, load_workspace
 
+NO_WORKSPACE = "STACKBONE_WORKSPACE is not set"
+NO_WORKSPACE_HINT = (
+    "Name the module that declares your limits, e.g. STACKBONE_WORKSPACE = 'billing.workspace' (docs/embedding.md)."
+)
+
 
 @register()
 def check_workspace(app_configs: object = None, **kwargs: object) -> list[Error]:
     """Report a bad workspace config at `manage.py check`, runserver and worker start."""
+    from django.conf import settings
+
+    if not getattr(settings, "STACKBONE_WORKSPACE", None):  # a project that has not named one yet
+        return [Error(NO_WORKSPACE, hint=NO_WORKSPACE_HINT, id="limits.E003")]
     try:
         load_workspace()
     except ConfigError as error:  # every problem at once: one Error each

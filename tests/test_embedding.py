@@ -72,6 +72,13 @@ def guide_blocks() -> list[tuple[str, str, str]]:
     return [(m["path"], m["how"], m["code"]) for m in BLOCK.finditer(GUIDE.read_text())]
 
 
+def test_a_project_without_a_workspace_is_told_what_to_set(settings) -> None:
+    from limits.checks import NO_WORKSPACE, check_workspace
+
+    del settings.STACKBONE_WORKSPACE
+    assert [(error.id, error.msg) for error in check_workspace()] == [("limits.E003", NO_WORKSPACE)]
+
+
 def test_the_guide_marks_the_blocks_this_test_applies() -> None:
     """A guard on the guard: the guide's marked blocks are the files a project must change."""
     assert {path for path, _, _ in guide_blocks()} == GUIDE_FILES
