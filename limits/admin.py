@@ -20,9 +20,9 @@ from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import csrf_protect
 
 from limits import services
-from limits.config import CAPACITY_HELP, check_capacity, check_per_key
+from limits.config import CAPACITY_HELP, check_base, check_burst, check_capacity, check_ceiling, check_per_key
 from limits.durations import DURATION_HELP, DurationError, format_duration, parse_duration
-from limits.forms import POOL_HELP, duration_input, number_or_text, shortened
+from limits.forms import POOL_HELP, decimal_or_text, duration_input, number_or_text, shortened
 from limits.models import AuditEvent, ForgottenLimit, Limit, LimitKey, QueueEntry, Slot
 from limits.printable import printable
 from stackbone.plumbing.access import OPERATE_LIMIT, actor
@@ -228,6 +228,17 @@ class LimitOverridesForm(LimitModelForm):
         help_text=f"Empty: use the declared value (none declared: only the total applies). Otherwise {POOL_HELP}.",
     )
 
+    base = forms.CharField(
+        required=False,
+        help_text=f"Empty: use the declared value. Otherwise {CAPACITY_HELP}: no single workflow executes more "
+        "runs at once.",
+    )
+    burst = forms.CharField(
+        required=False,
+        help_text="Empty: use the declared value. Otherwise a number from 1.0 to 10.0: the box executes at most "
+        "floor(base x burst) runs at once.",
+    )
+
     class Meta:
         model = Limit
         fields: list[str] = []
@@ -235,6 +246,15 @@ class LimitOverridesForm(LimitModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         limit = self.instance
+        if limit.pk and limit.is_box:
+            # The box's run concurrency (SPEC 12.5): its base and burst, through services.set_box;
+            # its capacity (the ceiling) and pools follow them, and it has no max hold.
+            for name in ("capacity", "max_hold", "per_key"):
+                del self.fields[name]
+            self.initial["base"] = "" if limit.per_key_override is None else str(limit.per_key_override)
+            self.initial["burst"] = "" if limit.burst_override is None else f"{limit.burst_override:g}"
+            return
+        del self.fields["base"], self.fields["burst"]
         if limit.pk and limit.is_workflow_bound:
             # A workflow's own bound: its capacity is the workflow's total, and it has no max hold.
             self.fields["capacity"].label = "Total"
@@ -255,6 +275,24 @@ class LimitOverridesForm(LimitModelForm):
         except ValueError as error:
             raise forms.ValidationError(f"Capacity {error}.") from None
 
+    def clean_base(self) -> int | None:
+        raw = self.cleaned_data["base"].strip()
+        if not raw:
+            return None
+        try:
+            return check_base(_whole_number(raw))
+        except ValueError as error:
+            raise forms.ValidationError(_sentence(str(error)) + ".") from None
+
+    def clean_burst(self) -> float | None:
+        raw = self.cleaned_data["burst"].strip()
+        if not raw:
+            return None
+        try:
+            return check_burst(decimal_or_text(raw))
+        except ValueError as error:
+            raise forms.ValidationError(_sentence(str(error)) + ".") from None
+
     def clean_max_hold(self) -> int | None:
         raw = self.cleaned_data["max_hold"].strip()
         if not raw:
@@ -268,6 +306,14 @@ class LimitOverridesForm(LimitModelForm):
         """A changed pool size per key is checked against the capacity in force after the save,
         as set_per_key checks it (LimitAdmin.save_model orders the two changes so it holds)."""
         cleaned = super().clean() or {}
+        if self.instance.is_box and "base" in cleaned and "burst" in cleaned:
+            limit = self.instance
+            base = limit.declared_per_key if cleaned["base"] is None else cleaned["base"]
+            burst = limit.declared_burst if cleaned["burst"] is None else cleaned["burst"]
+            try:
+                check_ceiling(int(base or 0), float(burst or 0))
+            except ValueError as error:
+                self.add_error("base", _sentence(str(error)) + ".")
         if "per_key" not in cleaned:
             return cleaned
         limit, raw = self.instance, cleaned["per_key"].strip()
@@ -303,6 +349,11 @@ class LimitAdmin(SavedThroughServicesAdmin):
         ),
         ("Operator overrides", {"fields": ["capacity", "max_hold", "per_key"]}),
     ]
+    box_fieldsets = [
+        (None, {"fields": ["name", "kind", "declared", "figures"]}),
+        ("Declared in the workspace config (run_concurrency)", {"fields": ["declared_base", "declared_burst_text"]}),
+        ("Operator overrides", {"fields": ["base", "burst"]}),
+    ]
     bound_fieldsets = [
         (None, {"fields": ["name", "kind", "declared", "figures"]}),
         ("Declared by its @workflow(concurrency=...)", {"fields": ["declared_capacity", "declared_per_key_text"]}),
@@ -316,10 +367,14 @@ class LimitAdmin(SavedThroughServicesAdmin):
         "declared_capacity",
         "declared_max_hold",
         "declared_per_key_text",
+        "declared_base",
+        "declared_burst_text",
     ]
 
     def get_fieldsets(self, request: HttpRequest, obj: Limit | None = None) -> Any:
-        """A workflow's own bound has no max hold to show or override."""
+        """A workflow's own bound has no max hold to show or override; the box, its base and burst."""
+        if obj is not None and obj.is_box:
+            return self.box_fieldsets
         if obj is not None and obj.is_workflow_bound:
             return self.bound_fieldsets
         return super().get_fieldsets(request, obj)
@@ -383,6 +438,8 @@ class LimitAdmin(SavedThroughServicesAdmin):
         parts = ["paused"] if limit.paused else []
         if limit.is_workflow_bound:
             parts.append("workflow bound")
+        if limit.is_box:
+            parts.append(f"the box's run concurrency: base {limit.per_key}, burst {_burst(limit.burst)}")
         if not limit.declared:
             parts.append("undeclared")
         overridden = self.overrides(limit)
@@ -392,7 +449,7 @@ class LimitAdmin(SavedThroughServicesAdmin):
 
     @admin.display(description="max hold")
     def max_hold(self, limit: Limit) -> str:
-        return NO_MAX_HOLD if limit.is_workflow_bound else format_duration(limit.max_hold_ms)
+        return NO_MAX_HOLD if limit.is_workflow_bound or limit.is_box else format_duration(limit.max_hold_ms)
 
     @admin.display(description="declared max hold")
     def declared_max_hold(self, limit: Limit) -> str:
@@ -400,7 +457,17 @@ class LimitAdmin(SavedThroughServicesAdmin):
 
     @admin.display(description="per key")
     def per_key_in_force(self, limit: Limit) -> str:
+        if limit.is_box:
+            return f"base {limit.per_key} per workflow"
         return "—" if limit.per_key is None else str(limit.per_key)
+
+    @admin.display(description="declared base")
+    def declared_base(self, limit: Limit) -> str:
+        return _none_or(limit.declared_per_key)
+
+    @admin.display(description="declared burst")
+    def declared_burst_text(self, limit: Limit) -> str:
+        return _burst(limit.declared_burst)
 
     @admin.display(description="declared per key")
     def declared_per_key_text(self, limit: Limit) -> str:
@@ -409,6 +476,12 @@ class LimitAdmin(SavedThroughServicesAdmin):
     @admin.display(description="overridden")
     def overrides(self, limit: Limit) -> str:
         parts = []
+        if limit.is_box:
+            if limit.per_key_overridden:
+                parts.append(f"base (declared {_none_or(limit.declared_per_key)})")
+            if limit.burst_override is not None:
+                parts.append(f"burst (declared {_burst(limit.declared_burst)})")
+            return ", ".join(parts) or "—"
         if limit.capacity_overridden:
             parts.append(f"capacity (declared {limit.declared_capacity})")
         if limit.max_hold_overridden:
@@ -419,6 +492,12 @@ class LimitAdmin(SavedThroughServicesAdmin):
 
     @admin.display(description="figures")
     def figures(self, limit: Limit) -> str:
+        if limit.is_box:
+            return (
+                f"{limit.in_use} runs executing ({limit.reserved_count} starting), {limit.waiting_count} waiting for "
+                f"the box; base {limit.per_key}, burst {_burst(limit.burst)}: at most {limit.capacity} at once, "
+                f"no workflow more than {limit.per_key}" + ("; paused" if limit.paused else "")
+            )
         return (
             f"{limit.busy_count} busy, {limit.reserved_count} reserved, {limit.waiting_count} waiting; "
             f"{'total' if limit.is_workflow_bound else 'capacity'} {limit.capacity}, "
@@ -431,6 +510,9 @@ class LimitAdmin(SavedThroughServicesAdmin):
         must stay within the capacity when set_per_key checks it: on a lower capacity it is set
         first, on a higher one after."""
         who, data = actor(request), form.cleaned_data
+        if obj.is_box:
+            self._save_box(request, obj, data)
+            return
         set_capacity = data["capacity"] != obj.capacity_override
         set_per_key = data["per_key"] != obj.per_key_override
         lowering = set_capacity and (data["capacity"] or obj.declared_capacity) < obj.capacity
@@ -447,15 +529,38 @@ class LimitAdmin(SavedThroughServicesAdmin):
             self.message_user(request, f"Not saved: {error.message}.", messages.ERROR)
         obj.refresh_from_db()
 
+    def _save_box(self, request: HttpRequest, obj: Limit, data: dict[str, Any]) -> None:
+        """The box's base and burst, those changed, in one call of services.set_box (audited)."""
+        changes = {
+            field: data[field]
+            for field, override in (("base", obj.per_key_override), ("burst", obj.burst_override))
+            if data[field] != override
+        }
+        if changes:
+            try:
+                services.set_box(**changes, actor=actor(request))
+            except services.LimitsError as error:  # changed by someone else since the form was checked
+                self.message_user(request, f"Not saved: {error.message}.", messages.ERROR)
+        obj.refresh_from_db()
+
     def construct_change_message(
         self, request: HttpRequest, form: forms.Form, formsets: Any, add: bool = False
     ) -> list[dict[str, Any]]:
-        changed = [name for name in form.changed_data if name in ("capacity", "max_hold", "per_key")]
+        fields = ("capacity", "max_hold", "per_key", "base", "burst")
+        changed = [name for name in form.changed_data if name in fields]
         return [{"changed": {"fields": changed}}]
 
 
 def _none_or(value: int | None) -> str:
     return "none" if value is None else str(value)
+
+
+def _burst(value: float | None) -> str:
+    return "none" if value is None else f"{value:g}"
+
+
+def _sentence(message: str) -> str:
+    return message[:1].upper() + message[1:]
 
 
 class LimitKeyPoolForm(LimitKeyModelForm):
