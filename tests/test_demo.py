@@ -38,6 +38,7 @@ def test_a_partner_call_takes_both_limits_with_the_accounts_key_and_gives_them_b
     assert [s.name for s in done.steps][0] == BOTH
     taken = Slot.objects.filter(run_id=run.id)
     assert sorted(taken.values_list("limit__name", "key", "state")) == [
+        ("box", "partner_call", "run_ended"),  # the place it executed in (SPEC 12), freed at its end
         ("partner-api", "acme", "released"),
         ("voice-calls", "acme", "released"),
     ]
@@ -54,7 +55,8 @@ def test_a_busy_accounts_partner_call_waits_for_both_holding_neither_while_other
     assert advance(other.id) == "completed"  # another account's pool had room
     assert [s.name for s in Run.objects.get(id=waiting.id).steps] == [BOTH]
     assert queue("partner-api") == [waiting.id] and queue("voice-calls") == [waiting.id]
-    assert not Slot.objects.filter(run_id=waiting.id).exists()
+    assert queue("box") == [waiting.id]  # it gave its box slot back to wait (SPEC 12.2)
+    assert not Slot.objects.filter(run_id=waiting.id, state__in=["busy", "reserved"]).exists()
 
     services.release(Run.objects.get(id=sessions[0].id).output["slot_id"])  # acme's pool has room again
     assert (waiting.id, "reserved") in holders("partner-api") and holders("voice-calls") == [(waiting.id, "reserved")]
@@ -63,3 +65,15 @@ def test_a_busy_accounts_partner_call_waits_for_both_holding_neither_while_other
     assert verify().ok, verify().violations
     assert_counters_match_rows("partner-api")
     assert_counters_match_rows("voice-calls")
+
+
+def test_the_demo_box_runs_nine_at_once_and_no_workflow_more_than_six(demo_limits, no_worker) -> None:
+    """SPEC 12 in the demo: base 6, burst 1.5; the Limits list shows the box moving."""
+    box = workspace.run_concurrency
+    assert box is not None and (box.base, box.burst, box.ceiling) == (6, 1.5, 9)
+    runs = [start_run("sync_tenant", {"tenant": f"t{i}"}, concurrency_key=f"t{i}") for i in range(7)]
+    assert [Run.objects.get(id=run.id).status for run in runs] == ["pending"] * 6 + ["queued"]
+    assert queue("box") == [runs[6].id]
+    assert advance(runs[0].id) == "completed"
+    assert holders("box")[-1] == (runs[6].id, "reserved")
+    assert verify(["box"]).ok

@@ -15,7 +15,8 @@
 Every run is for one of a handful of accounts, its key (SPEC 9), two of them busy: `partner-api`
 gives each account at most 2 sessions, so the busy accounts fill their pools and wait while the
 others go on. Arrivals pause while a queue is longer than 40, so the demo never runs away, and
-while more than 8 runs wait for the worker: the box's sweep (sent every 15 s, dropped after 14 s
+while more than 8 runs wait for the worker or 40 for the box (its run concurrency, SPEC 12:
+base 6, burst 1.5, so at most 9 runs execute and the rest queue): the box's sweep (sent every 15 s, dropped after 14 s
 in the broker's queue) must not be stuck behind the demo's runs on a slow machine.
 """
 
@@ -57,10 +58,14 @@ def main() -> None:
     while True:
         now = time.monotonic()
         waiting = dict(
-            Limit.objects.filter(name__in=["voice-calls", "partner-api"]).values_list("name", "waiting_count")
+            Limit.objects.filter(name__in=["voice-calls", "partner-api", "box"]).values_list("name", "waiting_count")
         )
-        # The worker is behind: no arrivals for now (the releases below still go out).
-        behind = Run.objects.filter(status__in=["pending", "running"], suspended=False).count() > MAX_BEHIND
+        # The worker is behind, or runs queue for the box (SPEC 12): no arrivals for now (the
+        # releases below still go out).
+        behind = (
+            Run.objects.filter(status__in=["pending", "running"], suspended=False).count() > MAX_BEHIND
+            or waiting.pop("box", 0) >= MAX_QUEUE
+        )
         if not behind and now >= next_call and waiting.get("voice-calls", 0) < MAX_QUEUE:
             calls += 1
             call = {"call_id": f"demo-{calls}", "account": account(), "timeout": "2m", "demo": True}
