@@ -1112,7 +1112,7 @@ def box_of_the_run(
     the ceiling, its capacity, and the base, its per_key); a failure if the box is missing."""
     from limits.config import BOX_NAME
     from limits.models import Limit
-    from studio.models import Run
+    from stackbone.runs.models import Run
 
     box = Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True).first()
     if box is None or box.per_key is None:

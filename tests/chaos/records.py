@@ -101,7 +101,7 @@ def record_steps() -> None:
     writes a `step` line as its function begins and a `step_end` line as it returns or raises
     (the run layer's run_step, through which every @step goes, wrapped once; Django is set up by
     the time a pool process begins)."""
-    from studio.runs import runtime
+    from stackbone.runs import runtime
 
     original: Callable[..., Any] = runtime.run_step
     if getattr(original, "chaos_records", False):

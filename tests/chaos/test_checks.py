@@ -609,8 +609,8 @@ def test_side_files_keep_the_real_time_in_a_process_whose_clock_travels(tmp_path
 def test_every_step_that_really_runs_writes_its_start_and_its_end(tmp_path: Path, monkeypatch, no_worker) -> None:
     """records.record_steps (in every pool process of the chaos run's workers): the lines the
     box's checks read, for any step of any workflow."""
-    from studio.runs import runtime
-    from studio.workflows import start_run, step, workflow
+    from limits.runs import start_run, step, workflow
+    from stackbone.runs import runtime
     from tests.chaos import records as side_files
 
     @step(name="chaos_probe_step")
