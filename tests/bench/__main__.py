@@ -64,7 +64,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--workflow-runs",
         type=int,
         default=None,
-        help="runs of each workflow in scenario 9, plain and bounded (default 1000, quick 200)",
+        help="runs of each workflow in scenarios 9 and 13 (default 1000, quick 200)",
     )
     parser.add_argument(
         "--limited-runs",
@@ -88,7 +88,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        default="1,2,3,4,5,6,7,8,9,10,11,12",
+        default="1,2,3,4,5,6,7,8,9,10,11,12,13",
         help="comma-separated scenario numbers (default all; 7 and 8 also run scenario 1's load, their reference)",
     )
     parser.add_argument(

@@ -215,3 +215,67 @@ def _phases(ids: list[str], in_flight: int, seconds: float) -> dict[str, float]:
     phases = {name: percentile(values, 50) for name, values in parts.items()}
     phases["workers busy (share of the load's time)"] = sum(spans) / (in_flight * seconds) if seconds else 0.0
     return phases
+
+
+# --- the box's run concurrency (issue 27, SPEC 12): runs/s with a box of base 4 and without ------
+
+BOX_BASE, BOX_BURST = 4, 2.0
+
+
+def declare_box(on: bool) -> None:
+    """The bench's workspace with the box's run concurrency (base 4, burst 2.0: one workflow runs
+    at most 4 at once, the box 8) or without it (the box bound stays, undeclared: runs started then
+    take no box slot), as a deploy would sync it (services.sync_workspace)."""
+    import dataclasses
+
+    from limits import services
+    from limits.config import RunConcurrency, load_workspace
+
+    workspace = load_workspace()
+    box = RunConcurrency(BOX_BASE, BOX_BURST) if on else None
+    services.sync_workspace(dataclasses.replace(workspace, run_concurrency=box))
+
+
+def box(n: int, workers_count: int = 2, rounds: int = 2) -> dict[str, Any]:
+    """`n` runs of the one-step `bench_run_plain` without the box, then `n` with a box of base 4,
+    `rounds` times in turn (without, with, without, with: drift on a loaded machine shows as a
+    spread, not as a difference), through `workers_count` Celery workers (solo pool), as scenario
+    9. Under the box every run takes a box slot of its workflow's pool in its start acquisition
+    (the box row and the workflow's key row locked at start_run), a run past the base is created
+    `queued` and is started by the end of another (its box slot handed over, the run woken, its
+    worker confirming the reservation at the start gate), and every run's end frees its box slot.
+    Then every run completed (measure raises otherwise) and limits.verify over every limit (the
+    box's check k included); the box is left undeclared for the scenarios after this one."""
+    from limits import verify
+    from tests.bench.handoff import purge_broker
+    from tests.bench.workflows import RUN_PLAIN
+
+    purge_broker()
+    workers = [Worker() for _ in range(workers_count)]
+    result: dict[str, list[dict[str, Any]]] = {"none": [], "box": []}
+    try:
+        for on in (False, True):
+            declare_box(on)
+            measure(RUN_PLAIN, 20, workers)  # warm-up: imports, connections, the box's rows
+        for _ in range(rounds):
+            for on in (False, True):
+                declare_box(on)
+                log(f"  {n} runs of {RUN_PLAIN} {'under a box of base 4' if on else 'without a box'}")
+                figures = measure(RUN_PLAIN, n, workers)
+                figures.pop("ids")
+                log(
+                    f"    {figures['per_s']:.1f} runs/s ({figures['seconds']:.1f} s; starting them took "
+                    f"{figures['enqueue_s']:.1f} s, {figures['queued_at_start']} queued at start); created → "
+                    f"finished p50 {figures['p50_ms']:.0f} / p95 {figures['p95_ms']:.0f} ms; "
+                    f"at most {figures['max_running']} running; {figures['cpu_text']}"
+                )
+                result["box" if on else "none"].append(figures)
+    finally:
+        declare_box(False)
+        for worker in workers:
+            worker.stop()
+    checked = verify.verify()
+    log(f"  limits verify: {checked.summary()}")
+    for violation in checked.violations[:10]:
+        log(f"    {violation}")
+    return {**result, "verify": checked}

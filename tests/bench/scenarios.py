@@ -58,6 +58,8 @@ def run_all(args: argparse.Namespace) -> list[Row]:
         rows += run_throughput(args)
     if 12 in args.only:
         rows += sweep_delay()
+    if 13 in args.only:
+        rows += box_throughput(args)
     data.many_limits(MANY_LIMITS)
     idle_small = sweeps.idle() if 3 in args.only else None
     if args.only & {2, 3, 6}:
@@ -285,6 +287,42 @@ def run_throughput(args: argparse.Namespace) -> list[Row]:
             "9. After both loads: every run completed; `limits.verify.verify()` over every limit",
             f"{2 * n:,} of {2 * n:,} completed; verify {checked.summary()}",
             f"workers' peak RSS {result['peak_rss_mb']:.0f} MiB",
+            "—",
+            "verify ok",
+            verdict(checked.ok),
+        ),
+    ]
+
+
+# --- 13: runs/s under the box's run concurrency (issue 27) -------------------------------------------
+
+
+def box_throughput(args: argparse.Namespace) -> list[Row]:
+    n = args.workflow_runs
+    log(f"scenario 13: {n} runs of a one-step workflow without a box, then under a box of base 4; twice")
+    result = runs.box(n, workers_count=2)
+    none, boxed, checked = result["none"], result["box"], result["verify"]
+    plain_per_s = sum(f["per_s"] for f in none) / len(none)
+    box_per_s = sum(f["per_s"] for f in boxed) / len(boxed)
+
+    def both(figures: list[dict[str, Any]]) -> str:
+        return "; then ".join(f"{_throughput(f)}; {f['queued_at_start']:,} created queued" for f in figures)
+
+    return [
+        Row(
+            f"13. Run throughput under the box: {n:,} runs of a one-step workflow, 2 Celery workers (solo pool); "
+            f'`run_concurrency={{"base": 4, "burst": 2.0}}` vs no box, in turn twice (runs/s, first start → '
+            "last finished)",
+            f"box: {both(boxed)}",
+            f"no box: {both(none)}",
+            f"{box_per_s / plain_per_s:.2f}",
+            "—",
+            "—",
+        ),
+        Row(
+            "13. After the loads: every run completed; `limits.verify.verify()` over every limit (the box's too)",
+            f"{n * (len(none) + len(boxed)):,} completed; verify {checked.summary()}",
+            "—",
             "—",
             "verify ok",
             verdict(checked.ok),
