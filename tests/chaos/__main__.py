@@ -1175,7 +1175,7 @@ def box_figures(
     tolerance count for nothing. No operator changes the box during the chaos run: the ceiling
     and the base in force are the declared ones."""
     executions, unfinished = step_executions(records, died)
-    spans = [
+    spans: list[dict[str, Any]] = [
         {"id": f"{run_id}:{index}", "run_id": run_id, "t": start, "end": end}
         for run_id, mine in _runs_at_work(executions).items()
         for index, (start, end) in enumerate(mine)
