@@ -390,6 +390,11 @@ class Slot(models.Model):
                 name="slot_live_by_key",
             ),
             models.Index(fields=["request"], name="slot_request"),
+            models.Index(  # SPEC 12.3: the whole runs a limit serves (keys.whole_run_room)
+                fields=["limit"],
+                condition=Q(state__in=LIVE_SLOT_STATES) & Q(request__endswith=":start"),
+                name="slot_live_whole_run",
+            ),
             models.Index(fields=["freed_at"], condition=Q(freed_at__isnull=False), name="slot_history_age"),
         ]
 

@@ -25,7 +25,10 @@ its end, granted by the rules of several limits in one acquisition (SPEC 10).
   = the base, so no workflow executes more than the base; capacity = the burst ceiling). It is
   one more limit of the start acquisition, so a run waits `queued` in trigger order for its
   bounds and a box slot together. A run that waits for a limit's slot in its body gives its box
-  slot back and waits for both together (limits.workflow, `box_place`).
+  slot back and waits for both together (limits.workflow, `box_place`). And no limit serves more
+  than the base of whole runs at once (12.3): a workflow's own total, or a named limit's
+  capacity, above the base acts as the base for the slots runs hold for their whole run
+  (limits.engine.keys.whole_run_room).
 
 Must never happen (limits verify checks it from the rows, as for any group): a run holds some of
 its bounds and not the others; a bound holds more runs than its total or a key more than its
@@ -59,7 +62,7 @@ from stackbone.runs.models import Run
 MAX_NAMED_LIMITS = 2
 QUEUE_TIMEOUT_MS = MAX_DURATION_MS  # a queued run waits as long as the longest wait there is: 30 days
 CONCURRENCY_FIELDS = frozenset({"total", "per_key"})
-START_REQUEST_SUFFIX = ":start"  # the acquisition of a run's bounds: request "<run id>:start"
+START_REQUEST_SUFFIX = services.WHOLE_RUN_SUFFIX  # the acquisition of a run's bounds: "<run id>:start"
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,9 @@ j. pause (SPEC 5.6): no slot granted while the limit was paused, between a pause
 k. the box (SPEC 12): a, d and f hold it to its ceiling and to the base per workflow (its key
    pools), g to all or nothing with the limits a run waits for; and no run executed outside a
    box slot: every step of a run that held box slots began while one of them was busy for it
-   (so no run resumed from a wait, or started, without its box slot).
+   (so no run resumed from a wait, or started, without its box slot); and no limit held more
+   whole runs' slots (requests '<run>:start') than the box's base (12.3; while the base is the
+   declared one it was created with).
 
 Why timestamps are enough: every change to a limit's slots and queue happens under that limit's
 row lock, and every service reads the clock *after* taking the lock (tests/services/
@@ -66,6 +68,8 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Min, Q
 
+from limits.config import BOX_NAME
+from limits.engine.results import WHOLE_RUN_SUFFIX
 from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot
 from studio.plumbing import clock as box_clock
 
@@ -217,6 +221,7 @@ class History:
             + self.steps_before_start()
             + self.grants_while_paused()
             + self.steps_outside_the_box()
+            + self.whole_runs_over_the_base()
         )
 
     # --- a. capacity ------------------------------------------------------------------------
@@ -586,6 +591,31 @@ class History:
             if not any(start <= started <= end for start, end in held[run_id])
         ]
 
+    def whole_runs_over_the_base(self) -> list[str]:
+        """SPEC 12.3: no grant brought the limit's live whole-run slots (requests '<run>:start')
+        above the box's base (the base in force now; skipped once the box's base changed, by an
+        operator or a deploy, or for the box itself, whose pools hold its runs)."""
+        if self.limit.is_box:
+            return []
+        base = _steady_box_base()
+        if base is None:
+            return []
+        level, violations = 0, []
+        moments = []
+        for slot in self.slots:
+            if slot["request"].endswith(WHOLE_RUN_SUFFIX):
+                moments.append((slot["granted_at"], 1))
+                if slot["freed_at"] is not None:
+                    moments.append((slot["freed_at"], -1))
+        for at, change in sorted(moments):  # frees first at one instant
+            level += change
+            if level > base:
+                violations.append(
+                    f"{self.limit.name}: {level} whole runs held slots at {_iso(at)}, the box's base {base}"
+                )
+                break
+        return violations
+
     # --- g. groups ----------------------------------------------------------------------------
 
     def partial_groups(self, cutoff: dt.datetime) -> list[str]:
@@ -633,6 +663,18 @@ class History:
             for slot in tied
             if slot["run_id"] in ended
         ]
+
+
+def _steady_box_base() -> int | None:
+    """The box's base in force, if it never changed since the box was declared (an operator's
+    base or a deploy's audited), else None: the checks of 12.3 need the base of every instant."""
+    box = Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True).first()
+    if (
+        box is None
+        or AuditEvent.objects.filter(limit=box, action__in=[AuditEvent.Action.BOX, AuditEvent.Action.SYNC]).exists()
+    ):
+        return None
+    return box.per_key
 
 
 def _capacity_before(event: Mapping[str, Any]) -> int:

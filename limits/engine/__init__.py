@@ -52,7 +52,7 @@ from limits.engine.operator_actions import (
     sync_workflow_bounds,
     sync_workspace,
 )
-from limits.engine.results import REASONS, Acquisition, BoxPlace, Reason, SweepReport, SyncReport
+from limits.engine.results import REASONS, WHOLE_RUN_SUFFIX, Acquisition, BoxPlace, Reason, SweepReport, SyncReport
 from limits.engine.rules import (
     DEFAULT_TIMEOUT_MS,
     DEPLOY_ACTOR,
@@ -83,6 +83,7 @@ __all__ = [
     "SYSTEM_ACTOR",
     "UNDECLARED_LIMIT",
     "UNKNOWN_LIMIT",
+    "WHOLE_RUN_SUFFIX",
     "Acquisition",
     "BoxPlace",
     "REASONS",

@@ -32,8 +32,9 @@ from django.db import connection
 from django.db.models import Count, F, Q, QuerySet
 from django.db.models.functions import Coalesce
 
-from limits.engine.results import RESERVATION_MS, Changes, Reason
-from limits.models import Limit, LimitKey, QueueEntry, Slot
+from limits.config import BOX_NAME
+from limits.engine.results import RESERVATION_MS, WHOLE_RUN_SUFFIX, Changes, Reason
+from limits.models import LIVE_SLOT_STATES, Limit, LimitKey, QueueEntry, Slot
 from studio.plumbing import clock as box_clock
 
 OWED_AFTER_MS = 2 * 60 * 1000  # SPEC 10.4: passed over and waiting longer than this: owed
@@ -125,6 +126,26 @@ class Pools:
                 busy_count=row.busy_count, reserved_count=row.reserved_count, waiting_count=row.waiting_count
             )
         self.dirty.clear()
+
+
+def box_base() -> int | None:
+    """The base of the box's run concurrency in force (SPEC 12.1, 12.5), None without one."""
+    found = Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True).values_list(
+        "per_key_override", "declared_per_key"
+    )
+    row = found.first()
+    return None if row is None else row[0] if row[0] is not None else row[1]
+
+
+def whole_run_room(limit: Limit, request: str, base: int | None) -> bool:
+    """SPEC 12.3: a limit serves at most `base` runs for their whole run at once (its slots of
+    acquisitions "<run>:start", busy or reserved), whatever its capacity or total; the box
+    itself is capped by its ceiling and per-workflow pools instead. True without a box, or for
+    an acquisition that is not a whole run's."""
+    if base is None or limit.is_box or not request.endswith(WHOLE_RUN_SUFFIX):
+        return True
+    held = Slot.objects.filter(limit=limit, state__in=LIVE_SLOT_STATES, request__endswith=WHOLE_RUN_SUFFIX)
+    return held.count() < base
 
 
 def pools(limit: Limit) -> Pools:
@@ -291,6 +312,7 @@ def why_waiting(
         for row in rows:
             if row.key in keys_asked.get(row.limit_id, ()):
                 pools(by_id[row.limit_id]).rows[row.key] = row
+    base = box_base() if any(e.request.endswith(WHOLE_RUN_SUFFIX) for e in waiting) else None
     barriers = {
         limit.id: owed_barrier(limit, now) if limit.group_waiting_count and limit.room else None
         for limit in by_id.values()
@@ -304,6 +326,8 @@ def why_waiting(
             return Reason("box_full" if limit.is_box else "limit_full", limit.name)
         if not pools(limit).has_room(entry.key):
             return Reason("workflow_at_base" if limit.is_box else "key_pool_full", limit.name, key=entry.key)
+        if not whole_run_room(limit, entry.request, base):
+            return Reason("whole_runs_at_base", limit.name)
         barrier = barriers[limit.id]
         if barrier is not None and barrier.position < entry.position:
             return Reason("held_for_owed", limit.name, owed_run=barrier.run_id)
@@ -335,10 +359,16 @@ class _Grant:
 
     def __init__(self, locked: dict[int, Limit], now: datetime, changes: Changes) -> None:
         self.locked, self.now, self.changes = locked, now, changes
+        self._base: list[int | None] = []  # SPEC 12.3: the box's base, read when first needed
         self.barriers: dict[int, QueueEntry | None] = {}
         # Per limit: waiting group entries seen with room in their key pool but not granted.
         self.blocked: dict[int, list[QueueEntry]] = {}
         self.decided: set[str] = set()  # group requests already granted or found blocked
+
+    def base(self) -> int | None:
+        if not self._base:
+            self._base.append(box_base())
+        return self._base[0]
 
     def barrier(self, limit: Limit) -> QueueEntry | None:
         if limit.id not in self.barriers:
@@ -349,6 +379,8 @@ class _Grant:
         """Whether this limit can give `entry` a slot now: total, key pool, and no owed run
         ahead of it (10.4)."""
         if not limit.room or not pools(limit).has_room(entry.key):
+            return False
+        if entry.request.endswith(WHOLE_RUN_SUFFIX) and not whole_run_room(limit, entry.request, self.base()):
             return False
         barrier = self.barrier(limit)
         return barrier is None or entry.position <= barrier.position

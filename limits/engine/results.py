@@ -7,6 +7,10 @@ from datetime import datetime
 from typing import Literal
 
 RESERVATION_MS = 2 * 60 * 1000  # SPEC 3.5
+# The acquisition of a run's bounds for its whole run (SPEC 11) has the request "<run id>:start"
+# (limits.run_bounds); under the box its slots of any limit but the box count against the base
+# (SPEC 12.3: keys.whole_run_room).
+WHOLE_RUN_SUFFIX = ":start"
 DEFAULT_TIMEOUT_MS = 24 * 60 * 60 * 1000  # SPEC 3.3
 
 
@@ -50,11 +54,13 @@ REASONS = {
     # SPEC 12: the box's run concurrency, said of the box whichever limit's queue shows the run
     "box_full": "the box is full: as many runs execute as its ceiling allows (base x burst)",
     "workflow_at_base": "its workflow executes the box's base of runs already",
+    "whole_runs_at_base": "the limit serves the box's base of whole runs already",
 }
 
 
 _PARTNER = {  # what stops the other limit of a group, said of that limit
     "limit_full": "is full",
+    "whole_runs_at_base": "serves the box's base of whole runs",
     "limit_paused": "is paused",
     "key_pool_full": "has its key's pool full",
     "held_for_owed": "holds capacity for an owed run",

@@ -29,7 +29,7 @@ from limits.engine.errors import (
     check_run_id,
     duration_ms,
 )
-from limits.engine.results import Acquisition, BoxPlace
+from limits.engine.results import WHOLE_RUN_SUFFIX, Acquisition, BoxPlace
 from limits.engine.rules import DEFAULT_TIMEOUT_MS, RESERVATION_MS, Changes
 from limits.models import AuditEvent, Limit, QueueEntry, Slot, is_storable_text
 
@@ -160,7 +160,11 @@ def _acquire_group_in_transaction(
     kept = _held_slot(run_id, mine[-1]) if box else None
     members = list(zip(mine, member_keys, strict=True))
     needed = members[:-1] if kept is not None else members
-    if all(lim.waiting_count == 0 and lim.room and keys.pools(lim).has_room(k) for lim, k in needed):
+    base = keys.box_base() if request.endswith(WHOLE_RUN_SUFFIX) else None  # SPEC 12.3
+    if all(
+        lim.waiting_count == 0 and lim.room and keys.pools(lim).has_room(k) and keys.whole_run_room(lim, request, base)
+        for lim, k in needed
+    ):
         slots = [  # a kept box slot is an earlier acquisition's: this one takes `needed` together
             keys.grant_busy(lim, run_id=run_id, request=request, label=label, key=k, group_size=len(needed), now=now)
             for lim, k in needed

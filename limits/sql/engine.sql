@@ -114,6 +114,34 @@ BEGIN
 END
 $$;
 
+-- limits.engine.keys.box_base: the base of the box's run concurrency in force (SPEC 12.1, 12.5),
+-- NULL without one. PL/pgSQL for the reason given at limits_is_plain (kind comes later).
+CREATE OR REPLACE FUNCTION limits_box_base() RETURNS integer
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+        SELECT coalesce(per_key_override, declared_per_key) FROM limits_limit
+        WHERE name = 'box' AND kind = 'box' AND declared
+    );
+END
+$$;
+
+-- limits.engine.keys.whole_run_room (SPEC 12.3): a limit serves at most p_base runs for their
+-- whole run at once (its live slots of requests '<run>:start'); the box itself is capped by its
+-- ceiling and pools instead. True without a box (p_base NULL) or for another acquisition.
+CREATE OR REPLACE FUNCTION limits_whole_run_room(l limits_limit, p_request text, p_base integer) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF p_base IS NULL OR l.kind = 'box' OR right(p_request, 6) <> ':start' THEN
+        RETURN true;
+    END IF;
+    RETURN (
+        SELECT count(*) FROM limits_slot
+        WHERE limit_id = l.id AND state IN ('busy', 'reserved') AND request LIKE '%:start'
+    ) < p_base;
+END
+$$;
+
 -- limits.engine.rules.clock: a change to a locked limit is stamped with the database's clock
 -- (p_now NULL; the process's time in tests), never before the limit's last change.
 CREATE OR REPLACE FUNCTION limits_clock(p_now timestamptz, p_last timestamptz) RETURNS timestamptz
@@ -792,6 +820,7 @@ DECLARE
     v_slot text;
     v_size integer := cardinality(p_names);
     v_held limits_slot;
+    v_base integer;
     v_need integer := cardinality(p_names);
     v_keyed integer;
     v_grouped integer := (cardinality(p_names) > 1)::integer;
@@ -840,9 +869,13 @@ BEGIN
                 v_need := v_size - 1;
             END IF;
         END IF;
+        IF right(p_request, 6) = ':start' THEN
+            v_base := limits_box_base();  -- SPEC 12.3: whole runs per limit
+        END IF;
         FOR i IN 1 .. v_need LOOP
             SELECT * INTO l FROM limits_limit WHERE id = v_mine[i];
-            v_free := v_free AND l.waiting_count = 0 AND limits_room(l) > 0 AND limits_pool_room(l, p_keys[i]);
+            v_free := v_free AND l.waiting_count = 0 AND limits_room(l) > 0 AND limits_pool_room(l, p_keys[i])
+                      AND limits_whole_run_room(l, p_request, v_base);
         END LOOP;
         IF v_free THEN
             FOR i IN 1 .. v_need LOOP
@@ -1057,6 +1090,7 @@ DECLARE
     v_count integer;
     v_runs text[];
     v_ok boolean;
+    v_base integer := limits_box_base();  -- SPEC 12.3: whole runs per limit (keys._Grant.base)
     i integer;
 BEGIN
     timed_out := 0;
@@ -1102,6 +1136,7 @@ BEGIN
               AND w.position > coalesce((v_after ->> lim.id::text)::bigint, 0)
               AND w.position <= o.owed
               AND limits_pool_room(lim, w.key)
+              AND limits_whole_run_room(lim, w.request, v_base)
             ORDER BY w.position
             LIMIT 1
         ) q
@@ -1124,6 +1159,7 @@ BEGIN
                 FOREACH g IN ARRAY v_here LOOP
                     SELECT * INTO l FROM limits_limit WHERE id = g.limit_id;
                     IF limits_room(l) = 0 OR NOT limits_pool_room(l, g.key)
+                       OR NOT limits_whole_run_room(l, g.request, v_base)
                        OR g.position > coalesce(limits_owed_position(l, p_now, p_owed_after_ms), g.position) THEN
                         v_ok := false;
                         EXIT;

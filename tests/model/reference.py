@@ -169,6 +169,7 @@ class Model:
     woken: list[str] = field(default_factory=list)  # runs announced by the last operation
     asked: dict[str, tuple[str, ...]] = field(default_factory=dict)  # request: its limits, as given
     tally: Tally = field(default_factory=Tally)
+    whole_runs_held_back: int = 0  # 12.3: times a whole run found its limit at the base (statistics)
     next_arrival: int = 1
 
     # --- what the engine's counters must say --------------------------------------------------
@@ -199,6 +200,17 @@ class Model:
     def pool_room(self, limit: str, key: str) -> bool:
         size = self.pool_size(limit, key)
         return size is None or self.pool_in_use(limit, key) < size
+
+    def whole_run_room(self, limit: str, request: str) -> bool:
+        """12.3: a limit serves at most the box's base of whole runs (acquisitions '<run>:start')
+        at once, whatever its capacity; the box itself is capped by its pools."""
+        box = self.limits.get(BOX)
+        if box is None or not box.declared or self.limits[limit].kind == "box" or not request.endswith(":start"):
+            return True
+        assert box.per_key is not None
+        room = sum(1 for s in self.live(limit) if s.request.endswith(":start")) < box.per_key
+        self.whole_runs_held_back += not room
+        return room
 
     def plain(self, name: str) -> bool:
         """Limit.is_plain: no per_key in force and no keyed or group entry waiting: the case of one
@@ -296,7 +308,13 @@ class Model:
         if box is not None:
             held = next((s for s in self.live(BOX, "busy") if s.run_id == run_id), None)
         needed = list(zip(mine, keys, strict=True))[: -1 if held is not None else None]
-        if all(not self.waiting(lim.name) and self.room(lim.name) and self.pool_room(lim.name, k) for lim, k in needed):
+        if all(
+            not self.waiting(lim.name)
+            and self.room(lim.name)
+            and self.pool_room(lim.name, k)
+            and self.whole_run_room(lim.name, request)
+            for lim, k in needed
+        ):
             slots = tuple(self._busy_slot(lim, run_id, request, label, k, len(needed), now) for lim, k in needed)
             slots += (held,) if held is not None else ()
             return MAcquisition("busy", names[0], request, slots[0], slots=slots)
@@ -761,6 +779,7 @@ class Model:
             limit.name in settled
             and self.room(limit.name) > 0
             and self.pool_room(limit.name, entry.key)
+            and self.whole_run_room(limit.name, entry.request)
             and not any(
                 other.position < entry.position and self._owed(other, now) for other in self.waiting(limit.name)
             )

@@ -565,9 +565,11 @@ class EngineAgainstModel(RuleBasedStateMachine):
             free = executing  # most often a run that executes in its box slot: it keeps it or gives it back
             limits = limits or [data.draw(st.sampled_from(LIMITS))]  # and waits for a limit, if it must
         run_id = self.runs[data.draw(st.sampled_from(free))]
-        request = f"{run_id}:{len(self.requests)}"
-        self.requests.append((request, tuple(limits), run_id, key, True, workflow))
         held = any(s.run_id == run_id for s in self.model.live("box", "busy"))
+        # A run's start (its bounds for the whole run, SPEC 11, 12.3: at most the base of them
+        # per limit) or, for a run that executes, a wait in its body.
+        request = f"{run_id}:{len(self.requests)}" + (":start" if not held and data.draw(st.booleans()) else "")
+        self.requests.append((request, tuple(limits), run_id, key, True, workflow))
         timeout_ms = None if timeout is None else parse_duration(timeout)
         self.step(
             lambda: services.acquire_group(
@@ -589,6 +591,9 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 box=workflow,
             ),
         )
+        if self.model.whole_runs_held_back:
+            SEEN["box: a whole run found its limit at the base"] += 1
+            self.model.whole_runs_held_back = 0
         if held:
             kept = any(s.run_id == run_id for s in self.model.live("box", "busy"))
             SEEN["box: a run kept its box slot" if kept else "box: a run gave its box slot back to wait"] += 1

@@ -10,7 +10,7 @@ import pytest
 
 from limits import services
 from limits.config import ConfigError, define_workspace
-from limits.models import AuditEvent, Limit, Slot
+from limits.models import AuditEvent, Limit, QueueEntry, Slot
 from limits.verify import verify
 from limits.workflow import acquire_slot, release_slot
 from studio.models import Run
@@ -179,8 +179,6 @@ def test_verify_finds_a_run_that_executed_without_its_box_slot(no_worker) -> Non
 
 def test_6_5_a_run_waiting_for_the_box_says_why(no_worker) -> None:
     """The reason names the box itself, on the box's queue and on a limit's queue alike."""
-    from limits.models import QueueEntry
-
     box(base=1, burst=2.0)  # ceiling 2, one run per workflow
     running = start_run(plain, {"label": "p1"})
     same_workflow = start_run(plain, {"label": "p2"})
@@ -195,3 +193,63 @@ def test_6_5_a_run_waiting_for_the_box_says_why(no_worker) -> None:
     assert services.why_waiting([entry])[entry.id].code == "box_full"
     services.release(holder)
     assert [status(run) for run in (running, other_run)] == ["pending", "pending"]
+
+
+@workflow(name="box_total_above_base", concurrency={"total": 5})
+def total_above_base(input: dict) -> str:
+    slot = acquire_slot("partner-api", label=input["label"])  # waits, giving its box slot back
+    release_slot(slot.id)
+    return work(input["label"])
+
+
+@workflow(name="box_holds_partner", limits=["wide"])
+def holds_wide(input: dict) -> str:
+    return work(input["label"])
+
+
+@workflow(name="box_also_holds_partner", limits=["wide"])
+def also_holds_wide(input: dict) -> str:
+    return work(input["label"])
+
+
+def test_12_3_a_total_above_the_base_acts_as_the_base_for_whole_runs(no_worker) -> None:
+    """Two runs of a workflow with total 5 wait in their bodies: they execute nothing (their box
+    slots are back), yet a third does not start: the base (2) caps the whole runs its bound
+    serves, suspended ones included."""
+    box(base=2, burst=5.0)
+    holder = services.acquire("partner-api", run_id="someone-else").slot_id
+    runs = [start_run(total_above_base, {"label": f"t{i}"}) for i in range(2)]
+    assert [advance(run.id) for run in runs] == ["suspended", "suspended"]
+    assert executing() == []
+    third = start_run(total_above_base, {"label": "t2"})
+    assert status(third) == "queued"
+    entry = QueueEntry.objects.get(run_id=third.id, limit__name="workflow.box_total_above_base")
+    assert services.why_waiting([entry])[entry.id].code == "whole_runs_at_base"
+    services.release(holder)
+    assert verify().ok, verify().violations
+
+
+def test_12_3_a_named_limit_held_for_whole_runs_serves_at_most_the_base_across_workflows(no_worker) -> None:
+    box(base=2, burst=5.0, limits={"wide": {"capacity": 10, "max_hold": "1h"}})
+    first = [start_run(holds_wide, {"label": "a"}), start_run(also_holds_wide, {"label": "b"})]
+    third = start_run(also_holds_wide, {"label": "c"})
+    assert [status(run) for run in [*first, third]] == ["pending", "pending", "queued"]
+    entry = QueueEntry.objects.get(run_id=third.id, limit__name="wide")
+    assert services.why_waiting([entry])[entry.id].code == "whole_runs_at_base"
+    in_body = services.acquire("wide", run_id="a-step-elsewhere")  # not a whole run: capacity 10 applies
+    assert in_body.state == "busy"
+    assert advance(first[0].id) == "completed"
+    assert holders("wide")[-1] == (third.id, "reserved")
+    assert verify().ok, verify().violations
+
+
+def test_verify_finds_a_limit_that_served_more_whole_runs_than_the_base(no_worker) -> None:
+    """limits verify (12.3): the rows of three whole-run slots of one limit under a base of 2."""
+    box(base=2, burst=5.0, limits={"wide": {"capacity": 10, "max_hold": "1h"}})
+    runs = [start_run(holds_wide, {"label": f"w{i}"}) for i in range(3)]
+    assert [status(run) for run in runs] == ["pending", "pending", "queued"]
+    assert verify(["wide"]).ok
+    services.acquire("wide", run_id=runs[2].id, request=f"{runs[2].id}:start:again")  # as if granted past it
+    Slot.objects.filter(request=f"{runs[2].id}:start:again").update(request=f"{runs[2].id}:start")
+    found = verify(["wide"]).violations
+    assert any("whole runs held slots" in violation for violation in found), found
