@@ -35,7 +35,7 @@ from django.db.models.functions import Coalesce
 from limits.config import BOX_NAME
 from limits.engine.results import RESERVATION_MS, WHOLE_RUN_SUFFIX, Changes, Reason
 from limits.models import LIVE_SLOT_STATES, Limit, LimitKey, QueueEntry, Slot
-from studio.plumbing import clock as box_clock
+from stackbone.plumbing import clock as box_clock
 
 OWED_AFTER_MS = 2 * 60 * 1000  # SPEC 10.4: passed over and waiting longer than this: owed
 SCAN_BATCH = 500
@@ -160,24 +160,26 @@ def pools(limit: Limit) -> Pools:
 
 
 def partners(limit_ids: Iterable[int]) -> set[int]:
-    """The limits of every group waiting in, or reserved from, these limits (read without locks:
-    `lock` takes them all in id order)."""
+    """The limits of every group waiting in, or reserved from, these limits, and of every group
+    waiting in the limits of those reservations (read without locks: `lock` takes them all in id
+    order). A released or lapsed reservation frees each limit of its group, so the groups waiting
+    in those limits can be granted in the same transaction, not at the next sweep."""
     ids = set(limit_ids)
     if not ids:
         return set()
-    waiting = QueueEntry.objects.filter(limit_id__in=ids, state=QueueEntry.State.WAITING, group_size__gt=1)
     reserved = Slot.objects.filter(limit_id__in=ids, state=Slot.State.RESERVED, group_size__gt=1)
+    freed = set(
+        Slot.objects.filter(request__in=reserved.values("request"), state=Slot.State.RESERVED).values_list(
+            "limit_id", flat=True
+        )
+    )
+    waiting = QueueEntry.objects.filter(limit_id__in=ids | freed, state=QueueEntry.State.WAITING, group_size__gt=1)
     found = set(
         QueueEntry.objects.filter(request__in=waiting.values("request"), state=QueueEntry.State.WAITING).values_list(
             "limit_id", flat=True
         )
     )
-    found |= set(
-        Slot.objects.filter(request__in=reserved.values("request"), state=Slot.State.RESERVED).values_list(
-            "limit_id", flat=True
-        )
-    )
-    return found
+    return found | freed
 
 
 def lock(limit_ids: Iterable[int]) -> dict[int, Limit]:

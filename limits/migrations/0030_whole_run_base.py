@@ -1,6 +1,7 @@
 """SPEC 12.3: no limit serves more than the box's base of whole runs at once. limits/sql/engine.sql
 gains limits_box_base and limits_whole_run_room (asked by limits_acquire_group and limits_grant),
 a partial index counts a limit's live whole-run slots, and the audit's actions name the box's.
+limits_partners also locks the groups waiting in the limits a released reservation frees.
 
 Reverse: the index goes; the functions stay."""
 
@@ -8,7 +9,7 @@ from django.db import migrations, models
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "a89264207613b671207f0e83904687027543572d6cdea92e6e50c0e838ab576e"
+ENGINE_SQL_FINGERPRINT = "515438b4ee0641ec07c5e44311904af95b0fd93330996243e100dcdd48f001aa"
 
 
 def install(apps, schema_editor) -> None:

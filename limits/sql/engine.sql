@@ -706,18 +706,23 @@ $$;
 -- locks: the caller locks them all in id order).
 CREATE OR REPLACE FUNCTION limits_partners(p_limit bigint) RETURNS bigint[]
 LANGUAGE plpgsql STABLE SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    v_freed bigint[];
 BEGIN
-    RETURN ARRAY(
-        SELECT q.limit_id FROM limits_queueentry q
-        WHERE q.state = 'waiting' AND q.request IN (
-            SELECT w.request FROM limits_queueentry w
-            WHERE w.limit_id = p_limit AND w.state = 'waiting' AND w.group_size > 1
-        )
-        UNION
+    -- keys.partners: the limits of the groups reserved from this limit (a release or a lapse
+    -- frees each of them), then of the groups waiting in this limit or in those.
+    v_freed := ARRAY(
         SELECT s.limit_id FROM limits_slot s
         WHERE s.state = 'reserved' AND s.request IN (
             SELECT r.request FROM limits_slot r
             WHERE r.limit_id = p_limit AND r.state = 'reserved' AND r.group_size > 1
+        )
+    );
+    RETURN v_freed || ARRAY(
+        SELECT q.limit_id FROM limits_queueentry q
+        WHERE q.state = 'waiting' AND q.request IN (
+            SELECT w.request FROM limits_queueentry w
+            WHERE w.limit_id = ANY (p_limit || v_freed) AND w.state = 'waiting' AND w.group_size > 1
         )
     );
 END

@@ -565,13 +565,14 @@ class Model:
         return (entry.arrival, entry.limit)
 
     def _lock(self, names: Iterable[str]) -> list[MLimit]:
-        """Engine choice (keys.lock): an operation settles the limits it touches and the other
-        limits of every group waiting in, or reserved from, them (one level, not further)."""
+        """Engine choice (keys.lock): an operation settles the limits it touches, the other limits
+        of every group reserved from them (a release frees them all), and the other limits of
+        every group waiting in any of these (not further)."""
         touched = set(names)
-        groups = {e.request for e in self.entries if e.limit in touched and e.state == "waiting" and e.group_size > 1}
         held = {s.request for s in self.slots if s.limit in touched and s.state == "reserved" and s.group_size > 1}
-        touched |= {e.limit for e in self.entries if e.request in groups and e.state == "waiting"}
         touched |= {s.limit for s in self.slots if s.request in held and s.state == "reserved"}
+        groups = {e.request for e in self.entries if e.limit in touched and e.state == "waiting" and e.group_size > 1}
+        touched |= {e.limit for e in self.entries if e.request in groups and e.state == "waiting"}
         return [limit for limit in self.limits.values() if limit.name in touched]
 
     def _previous(self, request: str, now: datetime) -> MAcquisition | None:

@@ -342,6 +342,13 @@ class EngineAgainstModel(RuleBasedStateMachine):
         if changed:
             violations = verify(changed).violations
             assert not violations, violations
+        # SPEC 6.5 and 10.3: no waiting run that nothing stops is left waiting after a step (why
+        # it waits is never `next`), save one whose deadline passed (the next settle times it out).
+        now = self.now()
+        waiting = list(QueueEntry.objects.filter(state=QueueEntry.State.WAITING, deadline__gt=now))
+        reasons = services.why_waiting(waiting, now)
+        left = [(e.run_id, e.limit_id) for e in waiting if reasons[e.id].code == "next"]
+        assert not left, f"waiting runs nothing stops: {left}"
 
     def same_outcome(self, got: Any, expected: Any) -> None:
         """An engine return value against the model's, after compare() matched the slot ids."""
