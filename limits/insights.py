@@ -117,7 +117,7 @@ from limits.models import (
     Slot,
     SweepState,
 )
-from studio.plumbing import clock as box_clock
+from stackbone.plumbing import clock as box_clock
 
 MINUTE = timedelta(minutes=1)
 ROLLUP_GRACE = timedelta(seconds=30)

@@ -27,8 +27,8 @@ from django.views.decorators.http import require_GET
 
 from limits import insights, selectors
 from limits.insights import Point, WaitFigures
-from studio.plumbing import clock as box_clock
-from studio.plumbing.access import HtmxHttpRequest, studio_login_required
+from stackbone.plumbing import clock as box_clock
+from stackbone.plumbing.access import HtmxHttpRequest, studio_login_required
 
 WIDTH = 600  # viewBox units; the SVG is scaled to its box
 IN_USE_HEIGHT = 120

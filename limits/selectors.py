@@ -16,7 +16,7 @@ from limits import eta, insights
 from limits.config import BOX_NAME
 from limits.engine import keys as engine_keys
 from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot, is_storable_text
-from studio.plumbing import clock as box_clock
+from stackbone.plumbing import clock as box_clock
 
 KINDS = tuple(Limit.Kind.values)  # ("limit", "workflow", "box"): the values of a kind filter
 BOX_FIRST = Case(When(kind=Limit.Kind.BOX, then=Value(0)), default=Value(1), output_field=IntegerField())

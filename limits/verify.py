@@ -71,7 +71,7 @@ from django.db.models import Min, Q
 from limits.config import BOX_NAME
 from limits.engine.results import WHOLE_RUN_SUFFIX
 from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot
-from studio.plumbing import clock as box_clock
+from stackbone.plumbing import clock as box_clock
 
 CAPACITY, FREE, GRANT = 0, 1, 2
 LIVE = frozenset(LIVE_SLOT_STATES)
@@ -553,7 +553,7 @@ class History:
     def steps_before_start(self) -> list[str]:
         """No step of a run before the slot it holds for the whole run was confirmed."""
         from limits.run_bounds import START_REQUEST_SUFFIX
-        from studio.runs.models import Step
+        from stackbone.runs.models import Step
 
         confirmed = {
             slot["run_id"]: slot["confirmed_at"]
@@ -576,7 +576,7 @@ class History:
         """Every step of a run that held slots of the box began while one of them was busy for
         it (confirmed, not yet freed): a run executes only in a box slot (SPEC 12.2). Steps of
         kind 'step' (the work); a hook step is recorded as the run begins to wait."""
-        from studio.runs.models import Step
+        from stackbone.runs.models import Step
 
         if not self.limit.is_box:
             return []
@@ -647,7 +647,7 @@ class History:
     def tied_slots_of_ended_runs(self) -> list[str]:
         """A with_limit slot is freed in the transaction that ends its run (services.end_run):
         one still live while its run has ended was left behind."""
-        from studio.runs.models import Run
+        from stackbone.runs.models import Run
 
         tied = [slot for slot in self.slots if slot["ends_with_run"] and slot["state"] in LIVE]
         if not tied:

@@ -31,8 +31,8 @@ from limits.forms import (
 )
 from limits.models import AuditEvent, Limit
 from limits.printable import printable
-from studio.plumbing import clock as box_clock
-from studio.plumbing.access import (
+from stackbone.plumbing import clock as box_clock
+from stackbone.plumbing.access import (
     NEEDS_OPERATE_LIMIT,
     OPERATE_LIMIT,
     HtmxHttpRequest,

@@ -19,8 +19,8 @@ from typing import Any
 from django.db import transaction
 
 from limits import run_bounds, services
-from studio.runs.models import Step
-from studio.runs.runtime import (
+from stackbone.runs.models import Step
+from stackbone.runs.runtime import (
     Suspend,
     WorkflowError,
     body_context,

@@ -12,7 +12,7 @@ from typing import Any
 
 from limits.cli.backend import BoxChange, Change, KeysView, PauseChange, PoolChange, SlotsView, more_past_cut
 from limits.cli.errors import EXIT_NOT_FOUND, NO_BOX, UNKNOWN_LIMIT, UNKNOWN_SLOT, CliError, one_line
-from studio.plumbing import clock as box_clock
+from stackbone.plumbing import clock as box_clock
 
 
 def local_actor() -> str:

@@ -20,7 +20,7 @@ from limits.engine import keys, server
 from limits.engine.errors import UNKNOWN_LIMIT, LimitsError
 from limits.engine.results import DEFAULT_TIMEOUT_MS, RESERVATION_MS, Changes
 from limits.models import AuditEvent, Limit, is_storable_text
-from studio.plumbing import clock as box_clock
+from stackbone.plumbing import clock as box_clock
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "RESERVATION_MS", "Changes"]  # their home is limits.engine.results
 GRANT_BATCH = keys.GRANT_BATCH

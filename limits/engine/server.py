@@ -24,7 +24,7 @@ from django.db import connection, transaction
 from limits.engine.results import RESERVATION_MS, Acquisition
 from limits.models import Limit
 from limits.signals import runs_woken
-from studio.plumbing import clock
+from stackbone.plumbing import clock
 
 SLOW = "slow"  # the functions' answer for a case they leave to the Python rules
 

@@ -16,7 +16,7 @@ from limits.engine import keys, rules, server
 from limits.engine.results import RESERVATION_MS, SweepReport
 from limits.engine.rules import EFFECTIVE_CAPACITY, HAS_FREE_CAPACITY, SWEEP_ACTOR, Changes
 from limits.models import AuditEvent, Limit, QueueEntry, Slot, SweepState
-from studio.plumbing import clock as box_clock
+from stackbone.plumbing import clock as box_clock
 
 HISTORY_BATCH = 5_000
 
