@@ -21,6 +21,7 @@ from django.db import transaction
 from limits import run_bounds, services
 from stackbone.runs.models import Step
 from stackbone.runs.runtime import (
+    RunContext,
     Suspend,
     WorkflowError,
     body_context,
@@ -98,7 +99,9 @@ def _acquire(
        several) and suspend the run; the box wakes it when its slots are reserved or the wait
        times out. Under the box's run concurrency (SPEC 12.2) the box bound is one more limit of
        the acquisition: a run that must wait gives its box slot back and resumes only with a
-       box slot again (`run_bounds.box_place`). Timed out: record the hook step failed and raise SlotTimeoutError.
+       box slot again (`run_bounds.box_place`). Timed out: record the hook step failed and raise
+       SlotTimeoutError; under the box, only once the run holds a box slot again (the wait gave
+       it back: `_box_slot_again`), else the run waits for one alone, its hook step still open.
     Steps 2 and 3 are one transaction, under the run's lease. With ends_with_run (with_limit,
     with_limits), the busy slots are tied to the run in that same transaction
     (services.tie_to_run): if the run ends before the work gives them back, ending it frees them.
@@ -140,6 +143,8 @@ def _acquire(
             deadline = outcome.deadline.isoformat()  # type: ignore[union-attr]  # waiting: has a deadline
             record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.WAITING, result={"deadline": deadline})
             suspend(ctx, waiting_for=outcome.request, deadline=outcome.deadline)
+        elif outcome.state == "timed_out" and box is not None and not _box_slot_again(ctx, request, label, box):
+            outcome = services.Acquisition("waiting", box.limit, request)  # suspended: waits for the box alone
         elif outcome.state == "timed_out":
             failure = {"timeout_ms": outcome.timeout_ms}
             record_step(
@@ -150,6 +155,31 @@ def _acquire(
     if outcome.state == "timed_out":
         raise SlotTimeoutError(shown, outcome.timeout_ms)  # type: ignore[arg-type]  # timed out: has timeout_ms
     raise WorkflowError(f"the wait for {shown!r} was cancelled")
+
+
+BOX_AGAIN_SUFFIX = ":box"  # the request of the box slot a run takes again after its wait timed out
+
+
+def _box_slot_again(ctx: RunContext, request: str, label: str | None, box: services.BoxPlace) -> bool:
+    """SPEC 12.2: a wait that timed out gave the run's box slot back with it; the body goes on
+    (SlotTimeoutError) only in a box slot again. Take one (request '<wait's request>:box', stable
+    across replays, so a resumed run confirms the one reserved for it) and answer True; or join
+    the box's queue, suspend the run with its hook step still waiting, and answer False."""
+    again = services.acquire_group(
+        [],
+        run_id=ctx.run_id,
+        request=f"{request}{BOX_AGAIN_SUFFIX}",
+        label=label,
+        timeout=run_bounds.QUEUE_TIMEOUT_MS,
+        box=box,
+    )
+    if again.state == "busy":
+        services.tie_to_run(again.slots[-1][1], ctx.run_id)
+        return True
+    if again.state == "waiting":
+        suspend(ctx, waiting_for=again.request, deadline=again.deadline)
+        return False
+    return True  # the run ended meanwhile (cancelled): nothing to wait for
 
 
 def release_slot(slot_id: str) -> dict[str, bool]:

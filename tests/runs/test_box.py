@@ -12,7 +12,7 @@ from limits import services
 from limits.config import ConfigError, define_workspace
 from limits.models import AuditEvent, Limit, QueueEntry, Slot
 from limits.verify import verify
-from limits.workflow import acquire_slot, release_slot
+from limits.workflow import SlotTimeoutError, acquire_slot, release_slot
 from studio.models import Run
 from studio.runs.runtime import advance
 from studio.workflows import cancel_run, start_run, step, workflow
@@ -253,3 +253,37 @@ def test_verify_finds_a_limit_that_served_more_whole_runs_than_the_base(no_worke
     Slot.objects.filter(request=f"{runs[2].id}:start:again").update(request=f"{runs[2].id}:start")
     found = verify(["wide"]).violations
     assert any("whole runs held slots" in violation for violation in found), found
+
+
+@workflow(name="box_patient")
+def patient(input: dict) -> str:
+    """The documented pattern: a wait with a timeout, the body goes on after it times out."""
+    try:
+        slot = acquire_slot("partner-api", label=input["label"], timeout="10s")
+        release_slot(slot.id)
+    except SlotTimeoutError:
+        pass
+    return work(input["label"])
+
+
+def test_12_2_a_run_whose_wait_timed_out_goes_on_only_in_a_box_slot(no_worker, clock) -> None:
+    """Must never happen: a run takes a step without a box slot. Its wait gave the box slot
+    back; when the wait times out, the body goes on (it catches SlotTimeoutError) only once it
+    holds a box slot again, and the box never executes more runs than its ceiling."""
+    box(base=1, burst=2.0)  # ceiling 2: one run of each workflow
+    holder = services.acquire("partner-api", run_id="someone-else").slot_id
+    waiting = start_run(patient, {"label": "w"})
+    assert advance(waiting.id) == "suspended"
+    others = [start_run(plain, {"label": "p"}), start_run(other, {"label": "o"})]
+    assert [status(run) for run in others] == ["pending", "pending"]  # the box is full: 2 execute
+    clock.advance(seconds=11)
+    services.sweep()  # the wait times out: partner-api and the box together
+    assert advance(waiting.id) == "suspended"  # the box is full: it waits for a box slot alone
+    assert waiting.id in queue("box") and waiting.id not in executing()
+    assert advance(others[0].id) == "completed"
+    assert holders("box")[-1] == (waiting.id, "reserved")
+    assert advance(waiting.id) == "completed"
+    assert Run.objects.get(id=waiting.id).output == "w"
+    assert verify().ok, verify().violations
+    assert_counters_match_rows("box")
+    services.release(holder)
