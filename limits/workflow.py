@@ -120,7 +120,7 @@ def _acquire(
     request = f"{ctx.run_id}:{seq}"
     with transaction.atomic():
         lock_own_run(ctx)
-        box = run_bounds.box_place(ctx.run_id)
+        box = run_bounds.box_place(ctx.run_id, request)
         if many or key is not None or box is not None:
             outcome = services.acquire_group(
                 limits, run_id=ctx.run_id, request=request, label=label, timeout=timeout, key=key, box=box
@@ -128,9 +128,11 @@ def _acquire(
         else:
             outcome = services.acquire(limits[0], run_id=ctx.run_id, request=request, label=label, timeout=timeout)
         if outcome.state == "busy":
-            ids = [slot_id for _, slot_id in outcome.slots] or [str(outcome.slot_id)]
-            if box is not None:  # the box slot it executes in: kept, or taken again to resume
-                services.tie_to_run(ids.pop(), ctx.run_id)
+            granted = list(outcome.slots) or [(limits[0], str(outcome.slot_id))]
+            ids = [slot_id for limit, slot_id in granted if box is None or limit != box.limit]
+            for limit, slot_id in granted:  # the box slot it executes in: kept, or taken again to resume
+                if box is not None and limit == box.limit:
+                    services.tie_to_run(slot_id, ctx.run_id)
             for slot_id in ids:
                 if ends_with_run:
                     services.tie_to_run(slot_id, ctx.run_id)
@@ -164,11 +166,15 @@ def _box_slot_again(ctx: RunContext, request: str, label: str | None, box: servi
     """SPEC 12.2: a wait that timed out gave the run's box slot back with it; the body goes on
     (SlotTimeoutError) only in a box slot again. Take one (request '<wait's request>:box', stable
     across replays, so a resumed run confirms the one reserved for it) and answer True; or join
-    the box's queue, suspend the run with its hook step still waiting, and answer False."""
+    the box's queue, suspend the run with its hook step still waiting, and answer False. True
+    also when the box has left the config meanwhile (the run no longer needs one)."""
+    request = f"{request}{BOX_AGAIN_SUFFIX}"
+    if run_bounds.box_place(ctx.run_id, request) is None:
+        return True
     again = services.acquire_group(
         [],
         run_id=ctx.run_id,
-        request=f"{request}{BOX_AGAIN_SUFFIX}",
+        request=request,
         label=label,
         timeout=run_bounds.QUEUE_TIMEOUT_MS,
         box=box,

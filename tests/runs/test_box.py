@@ -287,3 +287,38 @@ def test_12_2_a_run_whose_wait_timed_out_goes_on_only_in_a_box_slot(no_worker, c
     assert verify().ok, verify().violations
     assert_counters_match_rows("box")
     services.release(holder)
+
+
+def test_12_2_a_run_granted_its_box_slot_after_the_box_left_the_config_frees_it_at_its_end(no_worker) -> None:
+    """Must never happen: a box slot stays busy after its run ended. A run waiting in its body
+    for a limit and a box slot together is granted both after the box was undeclared; it resumes
+    in that box slot (tied to the run), and ending the run frees it."""
+    box(base=1, burst=1.0)
+    holder = services.acquire("partner-api", run_id="someone-else").slot_id
+    waiting = start_run(with_partner, {"label": "w"})
+    assert advance(waiting.id) == "suspended"
+    services.sync_workspace(define_workspace(limits=PARTNER))  # run_concurrency left the config
+    services.release(holder)
+    assert sorted(holders("partner-api") + holders("box")) == [(waiting.id, "reserved")] * 2
+    assert advance(waiting.id) == "completed"
+    assert not Slot.objects.filter(limit__name="box", state__in=["busy", "reserved"]).exists()
+    assert verify().ok, verify().violations
+    assert_counters_match_rows("box")
+
+
+def test_12_2_a_run_that_began_its_wait_outside_the_box_resumes_after_the_box_came_back(no_worker) -> None:
+    """A run started under the box keeps its box slot through a wait that began while the box
+    was undeclared; declared again before the run resumes, the box takes nothing of its grant
+    for the box slot (the one granted is the limit's), and the run ends freeing both."""
+    box(base=1, burst=1.0)
+    holder = services.acquire("partner-api", run_id="someone-else").slot_id
+    waiting = start_run(with_partner, {"label": "w"})
+    services.sync_workspace(define_workspace(limits=PARTNER))  # run_concurrency left the config
+    assert advance(waiting.id) == "suspended"  # it waits for partner-api alone, in its box slot
+    assert executing() == [waiting.id]
+    box(base=1, burst=1.0)  # back in the config
+    services.release(holder)
+    assert advance(waiting.id) == "completed"
+    assert Run.objects.get(id=waiting.id).output == "w"
+    assert not Slot.objects.filter(state__in=["busy", "reserved"]).exists()
+    assert verify().ok, verify().violations
