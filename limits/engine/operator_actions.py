@@ -45,7 +45,7 @@ def set_capacity(name: str, value: object, *, actor: str | None = None) -> Limit
         except ValueError as error:
             raise LimitsError(BAD_CAPACITY.format(error=error), field="capacity") from None
     if server.available():
-        return _operate(name, "capacity", actor, capacity=capacity)
+        return _operate(name, "capacity", actor, value=capacity)
     with transaction.atomic(durable=True):
         (limit, locked), changes = rules.locked_by_name(name), Changes()
         now = rules.clock_all(locked)
@@ -77,16 +77,28 @@ def resume_limit(name: str, *, actor: str | None = None) -> Limit:
     return _set_paused(name, False, actor)
 
 
-def _operate(name: str, action: str, actor: str | None, *, capacity: int | None = None, paused: bool = False) -> Limit:
-    """set_capacity or a pause on PostgreSQL: one call (engine.sql: limits_operate), then the
-    limit as it is now, read after the commit. Like the other operator actions it is not meant to
-    run inside a caller's transaction (they are durable)."""
+def _operate(
+    name: str,
+    action: str,
+    actor: str | None,
+    *,
+    value: int | None = None,
+    key: str | None = None,
+    paused: bool = False,
+    per_key: object = None,
+) -> Limit:
+    """An operator action on PostgreSQL: one call (engine.sql: limits_operate), then the limit as
+    it is now, read after the commit. Like the other operator actions it is not meant to run
+    inside a caller's transaction (they are durable). The refusals the function answers are the
+    Python track's errors: `per_key` is set_per_key's value as given, worded by
+    `_checked_per_key` against the capacity the function read under the lock."""
     if not is_storable_text(name):
         raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
-    outcome, woken = server.operate(  # its own transaction: one round trip with its commit
+    outcome, woken, capacity = server.operate(  # its own transaction: one round trip with its commit
         name,
         action,
-        capacity=capacity,
+        value=value,
+        key=key,
         paused=paused,
         actor=actor,
         reservation_ms=RESERVATION_MS,
@@ -94,6 +106,12 @@ def _operate(name: str, action: str, actor: str | None, *, capacity: int | None 
     )
     if outcome == "unknown":
         raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
+    if outcome == "bound":
+        raise LimitsError(NO_MAX_HOLD.format(name=name), field="max_hold")
+    if outcome == "bad_per_key":
+        assert capacity is not None
+        _checked_per_key(per_key, capacity)
+        raise AssertionError(f"limits_operate refused a per_key of {per_key!r} that capacity {capacity} allows")
     rules.wake_on_commit(woken)
     return Limit.objects.get(name=name)
 
@@ -123,6 +141,8 @@ def set_max_hold(name: str, value: object, *, actor: str | None = None) -> Limit
     is checked here (it may come straight from a request)."""
     ms = None if value is None else duration_ms(value, BAD_MAX_HOLD, "max_hold")
     _not_the_box(name, "max_hold")
+    if server.available():
+        return _operate(name, "max_hold", actor, value=ms)
     with transaction.atomic(durable=True):
         limit = rules.locked_limit(name)
         if limit.is_workflow_bound:
@@ -145,14 +165,11 @@ def set_per_key(name: str, value: object, *, key: str | None = None, actor: str 
     if key is not None:
         key = check_key(key)
     _not_the_box(name, "per_key")
+    if server.available():
+        return _operate(name, "per_key", actor, value=_per_key_to_send(value), key=key, per_key=value)
     with transaction.atomic(durable=True):
         (limit, locked), changes = rules.locked_by_name(name), Changes()
-        size = None
-        if value is not None:
-            try:
-                size = check_per_key(value, limit.capacity)
-            except ValueError as error:
-                raise LimitsError(BAD_PER_KEY.format(error=error), field="per_key") from None
+        size = None if value is None else _checked_per_key(value, limit.capacity)
         now = rules.clock_all(locked)
         if key is None:
             old = "none" if limit.per_key is None else str(limit.per_key)
@@ -173,6 +190,27 @@ def set_per_key(name: str, value: object, *, key: str | None = None, actor: str 
         rules.audit(limit, actor, AuditEvent.Action.PER_KEY, now, old=old, new=new, key=key or "")
         rules.wake_on_commit(changes.woken)
         return limit
+
+
+def _checked_per_key(value: object, capacity: int) -> int:
+    """A per_key or key pool size within 1..the capacity in force, read under the limit's lock
+    (check_per_key; limits_operate refuses the same range on PostgreSQL)."""
+    try:
+        return check_per_key(value, capacity)
+    except ValueError as error:
+        raise LimitsError(BAD_PER_KEY.format(error=error), field="per_key") from None
+
+
+def _per_key_to_send(value: object) -> int | None:
+    """set_per_key's value as limits_operate's bigint: a whole number as it is when it could be a
+    capacity, else one no capacity allows (0 for anything but a whole number, MAX_CAPACITY + 1
+    above), which the function refuses once it found the limit and read its capacity, so the error
+    comes after an unknown limit's, as on SQLite, and `_checked_per_key` words it."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    return min(max(value, 0), MAX_CAPACITY + 1)
 
 
 BOX_FIELDS = "'box' is the box's run concurrency: change its base and burst (stackbone limits box --base/--burst)"

@@ -121,21 +121,24 @@ def operate(
     name: str,
     action: str,
     *,
-    capacity: int | None = None,
+    value: int | None = None,
+    key: str | None = None,
     paused: bool = False,
     actor: str | None,
     reservation_ms: int,
     owed_after_ms: int,
-) -> tuple[str, list[str]]:
-    """limits_operate: an operator's capacity (`action` 'capacity', None resets it) or pause
-    ('pause': `paused` True to pause, False to resume), with its grant and audit row: ('done',
-    the runs to wake), ('same', []) for a pause that changes nothing, ('unknown', []) for no
-    such limit."""
-    outcome, woken = _call(
-        "SELECT outcome, woken FROM limits_operate(%s, %s, %s, %s, %s, %s, %s, %s)",
-        [name, action, capacity, paused, actor, clock.param(), reservation_ms, owed_after_ms],
+) -> tuple[str, list[str], int | None]:
+    """limits_operate: an operator's change of a limit, with its grant and audit row. `action`
+    'capacity', 'per_key' (with `key`: that key's pool size) or 'max_hold' (ms) sets `value`,
+    None resets it; 'pause' pauses (`paused` True) or resumes. (outcome, the runs to wake, the
+    capacity in force): 'done'; 'same' for a pause that changes nothing; 'unknown' for no such
+    limit; 'bound' for a max hold of a workflow's own bound; 'bad_per_key' for a per_key outside
+    1..that capacity. Nothing changed but for 'done'."""
+    outcome, woken, capacity = _call(
+        "SELECT outcome, woken, capacity FROM limits_operate(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        [name, action, value, key, paused, actor, clock.param(), reservation_ms, owed_after_ms],
     )
-    return outcome, woken
+    return outcome, woken, capacity
 
 
 def grant(limit_ids: list[int], now: datetime, reservation_ms: int, owed_after_ms: int) -> tuple[int, int, list[str]]:

@@ -2,6 +2,7 @@
 gains limits_box_base and limits_whole_run_room (asked by limits_acquire_group and limits_grant),
 a partial index counts a limit's live whole-run slots, and the audit's actions name the box's.
 limits_partners also locks the groups waiting in the limits a released reservation frees.
+limits_operate also does set_per_key (a limit's or one key's) and set_max_hold in one call (issue 26).
 
 Reverse: the index goes; the functions stay."""
 
@@ -9,7 +10,7 @@ from django.db import migrations, models
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "515438b4ee0641ec07c5e44311904af95b0fd93330996243e100dcdd48f001aa"
+ENGINE_SQL_FINGERPRINT = "662ba94e934509a97eb53bdb9ee5ddd1e8db1141a22c089683a5c32d1948628f"
 
 
 def install(apps, schema_editor) -> None:

@@ -640,15 +640,20 @@ BEGIN
 END
 $$;
 
--- limits.engine.operator_actions.set_capacity and pause_limit / resume_limit, in one call each
--- (issue 26): the limit locked with its groups' other limits (id order, as keys.lock), the change
--- written, the free capacity granted over them all (limits_grant) and the audit row (5.5), with
--- capacity_after. p_capacity NULL resets the override (5.2); the caller checked its range.
+-- limits.engine.operator_actions.set_capacity, pause_limit / resume_limit, set_per_key and
+-- set_max_hold, in one call each (issue 26): the limit locked with its groups' other limits (id
+-- order, as keys.lock; a max hold locks the limit alone, as locked_limit), the change written, the
+-- free capacity granted over them all (limits_grant; a max hold grants nothing) and the audit row
+-- (5.5), with capacity_after for a capacity or a pause. p_value is the new capacity, per_key or
+-- max hold (ms); NULL resets the override (5.2, 9.4). The caller checked a capacity's and a max
+-- hold's range; a per_key outside 1..the capacity in force is refused here, under the lock
+-- ('bad_per_key', with that `capacity`: operator_actions words the error, as on SQLite). p_key:
+-- that key's pool size instead of the limit's per_key (its row created if new, as Pools.row).
 -- p_paused: pause (true) or resume (false); a limit already so changes nothing ('same').
--- 'unknown' for a name no limit has.
+-- 'unknown' for a name no limit has; 'bound' for a max hold of a workflow's own bound (11.5).
 CREATE OR REPLACE FUNCTION limits_operate(
-    p_name text, p_action text, p_capacity integer, p_paused boolean, p_actor text, p_now timestamptz,
-    p_reservation_ms bigint, p_owed_after_ms bigint, OUT outcome text, OUT woken text[]
+    p_name text, p_action text, p_value bigint, p_key text, p_paused boolean, p_actor text, p_now timestamptz,
+    p_reservation_ms bigint, p_owed_after_ms bigint, OUT outcome text, OUT woken text[], OUT capacity integer
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
@@ -666,18 +671,21 @@ BEGIN
         RETURN;
     END IF;
     v_ids := ARRAY[v_limit];
-    IF EXISTS (SELECT 1 FROM limits_limit WHERE id = v_limit AND group_waiting_count > 0)
-       OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_limit AND state = 'reserved' AND group_size > 1) THEN
+    IF p_action <> 'max_hold' AND (
+        EXISTS (SELECT 1 FROM limits_limit WHERE id = v_limit AND group_waiting_count > 0)
+        OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_limit AND state = 'reserved' AND group_size > 1)
+    ) THEN
         v_ids := v_ids || limits_partners(v_limit);
     END IF;
     FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
         v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
     END LOOP;
     SELECT * INTO l FROM limits_limit WHERE id = v_limit;
+    capacity := limits_capacity(l);
     IF p_action = 'capacity' THEN
         v_old := limits_capacity(l)::text;
-        UPDATE limits_limit SET capacity_override = p_capacity, updated_at = v_now WHERE id = v_limit;
-    ELSE
+        UPDATE limits_limit SET capacity_override = p_value, updated_at = v_now WHERE id = v_limit;
+    ELSIF p_action = 'pause' THEN
         IF (l.paused_at IS NOT NULL) = p_paused THEN
             outcome := 'same';
             RETURN;
@@ -685,19 +693,55 @@ BEGIN
         v_old := CASE WHEN p_paused THEN 'running' ELSE 'paused' END;
         v_new := CASE WHEN p_paused THEN 'paused' ELSE 'running' END;
         UPDATE limits_limit SET paused_at = CASE WHEN p_paused THEN v_now END, updated_at = v_now WHERE id = v_limit;
+    ELSIF p_action = 'max_hold' THEN
+        IF l.kind = 'workflow' THEN
+            outcome := 'bound';
+            RETURN;
+        END IF;
+        v_old := coalesce(l.max_hold_override_ms, l.declared_max_hold_ms)::text;
+        v_new := coalesce(p_value, l.declared_max_hold_ms)::text || CASE WHEN p_value IS NULL THEN ' (declared)' ELSE '' END;
+        UPDATE limits_limit SET max_hold_override_ms = p_value, last_event_at = v_now, updated_at = v_now
+        WHERE id = v_limit;
+        INSERT INTO limits_auditevent (at, actor, action, limit_id, slot_id, key, old_value, new_value, capacity_after)
+        VALUES (v_now, coalesce(p_actor, 'system'), 'max_hold', v_limit, '', '', v_old, v_new, NULL);
+        outcome := 'done';
+        RETURN;
+    ELSE  -- 'per_key'
+        IF p_value IS NOT NULL AND p_value NOT BETWEEN 1 AND limits_capacity(l) THEN
+            outcome := 'bad_per_key';
+            RETURN;
+        END IF;
+        IF p_key IS NULL THEN
+            v_old := coalesce(coalesce(l.per_key_override, l.declared_per_key)::text, 'none');
+            v_new := CASE WHEN p_value IS NULL THEN coalesce(l.declared_per_key::text, 'none') || ' (declared)'
+                          ELSE p_value::text END;
+            UPDATE limits_limit SET per_key_override = p_value, updated_at = v_now WHERE id = v_limit;
+        ELSE
+            v_old := coalesce(coalesce(
+                (SELECT k.pool_override FROM limits_limitkey k WHERE k.limit_id = v_limit AND k.key = p_key),
+                l.per_key_override, l.declared_per_key
+            )::text, 'none');
+            v_new := coalesce(coalesce(p_value, l.per_key_override, l.declared_per_key)::text, 'none')
+                     || CASE WHEN p_value IS NULL THEN ' (per_key)' ELSE '' END;
+            INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at, pool_override)
+            VALUES (v_limit, p_key, 0, 0, 0, v_now, p_value)
+            ON CONFLICT (limit_id, key) DO UPDATE SET pool_override = excluded.pool_override;
+        END IF;
     END IF;
     UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);  -- rules.clock_all
     SELECT g.woken INTO woken FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms) g;
     SELECT * INTO l FROM limits_limit WHERE id = v_limit;
     IF p_action = 'capacity' THEN
-        v_new := limits_capacity(l)::text || CASE WHEN p_capacity IS NULL THEN ' (declared)' ELSE '' END;
+        v_new := limits_capacity(l)::text || CASE WHEN p_value IS NULL THEN ' (declared)' ELSE '' END;
     END IF;
     INSERT INTO limits_auditevent (at, actor, action, limit_id, slot_id, key, old_value, new_value, capacity_after)
     VALUES (
         v_now, coalesce(p_actor, 'system'),
-        CASE WHEN p_action = 'capacity' THEN 'capacity' WHEN p_paused THEN 'pause' ELSE 'resume' END,
-        v_limit, '', '', v_old, v_new, limits_capacity(l)
+        CASE WHEN p_action IN ('capacity', 'per_key') THEN p_action WHEN p_paused THEN 'pause' ELSE 'resume' END,
+        v_limit, '', coalesce(p_key, ''), v_old, v_new,
+        CASE WHEN p_action <> 'per_key' THEN limits_capacity(l) END
     );
+    capacity := limits_capacity(l);
     outcome := 'done';
 END
 $$;

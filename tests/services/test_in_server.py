@@ -391,3 +391,68 @@ def test_an_operators_capacity_pause_and_resume_are_one_call_each(django_capture
     ]
     for name in ("x", "y"):
         assert_counters_match_rows(name)
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_operators_per_key_and_max_hold_are_one_call_each(django_capture_on_commit_callbacks) -> None:
+    """Issue 26: set_per_key (a limit's per_key or one key's pool size; raising it grants at once)
+    and set_max_hold lock, change, grant and audit in one call (limits_operate), as set_capacity
+    does; the limit they return is read after the commit, without a lock. A refusal the function
+    answers (no such limit, a pool size above the capacity, a workflow's own bound) is the Python
+    track's error, from the same one call, and changes nothing."""
+    from limits.engine.operator_actions import NO_MAX_HOLD
+
+    declare(api={"capacity": 3, "max_hold": "1h", "per_key": 1}, x={"capacity": 1, "max_hold": "1h"})
+    services.sync_workflow_bounds({"workflow.w": (2, None)})
+    services.acquire("api", run_id="r1", key="acme")
+    services.acquire("api", run_id="r2", request="q2", key="acme")  # acme's pool (1) is full: waits
+    services.acquire("api", run_id="r3", request="q3", key="acme")
+    services.acquire("x", run_id="r4")
+    services.acquire_group(["x", "api"], run_id="g5", request="g5", key="zeta")  # api is locked with x
+    for action, check in [
+        (lambda: services.set_per_key("api", 2, actor="user:ana"), lambda limit: limit.per_key == 2),
+        (lambda: services.set_per_key("api", 3, key="acme", actor="user:ana"), lambda limit: limit.per_key == 2),
+        (lambda: services.set_per_key("api", None, key="acme", actor="user:ana"), lambda limit: True),
+        (lambda: services.set_per_key("api", None, actor="user:ana"), lambda limit: limit.per_key == 1),
+        (lambda: services.set_per_key("api", 2, key="new", actor="user:ana"), lambda limit: True),
+        (lambda: services.set_max_hold("api", "30m", actor="user:ana"), lambda limit: limit.max_hold_ms == 1_800_000),
+        (lambda: services.set_max_hold("api", None, actor="user:ana"), lambda limit: limit.max_hold_ms == 3_600_000),
+    ]:
+        limit, sent = _engine_statements(action)
+        assert check(limit)
+        assert [sql for sql in sent if "limits_operate(" in sql] == sent[:1] and len(sent) == 2, sent
+        assert not [sql for sql in sent if re.search(r"FOR (NO KEY )?UPDATE", sql)]
+    assert Slot.objects.get(request="q2").state == "reserved"  # per_key 2: acme's second slot
+    assert Slot.objects.get(request="q3").state == "reserved"  # acme's own pool of 3
+    assert QueueEntry.objects.filter(request="g5", state="waiting").count() == 2  # x stays full
+    audit = list(
+        AuditEvent.objects.filter(action__in=["per_key", "max_hold"])
+        .order_by("id")
+        .values_list("action", "key", "old_value", "new_value", "capacity_after")
+    )
+    assert audit == [
+        ("per_key", "", "1", "2", None),
+        ("per_key", "acme", "2", "3", None),
+        ("per_key", "acme", "3", "2 (per_key)", None),
+        ("per_key", "", "2", "1 (declared)", None),
+        ("per_key", "new", "1", "2", None),
+        ("max_hold", "", "3600000", "1800000", None),
+        ("max_hold", "", "1800000", "3600000 (declared)", None),
+    ]
+    not_a_number = "per_key must be a whole number from 1 to capacity (3), not '2'"
+    refusals = [
+        (lambda: services.set_per_key("nope", 1), "limit", "unknown limit 'nope'"),
+        (lambda: services.set_per_key("api", 4, key="acme"), "per_key", "per_key must be at most capacity (3)"),
+        (lambda: services.set_per_key("api", 0), "per_key", "per_key must be at least 1, not 0"),
+        (lambda: services.set_per_key("api", "2"), "per_key", not_a_number),
+        (lambda: services.set_max_hold("nope", "1h"), "limit", "unknown limit 'nope'"),
+        (lambda: services.set_max_hold("workflow.w", "1h"), "max_hold", NO_MAX_HOLD.format(name="workflow.w")),
+    ]  # fmt: skip
+    for action, field, message in refusals:
+        with pytest.raises(services.LimitsError) as refused:
+            _engine_statements(action)
+        assert (refused.value.field, refused.value.message) == (field, message)
+    assert AuditEvent.objects.filter(action__in=["per_key", "max_hold"]).count() == len(audit)
+    for name in ("api", "x"):
+        assert_counters_match_rows(name)
