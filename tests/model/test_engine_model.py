@@ -345,9 +345,9 @@ class EngineAgainstModel(RuleBasedStateMachine):
         # SPEC 6.5 and 10.3: no waiting run that nothing stops is left waiting after a step (why
         # it waits is never `next`), save one whose deadline passed (the next settle times it out).
         now = self.now()
-        waiting = list(QueueEntry.objects.filter(state=QueueEntry.State.WAITING, deadline__gt=now))
-        reasons = services.why_waiting(waiting, now)
-        left = [(e.run_id, e.limit_id) for e in waiting if reasons[e.id].code == "next"]
+        queued = list(QueueEntry.objects.filter(state=QueueEntry.State.WAITING, deadline__gt=now))
+        reasons = services.why_waiting(queued, now)
+        left = [(e.run_id, e.limit_id) for e in queued if reasons[e.id].code == "next"]
         assert not left, f"waiting runs nothing stops: {left}"
 
     def same_outcome(self, got: Any, expected: Any) -> None:
