@@ -250,7 +250,7 @@ def limit_list(request: ApiRequest) -> JsonResponse:
 @token_auth()
 def limit_detail(request: ApiRequest, name: str) -> JsonResponse:
     limit = _limit(name)
-    box_base = selectors.box_base() if limit.is_workflow_bound else None
+    box_base = selectors.box_base() if not limit.is_box else None
     return JsonResponse(serializers.limit_summary(limit, box_base=box_base))
 
 

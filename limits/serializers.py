@@ -43,7 +43,9 @@ def limit_summary(limit: Limit, *, box_base: int | None = None) -> dict[str, obj
     declared values and whether an operator overrode them. A workflow's own bound also has
     `in_force`, the runs of it that execute at once, and `capped_by_box`: true when `box_base`
     (the declared box's base, selectors.box_base) is below its total (SPEC 12.3, "capped by the
-    box's base")."""
+    box's base"). Under a box, any other limit has `whole_runs_in_force` (at most that many runs
+    hold it for their whole run at once: its capacity, or the base below it) and `capped_by_box`;
+    its slots taken in bodies still have the whole capacity."""
     bound = limit.is_workflow_bound
     no_hold = bound or limit.is_box  # a run holds its slot of either until it ends (or suspends)
     summary: dict[str, object] = {
@@ -68,9 +70,12 @@ def limit_summary(limit: Limit, *, box_base: int | None = None) -> dict[str, obj
     }
     if limit.is_box:
         summary |= box_fields(limit)
-    elif bound:
+    elif bound or box_base is not None:
         capped = box_base is not None and box_base < limit.capacity
-        summary |= {"in_force": box_base if capped else limit.capacity, "capped_by_box": capped}
+        in_force = box_base if capped and box_base is not None else limit.capacity
+        summary |= {"whole_runs_in_force": in_force, "capped_by_box": capped}
+        if bound:
+            summary["in_force"] = in_force
     return summary
 
 

@@ -484,12 +484,13 @@ def _live_context(
     selectors.with_group_partners(limit, queue.items)
     selectors.with_reasons(limit, queue.items)
     no_key = selectors.no_key_pool(limit) if keys.number == 1 and not here.key_filter else None
-    box_base = selectors.box_base() if limit.is_workflow_bound else None
+    box_base = selectors.box_base() if not limit.is_box else None
     return {
         "limit": limit,
         # Runs hold its slots while they execute (a workflow's bound, the box): runs tables.
         "runs_bound": limit.is_workflow_bound or limit.is_box,
-        # SPEC 12.3: a workflow's total above the box's base acts as the base.
+        # SPEC 12.3: a workflow's total, or a limit's capacity, above the box's base acts as the
+        # base for whole runs.
         "capped_by_box": box_base if box_base is not None and box_base < limit.capacity else None,
         "here": here,
         "slots": slots,

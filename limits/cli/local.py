@@ -70,7 +70,7 @@ class LocalBackend:
             )
             for index, (entry, eta) in enumerate(zip(entry_list, etas, strict=True))
         ]
-        box_base = selectors.box_base() if limit.is_workflow_bound else None
+        box_base = selectors.box_base() if not limit.is_box else None
         return SlotsView(
             limit=serializers.limit_summary(limit, box_base=box_base),
             slots=slots[:cut],

@@ -180,8 +180,10 @@ def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = 
                 f"box: base {limit.get('base')}" + ("*" if limit.get("base_overridden") else "")
                 + f", burst {_burst(limit.get('burst'))}" + ("*" if limit.get("burst_overridden") else "")
             )  # fmt: skip
-        if limit.get("capped_by_box"):
+        if limit.get("capped_by_box") and is_bound(limit):
             notes.append(f"capped by the box's base: {limit.get('in_force')} at once")
+        elif limit.get("capped_by_box"):
+            notes.append(f"whole runs capped by the box's base: {limit.get('whole_runs_in_force')}")
         if limit.get("paused"):  # .get: an installation from before pause
             notes.insert(0, "paused")
         if limit["reserved"]:

@@ -164,7 +164,12 @@ def test_list_json_has_the_box_row_first_and_a_capped_bound_says_so(busy_box) ->
     assert {"declared_capacity", "max_hold_ms", "in_use", "reserved", "per_key", "paused"} <= set(box)
     bound = next(row for row in rows if row["name"] == "workflow.cli_box_two")
     assert (bound["capacity"], bound["in_force"], bound["capped_by_box"]) == (5, 1, True)
-    assert "capped_by_box" not in next(row for row in rows if row["name"] == "partner-api")
+    partner = next(row for row in rows if row["name"] == "partner-api")  # whole runs capped at the base (12.3)
+    assert (partner["whole_runs_in_force"], partner["capped_by_box"]) == (
+        min(partner["capacity"], 1),
+        partner["capacity"] > 1,
+    )
+    assert "in_force" not in partner  # its slots taken in run bodies have the whole capacity
 
     table = run_cli("list").out.splitlines()
     assert table[1].split()[:3] == ["box", "2/2", "1"]

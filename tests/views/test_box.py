@@ -182,3 +182,10 @@ def test_the_box_page_runs_a_constant_number_of_queries(busy_box, viewer_client,
     for n in range(6):
         start_run(one if n % 2 else two, {"label": f"more{n}"})
     assert count() == before
+
+
+def test_a_limit_above_the_base_says_its_whole_runs_are_capped_by_the_box(busy_box, viewer_client) -> None:
+    """SPEC 12.3 for a named limit: capacity 2, base 1: one run at a time holds it for its whole run."""
+    page = viewer_client.get("/studio/limits/aa-first-by-name/").content.decode()
+    assert 'id="capped-note"' in page and "Whole runs capped by the box’s base" in page
+    assert "whole runs capped by the box's base: 1" in viewer_client.get("/studio/limits/").content.decode()
