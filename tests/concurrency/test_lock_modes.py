@@ -78,7 +78,8 @@ def _holding() -> dict[str, Callable[[], Any]]:
         "limits_acquire": sql("SELECT outcome FROM limits_acquire('calls', 'r', 'req-a', '', 1000, now())", []),
         "limits_release": sql("SELECT outcome FROM limits_release(%s, now(), 120000, 120000, NULL)", [held]),
         "limits_acquire_group": sql(
-            "SELECT outcome FROM limits_acquire_group('{calls}', 'r', 'req-g', '', '{k1}', 1000, now(), 120000, 120000, false)",
+            "SELECT outcome FROM limits_acquire_group("
+            "'{calls}', 'r', 'req-g', '', '{k1}', 1000, now(), 120000, 120000, false)",
             [],
         ),
         "keyed limits_release": sql("SELECT outcome FROM limits_release(%s, now(), 120000, 120000, NULL)", [keyed]),

@@ -280,7 +280,8 @@ def test_a_function_that_answers_slow_inside_a_transaction_keeps_no_limit_locked
     calls: dict[str, tuple[str, list[str]]] = {
         "limits_acquire": ("SELECT outcome FROM limits_acquire('b', 'r', 'req-1', '', 1000, now())", []),
         "limits_acquire_group": (  # c is undeclared: found once every limit is locked
-            "SELECT outcome FROM limits_acquire_group('{b,c}', 'r', 'req-2', '', '{k9,k9}', 1000, now(), 120000, 120000, false)",
+            "SELECT outcome FROM limits_acquire_group("
+            "'{b,c}', 'r', 'req-2', '', '{k9,k9}', 1000, now(), 120000, 120000, false)",
             [],
         ),
     }
