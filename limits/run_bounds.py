@@ -158,12 +158,13 @@ def bounds_for_run(workflow_name: str, limits: object = None, concurrency_key: o
     return own + list(named) + box, key
 
 
-def box_place(run_id: str, request: str) -> services.BoxPlace | None:
+def box_place(run_id: str, request: str, *, run: tuple[str, Sequence[str]] | None = None) -> services.BoxPlace | None:
     """The box slot a run needs beside a limit's slot in its body (SPEC 12.2), for the
     acquisition `request`: for a run started under the box (its bounds name it) while the box is
     still declared, or whose wait `request` joined the box's queue before the box was undeclared
-    (the box slot granted with it is the run's to resume in, freed when it ends); None otherwise."""
-    found = Run.objects.filter(id=run_id).values_list("workflow", "bounds").first()
+    (the box slot granted with it is the run's to resume in, freed when it ends); None otherwise.
+    `run`: its (workflow, bounds) when the caller has read them (no query then, for most runs)."""
+    found = run if run is not None else Run.objects.filter(id=run_id).values_list("workflow", "bounds").first()
     if found is None or BOX_NAME not in found[1]:
         return None
     if not Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True).exists() and (

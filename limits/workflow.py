@@ -120,7 +120,7 @@ def _acquire(
     request = f"{ctx.run_id}:{seq}"
     with transaction.atomic():
         lock_own_run(ctx)
-        box = run_bounds.box_place(ctx.run_id, request)
+        box = run_bounds.box_place(ctx.run_id, request, run=(ctx.workflow, ctx.bounds) if ctx.workflow else None)
         if many or key is not None or box is not None:
             outcome = services.acquire_group(
                 limits, run_id=ctx.run_id, request=request, label=label, timeout=timeout, key=key, box=box
@@ -169,7 +169,7 @@ def _box_slot_again(ctx: RunContext, request: str, label: str | None, box: servi
     the box's queue, suspend the run with its hook step still waiting, and answer False. True
     also when the box has left the config meanwhile (the run no longer needs one)."""
     request = f"{request}{BOX_AGAIN_SUFFIX}"
-    if run_bounds.box_place(ctx.run_id, request) is None:
+    if run_bounds.box_place(ctx.run_id, request, run=(ctx.workflow, ctx.bounds) if ctx.workflow else None) is None:
         return True
     again = services.acquire_group(
         [],

@@ -109,7 +109,7 @@ def test_redis_reads_the_maintenance_queue_first() -> None:
 
     runs, maintenance = f"runs-{uuid.uuid4().hex[:8]}", settings.STACKBONE_MAINTENANCE_QUEUE
     options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
-    assert options["queue_order_strategy"] == "studio.plumbing.broker:MaintenanceFirst"
+    assert options["queue_order_strategy"] == "stackbone.plumbing.broker:MaintenanceFirst"
     try:
         with Connection(settings.CELERY_BROKER_URL, transport_options=options) as conn:
             assert read_in_order(conn, runs) == [maintenance] * 2 + [runs] * 3

@@ -208,6 +208,8 @@ class RunContext:
     seq: int = 0
     in_step: bool = False
     opened: list[int] = field(default_factory=list)
+    workflow: str = ""  # the run's, as read when this advance began
+    bounds: tuple[str, ...] = ()  # the limits it holds for its whole run (SPEC 11), as read then
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -455,7 +457,7 @@ def advance(run_id: str) -> str:
     # query for its steps.
     run = Run.objects.annotate(has_steps=Exists(Step.objects.filter(run_id=OuterRef("pk")))).get(id=run_id)
     recorded = {s.seq: s for s in run.step_records.all()} if run.has_steps else {}
-    ctx = RunContext(run_id=run_id, owner=owner, recorded=recorded)
+    ctx = RunContext(run_id=run_id, owner=owner, recorded=recorded, workflow=run.workflow, bounds=tuple(run.bounds))
     if run.status == Run.Status.QUEUED:
         verdict = _pass_the_start_gate(run, owner)
         if verdict == "wait":
