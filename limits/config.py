@@ -21,7 +21,9 @@ from limits.durations import DurationError, parse_duration
 NAME_RE = re.compile(r"[a-z0-9._-]{1,64}")
 MIN_CAPACITY = 1
 MAX_CAPACITY = 100_000
-LIMIT_FIELDS = frozenset({"capacity", "max_hold", "per_key"})
+LIMIT_FIELDS = frozenset({"capacity", "max_hold", "per_key", "share"})
+SHARES = ("fifo", "fair")  # SPEC 13.1: first come, first served (the default), or fair shares between keys
+MIN_WEIGHT, MAX_WEIGHT = 1, 100
 KEY_MAX_LENGTH = 128
 BOUND_PREFIX = "workflow."  # a workflow's own bound is the limit 'workflow.<workflow name>' (SPEC 11.5)
 BOX_NAME = "box"  # the box's own run concurrency is the limit 'box', kind 'box' (SPEC 12.2)
@@ -55,6 +57,7 @@ class LimitSpec:
     capacity: int
     max_hold_ms: int
     per_key: int | None = None
+    share: str = "fifo"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,25 @@ def check_per_key(value: object, capacity: int) -> int:
     return value
 
 
+def check_share(value: object) -> str:
+    if value not in SHARES:
+        raise ValueError(f"must be 'fifo' or 'fair', not {value!r}")
+    assert isinstance(value, str)
+    return value
+
+
+def check_weight(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_WEIGHT <= value <= MAX_WEIGHT:
+        raise ValueError(f"must be a whole number from {MIN_WEIGHT} to {MAX_WEIGHT}, not {value!r}")
+    return value
+
+
+def check_minimum(value: object, capacity: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= capacity:
+        raise ValueError(f"must be a whole number from 0 to capacity ({capacity}), not {value!r}")
+    return value
+
+
 def check_key(key: object) -> str:
     """A concurrency key (SPEC 9.2): 1 to 128 characters, none of them a control character.
     Case-sensitive; shown beside the slot like a label."""
@@ -182,6 +204,7 @@ def define_workspace(
             capacity=check_capacity(fields["capacity"]),
             max_hold_ms=parse_duration(fields["max_hold"]),
             per_key=None if per_key is None else check_per_key(per_key, check_capacity(fields["capacity"])),
+            share=check_share(fields.get("share", "fifo")),
         )
     box = None
     if run_concurrency is not None:
@@ -212,7 +235,7 @@ def _problems_of(name: object, fields: object) -> list[str]:
     problems: list[str] = []
     unknown = sorted(set(fields) - LIMIT_FIELDS, key=str)
     if unknown:
-        problems.append(f"limit {name!r}: unknown field {unknown[0]!r} (allowed: capacity, max_hold, per_key)")
+        problems.append(f"limit {name!r}: unknown field {unknown[0]!r} (allowed: capacity, max_hold, per_key, share)")
     capacity: int | None = None
     if "capacity" not in fields:
         problems.append(f"limit {name!r}: capacity is required")
@@ -233,6 +256,11 @@ def _problems_of(name: object, fields: object) -> list[str]:
             check_per_key(fields["per_key"], capacity)
         except ValueError as error:
             problems.append(f"limit {name!r}: per_key {error}")
+    if "share" in fields:
+        try:
+            check_share(fields["share"])
+        except ValueError as error:
+            problems.append(f"limit {name!r}: share {error}")
     return problems
 
 

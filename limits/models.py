@@ -90,6 +90,15 @@ class Limit(models.Model):
     group_waiting_count = models.IntegerField(
         db_default=0, default=0, help_text="Waiting entries of acquisitions of several limits."
     )
+    declared_share = models.CharField(
+        max_length=8,
+        default="fifo",
+        db_default="fifo",
+        help_text="SPEC 13.1: 'fifo' (first come, first served) or 'fair' (fair shares between keys).",
+    )
+    share_override = models.CharField(
+        max_length=8, blank=True, default="", db_default="", help_text="An operator's share; empty: the declared one."
+    )
     declared_burst = models.FloatField(
         null=True, blank=True, help_text="The box bound only (SPEC 12.1): its burst factor from the config."
     )
@@ -175,6 +184,15 @@ class Limit(models.Model):
         return self.kind == self.Kind.WORKFLOW
 
     @property
+    def share(self) -> str:
+        """How its capacity is shared between keys (SPEC 13): 'fifo' or 'fair'."""
+        return self.share_override or self.declared_share
+
+    @property
+    def is_fair(self) -> bool:
+        return self.share == "fair"
+
+    @property
     def is_box(self) -> bool:
         return self.kind == self.Kind.BOX
 
@@ -241,6 +259,10 @@ class LimitKey(models.Model):
     reserved_count = models.IntegerField(default=0)
     waiting_count = models.IntegerField(default=0)
     pool_override = models.IntegerField(null=True, blank=True, help_text="This key's pool size (SPEC 9.4).")
+    weight = models.IntegerField(default=1, db_default=1, help_text="Its weight on a fair limit (SPEC 13.1): 1-100.")
+    minimum = models.IntegerField(
+        default=0, db_default=0, help_text="On a fair limit, slots it is served first below (SPEC 13.1)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -255,7 +277,11 @@ class LimitKey(models.Model):
                 name="limitkey_pool_override_range",
             ),
         ]
-        indexes = [models.Index(fields=["limit", "-busy_count", "key"], name="limitkey_busiest")]
+        indexes = [
+            models.Index(fields=["limit", "-busy_count", "key"], name="limitkey_busiest"),
+            # SPEC 13.2: the keys with runs waiting, which a fair grant chooses between
+            models.Index(fields=["limit", "key"], condition=Q(waiting_count__gt=0), name="limitkey_waiting"),
+        ]
 
     def __str__(self) -> str:  # the admin's titles and history: user text escaped (limits.printable)
         return f"{self.limit_id}:{printable(self.key)}"
@@ -420,6 +446,9 @@ class AuditEvent(models.Model):
         PAUSE = "pause", "paused the limit"
         RESUME = "resume", "resumed the limit"
         BOX = "box", "changed the box's run concurrency"
+        SHARE = "share", "switched fifo/fair"
+        WEIGHT = "weight", "changed a key's weight"
+        MINIMUM = "min", "changed a key's min"
 
     at = models.DateTimeField()
     actor = models.CharField(max_length=150)

@@ -23,13 +23,13 @@ waiting (the next release of one of its limits, or the sweep within 15 s, takes 
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
+from fractions import Fraction
 
 from django.db import connection
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, F, Min, Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from limits.config import BOX_NAME
@@ -146,6 +146,23 @@ def whole_run_room(limit: Limit, request: str, base: int | None) -> bool:
         return True
     held = Slot.objects.filter(limit=limit, state__in=LIVE_SLOT_STATES, request__endswith=WHOLE_RUN_SUFFIX)
     return held.count() < base
+
+
+def fair_shares(limit: Limit, keys: Iterable[str]) -> dict[str, tuple[bool, Fraction]]:
+    """SPEC 13.2's order of these keys of a fair limit: (holding at least its min, (busy +
+    reserved) / weight), smallest first. The no-key pool ('') has weight 1 and min 0."""
+    keys = list(keys)
+    rows = pools(limit).rows
+    missing = [k for k in keys if k and k not in rows]
+    if missing:
+        rows |= dict.fromkeys(missing) | {row.key: row for row in LimitKey.objects.filter(limit=limit, key__in=missing)}
+    found = {}
+    for key in keys:
+        row = rows.get(key) if key else None
+        weight, minimum = (row.weight, row.minimum) if row is not None else (1, 0)
+        in_use = pools(limit).in_use(key)
+        found[key] = (in_use >= minimum, Fraction(in_use, weight))
+    return found
 
 
 def pools(limit: Limit) -> Pools:
@@ -407,9 +424,50 @@ class _Grant:
 
     def _candidates(self) -> Iterator[QueueEntry]:
         """Waiting entries of the locked limits with room, oldest first over all of them (entry
-        ids follow arrival; within one limit they follow the position), skipping full pools."""
-        streams = [self._stream(limit) for limit in self.locked.values() if limit.waiting_count]
-        return heapq.merge(*streams, key=lambda entry: entry.id)
+        ids follow arrival; within one limit they follow the position), skipping full pools. A
+        fair limit's stream comes in the order of SPEC 13.2 (`_fair_stream`), which a grant
+        changes: each stream's next head is read only once its last one was dealt with."""
+        streams = {
+            limit.id: self._fair_stream(limit) if limit.is_fair else self._stream(limit)
+            for limit in self.locked.values()
+            if limit.waiting_count
+        }
+        heads: dict[int, QueueEntry] = {}
+        while True:
+            for limit_id in [i for i in streams if i not in heads]:
+                head = next(streams[limit_id], None)
+                if head is None:
+                    del streams[limit_id]
+                else:
+                    heads[limit_id] = head
+            if not heads:
+                return
+            yield heads.pop(min(heads, key=lambda i: heads[i].id))
+
+    def _fair_stream(self, limit: Limit) -> Iterator[QueueEntry]:
+        """A fair limit's waiting entries in the order of SPEC 13.2, read again after each one is
+        dealt with (a grant changes its key's share): among the keys with a waiting entry whose
+        pool has room, first those holding fewer than their `min`, then the smallest (busy +
+        reserved) / weight, ties to the key whose oldest waiting entry arrived first; within a
+        key, arrival order. An entry dealt with and not granted (a group another limit stops,
+        10.2) is passed: the key's next one comes up. No entry behind an owed run (10.4)."""
+        passed: list[int] = []
+        while limit.room:
+            waiting = QueueEntry.objects.filter(limit=limit, state=QueueEntry.State.WAITING).exclude(id__in=passed)
+            full = pools(limit).full_keys()
+            if full:
+                waiting = waiting.exclude(key__in=full)
+            barrier = self.barrier(limit)
+            if barrier is not None:
+                waiting = waiting.filter(position__lte=barrier.position)
+            heads = dict(waiting.values_list("key").annotate(head=Min("position")).order_by())
+            if not heads:
+                return
+            shares = fair_shares(limit, heads)
+            key = min(heads, key=lambda k: (*shares[k], heads[k]))
+            entry = waiting.get(key=key, position=heads[key])
+            passed.append(entry.id)
+            yield entry
 
     def _stream(self, limit: Limit) -> Iterator[QueueEntry]:
         after = 0

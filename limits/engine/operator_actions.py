@@ -15,7 +15,10 @@ from limits.config import (
     check_burst,
     check_capacity,
     check_ceiling,
+    check_minimum,
     check_per_key,
+    check_share,
+    check_weight,
 )
 from limits.durations import MAX_DURATION_MS
 from limits.engine import keys, rules, server
@@ -353,6 +356,79 @@ BOX_NAME_TAKEN = (
 )
 
 
+def set_share(name: str, value: object, *, actor: str | None = None) -> Limit:
+    """Switch a limit between first come, first served ('fifo') and fair shares between keys
+    ('fair'), or reset it to the declared share with None (SPEC 13.5). Audited; a deploy keeps it.
+    The next grant follows the new order; nothing held changes."""
+    share = None
+    if value is not None:
+        try:
+            share = check_share(value)
+        except ValueError as error:
+            raise LimitsError(f"share {error}", field="share") from None
+    _not_the_box(name, "share")
+    with transaction.atomic(durable=True):
+        (limit, locked), changes = rules.locked_by_name(name), Changes()
+        now = rules.clock_all(locked)
+        old = limit.share
+        limit.share_override = share or ""
+        limit.save(update_fields=["share_override", "updated_at"])
+        rules.settle_all(locked, now, changes)
+        rules.save_all(locked)
+        new = f"{limit.share} (declared)" if share is None else limit.share
+        rules.audit(limit, actor, AuditEvent.Action.SHARE, now, old=old, new=new)
+        rules.wake_on_commit(changes.woken)
+        return limit
+
+
+def set_weight(name: str, value: object, *, key: object, actor: str | None = None) -> Limit:
+    """Set one key's weight on a limit (1-100), or reset it to 1 with None (SPEC 13.1, 13.5): on
+    a fair limit the key's share is capacity x weight / the weights of the keys holding or
+    waiting. Audited; a deploy keeps it."""
+    weight = 1
+    if value is not None:
+        try:
+            weight = check_weight(value)
+        except ValueError as error:
+            raise LimitsError(f"weight {error}", field="weight") from None
+    return _set_key_field(name, key, "weight", weight, AuditEvent.Action.WEIGHT, actor, reset=value is None)
+
+
+def set_min(name: str, value: object, *, key: object, actor: str | None = None) -> Limit:
+    """Set one key's min on a limit (0 to its capacity), or reset it to 0 with None (SPEC 13.1,
+    13.5): on a fair limit a key holding fewer slots than its min is served first. Audited; a
+    deploy keeps it."""
+    return _set_key_field(name, key, "minimum", value, AuditEvent.Action.MINIMUM, actor, reset=value is None)
+
+
+def _set_key_field(
+    name: str, key: object, field: str, value: object, action: str, actor: str | None, *, reset: bool
+) -> Limit:
+    checked_key = check_key(key)
+    shown = "min" if field == "minimum" else field
+    _not_the_box(name, shown)
+    with transaction.atomic(durable=True):
+        (limit, locked), changes = rules.locked_by_name(name), Changes()
+        if field == "minimum":
+            try:
+                value = 0 if reset else check_minimum(value, limit.capacity)
+            except ValueError as error:
+                raise LimitsError(f"min {error}", field="min") from None
+        now = rules.clock_all(locked)
+        pools = keys.pools(limit)
+        row = pools.row(checked_key, create=True)
+        assert row is not None
+        old = getattr(row, field)
+        setattr(row, field, value)
+        row.save(update_fields=[field])
+        rules.settle_all(locked, now, changes)  # a min or weight raised may put a key first
+        rules.save_all(locked)
+        new = f"{value} (default)" if reset else str(value)
+        rules.audit(limit, actor, action, now, old=str(old), new=new, key=checked_key)
+        rules.wake_on_commit(changes.woken)
+        return limit
+
+
 def _pool_text(size: int | None) -> str:
     return "none" if size is None else str(size)
 
@@ -381,20 +457,34 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
                     declared_capacity=spec.capacity,
                     declared_max_hold_ms=spec.max_hold_ms,
                     declared_per_key=spec.per_key,
+                    declared_share=spec.share,
                 )
                 report.created.append(name)
                 continue
-            before = (limit.declared, limit.declared_capacity, limit.declared_max_hold_ms, limit.declared_per_key)
-            after = (True, spec.capacity, spec.max_hold_ms, spec.per_key)
+            before = (
+                limit.declared,
+                limit.declared_capacity,
+                limit.declared_max_hold_ms,
+                limit.declared_per_key,
+                limit.declared_share,
+            )
+            after = (True, spec.capacity, spec.max_hold_ms, spec.per_key, spec.share)
             if before == after:
                 continue
-            limit.declared, limit.declared_capacity, limit.declared_max_hold_ms, limit.declared_per_key = after
+            (
+                limit.declared,
+                limit.declared_capacity,
+                limit.declared_max_hold_ms,
+                limit.declared_per_key,
+                limit.declared_share,
+            ) = after
             limit.save(
                 update_fields=[
                     "declared",
                     "declared_capacity",
                     "declared_max_hold_ms",
                     "declared_per_key",
+                    "declared_share",
                     "updated_at",
                 ]
             )
@@ -434,10 +524,12 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
     return report
 
 
-def _declared_text(declared: bool, capacity: int, max_hold_ms: int, per_key: int | None) -> str:
+def _declared_text(declared: bool, capacity: int, max_hold_ms: int, per_key: int | None, share: str = "fifo") -> str:
     text = f"capacity {capacity}, max hold {max_hold_ms} ms"
     if per_key is not None:
         text += f", per_key {per_key}"
+    if share != "fifo":
+        text += f", share {share}"
     return text + ("" if declared else ", undeclared")
 
 

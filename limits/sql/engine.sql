@@ -114,6 +114,15 @@ BEGIN
 END
 $$;
 
+-- Limit.is_fair (SPEC 13.1): its capacity is shared fairly between keys. PL/pgSQL for the reason
+-- given at limits_is_plain (the columns come with limits/0031).
+CREATE OR REPLACE FUNCTION limits_is_fair(l limits_limit) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN coalesce(nullif(l.share_override, ''), l.declared_share) = 'fair';
+END
+$$;
+
 -- limits.engine.keys.box_base: the base of the box's run concurrency in force (SPEC 12.1, 12.5),
 -- NULL without one. PL/pgSQL for the reason given at limits_is_plain (kind comes later).
 CREATE OR REPLACE FUNCTION limits_box_base() RETURNS integer
@@ -1140,6 +1149,7 @@ DECLARE
     v_runs text[];
     v_ok boolean;
     v_base integer := limits_box_base();  -- SPEC 12.3: whole runs per limit (keys._Grant.base)
+    v_dealt bigint[] := '{}';  -- entries dealt with (fair limits choose again after each)
     i integer;
 BEGIN
     timed_out := 0;
@@ -1174,27 +1184,65 @@ BEGIN
     END LOOP;
     LOOP
         e := NULL;
-        SELECT q.* INTO e
-        FROM limits_limit lim
-        CROSS JOIN LATERAL (  -- once per limit, not per entry scanned
-            SELECT coalesce(limits_owed_position(lim, p_now, p_owed_after_ms), 9223372036854775807) AS owed
-        ) o
-        CROSS JOIN LATERAL (
-            SELECT w.* FROM limits_queueentry w
-            WHERE w.limit_id = lim.id AND w.state = 'waiting'
-              AND w.position > coalesce((v_after ->> lim.id::text)::bigint, 0)
-              AND w.position <= o.owed
-              AND limits_pool_room(lim, w.key)
-              AND limits_whole_run_room(lim, w.request, v_base)
-            ORDER BY w.position
-            LIMIT 1
-        ) q
-        WHERE lim.id = ANY (p_limits) AND lim.waiting_count > 0
-          AND limits_room(lim) > 0
-        ORDER BY q.id
+        SELECT c.* INTO e FROM (
+            SELECT q.*
+            FROM limits_limit lim
+            CROSS JOIN LATERAL (  -- once per limit, not per entry scanned
+                SELECT coalesce(limits_owed_position(lim, p_now, p_owed_after_ms), 9223372036854775807) AS owed
+            ) o
+            CROSS JOIN LATERAL (
+                SELECT w.* FROM limits_queueentry w
+                WHERE w.limit_id = lim.id AND w.state = 'waiting'
+                  AND w.position > coalesce((v_after ->> lim.id::text)::bigint, 0)
+                  AND w.position <= o.owed
+                  AND limits_pool_room(lim, w.key)
+                  AND limits_whole_run_room(lim, w.request, v_base)
+                ORDER BY w.position
+                LIMIT 1
+            ) q
+            WHERE lim.id = ANY (p_limits) AND lim.waiting_count > 0
+              AND limits_room(lim) > 0 AND NOT limits_is_fair(lim)
+            UNION ALL
+            -- keys._Grant._fair_stream (SPEC 13.2): among the keys with a waiting entry whose pool
+            -- has room, first those holding fewer than their min, then the smallest in use /
+            -- weight, ties to the oldest head; the key's oldest entry not dealt with yet.
+            SELECT f.*
+            FROM limits_limit lim
+            CROSS JOIN LATERAL (
+                SELECT coalesce(limits_owed_position(lim, p_now, p_owed_after_ms), 9223372036854775807) AS owed
+            ) o
+            CROSS JOIN LATERAL (
+                SELECT w.* FROM (
+                    SELECT k.key, k.in_use, k.weight, k.minimum, (
+                        SELECT h.position FROM limits_queueentry h
+                        WHERE h.limit_id = lim.id AND h.state = 'waiting' AND h.key = k.key
+                          AND h.position <= o.owed AND NOT (h.id = ANY (v_dealt))
+                          AND limits_whole_run_room(lim, h.request, v_base)
+                        ORDER BY h.position
+                        LIMIT 1
+                    ) AS head
+                    FROM (
+                        SELECT lk.key, lk.busy_count + lk.reserved_count AS in_use, lk.weight, lk.minimum
+                        FROM limits_limitkey lk WHERE lk.limit_id = lim.id AND lk.waiting_count > 0
+                        UNION ALL
+                        SELECT '', lim.busy_count + lim.reserved_count - lim.keyed_busy_count
+                                   - lim.keyed_reserved_count, 1, 0
+                        WHERE lim.waiting_count > lim.keyed_waiting_count
+                    ) k
+                    WHERE limits_pool_room(lim, k.key)
+                ) r
+                JOIN limits_queueentry w ON w.limit_id = lim.id AND w.position = r.head
+                ORDER BY r.in_use >= r.minimum, r.in_use::numeric / r.weight, r.head
+                LIMIT 1
+            ) f
+            WHERE lim.id = ANY (p_limits) AND lim.waiting_count > 0
+              AND limits_room(lim) > 0 AND limits_is_fair(lim)
+        ) c
+        ORDER BY c.id
         LIMIT 1;
         EXIT WHEN e.id IS NULL;
         v_after := v_after || jsonb_build_object(e.limit_id::text, e.position);
+        v_dealt := v_dealt || e.id;  -- a fair limit's stream moves past it (keys._fair_stream)
         CONTINUE WHEN e.request = ANY (v_decided);
         IF e.group_size = 1 THEN
             v_here := ARRAY[e];

@@ -1,0 +1,123 @@
+"""SPEC 13: fair shares between keys. Each test names its rule and fails when the rule breaks, on
+SQLite (limits.engine.keys._fair_stream) and on PostgreSQL (limits_grant's fair branch).
+
+Must never happen on a fair limit (limits verify and the model test check it from the rows): a
+grant to a key while another key that could have been served stood before it in the order of
+13.2; capacity left free, not held for an owed run, while a run that could be granted waits."""
+
+from __future__ import annotations
+
+import pytest
+
+from limits import services
+from limits.config import ConfigError, define_workspace
+from limits.models import AuditEvent, Limit, LimitKey
+from limits.verify import verify
+from tests.factories import assert_counters_match_rows, holders
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def fair(capacity: int = 2, **fields: object) -> Limit:
+    services.sync_workspace(
+        define_workspace(limits={"api": {"capacity": capacity, "max_hold": "1h", "share": "fair", **fields}})
+    )
+    return Limit.objects.get(name="api")
+
+
+def take(run: str, key: str | None) -> services.Acquisition:
+    return services.acquire("api", run_id=run, request=run, key=key, timeout="1h")
+
+
+def runs_holding() -> list[str]:
+    return sorted(run for run, _ in holders("api"))
+
+
+def test_13_1_share_is_declared_and_checked() -> None:
+    assert fair().share == "fair"
+    with pytest.raises(ConfigError, match=r"limit 'api': share must be 'fifo' or 'fair', not 'even'"):
+        define_workspace(limits={"api": {"capacity": 1, "max_hold": "1m", "share": "even"}})
+    services.sync_workspace(define_workspace(limits={"api": {"capacity": 1, "max_hold": "1m"}}))
+    assert Limit.objects.get(name="api").share == "fifo"  # the default
+
+
+def test_13_2_a_freed_slot_goes_to_the_key_holding_least_not_the_oldest_run() -> None:
+    fair(capacity=2)
+    held = [take(f"a{i}", "a").slot_id for i in range(2)]  # a fills the limit alone (13.3)
+    for i in range(2, 5):
+        assert take(f"a{i}", "a").state == "waiting"
+    assert take("b0", "b").state == "waiting"
+    assert take("c0", "c").state == "waiting"
+    services.release(held[0])  # a holds 1, b and c 0: b's oldest waiting run came first
+    assert "b0" in runs_holding()
+    services.release(held[1])  # a 0, b 1, c 0: a and c tie at 0, a's oldest (a2) arrived first
+    assert "a2" in runs_holding() and "c0" not in runs_holding()
+    assert verify(["api"]).ok, verify(["api"]).violations
+    assert_counters_match_rows("api")
+
+
+def test_13_2_weights_give_a_key_a_larger_share() -> None:
+    fair(capacity=3)
+    services.set_weight("api", 2, key="big", actor="ops")
+    held = [take(f"x{i}", "x").slot_id for i in range(3)]
+    for i in range(3):
+        take(f"big{i}", "big")
+        take(f"small{i}", "small")
+    for slot_id in held:
+        services.release(slot_id)
+    # big (weight 2) gets 2 of the 3 slots: 0/2 < 0/1 on a tie goes to the oldest, then 1/2 < 1/1
+    assert runs_holding() == ["big0", "big1", "small0"]
+
+
+def test_13_2_a_key_under_its_min_is_served_first() -> None:
+    fair(capacity=2)
+    services.set_min("api", 1, key="vip", actor="ops")
+    held = [take(f"x{i}", "x").slot_id for i in range(2)]
+    take("other0", "other")
+    take("vip0", "vip")  # younger, and other holds nothing either: vip is under its min
+    services.release(held[0])
+    assert "vip0" in runs_holding() and "other0" not in runs_holding()
+
+
+def test_13_2_within_one_key_strict_arrival_order_and_no_capacity_left_free() -> None:
+    fair(capacity=3, per_key=2)
+    for i in range(4):
+        take(f"a{i}", "a")
+    assert runs_holding() == ["a0", "a1"]  # a's pool (2) is full: the third slot stays free...
+    take("b0", "b")
+    assert runs_holding() == ["a0", "a1", "b0"]  # ...only while nobody else can take it
+
+
+def test_fifo_stays_the_default_order() -> None:
+    services.sync_workspace(define_workspace(limits={"api": {"capacity": 1, "max_hold": "1h"}}))
+    held = take("a0", "a").slot_id
+    take("a1", "a")
+    take("b0", "b")
+    services.release(held)
+    assert runs_holding() == ["a1"]  # the oldest run, whatever its key holds
+
+
+def test_13_5_operators_switch_the_share_and_set_weights_and_mins_audited_and_kept_by_a_deploy() -> None:
+    services.sync_workspace(define_workspace(limits={"api": {"capacity": 2, "max_hold": "1h"}}))
+    services.set_share("api", "fair", actor="ops")
+    services.set_weight("api", 5, key="acme", actor="ops")
+    services.set_min("api", 1, key="acme", actor="ops")
+    services.sync_workspace(define_workspace(limits={"api": {"capacity": 2, "max_hold": "1h"}}))
+    limit = Limit.objects.get(name="api")
+    row = LimitKey.objects.get(limit=limit, key="acme")
+    assert (limit.share, row.weight, row.minimum) == ("fair", 5, 1)
+    audited = list(AuditEvent.objects.filter(limit=limit).order_by("id").values_list("action", "key", "new_value"))
+    assert audited == [("share", "", "fair"), ("weight", "acme", "5"), ("min", "acme", "1")]
+    services.set_share("api", None, actor="ops")
+    services.set_weight("api", None, key="acme", actor="ops")
+    assert Limit.objects.get(name="api").share == "fifo"
+    assert LimitKey.objects.get(limit=limit, key="acme").weight == 1
+    for call, value, field in (
+        (lambda v: services.set_share("api", v, actor="ops"), "even", "share"),
+        (lambda v: services.set_weight("api", v, key="acme", actor="ops"), 101, "weight"),
+        (lambda v: services.set_min("api", v, key="acme", actor="ops"), 3, "min"),  # above capacity 2
+    ):
+        with pytest.raises(services.LimitsError) as error:
+            call(value)
+        assert error.value.field == field
+    assert AuditEvent.objects.filter(limit=limit).count() == 5  # the refusals changed nothing
