@@ -26,6 +26,12 @@ Writes go through limits.services with the actor `api:<username>`.
     POST /api/limits/<name>/per-key/   {"value": 3 | null, "key": "tenant-1" (optional)}
          {"old": 3 | null, "limit": limit, "key": key | null}; without "key" the limit's per_key,
          with it that key's pool size; a bad value is a 400 with field "value"
+    POST /api/limits/<name>/share/     {"value": "fifo" | "fair" | null}   {"old": "fifo", "limit": limit}:
+         first come, first served or fair shares between keys (SPEC 13.5); null resets to the declared share
+    POST /api/limits/<name>/weight/    {"value": 1-100 | null, "key": "tenant-1"}
+    POST /api/limits/<name>/min/       {"value": 0-capacity | null, "key": "tenant-1"}
+         {"old": 1, "limit": limit, "key": key}: one key's weight or min on a fair limit (null resets:
+         weight 1, min 0); a bad value is a 400 with field "value", a bad or missing key field "key"
     POST /api/limits/<name>/pause/     {} (or no body)   {"old": "running" | "paused", "limit": limit}: the
          limit grants nothing until resumed (SPEC 5.6); pausing a paused limit changes nothing
     POST /api/limits/<name>/resume/    {} (or no body)   {"old": "paused" | "running", "limit": limit}: its
@@ -86,6 +92,10 @@ BAD_PAGE = "{field} must be a whole number from 1 to {maximum}"
 UNKNOWN_SLOT = "unknown slot {slot_id!r}"
 BAD_SEARCH = f"search must be text of at most {KEY_MAX_LENGTH} characters (no NUL characters)"
 PER_KEY_HELP = "a whole number from 1 to the limit's capacity"
+SHARE_HELP = "'fifo' or 'fair'"
+WEIGHT_HELP = "a whole number from 1 to 100"
+MIN_HELP = "a whole number from 0 to the limit's capacity"
+KEY_REQUIRED = "key is required: the key whose {field} to change"
 BAD_KIND = (
     "kind must be 'limit' (a limit of the workspace), 'workflow' (a workflow's own bound) "
     "or 'box' (the box's run concurrency)"
@@ -320,12 +330,13 @@ def limit_keys(request: ApiRequest, name: str) -> JsonResponse:
         raise ApiError(400, BAD_SEARCH, field="search")
     limit = _limit(name)
     found = serializers.keys_rows(limit, key=key, search=search, offset=(page - 1) * size, size=size)
-    rows = [serializers.key_summary(limit, row) for row in found.items]
+    weights = selectors.fair_weights(limit)  # one aggregate query on a fair limit, none on fifo
+    rows = [serializers.key_summary(limit, row, weights) for row in found.items]
     extra: dict[str, object] = {
         "per_key": limit.per_key,
         "key": key,
         "search": search,
-        "no_key": serializers.no_key_summary(limit),
+        "no_key": serializers.no_key_summary(limit, weights),
     }
     return _page_answer(limit, "keys", rows, page, size, found.total, extra)
 
@@ -408,6 +419,61 @@ def set_per_key(request: ApiRequest, name: str) -> JsonResponse:
             else serializers.unused_key_summary(changed, key)
         )
     return JsonResponse({"old": old, "limit": serializers.limit_summary(changed), "key": key_row})
+
+
+@csrf_exempt
+@require_POST
+@token_auth(operate=True)
+def set_share(request: ApiRequest, name: str) -> JsonResponse:
+    """SPEC 13.5: {"value": "fifo" | "fair" | null}; null resets to the declared share. A bad
+    value is a 400 with field "value" (the part of the body to fix), and nothing changes."""
+    body = _json_body(request)
+    if "value" not in body:
+        raise ApiError(400, MISSING_FIELD.format(field="value", help=SHARE_HELP), field="value")
+    old = _limit(name).share
+    try:
+        limit = services.set_share(name, body["value"], actor=actor(request))
+    except services.LimitsError as error:
+        if error.field == "share":
+            raise ApiError(400, error.message, field="value") from None
+        raise
+    return JsonResponse({"old": old, "limit": serializers.limit_summary(limit)})
+
+
+@csrf_exempt
+@require_POST
+@token_auth(operate=True)
+def set_weight(request: ApiRequest, name: str) -> JsonResponse:
+    """SPEC 13.5: one key's weight, {"value": 1-100 | null, "key": K}; null resets it to 1."""
+    return _set_key_field(request, name, "weight", WEIGHT_HELP)
+
+
+@csrf_exempt
+@require_POST
+@token_auth(operate=True)
+def set_min(request: ApiRequest, name: str) -> JsonResponse:
+    """SPEC 13.5: one key's min, {"value": 0-capacity | null, "key": K}; null resets it to 0."""
+    return _set_key_field(request, name, "min", MIN_HELP)
+
+
+def _set_key_field(request: ApiRequest, name: str, field: str, help_text: str) -> JsonResponse:
+    body = _json_body(request)
+    if "value" not in body:
+        raise ApiError(400, MISSING_FIELD.format(field="value", help=help_text), field="value")
+    if body.get("key") is None:
+        raise ApiError(400, KEY_REQUIRED.format(field=field), field="key")
+    key = _checked_key(body["key"])
+    old = serializers.key_row(_limit(name), key)[field]
+    action = services.set_weight if field == "weight" else services.set_min
+    try:
+        changed = action(name, body["value"], key=key, actor=actor(request))
+    except services.LimitsError as error:
+        if error.field == field:
+            raise ApiError(400, error.message, field="value") from None
+        raise
+    return JsonResponse(
+        {"old": old, "limit": serializers.limit_summary(changed), "key": serializers.key_row(changed, key)}
+    )
 
 
 @csrf_exempt

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Case, F, Func, IntegerField, OuterRef, QuerySet, Subquery, Value, When
+from django.db.models import Case, F, Func, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
 
 from limits import eta, insights
 from limits.config import BOX_NAME
@@ -306,6 +306,29 @@ def _key_pool(limit: Limit, row: LimitKey) -> KeyPool:
         size=row.pool_override if row.pool_override is not None else limit.per_key,
         override=row.pool_override,
     )
+
+
+def fair_weights(limit: Limit) -> int | None:
+    """On a fair limit (SPEC 13.5), the sum of the weights of the keys holding or waiting, the
+    pool of runs without a key counting as a key of weight 1 when it holds or waits: one
+    aggregate query, whatever the number of keys. None on a fifo limit (no query)."""
+    if not limit.is_fair:
+        return None
+    active = Q(busy_count__gt=0) | Q(reserved_count__gt=0) | Q(waiting_count__gt=0)
+    total = LimitKey.objects.filter(active, limit=limit).aggregate(total=Sum("weight"))["total"] or 0
+    no_key = (limit.busy_count + limit.reserved_count + limit.waiting_count) - (
+        limit.keyed_busy_count + limit.keyed_reserved_count + limit.keyed_waiting_count
+    )
+    return total + (1 if no_key > 0 else 0)
+
+
+def fair_share(limit: Limit, *, weight: int, active: bool, weights: int | None) -> float | None:
+    """A key's fair share of the capacity (SPEC 13.5): capacity x weight / `weights` (from
+    fair_weights), to two decimals. None on a fifo limit, and for a key neither holding nor
+    waiting (it shares in nothing until it does)."""
+    if weights is None or not active or weights <= 0:
+        return None
+    return round(limit.capacity * weight / weights, 2)
 
 
 def held_capacity(limit: Limit) -> int:

@@ -20,6 +20,7 @@ from django.db.models import QuerySet
 
 from limits.engine.results import Reason
 from limits.models import ForgottenLimit, Limit, LimitKey, QueueEntry, Slot
+from limits.selectors import fair_share, fair_weights
 
 Groups = Mapping[str, list[str]]
 
@@ -67,6 +68,9 @@ def limit_summary(limit: Limit, *, box_base: int | None = None) -> dict[str, obj
         "per_key_overridden": limit.per_key_overridden,
         "paused": limit.paused,
         "paused_at": _iso(limit.paused_at),
+        "share": limit.share,
+        "declared_share": limit.declared_share,
+        "share_overridden": bool(limit.share_override),
     }
     if limit.is_box:
         summary |= box_fields(limit)
@@ -163,8 +167,11 @@ def pool_size(limit: Limit, pool_override: int | None) -> int | None:
     return pool_override if pool_override is not None else limit.per_key
 
 
-def key_summary(limit: Limit, key: LimitKey) -> dict[str, object]:
-    """One key's pool under a limit: `busy`, `reserved` and `in_use` as a limit's."""
+def key_summary(limit: Limit, key: LimitKey, weights: int | None = None) -> dict[str, object]:
+    """One key's pool under a limit: `busy`, `reserved` and `in_use` as a limit's; its `weight`
+    and `min` (SPEC 13.1) and, on a fair limit, its `fair_share` of the capacity given `weights`
+    (selectors.fair_weights; null on a fifo limit or for a key neither holding nor waiting)."""
+    active = key.in_use > 0 or key.waiting_count > 0
     return {
         "key": key.key,
         "busy": key.busy_count,
@@ -174,6 +181,9 @@ def key_summary(limit: Limit, key: LimitKey) -> dict[str, object]:
         "pool": pool_size(limit, key.pool_override),
         "pool_override": key.pool_override,
         "pool_overridden": key.pool_override is not None,
+        "weight": key.weight,
+        "min": key.minimum,
+        "fair_share": fair_share(limit, weight=key.weight, active=active, weights=weights),
     }
 
 
@@ -182,19 +192,24 @@ def unused_key_summary(limit: Limit, key: str) -> dict[str, object]:
     return key_summary(limit, LimitKey(limit=limit, key=key))
 
 
-def no_key_summary(limit: Limit) -> dict[str, object]:
-    """The pool of runs that acquire without a key: the limit's counters minus the keyed part."""
+def no_key_summary(limit: Limit, weights: int | None = None) -> dict[str, object]:
+    """The pool of runs that acquire without a key: the limit's counters minus the keyed part.
+    On a fair limit it shares as a key of weight 1 and min 0 (not settable)."""
     reserved = max(limit.reserved_count - limit.keyed_reserved_count, 0)
     busy = max(limit.busy_count - limit.keyed_busy_count, 0)
+    waiting = max(limit.waiting_count - limit.keyed_waiting_count, 0)
     return {
         "key": None,
         "busy": busy,
         "reserved": reserved,
         "in_use": busy + reserved,
-        "waiting": max(limit.waiting_count - limit.keyed_waiting_count, 0),
+        "waiting": waiting,
         "pool": limit.per_key,
         "pool_override": None,
         "pool_overridden": False,
+        "weight": 1,
+        "min": 0,
+        "fair_share": fair_share(limit, weight=1, active=busy + reserved + waiting > 0, weights=weights),
     }
 
 
@@ -229,6 +244,15 @@ def keys_rows(limit: Limit, *, key: str | None, search: str = "", offset: int, s
 
 def get_key(limit: Limit, key: str) -> LimitKey | None:
     return LimitKey.objects.filter(limit=limit, key=key).first()
+
+
+def key_row(limit: Limit, key: str) -> dict[str, object]:
+    """One key's row as `keys` shows it (key_summary, with its fair share on a fair limit), also
+    for a key no run has used yet: at most two queries."""
+    row = get_key(limit, key)
+    if row is None:
+        return unused_key_summary(limit, key)
+    return key_summary(limit, row, fair_weights(limit))
 
 
 def key_slots_rows(limit: Limit, key: str, *, offset: int, size: int) -> Rows[Slot]:

@@ -77,6 +77,24 @@ class PoolChange:
 
 
 @dataclass(slots=True)
+class ShareChange:
+    """A switch between fifo and fair (SPEC 13.5): the share before and the limit after."""
+
+    old: str
+    limit: dict[str, Any]
+
+
+@dataclass(slots=True)
+class KeyChange:
+    """A key's weight or min changed (SPEC 13.5): the value before, the limit after and the key
+    after (serializers.key_summary, with its fair share)."""
+
+    old: int
+    limit: dict[str, Any]
+    key: dict[str, Any]
+
+
+@dataclass(slots=True)
 class PauseChange:
     """A pause or a resume: the state before ("running" or "paused", as the audit log writes it)
     and the limit after. Pausing a paused limit (resuming a running one) changes nothing."""
@@ -116,6 +134,10 @@ class Backend(Protocol):
     def set_per_key(self, name: str, value: int | str | None, key: str | None = None) -> PoolChange: ...
 
     def set_paused(self, name: str, paused: bool) -> PauseChange: ...
+
+    def set_share(self, name: str, value: str | None) -> ShareChange: ...
+
+    def set_key_field(self, name: str, field: str, value: int | str | None, key: str) -> KeyChange: ...
 
     def forget(self, name: str) -> dict[str, Any]: ...
 

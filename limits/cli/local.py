@@ -10,7 +10,17 @@ from __future__ import annotations
 import getpass
 from typing import Any
 
-from limits.cli.backend import BoxChange, Change, KeysView, PauseChange, PoolChange, SlotsView, more_past_cut
+from limits.cli.backend import (
+    BoxChange,
+    Change,
+    KeyChange,
+    KeysView,
+    PauseChange,
+    PoolChange,
+    ShareChange,
+    SlotsView,
+    more_past_cut,
+)
 from limits.cli.errors import EXIT_NOT_FOUND, NO_BOX, UNKNOWN_LIMIT, UNKNOWN_SLOT, CliError, one_line
 from stackbone.plumbing import clock as box_clock
 
@@ -54,7 +64,7 @@ class LocalBackend:
                 key_row = serializers.unused_key_summary(limit, key)
                 total_slots = total_queue = 0
             else:
-                key_row = serializers.key_summary(limit, counters)
+                key_row = serializers.key_summary(limit, counters, selectors.fair_weights(limit))
                 total_slots, total_queue = counters.in_use, counters.waiting_count
         if cut is not None:
             slot_rows, queue_rows = slot_rows[: cut + 1], queue_rows[: cut + 1]  # one more tells if there are more
@@ -82,9 +92,10 @@ class LocalBackend:
         )
 
     def keys(self, name: str, cut: int | None, key: str | None = None, search: str = "") -> KeysView:
-        from limits import serializers
+        from limits import selectors, serializers
 
         limit = self._limit(name)
+        weights = selectors.fair_weights(limit)  # one aggregate query on a fair limit, none on fifo
         rows = serializers.keys(limit, key=key, search=search)
         found = list(rows if cut is None else rows[: cut + 1])  # one more tells if there are more
         more = 0
@@ -92,9 +103,9 @@ class LocalBackend:
             more = more_past_cut(len(found), rows.count(), cut)
         return KeysView(
             limit=serializers.limit_summary(limit),
-            keys=[serializers.key_summary(limit, row) for row in found[:cut]],
+            keys=[serializers.key_summary(limit, row, weights) for row in found[:cut]],
             more_keys=more,
-            no_key=serializers.no_key_summary(limit),
+            no_key=serializers.no_key_summary(limit, weights),
             key=key,
             search=search,
         )
@@ -156,6 +167,24 @@ class LocalBackend:
         old = "paused" if self._limit(name).paused else "running"
         action = services.pause_limit if paused else services.resume_limit
         return PauseChange(old, serializers.limit_summary(action(name, actor=self.actor)))
+
+    def set_share(self, name: str, value: str | None) -> ShareChange:
+        """Switch the limit to 'fifo' or 'fair' (SPEC 13.5); None resets it to the declared share."""
+        from limits import serializers, services
+
+        old = self._limit(name).share
+        return ShareChange(old, serializers.limit_summary(services.set_share(name, value, actor=self.actor)))
+
+    def set_key_field(self, name: str, field: str, value: int | str | None, key: str) -> KeyChange:
+        """Set one key's `field` ('weight' or 'min'); None resets it (weight 1, min 0)."""
+        from limits import serializers, services
+
+        before = serializers.key_row(self._limit(name), key)
+        action = services.set_weight if field == "weight" else services.set_min
+        changed = action(name, value, key=key, actor=self.actor)
+        old = before[field]
+        assert isinstance(old, int)
+        return KeyChange(old, serializers.limit_summary(changed), serializers.key_row(changed, key))
 
     def box(self) -> dict[str, Any]:
         """The box's run concurrency (SPEC 12), as a limit row with its base and burst."""

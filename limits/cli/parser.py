@@ -23,6 +23,9 @@ VERBS = (
     "per-key",
     "pause",
     "resume",
+    "share",
+    "weight",
+    "min",
     "box",
     "verify",
     "forget",
@@ -95,6 +98,26 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     pause.add_argument("limit", help="the limit's name")
     resume = verbs.add_parser("resume", help="resume a paused limit: its free slots go to the queue at once", **kwargs)
     resume.add_argument("limit", help="the limit's name")
+    # SPEC 13.5, no --yes like capacity: each takes no slot back, and `reset` undoes it.
+    share = verbs.add_parser(
+        "share", help="share a limit's capacity first come, first served (fifo) or fairly between keys (fair)", **kwargs
+    )
+    share.add_argument("limit", help="the limit's name")
+    share.add_argument("value", help="'fifo', 'fair', or 'reset' for the declared share")
+    weight = verbs.add_parser(
+        "weight", help="a key's weight on a fair limit (its share grows with it), or reset", **kwargs
+    )
+    _values_may_start_with_a_minus(weight)
+    weight.add_argument("limit", help="the limit's name")
+    weight.add_argument("value", help="a whole number from 1 to 100, or 'reset' for 1")
+    weight.add_argument("--key", metavar="K", required=True, help=f"the key ({KEY_HELP})")
+    minimum = verbs.add_parser(
+        "min", help="a key's min on a fair limit (served first while it holds fewer), or reset", **kwargs
+    )
+    _values_may_start_with_a_minus(minimum)
+    minimum.add_argument("limit", help="the limit's name")
+    minimum.add_argument("value", help="a whole number from 0 to the limit's capacity, or 'reset' for 0")
+    minimum.add_argument("--key", metavar="K", required=True, help=f"the key ({KEY_HELP})")
     # No --yes, like capacity: raising grants at once, lowering takes nothing back.
     box = verbs.add_parser(
         "box",
@@ -127,7 +150,10 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     )
     forget.add_argument("limit", help="the limit's name")
     forget.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    for verb in (listing, slots, keys, release, capacity, max_hold, per_key, pause, resume, box, verify, forget):
+    for verb in (
+        listing, slots, keys, release, capacity, max_hold, per_key, pause, resume, share, weight, minimum, box, verify,
+        forget,
+    ):  # fmt: skip
         _json_usage_errors(verb)
     return verbs
 
@@ -193,6 +219,13 @@ def capacity_value(text: str) -> int | str | None:
 def per_key_value(text: str) -> int | str | None:
     """'reset' → None; a whole number → int; anything else is passed on for the service to reject."""
     return capacity_value(text)
+
+
+def share_value(text: str) -> str | None:
+    """'reset' → None; anything else is passed on as it is, for the service to accept ('fifo',
+    'fair') or reject naming the field."""
+    text = _argument_text(text)
+    return None if text.strip().lower() == "reset" else text
 
 
 def base_value(text: str) -> int | str | None:

@@ -15,7 +15,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from limits.cli.backend import BoxChange, Change, KeysView, PauseChange, PoolChange, SlotsView, more_past_cut
+from limits.cli.backend import (
+    BoxChange,
+    Change,
+    KeyChange,
+    KeysView,
+    PauseChange,
+    PoolChange,
+    ShareChange,
+    SlotsView,
+    more_past_cut,
+)
 from limits.cli.errors import EXIT_NOT_FOUND, EXIT_USAGE, NO_BOX, UNKNOWN_LIMIT, UNKNOWN_SLOT, CliError, one_line
 
 AGENTS_FILE_ENV = "STACKBONE_AGENTS_FILE"
@@ -149,6 +159,21 @@ class AgentBackend:
         answer = self._call("POST", f"{_quote(name)}/{verb}/", {}, not_found=UNKNOWN_LIMIT.format(name=name))
         return PauseChange(answer["old"], answer["limit"])
 
+    def set_share(self, name: str, value: str | None) -> ShareChange:
+        """`POST <name>/share/` {"value": "fifo" | "fair" | null}: the share before, the limit after."""
+        answer = self._call(
+            "POST", f"{_quote(name)}/share/", {"value": value}, not_found=UNKNOWN_LIMIT.format(name=name)
+        )
+        return ShareChange(answer["old"], answer["limit"])
+
+    def set_key_field(self, name: str, field: str, value: int | str | None, key: str) -> KeyChange:
+        """`POST <name>/weight/` or `<name>/min/` {"value": n | null, "key": K}: the value before,
+        the limit and the key after."""
+        answer = self._call(
+            "POST", f"{_quote(name)}/{field}/", {"value": value, "key": key}, not_found=UNKNOWN_LIMIT.format(name=name)
+        )
+        return KeyChange(answer["old"], answer["limit"], answer["key"])
+
     def forget(self, name: str) -> dict[str, Any]:
         """`POST <name>/forget/`: the record of the removal (the shape of `forget --json`). A
         limit still declared or in use is a 409, exit 1 with the installation's message."""
@@ -265,6 +290,9 @@ def _unused_key(limit: dict[str, Any], key: str) -> dict[str, Any]:
         "pool": limit.get("per_key"),
         "pool_override": None,
         "pool_overridden": False,
+        "weight": 1,
+        "min": 0,
+        "fair_share": None,
     }
 
 

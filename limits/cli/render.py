@@ -192,6 +192,8 @@ def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = 
             notes.append("undeclared")
         if limit.get("per_key") is not None and not is_box(limit):
             notes.append(f"per key {limit['per_key']}" + ("*" if limit.get("per_key_overridden") else ""))
+        if limit.get("share") == "fair" or limit.get("share_overridden"):  # .get: from before fair shares
+            notes.append(f"{limit.get('share')} shares" + ("*" if limit.get("share_overridden") else ""))
         rows.append(
             [
                 limit["name"],
@@ -207,9 +209,17 @@ def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = 
         (limit["capacity_overridden"] and not is_box(limit))
         or limit["max_hold_overridden"]
         or limit.get("per_key_overridden")
+        or limit.get("share_overridden")
         for limit in limits
     ):
         io.out("* overridden by an operator; `reset` restores the declared value")
+
+
+def _share(value: object) -> str:
+    """A fair share of the capacity ('2.5', '3'); '-' for a key neither holding nor waiting."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "-"
+    return f"{value:g}"
 
 
 def _pool_figures(pool: dict[str, Any]) -> str:
@@ -335,21 +345,25 @@ def render_keys(io: Streams, view: KeysView) -> None:
         header += "no per-key pools (only the total applies)"
     else:
         header += f"per key {limit['per_key']}" + (" (overridden)" if limit.get("per_key_overridden") else "")
+    fair = limit.get("share") == "fair"  # .get: an installation from before fair shares
+    if fair:
+        header += ", fair shares" + (" (overridden)" if limit.get("share_overridden") else "")
     io.out(printable(header))
     io.out()
     if view.keys:
-        rows = [
-            [
-                key["key"],
-                str(in_use(key)),
-                "-" if key["pool"] is None else str(key["pool"]),
+        rows = []
+        for key in view.keys:
+            row = [key["key"], str(in_use(key)), "-" if key["pool"] is None else str(key["pool"])]
+            if fair:
+                row += [str(key.get("weight", 1)), str(key.get("min", 0)), _share(key.get("fair_share"))]
+            row += [
                 str(key["waiting"]),
                 "-" if key["pool_override"] is None else str(key["pool_override"]),
                 f"{key['reserved']} reserved" if key["reserved"] else "",
             ]
-            for key in view.keys
-        ]
-        for line in table(["KEY", "IN USE", "POOL", "WAITING", "OVERRIDE", "NOTES"], rows):
+            rows.append(row)
+        headers = ["KEY", "IN USE", "POOL", *(["WEIGHT", "MIN", "FAIR SHARE"] if fair else []), "WAITING"]
+        for line in table([*headers, "OVERRIDE", "NOTES"], rows):
             io.out(line)
     elif view.key is not None:
         io.out(printable(f"no key {view.key} on {limit['name']}: no run has used it and no operator has sized it"))
@@ -361,4 +375,6 @@ def render_keys(io: Streams, view: KeysView) -> None:
         io.out(f"… and {view.more_keys} more key{'s' if view.more_keys != 1 else ''}")
     if view.key is None and not view.search:
         io.out()
-        io.out(f"without a key: {_pool_figures(view.no_key)}")
+        share = view.no_key.get("fair_share") if fair else None
+        note = f", fair share {_share(share)} (weight 1)" if share is not None else ""
+        io.out(f"without a key: {_pool_figures(view.no_key)}{note}")

@@ -32,6 +32,7 @@ from limits.cli.parser import (
     max_hold_value,
     per_key_value,
     search_option,
+    share_value,
 )
 from limits.cli.remote import AgentBackend, load_agent
 from limits.cli.render import (
@@ -191,6 +192,44 @@ def _set_paused(backend: Backend, options: argparse.Namespace, io: Streams, *, p
     return EXIT_OK
 
 
+def share(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    """SPEC 13.5: 'fifo' (first come, first served), 'fair' (fair shares between keys) or
+    'reset' (the declared share). The next grant follows it; nothing held changes."""
+    value = share_value(options.value)
+    change = backend.set_share(options.limit, value)
+    if options.json:
+        io.json(change.limit)
+    else:
+        new = str(change.limit.get("share")) + (" (declared)" if value is None else "")
+        io.out(printable(f"{change.limit['name']} share: {change.old} → {new}"))
+    return EXIT_OK
+
+
+def weight(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    """A key's weight (1-100) on a fair limit, or 'reset' (1)."""
+    return _set_key_field(backend, options, io, "weight")
+
+
+def minimum(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    """A key's min (0 to the limit's capacity) on a fair limit, or 'reset' (0)."""
+    return _set_key_field(backend, options, io, "min")
+
+
+def _set_key_field(backend: Backend, options: argparse.Namespace, io: Streams, field: str) -> int:
+    value = per_key_value(options.value)
+    key = key_option(options.key)
+    assert key is not None  # --key is required
+    change = backend.set_key_field(options.limit, field, value, key)
+    name = change.limit["name"]
+    if options.json:
+        io.json({**change.key, "limit": name})
+        return EXIT_OK
+    new = str(change.key[field]) + (" (default)" if value is None else "")
+    note = "" if change.limit.get("share") == "fair" else f" (applies while {name} is fair)"
+    io.out(printable(f"{name} key {key} {field}: {change.old} → {new}{note}"))
+    return EXIT_OK
+
+
 def box(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
     """SPEC 12.5: without options, show the box's run concurrency; `--base N|reset` and
     `--burst F|reset` (either or both, in one audited change) override or reset them. A bad value
@@ -285,6 +324,9 @@ HANDLERS: dict[str, Callable[[Backend, argparse.Namespace, Streams], int]] = {
     "per-key": per_key,
     "pause": pause,
     "resume": resume,
+    "share": share,
+    "weight": weight,
+    "min": minimum,
     "box": box,
     "verify": verify,
     "forget": forget,

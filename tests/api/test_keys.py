@@ -79,6 +79,9 @@ def test_keys_are_listed_busiest_first_with_the_pool_without_a_key(tenants, view
             "pool": 2,
             "pool_override": None,
             "pool_overridden": False,
+            "weight": 1,
+            "min": 0,
+            "fair_share": None,  # a fifo limit (SPEC 13.5)
         },
         {
             "key": "globex",
@@ -89,6 +92,9 @@ def test_keys_are_listed_busiest_first_with_the_pool_without_a_key(tenants, view
             "pool": 2,
             "pool_override": None,
             "pool_overridden": False,
+            "weight": 1,
+            "min": 0,
+            "fair_share": None,  # a fifo limit (SPEC 13.5)
         },
     ]
     assert (answer["no_key"]["key"], answer["no_key"]["busy"], answer["no_key"]["pool"]) == (None, 1, 2)
@@ -122,6 +128,9 @@ def test_a_key_overridden_before_any_run_used_it_is_listed(tenants, ops) -> None
         "pool": 1,
         "pool_override": 1,
         "pool_overridden": True,
+        "weight": 1,
+        "min": 0,
+        "fair_share": None,  # a fifo limit (SPEC 13.5)
     }
 
 

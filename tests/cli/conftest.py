@@ -83,3 +83,16 @@ def seed_tenants() -> None:
 @pytest.fixture
 def tenants() -> None:
     seed_tenants()
+
+
+def seed_fair() -> None:
+    """tenant-jobs (capacity 4, share fair, max hold 45m): acme holds all 4 (r1-r4) and two more
+    of acme wait (r5, r6); r7 of globex, r8 of initech and r9 without a key wait. With every
+    weight 1, the four holding or waiting (acme, globex, initech, no key) have a fair share of 1."""
+    declare(tenant_jobs={"capacity": 4, "max_hold": "45m", "share": "fair"})
+    from limits.services import acquire
+
+    for n in (1, 2, 3, 4):
+        acquire("tenant-jobs", run_id=f"r{n}", key="acme")
+    for n, key in ((5, "acme"), (6, "acme"), (7, "globex"), (8, "initech"), (9, None)):
+        acquire("tenant-jobs", run_id=f"r{n}", key=key, timeout="1h")

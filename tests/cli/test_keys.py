@@ -19,7 +19,11 @@ from tests.factories import declare, holders
 pytestmark = pytest.mark.django_db
 
 ACTOR = f"cli:{getpass.getuser()}"
-KEY_ROW_KEYS = {"key", "busy", "reserved", "in_use", "waiting", "pool", "pool_override", "pool_overridden"}
+KEY_ROW_KEYS = {"key", "busy", "reserved", "in_use", "waiting", "pool", "pool_override", "pool_overridden"} | {
+    "weight",
+    "min",
+    "fair_share",
+}
 
 
 def _rows(text: str, header: str) -> list[list[str]]:
@@ -94,6 +98,9 @@ def test_keys_json_has_a_row_per_key_and_no_key_as_null(tenants) -> None:
         "pool": 2,
         "pool_override": None,
         "pool_overridden": False,
+        "weight": 1,
+        "min": 0,
+        "fair_share": None,  # a fifo limit (SPEC 13.5)
     }
     assert [row["key"] for row in payload["keys"]] == ["acme", "globex"]
     assert payload["no_key"] == {
@@ -105,6 +112,9 @@ def test_keys_json_has_a_row_per_key_and_no_key_as_null(tenants) -> None:
         "pool": 2,
         "pool_override": None,
         "pool_overridden": False,
+        "weight": 1,
+        "min": 0,
+        "fair_share": None,  # a fifo limit (SPEC 13.5)
     }
 
 
@@ -362,6 +372,9 @@ def test_per_key_of_one_key_json_prints_the_key_as_in_keys(tenants) -> None:
         "pool": 4,
         "pool_override": 4,
         "pool_overridden": True,
+        "weight": 1,
+        "min": 0,
+        "fair_share": None,  # a fifo limit (SPEC 13.5)
     }
     keys = json.loads(run_cli("keys", "voice-calls", "--json").out)["keys"]
     assert any(row["key"] == "initech" and row["pool_override"] == 4 for row in keys)
