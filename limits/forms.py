@@ -26,6 +26,7 @@ MAX_HOLD_REQUIRED = f"Enter a max hold: {DURATION_HELP}."
 POOL_HELP = "a whole number from 1 to the limit's capacity"
 PER_KEY_REQUIRED = f"Enter a pool size per key: {POOL_HELP}."
 POOL_REQUIRED = f"Enter a pool size for this key: {POOL_HELP}."
+SHARE_REQUIRED = "Choose a share: fifo or fair."
 
 
 def number_or_text(raw: str) -> int | str:
@@ -128,8 +129,49 @@ class KeyPoolForm(KeyForm):
         return number_or_text(self.cleaned_data["pool"])
 
 
+class ShareForm(forms.Form):
+    """SPEC 13.5: how the limit's capacity is shared between keys. Text, not a choice: the
+    service refuses anything but 'fifo' and 'fair' with the message of the CLI and the API."""
+
+    share = forms.CharField(
+        error_messages={"required": SHARE_REQUIRED},
+        widget=forms.Select(
+            choices=[("fifo", "fifo: first come, first served"), ("fair", "fair: shares between keys")]
+        ),
+    )
+
+    def clean_share(self) -> str:
+        return shortened(self.cleaned_data["share"])
+
+
+class KeyWeightForm(KeyForm):
+    """A key's weight on a fair limit (SPEC 13.1); left empty, it goes back to 1."""
+
+    weight = forms.CharField(
+        required=False, widget=forms.TextInput(attrs={"inputmode": "numeric", "autocomplete": "off", "size": "3"})
+    )
+
+    def clean_weight(self) -> int | str | None:
+        raw = self.cleaned_data["weight"]
+        return number_or_text(raw) if raw else None
+
+
+class KeyMinForm(KeyForm):
+    """A key's min on a fair limit (SPEC 13.1); left empty, it goes back to 0."""
+
+    min = forms.CharField(
+        required=False, widget=forms.TextInput(attrs={"inputmode": "numeric", "autocomplete": "off", "size": "3"})
+    )
+
+    def clean_min(self) -> int | str | None:
+        raw = self.cleaned_data["min"]
+        return number_or_text(raw) if raw else None
+
+
 class ResetForm(forms.Form):
-    field = forms.ChoiceField(choices=[("capacity", "capacity"), ("max_hold", "max hold"), ("per_key", "per key")])
+    field = forms.ChoiceField(
+        choices=[("capacity", "capacity"), ("max_hold", "max hold"), ("per_key", "per key"), ("share", "share")]
+    )
 
 
 class ReleaseForm(forms.Form):

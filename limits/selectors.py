@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.db.models import Case, F, Func, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
@@ -240,6 +240,9 @@ class KeyPool:
     waiting: int
     size: int | None  # the pool size in force; None: only the limit's total applies
     override: int | None  # this key's own pool size, set by an operator
+    weight: int = 1  # SPEC 13.1: its weight on a fair limit
+    minimum: int = 0  # SPEC 13.1: its min on a fair limit
+    fair_share: float | None = None  # SPEC 13.5 (fair_share); None on a fifo limit or while idle
 
     @property
     def in_use(self) -> int:
@@ -252,6 +255,12 @@ class KeyPool:
     @property
     def full(self) -> bool:
         return self.size is not None and self.in_use >= self.size
+
+    @property
+    def fair_fields(self) -> tuple[tuple[str, int, str, int], ...]:
+        """The settable fields of a fair limit's row, for the template's loop: (form field,
+        value, label, the value an empty field resets to)."""
+        return (("weight", self.weight, "Weight", 1), ("min", self.minimum, "Min", 0))
 
     @property
     def dom_id(self) -> str:
@@ -267,27 +276,27 @@ def key_pools(limit: Limit, search: str = "") -> QuerySet[LimitKey]:
     return rows.filter(key__icontains=search) if search else rows
 
 
-def key_pools_page(limit: Limit, *, search: str, number: int, size: int) -> Page[KeyPool]:
+def key_pools_page(limit: Limit, *, search: str, number: int, size: int, weights: int | None = None) -> Page[KeyPool]:
     """A page of key_pools(limit, search) in one or two queries: the first page of a limit with
     fewer keys than a page is its one read; otherwise the keys are counted first, from their own
-    rows (one per key, along the index), never from slots or queue entries."""
+    rows (one per key, along the index), never from slots or queue entries. `weights`
+    (fair_weights, read once by the caller) gives each key its fair share on a fair limit."""
     rows = key_pools(limit, search)
     if number <= 1:
         first = list(rows[:size])
         total = len(first) if len(first) < size else rows.count()
-        return Page([_key_pool(limit, row) for row in first], 1, size, total)
+        return Page([_key_pool(limit, row, weights) for row in first], 1, size, total)
     total = rows.count()
     number = clamp_page(number, total=total, size=size)
     offset = (number - 1) * size
-    return Page([_key_pool(limit, row) for row in rows[offset : offset + size]], number, size, total)
+    return Page([_key_pool(limit, row, weights) for row in rows[offset : offset + size]], number, size, total)
 
 
-def no_key_pool(limit: Limit) -> KeyPool | None:
+def no_key_pool(limit: Limit, weights: int | None = None) -> KeyPool | None:
     """The pool shared by runs that acquire without a key, while the limit has per_key in force
-    (SPEC 9.1); None otherwise (the no-key runs then count only against the total)."""
-    if limit.per_key is None:
-        return None
-    return KeyPool(
+    (SPEC 9.1), or on a fair limit (`weights` given) while it holds or waits (it shares as a key
+    of weight 1); None otherwise (the no-key runs then count only against the total)."""
+    pool = KeyPool(
         key="",
         busy=limit.busy_count - limit.keyed_busy_count,
         reserved=limit.reserved_count - limit.keyed_reserved_count,
@@ -295,9 +304,13 @@ def no_key_pool(limit: Limit) -> KeyPool | None:
         size=limit.per_key,
         override=None,
     )
+    active = pool.in_use > 0 or pool.waiting > 0
+    if limit.per_key is None and not (weights is not None and active):
+        return None
+    return replace(pool, fair_share=fair_share(limit, weight=1, active=active, weights=weights))
 
 
-def _key_pool(limit: Limit, row: LimitKey) -> KeyPool:
+def _key_pool(limit: Limit, row: LimitKey, weights: int | None = None) -> KeyPool:
     return KeyPool(
         key=row.key,
         busy=row.busy_count,
@@ -305,6 +318,11 @@ def _key_pool(limit: Limit, row: LimitKey) -> KeyPool:
         waiting=row.waiting_count,
         size=row.pool_override if row.pool_override is not None else limit.per_key,
         override=row.pool_override,
+        weight=row.weight,
+        minimum=row.minimum,
+        fair_share=fair_share(
+            limit, weight=row.weight, active=row.in_use > 0 or row.waiting_count > 0, weights=weights
+        ),
     )
 
 

@@ -22,4 +22,7 @@ urlpatterns = [
     path("<str:name>/insights/", insights_views.limit_insights, name="insights"),
     path("<str:name>/key-pool/", views.set_key_pool, name="key-pool"),
     path("<str:name>/key-pool/reset/", views.reset_key_pool, name="key-pool-reset"),
+    path("<str:name>/share/", views.set_share, name="share"),
+    path("<str:name>/key-weight/", views.set_key_weight, name="key-weight"),
+    path("<str:name>/key-min/", views.set_key_min, name="key-min"),
 ]

@@ -22,11 +22,14 @@ from limits.forms import (
     BoxForm,
     CapacityForm,
     KeyForm,
+    KeyMinForm,
     KeyPoolForm,
+    KeyWeightForm,
     MaxHoldForm,
     PerKeyForm,
     ReleaseForm,
     ResetForm,
+    ShareForm,
     duration_input,
 )
 from limits.models import AuditEvent, Limit
@@ -65,6 +68,13 @@ PER_KEY_RESET_TO_NONE = "Pool size per key reset: none is declared, so only the 
 KEY_POOL_SET = "The pool of key “{key}” is now {value}."
 KEY_POOL_RESET = "The pool of key “{key}” is back to the pool size per key ({value})."
 KEY_POOL_RESET_TO_NONE = "The pool of key “{key}” is reset: only the total ({capacity}) applies."
+SHARE_SET = {
+    "fair": "{name} now shares its capacity fairly between keys: a freed slot goes to the key holding least.",
+    "fifo": "{name} now grants first come, first served.",
+}
+SHARE_RESET = "Share reset to the declared {value}."
+KEY_WEIGHT_SET = "The weight of key “{key}” is now {value}."
+KEY_MIN_SET = "The min of key “{key}” is now {value}."
 PAUSED = "Paused: {name} grants nothing until resumed. Held slots stay; waiting runs keep their places."
 RESUMED = "Resumed: {name} grants again; its free slots went to the queue."
 ALREADY_PAUSED = "{name} was already paused: nothing changed."
@@ -121,11 +131,13 @@ class Pager:
 
 @dataclass(frozen=True, slots=True)
 class RefusedPool:
-    """A key's pool size that was refused: shown again in its row, with the messages."""
+    """A key's pool size (or weight, or min: `field`) that was refused: shown again in its row,
+    with the messages."""
 
     key: str
     value: str
     errors: list[str]
+    field: str = "pool"
 
 
 operator_required = permission_required(OPERATE_LIMIT, NEEDS_OPERATE_LIMIT)
@@ -253,7 +265,7 @@ def reset_limit(request: HtmxHttpRequest, name: str) -> HttpResponse:
     limit = _limit_or_404(name)
     form = ResetForm(request.POST)
     if not form.is_valid():
-        return HttpResponseBadRequest("field must be 'capacity', 'max_hold' or 'per_key'")
+        return HttpResponseBadRequest("field must be 'capacity', 'max_hold', 'per_key' or 'share'")
     try:
         limit, text = _reset(request, limit, form.cleaned_data["field"])
     except services.LimitsError as error:  # the box: its base and burst are reset on their own form
@@ -271,6 +283,9 @@ def _reset(request: HtmxHttpRequest, limit: Limit, field: str) -> tuple[Limit, s
                 raise services.LimitsError(NO_MAX_HOLD, field="max_hold")
             limit = services.set_max_hold(limit.name, None, actor=actor(request))
             return limit, MAX_HOLD_RESET.format(value=format_duration(limit.max_hold_ms))
+        case "share":
+            limit = services.set_share(limit.name, None, actor=actor(request))
+            return limit, SHARE_RESET.format(value=limit.share)
         case _:
             limit = services.set_per_key(limit.name, None, actor=actor(request))
             if limit.per_key is None:
@@ -314,6 +329,63 @@ def set_per_key(request: HtmxHttpRequest, name: str) -> HttpResponse:
             text = PER_KEY_SET.format(value=limit.per_key, declared=_declared(limit))
             return _edited(request, limit, Notice("success", text))
     return _edit_rejected(request, limit, per_key_form=form)
+
+
+@require_POST
+@operator_required
+def set_share(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    """SPEC 13.5: switch the limit between fifo and fair (reset: the `reset` view, field share)."""
+    limit = _limit_or_404(name)
+    form = ShareForm(request.POST)
+    if form.is_valid():
+        try:
+            limit = services.set_share(limit.name, form.cleaned_data["share"], actor=actor(request))
+        except services.LimitsError as error:
+            form.add_error("share" if error.field == "share" else None, _sentence(error.message))
+        else:
+            return _edited(request, limit, Notice("success", SHARE_SET[limit.share].format(name=limit.name)))
+    return _edit_rejected(request, limit, share_form=form)
+
+
+@require_POST
+@operator_required
+def set_key_weight(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    """A key's weight on a fair limit (SPEC 13.5), from the form on its row; empty resets it to 1."""
+    return _set_key_field(request, name, KeyWeightForm(request.POST), "weight", services.set_weight, KEY_WEIGHT_SET)
+
+
+@require_POST
+@operator_required
+def set_key_min(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    """A key's min on a fair limit (SPEC 13.5), from the form on its row; empty resets it to 0."""
+    return _set_key_field(request, name, KeyMinForm(request.POST), "min", services.set_min, KEY_MIN_SET)
+
+
+def _set_key_field(
+    request: HtmxHttpRequest,
+    name: str,
+    form: KeyForm,
+    field: str,
+    service: Callable[..., Limit],
+    said: str,
+) -> HttpResponse:
+    """Call `service` with the row's key and value; a refused value comes back next to that
+    row's field, in the live region, as a refused pool size does."""
+    limit = _limit_or_404(name)
+    if "key" in form.errors:
+        return HttpResponseBadRequest(BAD_KEY)
+    if form.is_valid():
+        key, value = form.cleaned_data["key"], form.cleaned_data[field]
+        try:
+            limit = service(limit.name, value, key=key, actor=actor(request))
+        except services.LimitsError as error:
+            if error.field == "key":
+                return HttpResponseBadRequest(error.message)
+            form.add_error(field if error.field == field else None, _sentence(error.message))
+        else:
+            shown = value if value is not None else ("1 (the default)" if field == "weight" else "0 (the default)")
+            return _live_changed(request, limit, Notice("success", said.format(key=printable(key), value=shown)))
+    return _pool_rejected(request, limit, form, field)
 
 
 @require_POST
@@ -478,12 +550,15 @@ def _live_context(
     here = Place.of(params)
     slots = selectors.live_slots_page(limit, number=here.slots, size=SLOTS_PER_PAGE)
     queue = selectors.queue_page(limit, number=here.queue, size=QUEUE_PER_PAGE)
-    keys = selectors.key_pools_page(limit, search=here.key_filter, number=here.keys, size=KEYS_PER_PAGE)
+    weights = selectors.fair_weights(limit)  # one aggregate query on a fair limit (SPEC 13.5), none on fifo
+    keys = selectors.key_pools_page(
+        limit, search=here.key_filter, number=here.keys, size=KEYS_PER_PAGE, weights=weights
+    )
     here = replace(here, slots=slots.number, queue=queue.number, keys=keys.number)
     selectors.with_group_partners(limit, slots.items)
     selectors.with_group_partners(limit, queue.items)
     selectors.with_reasons(limit, queue.items)
-    no_key = selectors.no_key_pool(limit) if keys.number == 1 and not here.key_filter else None
+    no_key = selectors.no_key_pool(limit, weights) if keys.number == 1 and not here.key_filter else None
     box_base = selectors.box_base() if not limit.is_box else None
     return {
         "limit": limit,
@@ -497,7 +572,8 @@ def _live_context(
         "queue": queue,
         "keys": keys,
         "no_key": no_key,
-        "show_keys": bool(keys.total or here.key_filter or limit.per_key is not None),
+        "show_keys": bool(keys.total or here.key_filter or limit.per_key is not None or limit.is_fair),
+        "fair": limit.is_fair,
         "held": selectors.held_capacity(limit),
         "slots_pager": Pager(slots, "Slot pages", "#live", lambda number: replace(here, slots=number).link(limit)),
         "queue_pager": Pager(queue, "Queue pages", "#live", lambda number: replace(here, queue=number).link(limit)),
@@ -529,6 +605,7 @@ def _edit_context(
     capacity_form: CapacityForm | None = None,
     max_hold_form: MaxHoldForm | None = None,
     per_key_form: PerKeyForm | None = None,
+    share_form: ShareForm | None = None,
     box_form: BoxForm | None = None,
     edit_notice: Notice | None = None,
 ) -> dict[str, Any]:
@@ -542,6 +619,7 @@ def _edit_context(
         if limit.is_workflow_bound
         else max_hold_form or MaxHoldForm(initial={"max_hold": duration_input(limit.max_hold_ms)}),
         "per_key_form": per_key_form or PerKeyForm(initial={"per_key": "" if limit.per_key is None else limit.per_key}),
+        "share_form": share_form or ShareForm(initial={"share": limit.share}),
         "edit_notice": edit_notice,
         "can_operate": can_operate,
     }
@@ -579,12 +657,12 @@ def _live_changed(request: HtmxHttpRequest, limit: Limit, notice: Notice) -> Htt
     return render(request, "limits/limit_detail.html#live", _live_context(request, limit, request.POST, notice))
 
 
-def _pool_rejected(request: HtmxHttpRequest, limit: Limit, form: KeyPoolForm) -> HttpResponse:
-    """A refused pool size: nothing changed; the region comes back with the message on the key's
-    row (its field has autofocus, which also holds the poll back while it is corrected), or in
-    the notice if the key is no longer on this page."""
-    errors = [*form.errors.get("pool", []), *form.non_field_errors()]
-    refused = RefusedPool(form.cleaned_data["key"], form.data.get("pool", ""), errors)
+def _pool_rejected(request: HtmxHttpRequest, limit: Limit, form: KeyForm, field: str = "pool") -> HttpResponse:
+    """A refused pool size, weight or min (`field`): nothing changed; the region comes back with
+    the message on the key's row (its field has autofocus, which also holds the poll back while
+    it is corrected), or in the notice if the key is no longer on this page."""
+    errors = [*form.errors.get(field, []), *form.non_field_errors()]
+    refused = RefusedPool(form.cleaned_data["key"], form.data.get(field, ""), errors, field)
     context = _live_context(request, limit, request.POST, refused_pool=refused)
     if not any(pool.key == refused.key for pool in context["keys"].items):
         context["notice"] = Notice("error", f"Key “{printable(refused.key)}”: {' '.join(errors)}")
