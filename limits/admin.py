@@ -20,7 +20,17 @@ from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import csrf_protect
 
 from limits import services
-from limits.config import CAPACITY_HELP, check_base, check_burst, check_capacity, check_ceiling, check_per_key
+from limits.config import (
+    CAPACITY_HELP,
+    check_base,
+    check_burst,
+    check_capacity,
+    check_ceiling,
+    check_minimum,
+    check_per_key,
+    check_share,
+    check_weight,
+)
 from limits.durations import DURATION_HELP, DurationError, format_duration, parse_duration
 from limits.forms import POOL_HELP, decimal_or_text, duration_input, number_or_text, shortened
 from limits.models import AuditEvent, ForgottenLimit, Limit, LimitKey, QueueEntry, Slot
@@ -228,6 +238,17 @@ class LimitOverridesForm(LimitModelForm):
         help_text=f"Empty: use the declared value (none declared: only the total applies). Otherwise {POOL_HELP}.",
     )
 
+    share = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("", "the declared share"),
+            ("fifo", "fifo: first come, first served"),
+            ("fair", "fair: between keys"),
+        ],
+        help_text="SPEC 13: 'fair' gives a freed slot to the key holding least for its weight (keys under their "
+        "min first); set weights and mins on the limit's keys.",
+    )
+
     base = forms.CharField(
         required=False,
         help_text=f"Empty: use the declared value. Otherwise {CAPACITY_HELP}: no single workflow executes more "
@@ -249,7 +270,7 @@ class LimitOverridesForm(LimitModelForm):
         if limit.pk and limit.is_box:
             # The box's run concurrency (SPEC 12.5): its base and burst, through services.set_box;
             # its capacity (the ceiling) and pools follow them, and it has no max hold.
-            for name in ("capacity", "max_hold", "per_key"):
+            for name in ("capacity", "max_hold", "per_key", "share"):
                 del self.fields[name]
             self.initial["base"] = "" if limit.per_key_override is None else str(limit.per_key_override)
             self.initial["burst"] = "" if limit.burst_override is None else f"{limit.burst_override:g}"
@@ -265,6 +286,14 @@ class LimitOverridesForm(LimitModelForm):
                 "" if limit.max_hold_override_ms is None else duration_input(limit.max_hold_override_ms)
             )
             self.initial["per_key"] = "" if limit.per_key_override is None else str(limit.per_key_override)
+            self.initial["share"] = limit.share_override
+
+    def clean_share(self) -> str:
+        value = self.cleaned_data.get("share") or ""
+        try:
+            return check_share(value) if value else ""
+        except ValueError as error:
+            raise forms.ValidationError(f"Share {error}.") from None
 
     def clean_capacity(self) -> int | None:
         raw = self.cleaned_data["capacity"].strip()
@@ -347,7 +376,7 @@ class LimitAdmin(SavedThroughServicesAdmin):
             "Declared in the workspace config",
             {"fields": ["declared_capacity", "declared_max_hold", "declared_per_key_text"]},
         ),
-        ("Operator overrides", {"fields": ["capacity", "max_hold", "per_key"]}),
+        ("Operator overrides", {"fields": ["capacity", "max_hold", "per_key", "share"]}),
     ]
     box_fieldsets = [
         (None, {"fields": ["name", "kind", "declared", "figures"]}),
@@ -357,7 +386,7 @@ class LimitAdmin(SavedThroughServicesAdmin):
     bound_fieldsets = [
         (None, {"fields": ["name", "kind", "declared", "figures"]}),
         ("Declared by its @workflow(concurrency=...)", {"fields": ["declared_capacity", "declared_per_key_text"]}),
-        ("Operator overrides", {"fields": ["capacity", "per_key"]}),
+        ("Operator overrides", {"fields": ["capacity", "per_key", "share"]}),
     ]
     readonly_fields = [
         "name",
@@ -525,6 +554,8 @@ class LimitAdmin(SavedThroughServicesAdmin):
                 services.set_per_key(obj.name, data["per_key"], actor=who)
             if data.get("max_hold") != obj.max_hold_override_ms:  # a bound's form has no max hold
                 services.set_max_hold(obj.name, data["max_hold"], actor=who)
+            if data.get("share", "") != obj.share_override:  # SPEC 13.5; empty: the declared share
+                services.set_share(obj.name, data["share"] or None, actor=who)
         except services.LimitsError as error:  # changed by someone else since the form was checked
             self.message_user(request, f"Not saved: {error.message}.", messages.ERROR)
         obj.refresh_from_db()
@@ -572,6 +603,15 @@ class LimitKeyPoolForm(LimitKeyModelForm):
         label="Own pool size",
         help_text=f"Empty: the limit's pool size per key (or, without one, only the total). Otherwise {POOL_HELP}.",
     )
+    weight = forms.CharField(
+        required=False,
+        help_text="On a fair limit (SPEC 13): its share grows with it. Empty: 1. Otherwise a whole number, 1 to 100.",
+    )
+    min = forms.CharField(
+        required=False,
+        label="Min",
+        help_text="On a fair limit: served first while it holds fewer. Empty: 0. Otherwise 0 to the limit's capacity.",
+    )
 
     class Meta:
         model = LimitKey
@@ -582,6 +622,8 @@ class LimitKeyPoolForm(LimitKeyModelForm):
         row = self.instance
         if row.pk:
             self.initial["pool"] = "" if row.pool_override is None else str(row.pool_override)
+            self.initial["weight"] = str(row.weight)
+            self.initial["min"] = str(row.minimum)
 
     def clean_pool(self) -> int | None:
         raw = self.cleaned_data["pool"].strip()
@@ -591,6 +633,24 @@ class LimitKeyPoolForm(LimitKeyModelForm):
             return check_per_key(_whole_number(raw), self.instance.limit.capacity)
         except ValueError as error:
             raise forms.ValidationError(f"Pool size {error}.") from None
+
+    def clean_weight(self) -> int | None:
+        raw = self.cleaned_data["weight"].strip()
+        if not raw:
+            return None
+        try:
+            return check_weight(_whole_number(raw))
+        except ValueError as error:
+            raise forms.ValidationError(f"Weight {error}.") from None
+
+    def clean_min(self) -> int | None:
+        raw = self.cleaned_data["min"].strip()
+        if not raw:
+            return None
+        try:
+            return check_minimum(_whole_number(raw), self.instance.limit.capacity)
+        except ValueError as error:
+            raise forms.ValidationError(f"Min {error}.") from None
 
 
 @admin.register(LimitKey)
@@ -607,6 +667,8 @@ class LimitKeyAdmin(SavedThroughServicesAdmin):
         "waiting_count",
         "pool_override_text",
         "pool_in_force",
+        "weight",
+        "minimum",
     ]
     list_display_links = ["key"]
     list_filter = ["limit"]
@@ -615,7 +677,7 @@ class LimitKeyAdmin(SavedThroughServicesAdmin):
     escaped_fields = ("key",)
     ordering = ["limit__name", "-busy_count", "key"]
     show_full_result_count = False
-    fields = ["limit", "key", "busy_count", "reserved_count", "waiting_count", "pool", "pool_in_force"]
+    fields = ["limit", "key", "busy_count", "reserved_count", "waiting_count", "pool", "pool_in_force", "weight", "min"]
     readonly_fields = ["limit", "key", "busy_count", "reserved_count", "waiting_count", "pool_in_force"]
 
     def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
@@ -642,19 +704,25 @@ class LimitKeyAdmin(SavedThroughServicesAdmin):
         return "— (only the limit's total applies)" if per_key is None else f"{per_key} (the limit's per key)"
 
     def save_model(self, request: HttpRequest, obj: LimitKey, form: forms.ModelForm[LimitKey], change: bool) -> None:
-        """Never obj.save(): the pool goes through set_per_key (audited; a raise grants at once)."""
-        pool = form.cleaned_data["pool"]
-        if pool != obj.pool_override:
-            try:
-                services.set_per_key(obj.limit.name, pool, key=obj.key, actor=actor(request))
-            except services.LimitsError as error:  # the capacity changed since the form was checked
-                self.message_user(request, f"Not saved: {error.message}.", messages.ERROR)
+        """Never obj.save(): the pool goes through set_per_key, the weight through set_weight and
+        the min through set_min (each audited; a raise grants at once). Empty resets."""
+        data, who, name = form.cleaned_data, actor(request), obj.limit.name
+        stored = LimitKey.objects.get(pk=obj.pk)  # `weight` is also the model's: the form set it on obj
+        try:
+            if data["pool"] != obj.pool_override:
+                services.set_per_key(name, data["pool"], key=obj.key, actor=who)
+            if (data["weight"] or 1) != stored.weight:
+                services.set_weight(name, data["weight"], key=obj.key, actor=who)
+            if (data["min"] or 0) != stored.minimum:
+                services.set_min(name, data["min"], key=obj.key, actor=who)
+        except services.LimitsError as error:  # the capacity changed since the form was checked
+            self.message_user(request, f"Not saved: {error.message}.", messages.ERROR)
         obj.refresh_from_db()
 
     def construct_change_message(
         self, request: HttpRequest, form: forms.Form, formsets: Any, add: bool = False
     ) -> list[dict[str, Any]]:
-        return [{"changed": {"fields": [name for name in form.changed_data if name == "pool"]}}]
+        return [{"changed": {"fields": [name for name in form.changed_data if name in ("pool", "weight", "min")]}}]
 
 
 @admin.register(Slot)
