@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.db.models import Case, F, Func, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
+from django.db.models.functions import Coalesce
 
 from limits import eta, insights
 from limits.config import BOX_NAME
@@ -65,9 +66,14 @@ def box_base(limits: Iterable[Limit] = ()) -> int | None:
 
 
 def get_limit(name: str) -> Limit | None:
+    """The limit named so, with `box_base` (the declared box's base, SPEC 12.3, or None) read in
+    the same query: a limit's page shows what the base caps without one more round trip."""
     if not is_storable_text(name):
         return None  # no limit has that name, and the database could not even compare it
-    return Limit.objects.filter(name=name).first()
+    base = Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True).values(
+        base=Coalesce("per_key_override", "declared_per_key")
+    )[:1]
+    return Limit.objects.filter(name=name).annotate(box_base=Subquery(base)).first()
 
 
 def live_slots(limit: Limit) -> QuerySet[Slot]:

@@ -559,7 +559,7 @@ def _live_context(
     selectors.with_group_partners(limit, queue.items)
     selectors.with_reasons(limit, queue.items)
     no_key = selectors.no_key_pool(limit, weights) if keys.number == 1 and not here.key_filter else None
-    box_base = selectors.box_base() if not limit.is_box else None
+    box_base = None if limit.is_box else getattr(limit, "box_base", None)  # read with the limit
     return {
         "limit": limit,
         # Runs hold its slots while they execute (a workflow's bound, the box): runs tables.
