@@ -88,8 +88,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        default="1,2,3,4,5,6,7,8,9,10,11,12,13",
+        default="1,2,3,4,5,6,7,8,9,10,11,12,13,14",
         help="comma-separated scenario numbers (default all; 7 and 8 also run scenario 1's load, their reference)",
+    )
+    parser.add_argument(
+        "--fair-keys",
+        type=int,
+        default=None,
+        help="scenario 14: keys waiting in the key-choice measure (default 10000, quick 1000; 0 skips it)",
     )
     parser.add_argument(
         "--whole-wake",
@@ -107,6 +113,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.workflow_runs = args.workflow_runs or (200 if args.quick else 1000)
     args.limited_runs = args.limited_runs or (200 if args.quick else 2000)
     args.dbos_default_runs = args.dbos_default_runs or (20 if args.quick else 100)
+    if args.fair_keys is None:
+        args.fair_keys = 1_000 if args.quick else 10_000
     args.sweep = [int(n) for n in args.sweep.split(",") if n.strip()]
     args.only = {int(n) for n in args.only.split(",") if n.strip()}
     return args

@@ -28,7 +28,7 @@ def table(machine: dict[str, str], rows: list[Row], args: argparse.Namespace, se
         flags.append(f"--processes {args.processes}")
     if args.hold:
         flags.append(f"--hold {args.hold:g}")
-    if args.only != set(range(1, 14)):
+    if args.only != set(range(1, 15)):
         flags.append("--only " + ",".join(str(n) for n in sorted(args.only)))
     mode = " ".join(flags) or "full"
     head = (

@@ -7,12 +7,18 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from typing import Any
 
-from tests.bench import data, dbos_queue, handoff, hotpath, load, runs, statements, sweeps
+from tests.bench import data, dbos_queue, fair, handoff, hotpath, load, runs, statements, sweeps
 from tests.bench.common import bench_database_url, create_database, drop_database, log, median, percentile
 from tests.bench.report import Row, verdict
 from tests.bench.workspace import (
+    FAIR,
+    FAIR_WIDE,
+    FIFO_PER_KEY,
+    FIFO_PLAIN,
+    FIFO_WIDE,
     GROUP_A,
     GROUP_B,
     HANDOFF,
@@ -36,10 +42,12 @@ def run_all(args: argparse.Namespace) -> list[Row]:
     process of its own; the idle sweep again on big tables."""
     rows: list[Row] = []
     memory: list[Row] = []
-    if args.only & {1, 5, 7, 8}:
+    if args.only & {1, 5, 7, 8, 14}:
         hot_rows, one = hot_limits(args)
         rows += hot_rows
         rows += keyed_and_groups(args, one)
+        if 14 in args.only:
+            rows += fair_shares(args, one)
     swept: dict[str, dict[int, dict[str, Any]]] = {}
     if 10 in args.only:
         hot_rows, swept = hot_path(args)
@@ -225,6 +233,116 @@ def keyed_and_groups(args: argparse.Namespace, one: dict[str, Any]) -> list[Row]
                 "scenario 1 (plain limit): 1 per operation; ms: one uncontended call each",
             )
         )
+    return rows
+
+
+# --- 14: fair shares between keys (issue 28, SPEC 13) ----------------------------------------------
+
+FAIR_LOADS = (
+    (FAIR, 'fair (`"share": "fair"`)'),
+    (FIFO_PER_KEY, "fifo, per_key 2"),
+    (FIFO_PLAIN, "fifo, no per_key"),
+)
+
+
+def fair_shares(args: argparse.Namespace, one: dict[str, Any]) -> list[Row]:
+    """The issue's simulation on the three limits in turn (tests.bench.fair.simulate), the hot loop
+    of scenario 7 on each (a key drawn from 5, beside scenario 1 of this run), and the key choice
+    at 10,000 waiting keys on a fair limit and a fifo limit with per_key 2."""
+    rows: list[Row] = []
+    flood = 200 if args.quick else fair.FLOOD
+    hold = fair.HOLD_MS
+    for limit, label in FAIR_LOADS:
+        log(f"scenario 14: capacity 10, {label}: A floods {flood}, B-E send {fair.SMALL} each, hold {hold:g} ms")
+        got = fair.simulate(limit, flood=flood)
+        log(
+            f"    {got['seconds']:.1f} s (ideal {got['ideal_s']:.1f}); used {got['used']:.1%} (busy {got['busy']:.1%}) "
+            f"while anyone waits; B-E p95 {got['small_p95']:.0f} ms; A {got['a_per_s']:.1f}/s, "
+            f"{got['a_per_s_during']:.1f}/s beside B-E; stale wakes {got['stale']}, re-polls {got['repolls']}"
+        )
+        target_ok = got["used"] >= 0.95 and (limit != FAIR or got["small_p95"] <= 2 * hold)
+        rows.append(
+            Row(
+                f"14. Fair shares, {label}: capacity 10, tenant A floods {flood:,} runs, B-E send {fair.SMALL} each "
+                f"{fair.SMALL_AFTER_S:g} s later, each holds {hold:g} ms (acquire(key=tenant) → hold → release, "
+                f"{fair.A_PROCESSES + 4} processes, LISTEN/NOTIFY wake)",
+                f"capacity used while anyone waits {got['used']:.1%} (busy {got['busy']:.1%}, the rest reserved "
+                f"for a woken run); B-E first run's time to grant at most {got['small_first_max']:,.0f} ms; "
+                f"all B-E runs p50 {got['small_p50']:,.0f} / p95 {got['small_p95']:,.0f} / "
+                f"max {got['small_max']:,.0f} ms, all done {got['small_done_s']:.1f} s in; A {got['a_per_s']:.1f} "
+                f"runs/s overall, {got['a_per_s_during']:.1f}/s while B-E had runs; all {got['n']:,} in "
+                f"{got['seconds']:.1f} s (ideal {got['ideal_s']:.1f}), {got['cycles_per_s']:.1f} cycles/s; "
+                f"slots really held p95 {got['hold_p95']:,.0f} ms",
+                f"scenario 1: {_spread(one)} cycles/s (capacity 4, hold 0); this load's ceiling 10 / {hold:g} ms "
+                f"= {10 / hold * 1000:.0f} cycles/s",
+                f"{got['cycles_per_s'] / one['median']:.2f}",
+                "used 100 %" + ("; B-E p95 ≤ 2 holds" if limit == FAIR else ""),
+                verdict(target_ok),
+            )
+        )
+    for limit, label in FAIR_LOADS:
+        log(f"scenario 14: hot loop, {label}, keys from 5, {args.processes} processes")
+        hot = load.repeat(
+            load.Load("keyed", (limit,), args.processes, args.seconds, keys=5, hold_ms=args.hold), args.runs
+        )
+        rows.append(
+            Row(
+                f"14. Hot loop on the {label} limit: capacity 10, {args.processes} processes, acquire(key=random of "
+                f"5) → {_hold(args)}release (cycles/s, median of {args.runs})",
+                f"{_spread(hot)}; {_waits(hot)}; {_queued(hot)}; {_trouble(hot, one)}",
+                f"scenario 1: {_spread(one)}; {_waits(one)}",
+                f"{hot['median'] / one['median']:.2f}",
+            )
+        )
+    keys = args.fair_keys
+    releases = 50 if args.quick else 300
+    fair_releases = 20 if keys <= 1_000 else 3  # a fair release at 10,000 keys takes tens of seconds
+    for limit, label in ((FAIR_WIDE, "fair"), (FIFO_WIDE, "fifo, per_key 2")) if keys else ():
+        tag = uuid.uuid4().hex[:6]
+        log(f"scenario 14: {keys:,} keys waiting on a {label} limit, then {releases} releases")
+        waiting = fair.fill_waiting(limit, keys, tag)
+        plan_ms, plan = fair.explain_candidate(limit) if limit == FAIR_WIDE else (float("nan"), [])
+        by_key_ms, by_key = (
+            fair.explain_candidate(limit, fair.FAIR_CANDIDATE_BY_KEY) if limit == FAIR_WIDE else (float("nan"), [])
+        )
+        got = fair.release_stream(limit, tag, releases if limit != FAIR_WIDE else fair_releases)
+        log(
+            f"    release that grants p50 {got['release_p50']:.2f} / p95 {got['release_p95']:.2f} ms; confirm "
+            f"p50 {got['confirm_p50']:.2f} ms; {got['distinct_keys']} keys granted; first {got['first_keys']}"
+        )
+        for line in plan:
+            log(f"    | {line}")
+        for line in by_key:
+            log(f"    by key | {line}")
+        rows.append(
+            Row(
+                f"14. Key choice at scale, {label}: capacity 10 full, {keys:,} keys with 1-3 runs each waiting "
+                f"({waiting:,} runs), {releases if limit != FAIR_WIDE else fair_releases} releases one after the "
+                "other, each granting one run (one process)",
+                f"release that grants p50 {got['release_p50']:.2f} / p95 {got['release_p95']:.2f} ms; the woken "
+                f"run's confirm p50 {got['confirm_p50']:.2f} / p95 {got['confirm_p95']:.2f} ms; "
+                f"{got['distinct_keys']} distinct keys granted"
+                + (
+                    f"; EXPLAIN ANALYZE of the fair candidate query: {plan_ms:,.1f} ms as in the engine, "
+                    f"{by_key_ms:,.1f} ms with `h.key <> ''` in the head probe (queue_waiting_by_key usable)"
+                    if plan
+                    else ""
+                ),
+            )
+        )
+    from limits import verify
+
+    checked = verify.verify()
+    rows.append(
+        Row(
+            "14. After the loads: `limits.verify.verify()` over every limit (13.6 on the fair ones)",
+            checked.summary(),
+            "—",
+            "—",
+            "verify ok",
+            verdict(checked.ok),
+        )
+    )
     return rows
 
 

@@ -18,6 +18,13 @@ GROUP_B = "bench-group-b"
 # The run scenario of issue 17: the shipped `sync_partner` (studio/workflows/timeouts.py) takes a
 # slot of this limit; capacity 4 here, as DBOS's queue beside it.
 PARTNER = "partner-api"
+# Scenario 14 (issue 28, SPEC 13): the same load on a fair limit, a fifo limit with per_key 2 and a
+# fifo limit without per_key, all of capacity 10; and the key choice at 10,000 waiting keys.
+FAIR = "bench-fair"
+FIFO_PER_KEY = "bench-fifo-per-key"
+FIFO_PLAIN = "bench-fifo-plain"
+FAIR_WIDE = "bench-fair-wide"
+FIFO_WIDE = "bench-fifo-wide"
 
 workspace = define_workspace(
     limits={
@@ -31,5 +38,10 @@ workspace = define_workspace(
         GROUP_A: {"capacity": 4, "max_hold": "1h"},
         GROUP_B: {"capacity": 4, "max_hold": "1h"},
         PARTNER: {"capacity": 4, "max_hold": "1h"},
+        FAIR: {"capacity": 10, "share": "fair", "max_hold": "1h"},
+        FIFO_PER_KEY: {"capacity": 10, "per_key": 2, "max_hold": "1h"},
+        FIFO_PLAIN: {"capacity": 10, "max_hold": "1h"},
+        FAIR_WIDE: {"capacity": 10, "share": "fair", "max_hold": "1h"},
+        FIFO_WIDE: {"capacity": 10, "per_key": 2, "max_hold": "1h"},
     }
 )
