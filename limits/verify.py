@@ -336,6 +336,11 @@ class History:
         # With keys, strict order holds within each key (f): an older entry of another key may
         # wait because its pool is full. Group entries may wait for another limit (g).
         keyed = any(entry["key"] for entry in self.entries) or self.limit.per_key is not None
+        # Under the box, a run's start may wait for the base of whole runs on this limit (12.3),
+        # as a key's run waits for its pool: it is not passed over then.
+        whole_runs_capped = any(e["request"].endswith(WHOLE_RUN_SUFFIX) for e in self.entries) and (
+            Limit.objects.filter(kind=Limit.Kind.BOX).exists()
+        )
         blocking_by_key: dict[str, tuple[dt.datetime, Mapping[str, Any]]] = {}
         group_blocking: list[Mapping[str, Any]] = []
         for entry in self.entries:
@@ -363,7 +368,9 @@ class History:
                     )
             blocks_until = min(entry["finished_at"] or FOREVER, entry["deadline"])
             if entry["group_size"] > 1:
-                group_blocking.append(entry)  # it may wait for another of its limits (g)
+                # It may wait for another of its limits (g), or a whole run's start for the base.
+                if not (whole_runs_capped and entry["request"].endswith(WHOLE_RUN_SUFFIX)):
+                    group_blocking.append(entry)
             elif keyed:
                 held = blocking_by_key.get(entry["key"])
                 if held is None or blocks_until > held[0]:

@@ -532,13 +532,17 @@ class _Grant:
 
     def _mark_passed_over(self, limit: Limit, granted: QueueEntry) -> None:
         """A younger run is granted a slot of this limit: every older group waiting here whose
-        key pool on this limit has room (before this grant) was passed over (10.4). The mark is
+        key pool on this limit has room (before this grant), and that the base of whole runs does
+        not hold back here (12.3), was passed over (10.4). The mark is
         the run's, on all its entries, so once owed it holds capacity on every limit it needs; a
         run already waiting more than OWED_AFTER_MS is owed from this very grant on."""
         passed = {
             e.request
             for e in self.blocked.get(limit.id, [])
-            if e.position < granted.position and e.passed_over_at is None and pools(limit).has_room(e.key)
+            if e.position < granted.position
+            and e.passed_over_at is None
+            and pools(limit).has_room(e.key)
+            and (not e.request.endswith(WHOLE_RUN_SUFFIX) or whole_run_room(limit, e.request, self.base()))
         }
         if not passed:
             return

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "78e3be082f5af0368e670157f556ec4e29db5af0987a1ccabbb804d37e8904f4"
+ENGINE_SQL_FINGERPRINT = "9deada3485e2b870e78a2308b99f2e81c94390dda46226456efea88421c0dc92"
 
 
 def install(apps, schema_editor) -> None:

@@ -25,12 +25,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from fractions import Fraction
 
 RESERVATION = timedelta(minutes=2)  # 3.5
 OWED_AFTER = timedelta(minutes=2)  # 10.4: passed over and waiting more than this: owed
 DEFAULT_TIMEOUT_MS = 24 * 60 * 60 * 1000  # 3.3
 HISTORY_RETENTION = timedelta(days=7)  # docs/engine.md "History" (STACKBONE_HISTORY_RETENTION default)
 LIVE = ("reserved", "busy")
+UNCHANGED = object()  # an operator action that leaves a value as it is
 
 
 class ModelError(Exception):
@@ -54,8 +56,14 @@ class MLimit:
     paused: bool = False
     next_position: int = 1
     kind: str = "limit"
+    declared_share: str = "fifo"  # SPEC 13.1
+    share_override: str = ""
     declared_burst: float | None = None  # the box bound (SPEC 12): its base is per_key
     burst_override: float | None = None
+
+    @property
+    def share(self) -> str:
+        return self.share_override or self.declared_share
 
     @property
     def burst(self) -> float | None:
@@ -169,7 +177,9 @@ class Model:
     woken: list[str] = field(default_factory=list)  # runs announced by the last operation
     asked: dict[str, tuple[str, ...]] = field(default_factory=dict)  # request: its limits, as given
     tally: Tally = field(default_factory=Tally)
+    key_weights: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # 13.1: (weight, min)
     whole_runs_held_back: int = 0  # 12.3: times a whole run found its limit at the base (statistics)
+    fair_reordered: int = 0  # 13.2: a fair limit chose another key's run than its oldest (statistics)
     next_arrival: int = 1
 
     # --- what the engine's counters must say --------------------------------------------------
@@ -446,21 +456,84 @@ class Model:
         self._settle_all(locked, now)
         self.audit.append(("per_key", actor, name, None, old, new, now, key or ""))
 
-    def sync(
-        self, declared: dict[str, tuple[int, int, int | None]], now: datetime, box: tuple[int, float] | None = None
+    def set_share(self, name: str, value: str | None, *, actor: str, now: datetime) -> None:
+        """13.5: switch a limit between fifo and fair, or back to its declared share (None)."""
+        if value is not None and value not in ("fifo", "fair"):
+            raise ModelError("share")
+        limit = self.limits.get(name)
+        if limit is None:
+            raise ModelError("limit")
+        locked = self._lock([name])
+        old = limit.share
+        limit.share_override = value or ""
+        self._settle_all(locked, now)
+        new = f"{limit.share} (declared)" if value is None else limit.share
+        self.audit.append(("share", actor, name, None, old, new, now, ""))
+
+    def set_key_weights(
+        self, name: str, *, key: str, weight: object = UNCHANGED, minimum: object = UNCHANGED, actor: str, now: datetime
     ) -> None:
-        """1.4, 1.5, 5.2, 9.4: declared values change, overrides survive, a limit that left the
-        config is kept undeclared; a declared capacity or per_key that rose grants at once."""
+        """13.1, 13.5: one key's weight (1-100; None: back to 1) or min (0 to the capacity; None: 0).
+        The key's pool row is made if it has none. Audited."""
+        if weight is not UNCHANGED and weight is not None and not (isinstance(weight, int) and 1 <= weight <= 100):
+            raise ModelError("weight")
+        _check_key(key)
+        limit = self.limits.get(name)
+        if limit is None:
+            raise ModelError("limit")
+        if (
+            minimum is not UNCHANGED
+            and minimum is not None
+            and not (isinstance(minimum, int) and 0 <= minimum <= limit.capacity)
+        ):
+            raise ModelError("min")
+        locked = self._lock([name])
+        self.pools.setdefault((name, key), None)
+        old_weight, old_min = self.key_weights.get((name, key), (1, 0))
+        if weight is not UNCHANGED:
+            value = 1 if weight is None else weight
+            self.key_weights[(name, key)] = (value, old_min)  # type: ignore[assignment]
+            action, old, new = "weight", str(old_weight), f"{value} (default)" if weight is None else str(value)
+        else:
+            value = 0 if minimum is None else minimum
+            self.key_weights[(name, key)] = (old_weight, value)  # type: ignore[assignment]
+            action, old, new = "min", str(old_min), f"{value} (default)" if minimum is None else str(value)
+        self._settle_all(locked, now)
+        self.audit.append((action, actor, name, None, old, new, now, key))
+
+    def sync(
+        self,
+        declared: dict[str, tuple[int, int, int | None]],
+        now: datetime,
+        box: tuple[int, float] | None = None,
+        shares: dict[str, str] | None = None,
+    ) -> None:
+        """1.4, 1.5, 5.2, 9.4, 13.1: declared values change, overrides survive, a limit that left
+        the config is kept undeclared; a declared capacity or per_key that rose grants at once."""
+        shares = shares or {}
         for name, (capacity, max_hold_ms, per_key) in sorted(declared.items()):
+            share = shares.get(name, "fifo")
             limit = self.limits.get(name)
             if limit is None:
-                self.limits[name] = MLimit(name, capacity, max_hold_ms, per_key)
+                self.limits[name] = MLimit(name, capacity, max_hold_ms, per_key, declared_share=share)
                 continue
-            before = (limit.declared, limit.declared_capacity, limit.declared_max_hold_ms, limit.declared_per_key)
-            after = (True, capacity, max_hold_ms, per_key)
+            before = (
+                limit.declared,
+                limit.declared_capacity,
+                limit.declared_max_hold_ms,
+                limit.declared_per_key,
+                limit.declared_share,
+            )
+            after = (True, capacity, max_hold_ms, per_key, share)
             if before == after:
                 continue
-            limit.declared, limit.declared_capacity, limit.declared_max_hold_ms, limit.declared_per_key = after
+            (
+                limit.declared,
+                limit.declared_capacity,
+                limit.declared_max_hold_ms,
+                limit.declared_per_key,
+                limit.declared_share,
+            ) = after
             self._settle_all(self._lock([name]), now)
             self.audit.append(("sync", "deploy", name, None, _declared_text(*before), _declared_text(*after), now, ""))
         self._sync_box(box, now)
@@ -764,6 +837,9 @@ class Model:
         names = {limit.name for limit in locked}
         for limit in locked:
             self._time_out(limit, now, names)
+        if any(limit.share == "fair" for limit in locked):
+            self._settle_with_fair_limits(locked, names, now)
+            return
         candidates = sorted(
             {e.request: e for e in self.entries if e.state == "waiting" and e.limit in names}.values(), key=self._order
         )
@@ -771,6 +847,134 @@ class Model:
             entries = self.waiting_of(first.request)
             if len(entries) == entries[0].group_size and all(self._open_to(e, names, now) for e in entries):
                 self._reserve(entries, now)
+
+    def _settle_with_fair_limits(self, locked: list[MLimit], names: set[str], now: datetime) -> None:
+        """13.2 with 10.2-10.4, as the engine walks it (keys._Grant; engine choices where the SPEC
+        is silent): plain limits first, their heads in queue order; then one stream per limit, a
+        fifo limit's waiting runs in queue order (read in one batch, as the engine's scan does), a
+        fair limit's chosen again after each one is dealt with (the keys under their min first,
+        then the smallest in use / weight, ties to the oldest head; within a key arrival order),
+        merged by arrival. A group stopped by another of its limits is passed over only where it
+        was seen stopped (so fairness itself never makes a run owed, 13.4)."""
+        for limit in locked:
+            if self.plain(limit.name):
+                for entry in self.waiting(limit.name)[: max(self.room(limit.name), 0)]:
+                    self._reserve_marking([entry], {}, now)
+        decided: set[str] = set()
+        blocked: dict[str, list[MEntry]] = {}
+        batches: dict[str, list[MEntry]] = {}
+        after: dict[str, int] = {}
+        dealt: dict[str, set[int]] = {}
+        streams = [limit.name for limit in locked if self.waiting(limit.name)]
+        heads: dict[str, MEntry] = {}
+
+        def barrier(name: str) -> int | None:
+            owed = [e.position for e in self.waiting(name) if self._owed(e, now)]
+            return min(owed) if owed else None
+
+        def next_head(name: str) -> MEntry | None:
+            if self.limits[name].share == "fair":
+                if self.room(name) <= 0:
+                    return None
+                bar = barrier(name)
+                seen = dealt.setdefault(name, set())
+                waiting = [
+                    e
+                    for e in self.waiting(name)
+                    if e.arrival not in seen and self.pool_room(name, e.key) and (bar is None or e.position <= bar)
+                ]
+                if not waiting:
+                    return None
+                first: dict[str, MEntry] = {}
+                for e in waiting:  # in position order
+                    first.setdefault(e.key, e)
+                entry = min(first.values(), key=lambda e: (*self.fair_rank(name, e.key), e.position))
+                self.fair_reordered += entry.position != waiting[0].position  # a younger key's turn
+                seen.add(entry.arrival)
+                return entry
+            if not batches.get(name):
+                if self.room(name) <= 0:
+                    return None
+                bar = barrier(name)
+                batches[name] = [
+                    e
+                    for e in self.waiting(name)
+                    if e.position > after.get(name, 0)
+                    and self.pool_room(name, e.key)
+                    and (bar is None or e.position <= bar)
+                ]
+                if not batches[name]:
+                    return None
+            entry = batches[name].pop(0)
+            after[name] = entry.position
+            return entry
+
+        while True:
+            for name in [n for n in streams if n not in heads]:
+                head = next_head(name)
+                if head is None:
+                    streams.remove(name)
+                else:
+                    heads[name] = head
+            if not heads:
+                return
+            entry = heads.pop(min(heads, key=lambda n: heads[n].arrival))
+            if entry.state != "waiting" or entry.request in decided or not self._open_to(entry, names, now):
+                continue
+            group = self.waiting_of(entry.request)
+            complete = len(group) == entry.group_size and all(e.limit in names for e in group)
+            if entry.group_size == 1 or (complete and all(self._open_to(e, names, now) for e in group)):
+                self._reserve_marking(group, blocked, now)
+                if entry.group_size > 1:
+                    decided.add(entry.request)
+                continue
+            decided.add(entry.request)
+            for e in group:
+                if e.limit in names:
+                    blocked.setdefault(e.limit, []).append(e)
+
+    def fair_rank(self, limit: str, key: str) -> tuple[bool, Fraction]:
+        """13.2: (holding at least its min, in use / weight) of one key of a fair limit."""
+        weight, minimum = self.key_weights.get((limit, key), (1, 0)) if key else (1, 0)
+        in_use = self.pool_in_use(limit, key)
+        return (in_use >= minimum, Fraction(in_use, weight))
+
+    def _reserve_marking(self, entries: list[MEntry], blocked: dict[str, list[MEntry]], now: datetime) -> None:
+        """_reserve, marking as passed over (10.4) only the groups seen stopped on these limits
+        (keys._Grant._mark_passed_over): older, their key pool here with room before this grant."""
+        for entry in entries:
+            passed = {
+                e.request
+                for e in blocked.get(entry.limit, [])
+                if e.position < entry.position
+                and e.passed_over_at is None
+                and self.pool_room(entry.limit, e.key)
+                and self.whole_run_room(entry.limit, e.request)
+            }
+            for request in passed:
+                for waiting in self.waiting_of(request):
+                    if waiting.passed_over_at is None:
+                        waiting.passed_over_at = now
+        for entry in entries:
+            limit = self.limits[entry.limit]
+            entry.state, entry.finished_at = "granted", now
+            self.slots.append(
+                MSlot(
+                    limit.name,
+                    entry.run_id,
+                    entry.request,
+                    entry.label,
+                    "reserved",
+                    entry,
+                    now,
+                    self._expiry(limit, now),
+                    reserved_until=now + RESERVATION,
+                    key=entry.key,
+                    group_size=entry.group_size,
+                )
+            )
+        self.woken.append(entries[0].run_id)
+        self.tally.granted += len(entries)
 
     def _open_to(self, entry: MEntry, settled: set[str], now: datetime) -> bool:
         """The entry's limit can give it a slot now: it is being settled, has room in its total
@@ -801,7 +1005,9 @@ class Model:
             passed = [
                 e.request
                 for e in self.waiting(limit.name)
-                if e.position < entry.position and self.pool_room(limit.name, e.key)
+                if e.position < entry.position
+                and self.pool_room(limit.name, e.key)
+                and self.whole_run_room(limit.name, e.request)
             ]
             entry.state, entry.finished_at = "granted", now
             self.slots.append(
@@ -854,7 +1060,6 @@ def _size_text(size: int | None) -> str:
 
 
 BOX = "box"
-UNCHANGED = object()
 MAX_DURATION_MS = 30 * 24 * 60 * 60 * 1000  # limits.durations.MAX_DURATION_MS: the box's "no max hold"
 
 
@@ -862,8 +1067,10 @@ def _ceiling(base: int, burst: float) -> int:
     return int(base * burst + 1e-9)
 
 
-def _declared_text(declared: bool, capacity: int, max_hold_ms: int, per_key: int | None) -> str:
+def _declared_text(declared: bool, capacity: int, max_hold_ms: int, per_key: int | None, share: str = "fifo") -> str:
     text = f"capacity {capacity}, max hold {max_hold_ms} ms"
     if per_key is not None:
         text += f", per_key {per_key}"
+    if share != "fifo":
+        text += f", share {share}"
     return text + ("" if declared else ", undeclared")

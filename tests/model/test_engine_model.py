@@ -56,6 +56,7 @@ MAX_HOLDS = ("500ms", "90s", "45m", "2h", 60_000)
 CAPACITIES = (1, 1, 2, 3)
 # SPEC 12: no run concurrency, or (base, burst): ceilings 1, 2 and 3 (floor(2 x 1.5))
 BOXES = st.sampled_from((None, (1, 1.0), (1, 2.0), (2, 1.5)))
+SHARES = st.sampled_from(("fifo", "fair", "fair"))  # SPEC 13.1: most limits fair, so keys compete on them
 CLOCK_STEPS_MS = (1, 500, 15_000, 60_000, 119_999, 120_000, 121_000, 45 * 60_000, 2 * 3_600_000, 24 * 3_600_000)
 OPERATOR = "user:op"
 SEEN: Counter[str] = Counter()
@@ -105,6 +106,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
         # for a run in the box (SPEC 12) its workflow's key there).
         self.requests: list[tuple[str, tuple[str, ...], str, str | None, bool, str | None]] = []
         self.box: tuple[int, float] | None = None  # the box's run concurrency declared: (base, burst)
+        self.shares: dict[str, str] = {}  # each limit's declared share (SPEC 13.1)
         self.woken: list[str] = []
         self.audited = 0  # audit events compared so far
         runs_woken.connect(self._on_woken, weak=False, dispatch_uid="model-woken")
@@ -153,6 +155,8 @@ class EngineAgainstModel(RuleBasedStateMachine):
             "max_hold_override_ms",
             "per_key_override",
             "kind",
+            "declared_share",
+            "share_override",
             "declared_burst",
             "burst_override",
             "busy_count",
@@ -191,6 +195,8 @@ class EngineAgainstModel(RuleBasedStateMachine):
                     lim.max_hold_override_ms,
                     lim.per_key_override,
                     lim.kind,
+                    lim.declared_share,
+                    lim.share_override,
                     lim.declared_burst,
                     lim.burst_override,
                     len(busy),
@@ -209,7 +215,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
         engine_pools = sorted(
             (names[limit_id], *row)
             for limit_id, *row in LimitKey.objects.values_list(
-                "limit_id", "key", "busy_count", "reserved_count", "waiting_count", "pool_override"
+                "limit_id", "key", "busy_count", "reserved_count", "waiting_count", "pool_override", "weight", "minimum"
             )
         )
         model_pools = sorted(
@@ -220,6 +226,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 sum(1 for s in model.live(name, "reserved") if s.key == key),
                 sum(1 for e in model.waiting(name) if e.key == key),
                 size,
+                *model.key_weights.get((name, key), (1, 0)),
             )
             for (name, key), size in model.pools.items()
         )
@@ -398,6 +405,9 @@ class EngineAgainstModel(RuleBasedStateMachine):
         self.same_outcome(got, expected)
         event(describe(got))
         SEEN[describe(got)] += 1
+        if self.model.fair_reordered:
+            SEEN["fair: a younger key's run went first"] += self.model.fair_reordered
+            self.model.fair_reordered = 0
         passed = [e for e in self.model.entries if e.state == "waiting" and e.passed_over_at is not None]
         if passed:  # the statistics say how often 10.4 was in play
             SEEN["model: a run passed over waits"] += 1
@@ -417,19 +427,22 @@ class EngineAgainstModel(RuleBasedStateMachine):
             max_hold = parse_duration(hold if name == "a" else "45m")
             declared[name] = (capacity, max_hold, data.draw(per_key_for(capacity)))
         self.box = data.draw(BOXES)
+        self.shares = {name: data.draw(SHARES) for name in LIMITS}
         self.sync_to(declared)
 
     def sync_to(self, declared: Declared) -> None:
-        box = self.box
+        box, shares = self.box, dict(self.shares)
         workspace = define_workspace(
             limits={
-                name: {"capacity": cap, "max_hold": hold} | ({} if per_key is None else {"per_key": per_key})
+                name: {"capacity": cap, "max_hold": hold, "share": shares[name]}
+                | ({} if per_key is None else {"per_key": per_key})
                 for name, (cap, hold, per_key) in declared.items()
             },
             run_concurrency=None if box is None else {"base": box[0], "burst": box[1]},
         )
         self.step(
-            lambda: quietly(services.sync_workspace, workspace), lambda: self.model.sync(declared, self.now(), box)
+            lambda: quietly(services.sync_workspace, workspace),
+            lambda: self.model.sync(declared, self.now(), box, shares),
         )
 
     @rule(
@@ -605,6 +618,39 @@ class EngineAgainstModel(RuleBasedStateMachine):
             kept = any(s.run_id == run_id for s in self.model.live("box", "busy"))
             SEEN["box: a run kept its box slot" if kept else "box: a run gave its box slot back to wait"] += 1
 
+    @precondition(lambda self: self.model.limits.get("box") is not None)
+    @rule(data=st.data(), limit=st.sampled_from(LIMITS), workflow=st.sampled_from(("w1", "w2")))
+    def a_run_starts_in_the_box_then_needs_a_limit(self, data: st.DataObject, limit: str, workflow: str) -> None:
+        """SPEC 12.2 played out: a run takes its box slot, then a limit's slot in its body: it
+        keeps the box slot if the limit has room, else gives it back and waits for both."""
+        self.acquire_in_box(data, [], None, workflow, None)
+        self.acquire_in_box(data, [limit], None, workflow, None)
+
+    @precondition(lambda self: any(lim.share == "fair" and lim.declared for lim in self.model.limits.values()))
+    @rule(data=st.data())
+    def keys_compete_on_a_fair_limit(self, data: st.DataObject) -> None:
+        """SPEC 13.2 played out: one key fills a fair limit and queues more, another key queues
+        after it, one of the first key's slots is released: the grant goes by share, not age."""
+        name = data.draw(st.sampled_from(sorted(n for n, lim in self.model.limits.items() if lim.share == "fair")))
+
+        def take(run_id: str, key: str) -> None:
+            request = f"{run_id}:{len(self.requests)}"
+            self.requests.append((request, (name,), run_id, key, False, None))
+            self.step(
+                lambda: services.acquire(name, run_id=run_id, request=request, key=key, timeout="1h"),
+                lambda: self.model.acquire(
+                    name, run_id=run_id, request=request, label="", timeout_ms=3_600_000, now=self.now(), key=key
+                ),
+            )
+
+        for _ in range(min(self.model.room(name), 3)):
+            take(self.runs[data.draw(st.integers(0, 3))], "t1")
+        take(self.runs[data.draw(st.integers(0, 3))], "t1")
+        take(self.runs[data.draw(st.integers(0, 3))], "t2")
+        held = [s.engine_id for s in self.model.live(name, "busy") if s.key == "t1" and s.engine_id]
+        if held:
+            self.release_slot(data.draw(st.sampled_from(held)), operator=False)
+
     @precondition(lambda self: self.requests)
     @rule(data=st.data())
     def replay(self, data: st.DataObject) -> None:
@@ -706,6 +752,18 @@ class EngineAgainstModel(RuleBasedStateMachine):
             st.tuples(st.just("deploy"), st.sampled_from(MAX_HOLDS), st.sampled_from((True, True, False)), st.none()),
             st.tuples(st.just("pause"), st.sampled_from((*LIMITS, "box", "nope")), st.booleans(), st.none()),
             st.tuples(
+                st.just("share"),
+                st.sampled_from((*LIMITS, "nope")),
+                st.sampled_from(("fifo", "fair", None, "x")),
+                st.none(),
+            ),
+            st.tuples(
+                st.sampled_from(("weight", "min")),
+                st.sampled_from((*LIMITS, *LIMITS, "nope")),
+                st.sampled_from((None, 0, 1, 2, 3, 5, 101)),
+                st.sampled_from(("t1", "t2", "t1", "")),
+            ),
+            st.tuples(
                 st.just("box"),
                 st.sampled_from((UNCHANGED, None, 1, 2, 3)),
                 st.sampled_from((UNCHANGED, None, 1.0, 1.5, 2.0)),
@@ -749,6 +807,18 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 ),
                 lambda: self.model.set_box(base=base, burst=burst, actor=OPERATOR, now=self.now()),
             )
+        elif kind == "share":
+            self.step(
+                lambda: quietly(services.set_share, name, value, actor=OPERATOR),
+                lambda: self.model.set_share(name, value, actor=OPERATOR, now=self.now()),
+            )
+        elif kind in ("weight", "min"):
+            key_service = services.set_weight if kind == "weight" else services.set_min
+            field = "weight" if kind == "weight" else "minimum"
+            self.step(
+                lambda: quietly(key_service, name, value, key=key, actor=OPERATOR),
+                lambda: self.model.set_key_weights(name, key=key, actor=OPERATOR, now=self.now(), **{field: value}),
+            )
         elif kind == "per_key":
             self.step(
                 lambda: quietly(services.set_per_key, name, value, key=key, actor=OPERATOR),
@@ -764,6 +834,8 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 declared[limit] = (capacity, max_hold, data.draw(per_key_for(capacity)))
             if data.draw(st.booleans()):
                 self.box = data.draw(BOXES)  # the box's run concurrency changes, comes or goes
+            if data.draw(st.booleans()):
+                self.shares[data.draw(st.sampled_from(LIMITS))] = data.draw(SHARES)  # 13.1: a declared share changes
             self.sync_to(declared)
 
     def edges(self) -> list[dt.datetime]:
@@ -820,5 +892,6 @@ def test_the_engine_behaves_as_the_model() -> None:
     print("engine steps:", dict(sorted(SEEN.items())))
     assert SEEN["acquire: busy"] and SEEN["acquire: waiting"] and SEEN["returned True"], SEEN
     assert SEEN["acquire group: busy"] and SEEN["acquire group: waiting"], SEEN
-    if examples() >= 100:  # both ways a run in the box goes on, in a run long enough to meet them
+    if examples() >= 100:  # fairness at work, and both ways a run in the box goes on (long runs meet them)
+        assert SEEN["fair: a younger key's run went first"], SEEN
         assert SEEN["box: a run kept its box slot"] and SEEN["box: a run gave its box slot back to wait"], SEEN
