@@ -942,19 +942,29 @@ class Model:
     def _reserve_marking(self, entries: list[MEntry], blocked: dict[str, list[MEntry]], now: datetime) -> None:
         """_reserve, marking as passed over (10.4) only the groups seen stopped on these limits
         (keys._Grant._mark_passed_over): older, their key pool here with room before this grant."""
-        for entry in entries:
-            passed = {
+        self._mark_passed_over(
+            {
                 e.request
+                for entry in entries
                 for e in blocked.get(entry.limit, [])
                 if e.position < entry.position
                 and e.passed_over_at is None
                 and self.pool_room(entry.limit, e.key)
                 and self.whole_run_room(entry.limit, e.request)
-            }
-            for request in passed:
-                for waiting in self.waiting_of(request):
-                    if waiting.passed_over_at is None:
-                        waiting.passed_over_at = now
+            },
+            now,
+        )
+        self._reserve_slots(entries, now)
+
+    def _mark_passed_over(self, requests: set[str], now: datetime) -> None:
+        """10.4: the mark is the run's, on all its waiting entries."""
+        for request in requests:
+            for waiting in self.waiting_of(request):
+                if waiting.passed_over_at is None:
+                    waiting.passed_over_at = now
+
+    def _reserve_slots(self, entries: list[MEntry], now: datetime) -> None:
+        """3.5, 10.2: a slot of each limit reserved for the run, together, for 2 minutes."""
         for entry in entries:
             limit = self.limits[entry.limit]
             entry.state, entry.finished_at = "granted", now
@@ -1000,37 +1010,18 @@ class Model:
         """3.5, 10.2: a slot of each limit reserved for the run, together, for 2 minutes. Each
         older run waiting on one of these limits whose key pool there had room (before this
         grant) is passed over (10.4): the mark is the run's, on all its entries."""
-        for entry in entries:
-            limit = self.limits[entry.limit]
-            passed = [
+        self._mark_passed_over(
+            {
                 e.request
-                for e in self.waiting(limit.name)
+                for entry in entries
+                for e in self.waiting(entry.limit)
                 if e.position < entry.position
-                and self.pool_room(limit.name, e.key)
-                and self.whole_run_room(limit.name, e.request)
-            ]
-            entry.state, entry.finished_at = "granted", now
-            self.slots.append(
-                MSlot(
-                    limit.name,
-                    entry.run_id,
-                    entry.request,
-                    entry.label,
-                    "reserved",
-                    entry,
-                    now,
-                    self._expiry(limit, now),
-                    reserved_until=now + RESERVATION,
-                    key=entry.key,
-                    group_size=entry.group_size,
-                )
-            )
-            for request in passed:
-                for waiting in self.waiting_of(request):
-                    if waiting.passed_over_at is None:
-                        waiting.passed_over_at = now
-        self.woken.append(entries[0].run_id)
-        self.tally.granted += len(entries)
+                and self.pool_room(entry.limit, e.key)
+                and self.whole_run_room(entry.limit, e.request)
+            },
+            now,
+        )
+        self._reserve_slots(entries, now)
 
     def _purge(self, cutoff: datetime) -> None:
         """docs/engine.md "History": freed slots and finished entries older than the retention go
