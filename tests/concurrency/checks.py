@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from bisect import insort
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
-from limits.models import AuditEvent, Limit, QueueEntry, Slot
+from django.db.models import Max
+
+from limits.models import AuditEvent, Limit, LimitKey, QueueEntry, Slot
 
 FOREVER = dt.datetime.max.replace(tzinfo=dt.UTC)
 _SIZE = re.compile(r"\s*(\d+|none)")
@@ -260,3 +264,214 @@ def crossing_at_once(clients: list[dict[str, Any]]) -> dict[str, int]:
             if crossed and began < other_ended and other_began < ended:
                 found[f"{len(names)} limits"] += 1
     return dict(found)
+
+
+# --- fair shares (SPEC 13) ------------------------------------------------------------------------
+
+
+ENQUEUE, FINISH = 3, 4  # beside SIZE, FREE, GRANT: a fair limit's replay
+# The audited changes after which a fair limit's past grants cannot be judged by today's values
+# (a release or a sweep's expiry changes no rule).
+RULE_CHANGES = [
+    action
+    for action in AuditEvent.Action.values
+    if action not in (AuditEvent.Action.RELEASE, AuditEvent.Action.EXPIRE, AuditEvent.Action.MAX_HOLD)
+]
+
+
+@dataclass
+class Instant:
+    """One instant of a fair limit's replay (_Fair.instants)."""
+
+    at: dt.datetime
+    level: Counter[str]
+    grants: list[dict[str, Any]]
+    frees: Counter[str]
+    waiting: dict[int, dict[str, Any]]
+    arrivals: list[dict[str, Any]]
+
+    def after(self) -> Counter[str]:
+        """The levels once every change of this instant is made."""
+        level = self.level.copy()
+        level.subtract(self.frees)
+        level.update(slot["key"] for slot in self.grants)
+        return level
+
+
+@dataclass
+class _Fair:
+    """A fair limit's history replayed instant by instant from its rows, with the weights, mins
+    and pool sizes in force now (the checks judge only after the last audited change of a rule
+    of the limit, `since`: no past values are kept)."""
+
+    name: str
+    capacity: int
+    per_key: int | None
+    rows: dict[str, Any]  # key -> its LimitKey row (weight, minimum, pool_override)
+    since: dt.datetime | None
+    slots: list[Any]  # the slot rows, as dicts
+    entries: list[Any]  # the queue entry rows, as dicts
+
+    @classmethod
+    def load(cls, name: str) -> _Fair:
+        limit = Limit.objects.get(name=name)
+        rows = {row.key: row for row in LimitKey.objects.filter(limit=limit)}
+        since = AuditEvent.objects.filter(limit=limit, action__in=RULE_CHANGES).aggregate(last=Max("at"))["last"]
+        slots = list(Slot.objects.filter(limit=limit).values("id", "key", "granted_at", "freed_at", "queue_entry_id"))
+        entries = list(
+            QueueEntry.objects.filter(limit=limit).values(
+                "id", "run_id", "key", "position", "enqueued_at", "finished_at", "deadline", "state"
+            )
+        )
+        return cls(name, limit.capacity, limit.per_key, rows, since, slots, entries)
+
+    def size(self, key: str) -> int | None:
+        row = self.rows.get(key) if key else None
+        return row.pool_override if row is not None and row.pool_override is not None else self.per_key
+
+    def order(self, key: str, level: int) -> tuple[bool, Fraction]:
+        """SPEC 13.2's place of a key holding `level` slots: below its min first, then the
+        smallest level / weight (the no-key pool: weight 1, min 0)."""
+        row = self.rows.get(key) if key else None
+        weight, minimum = (row.weight, row.minimum) if row is not None else (1, 0)
+        return (level >= minimum, Fraction(level, weight))
+
+    def instants(self) -> Iterator[Instant]:
+        """Per instant, in order: the levels (busy + reserved) per key just before it, the grants
+        and frees at it, the entries waiting just before it and those enqueued at it. The levels
+        and the waiting entries are the replay's own, changed after each yield."""
+        moments: dict[dt.datetime, list[tuple[int, Any]]] = defaultdict(list)
+        for slot in self.slots:
+            moments[slot["granted_at"]].append((GRANT, slot))
+            if slot["freed_at"] is not None:
+                moments[slot["freed_at"]].append((FREE, slot))
+        for entry in self.entries:
+            moments[entry["enqueued_at"]].append((ENQUEUE, entry))
+            if entry["finished_at"] is not None:
+                moments[entry["finished_at"]].append((FINISH, entry))
+        level: Counter[str] = Counter()
+        waiting: dict[int, Any] = {}
+        for at in sorted(moments):
+            happened = moments[at]
+            grants = [item for kind, item in happened if kind == GRANT]
+            frees = Counter(item["key"] for kind, item in happened if kind == FREE)
+            arrivals = [item for kind, item in happened if kind == ENQUEUE]
+            yield Instant(at, level, grants, frees, waiting, arrivals)
+            level.subtract(frees)
+            level.update(slot["key"] for slot in grants)
+            waiting.update((entry["id"], entry) for entry in arrivals)
+            for kind, item in happened:
+                if kind == FINISH:
+                    waiting.pop(item["id"], None)
+
+
+def _still_waiting(entry: dict[str, Any], at: dt.datetime) -> bool:
+    """Waiting through `at` with its deadline to come (leaving at `at` itself may have been a
+    grant in the same settle: the benefit of the doubt)."""
+    return (entry["finished_at"] is None or entry["finished_at"] > at) and entry["deadline"] > at
+
+
+def fair_rule_violations(name: str) -> list[str]:
+    """SPEC 13.2 and 13.6 on a fair limit, from its rows (after its last audited change: the
+    weights, mins and pool sizes in force now are the ones judged by):
+
+    - order: no slot was granted to a key K while a run of another key J waited (through that
+      instant, its deadline to come) whose pool had room and whose place in 13.2's order was
+      strictly before K's: J below its min and K not, or both alike and J's (busy + reserved) /
+      weight smaller. At one instant the order of frees and grants is unknown: K is judged at
+      its lowest level then (every free of K at that instant first, none of its grants), J at
+      its highest (all its grants first, no free), so only a certain jump is reported; ties
+      (decided by arrival) are let be;
+    - no idle capacity: once an instant's changes are all made, busy + reserved below the
+      capacity while a run waited (enqueued by then, deadline to come) whose key's pool had room.
+
+    No groups and no owed runs here (10.4 comes first there): the fair stress test takes one
+    limit per acquisition."""
+    fair = _Fair.load(name)
+    violations: list[str] = []
+    for moment in fair.instants():
+        at, level, frees = moment.at, moment.level, moment.frees
+        if fair.since is not None and at <= fair.since:
+            continue
+        gained = Counter(slot["key"] for slot in moment.grants)
+        for slot in moment.grants:
+            key = slot["key"]
+            mine = fair.order(key, level[key] - frees[key])
+            for entry in moment.waiting.values():
+                other = entry["key"]
+                if other == key or not _still_waiting(entry, at):
+                    continue
+                most = level[other] + gained[other]
+                size = fair.size(other)
+                if (size is None or most < size) and fair.order(other, most) < mine:
+                    violations.append(
+                        f"{name}: slot {slot['id']} granted to key {key!r} at {at.isoformat()} while "
+                        f"#{entry['position']} of key {other!r} waited ahead of it (SPEC 13.2)"
+                    )
+                    break
+        after = moment.after()
+        if after.total() >= fair.capacity:
+            continue
+        for entry in [*moment.waiting.values(), *moment.arrivals]:
+            size = fair.size(entry["key"])
+            if _still_waiting(entry, at) and (size is None or after[entry["key"]] < size):
+                violations.append(
+                    f"{name}: {after.total()} of {fair.capacity} in use at {at.isoformat()} while "
+                    f"#{entry['position']} of key {entry['key']!r} waited with room in its pool (SPEC 13.6)"
+                )
+                break
+    return violations
+
+
+def fair_figures(name: str, flood: str) -> dict[str, Any]:
+    """What a load did on a fair limit, by key ('' shown as '(no key)'): slots granted; waits of
+    the runs granted from the queue (p50 and longest, ms); slots held on average over the load
+    (busy + reserved, weighted by time); and how the other keys fared against the flooding key's
+    backlog: of their waits that began while runs of `flood` were already waiting, how many were
+    granted before any further slot went to `flood` (SPEC 13.2 serves a key holding less per
+    weight first, whatever the backlog's age), and the most slots `flood` got during one such
+    wait."""
+    fair = _Fair.load(name)
+
+    def shown(key: str) -> str:
+        return key or "(no key)"
+
+    grants = Counter(shown(slot["key"]) for slot in fair.slots)
+    granted_at = {slot["queue_entry_id"]: slot["granted_at"] for slot in fair.slots if slot["queue_entry_id"]}
+    waits: dict[str, list[float]] = defaultdict(list)
+    for entry in fair.entries:
+        if entry["id"] in granted_at:
+            waits[shown(entry["key"])].append((granted_at[entry["id"]] - entry["enqueued_at"]).total_seconds())
+    held: dict[str, float] = defaultdict(float)
+    first = previous = None
+    for moment in fair.instants():
+        if previous is not None:
+            span = (moment.at - previous).total_seconds()
+            for key, count in moment.level.items():
+                held[shown(key)] += count * span
+        first, previous = first or moment.at, moment.at
+    seconds = (previous - first).total_seconds() if first and previous else 0.0
+    flood_grants = sorted(slot["granted_at"] for slot in fair.slots if slot["key"] == flood)
+    flood_waits = [(e["enqueued_at"], e["finished_at"] or FOREVER) for e in fair.entries if e["key"] == flood]
+    behind = ahead = most = 0
+    for entry in fair.entries:
+        if entry["key"] == flood or entry["id"] not in granted_at:
+            continue
+        began, ended = entry["enqueued_at"], granted_at[entry["id"]]
+        if not any(enqueued < began < finished for enqueued, finished in flood_waits):
+            continue
+        behind += 1
+        jumped = bisect_left(flood_grants, ended) - bisect_right(flood_grants, began)
+        ahead += jumped == 0
+        most = max(most, jumped)
+    return {
+        "grants": dict(sorted(grants.items())),
+        "wait_ms_p50_max": {
+            key: [round(1000 * sorted(mine)[len(mine) // 2]), round(1000 * max(mine))]
+            for key, mine in sorted(waits.items())
+        },
+        "mean_held": {key: round(total / seconds, 2) for key, total in sorted(held.items()) if seconds},
+        "waits_behind_flood_backlog": behind,
+        "served_before_flood_again": ahead,
+        "most_flood_grants_in_one_wait": most,
+    }

@@ -12,9 +12,11 @@ or while a slot is reserved for them, timeouts, max-hold expiries and two sweeps
   nothing is left queued or reserved once all is quiet), or one acquire call granted twice (two
   live slots for one request, or two confirmed slots).
 
-With keys and groups (SPEC 9, 10; the last test) also: a key pool above its size, a group held
-or reserved in part while it waits, a younger run granted while an owed one waits, a deadlock,
-and a wait that never ends once the load stops.
+With keys and groups (SPEC 9, 10) also: a key pool above its size, a group held or reserved in
+part while it waits, a younger run granted while an owed one waits, a deadlock, and a wait that
+never ends once the load stops. On a fair limit (SPEC 13, the last test) also: a grant to a key
+while a key before it in the fair order waited, and capacity left free while a run that could
+be granted waited.
 
 The invariants are checked twice: by a monitor process that samples every limit, key pool and
 group in one snapshot while the load runs, and from the history rows once it has ended
@@ -27,6 +29,7 @@ import json
 import os
 import random
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,14 @@ import pytest
 from limits import services
 from limits.models import Limit, LimitKey, QueueEntry, Slot
 from limits.verify import all_violations, verify
-from tests.concurrency.checks import figures, outcome_violations, owed_jumps, pool_overruns
+from tests.concurrency.checks import (
+    fair_figures,
+    fair_rule_violations,
+    figures,
+    outcome_violations,
+    owed_jumps,
+    pool_overruns,
+)
 from tests.concurrency.processes import Crew
 from tests.conftest import requires_postgres
 from tests.factories import assert_counters_match_rows, declare
@@ -60,14 +70,15 @@ def run_load(
     role: str = "client",
     min_ops: int = MIN_OPERATIONS,
     extra: dict[str, Any] | None = None,
+    each: Sequence[dict[str, Any]] = (),
     drain: float = 0,
     sweep_pause: float = 0.01,
     owed_after_ms: int | None = None,
 ) -> dict[str, Any]:
     """Start the clients, two sweepers and a monitor together; wait for the clients, then stop
-    the others. Returns every worker's result. `extra` goes to every client; `drain` is how long
-    clients may take to end their waits once the load stops; `owed_after_ms` compresses the
-    owed delay (SPEC 10.4) in the clients and sweepers."""
+    the others. Returns every worker's result. `extra` goes to every client, `each[i]` to client
+    i; `drain` is how long clients may take to end their waits once the load stops;
+    `owed_after_ms` compresses the owed delay (SPEC 10.4) in the clients and sweepers."""
     seed = random.randrange(1 << 30)
     crew = Crew(tmp_path)
     owed = {} if owed_after_ms is None else {"owed_after_ms": owed_after_ms}
@@ -83,6 +94,7 @@ def run_load(
                 min_ops=min_ops,
                 seed=seed + i,
                 **extra,
+                **(each[i] if each else {}),
             )
             for i in range(clients)
         ]
@@ -289,3 +301,81 @@ def counters_differ(name: str) -> list[str]:
     except AssertionError as error:
         return [f"{name}: counters differ from the rows: {error}"]
     return []
+
+
+# One process a tenant: the flooding key has two, each with 6 acquire calls always in flight (12
+# for a capacity of 6); the small ones a few calls each, arriving 20-200 ms after their last ended.
+# The weights, mins and the one pool are set before the load and hold throughout.
+FAIR_TENANTS: list[dict[str, Any]] = [
+    {"keys": ["flood"], "in_flight": 6, "think": [0, 0]},
+    {"keys": ["flood"], "in_flight": 6, "think": [0, 0]},
+    {"keys": ["small-1"], "in_flight": 2, "think": [0.02, 0.2]},  # min 1
+    {"keys": ["small-2"], "in_flight": 3, "think": [0.02, 0.2]},  # weight 2
+    {"keys": ["small-3"], "in_flight": 2, "think": [0.02, 0.2]},  # a pool of 1
+    {"keys": ["small-4", None], "in_flight": 2, "think": [0.02, 0.2]},  # weight 3, min 2; and no key
+]
+FAIR_SMALL = ["(no key)", "small-1", "small-2", "small-3", "small-4"]
+
+
+def test_a_fair_limit_serves_small_keys_beside_a_flooding_one_under_six_processes(tmp_path: Path) -> None:
+    """SPEC 13 under real concurrency: a fair limit (capacity 6, max hold 500 ms) that one key
+    floods (12 acquire calls always in flight) while four small keys and runs without a key come
+    and go; one small key weighs 2, one 3 with a min of 2, one has a min of 1 and one a pool of
+    1. Runs end while they wait or right when reserved, some time out, a few holds outlast the
+    max hold (the sweep takes them back and grants), two sweeps run.
+
+    What must never happen, beside the rules of the tests above (the monitor's samples, limits
+    verify, what the clients were told, counters, nothing left once quiet):
+    - a key pool above its size, or the limit above its capacity;
+    - a slot granted to a key while a run of another key that came before it in SPEC 13.2's
+      order waited with room in its pool (below its min first, then the smallest (busy +
+      reserved) / weight): so the flooding key is never granted ahead of a small key holding
+      less per weight, however old the flood's backlog;
+    - capacity left free while a run that could be granted waited (13.6);
+    - a waiting run that starves once the load stops.
+    And the outcome must show it (fair_figures): the small keys wait less than the flood, and
+    most of their waits that began behind the flood's backlog were served before the flood got
+    another slot.
+    """
+    declare(shared={"capacity": 6, "max_hold": "500ms", "share": "fair"})
+    services.set_min("shared", 1, key="small-1", actor="stress")
+    services.set_weight("shared", 2, key="small-2", actor="stress")
+    services.set_per_key("shared", 1, key="small-3", actor="stress")
+    services.set_weight("shared", 3, key="small-4", actor="stress")
+    services.set_min("shared", 2, key="small-4", actor="stress")
+    results = run_load(
+        tmp_path,
+        ["shared"],
+        role="tenant",
+        min_ops=JUGGLER_MIN_OPERATIONS,
+        extra={"fair": "shared", "drain": DRAIN_SECONDS},
+        each=FAIR_TENANTS,
+        drain=DRAIN_SECONDS,
+    )
+    services.sweep()  # whatever expired or timed out after the clients stopped
+    seen = fair_figures("shared", "flood")
+    print("fair stress figures:", json.dumps(seen, sort_keys=True))
+    clients, monitor = results["clients"], results["monitor"]
+    live = Slot.objects.filter(state__in=["busy", "reserved"]).count()
+    waiting = QueueEntry.objects.filter(state="waiting").count()
+    found = {
+        "deadlocks": [d for worker in clients + results["sweepers"] for d in worker["deadlocks"]],
+        "monitor": monitor["violations"],
+        "told": [p for client in clients for p in client["problems"]],
+        "starved": [s for client in clients for s in client["starved"]],
+        "verify": verify().violations,
+        "counters": counters_differ("shared"),
+        "pools": pool_overruns("shared"),
+        "fair": fair_rule_violations("shared"),
+        "outcomes": outcome_violations(clients),
+        "left": [f"{live} live slot(s) and {waiting} waiting entries once quiet"] if live or waiting else [],
+    }
+    found = {kind: violations[:10] for kind, violations in found.items() if violations}
+    assert found == {}, (results["seed"], monitor["violation_count"], found)
+    # The load exercised what it claims to, and fairness shows in the outcome.
+    assert monitor["samples"] > 20 and monitor["peak"]["shared"] == 6, monitor
+    assert all(seen["grants"].get(key, 0) >= 3 for key in FAIR_SMALL), seen
+    waits = seen["wait_ms_p50_max"]
+    assert all(waits[key][0] < waits["flood"][0] for key in FAIR_SMALL if key in waits), seen
+    assert seen["waits_behind_flood_backlog"] >= 5, seen
+    assert seen["served_before_flood_again"] * 2 > seen["waits_behind_flood_backlog"], seen

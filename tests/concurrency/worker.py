@@ -8,6 +8,8 @@ JSON document on stdout. Roles:
   acquire call finally amounted to, so the parent can hold it against the rows.
 - ``juggler``: plays several runs at once on keyed limits and acquisitions of two and three
   limits in any order (SPEC 9, 10), and changes pool sizes now and then as an operator.
+- ``tenant``: plays one tenant's runs on a fair limit (SPEC 13), flooding or small
+  (tests/concurrency/tenants.py).
 - ``sweeper``: runs ``services.sweep()`` in a loop (two of them = two beats).
 - ``monitor``: samples every limit, key pool and group in one snapshot, in a loop.
 - ``enqueuer``: queues runs one by one, announcing each commit, then parks inside an open
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.concurrency.juggler import deadlocked, juggler
+from tests.concurrency.tenants import tenant
 
 
 def main() -> None:
@@ -544,6 +547,7 @@ def reader(params: dict[str, Any]) -> dict[str, Any]:
 ROLES = {
     "client": client,
     "juggler": juggler,
+    "tenant": tenant,
     "sweeper": sweeper,
     "monitor": monitor,
     "enqueuer": enqueuer,
