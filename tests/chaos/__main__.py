@@ -18,11 +18,13 @@ with keys and several limits per acquisition (issue 13):
    account), and cancels a few waiting runs; and of the chaos run's own workflows
    (tests/chaos/workflows.py): `chaos_with_limit`, `chaos_acquire` (one guarded limit),
    `chaos_with_limits` and `chaos_acquire_slots` (both guarded limits, in either order), most
-   with a key, whose guarded step writes to a side file when it really starts and ends; and, at
-   the start of the load, `--long-runs` runs of `chaos_with_limit` over `guarded-long` whose step
-   lasts longer than a run's lease (31-34 s), the first advance of each sent to a worker ahead,
-   behind or on time in turn, while the load sends a duplicate advance of each every 3 s (a
-   redelivered message: it must find the lease taken).
+   with a key, whose guarded step writes to a side file when it really starts and ends;
+   `chaos_fair` on the fair limit `guarded-fair` (SPEC 13): a flooding tenant's runs in bursts
+   of FLOOD_BURST, and small tenants' runs (a weight of 2, a min of 1, a pool of 1) between
+   them; and, at the start of the load, `--long-runs` runs of `chaos_with_limit` over
+   `guarded-long` whose step lasts longer than a run's lease (31-34 s), the first advance of
+   each sent to a worker ahead, behind or on time in turn, while the load sends a duplicate
+   advance of each every 3 s (a redelivered message: it must find the lease taken).
 4. Meanwhile a chaos driver, at random moments: SIGKILLs a worker's process group and starts a
    new worker; starts a second beat for a while; has an operator change a capacity or a per-key
    pool, or pause `guarded-work` for 4-20 s and resume it; restarts Redis (`shutdown nosave`:
@@ -34,6 +36,9 @@ with keys and several limits per acquisition (issue 13):
    web app answers; the guarded steps never ran more at once than the capacity in force, nor
    more of one key than its pool, nor outside the granted interval of each of their slots, nor
    without a slot of every limit they asked for, and every grant of a group gave all its slots;
+   on the fair limit, the same from the side files, no small tenant timed out while the flood
+   was served, and the figures of how the flood and the small tenants were served
+   (fair_figures);
    while `guarded-work` was paused, its guarded steps under way never outnumbered the slots it
    held when the pause began, and none ran in a slot granted during the pause;
    the box's run concurrency (SPEC 12; tests/chaos/workspace.py declares a base and a burst that
@@ -87,6 +92,11 @@ GUARDED_WORKFLOWS = (*SINGLE_WORKFLOWS, "chaos_with_limits", "chaos_acquire_slot
 PAUSED_LIMIT = "guarded-work"  # the limit the chaos driver pauses and resumes (SPEC 5.6)
 GUARDED_LIMITS = ("guarded-work", "guarded-keyed")
 BOUNDED_WORKFLOW = "chaos_bounded"  # tests/chaos/workflows.py: guarded work under a whole-run bound
+FAIR_LIMIT = "guarded-fair"  # tests/chaos/workspace.py: shared fairly between keys (SPEC 13)
+FAIR_WORKFLOW = "chaos_fair"  # tests/chaos/workflows.py: a tenant's guarded work on it
+FLOOD = "flood"  # the tenant that floods the fair limit, FLOOD_BURST runs at once
+FLOOD_BURST = 8
+SMALL_TENANTS = ("small-1", "small-2", "small-3", None)  # None: runs without a key, a key of their own
 RECONNECT_GRACE_S = 60  # a worker back on Redis within this takes a task (worker_figures)
 STALL_SECONDS = 120.0  # the load gives up when no run could be started for this long
 LONG_LIMIT = "guarded-long"  # tests/chaos/workspace.py: the long steps' limit
@@ -700,9 +710,12 @@ class Load:
         elif pick < 0.64:  # partner-api (the account's pool) and voice-calls at once
             call = {"call_id": f"bridge-{n}", "account": self.account() or "acct-1", "timeout": "10s"}
             run = start_run("partner_call", {**call, "seconds": round(rng.uniform(0, 0.3), 3)})
-        elif pick < 0.84:
+        elif pick < 0.76:
             report = {"report_id": f"report-{n}", "seconds": round(rng.uniform(0, 0.3), 3), "timeout": "60s"}
             run = start_run("export_report", report)
+        elif pick < 0.84:  # the fair limit: a small tenant's run, or a burst of the flood's
+            self.start_fair(n)
+            return
         elif pick < 0.93:  # guarded steps long enough for a connection kill to land in them
             run = start_run(*self.guarded(n))
         else:  # the same under a whole-run bound: queued before its first step (SPEC 11)
@@ -713,6 +726,21 @@ class Load:
         self.recent = [*self.recent[-200:], run.id]
         if rng.random() < 0.03 and self.recent:
             self.cancel_one(cancel_run)
+
+    def start_fair(self, n: int) -> None:
+        """One run of a small tenant on the fair limit, or (one time in eight) FLOOD_BURST runs of
+        the flooding tenant at once: the burst fills the limit and queues, and the small runs
+        that arrive before it drains wait behind its backlog (fair_figures)."""
+        from studio.workflows import start_run
+
+        rng = self.rng
+        burst = rng.random() < 1 / 8
+        for i in range(FLOOD_BURST if burst else 1):
+            key = FLOOD if burst else rng.choice(SMALL_TENANTS)
+            fair = {"label": f"fair-{n}-{i}", "seconds": round(rng.uniform(0.5, 1.5), 3), "timeout": "90s", "key": key}
+            run = start_run(FAIR_WORKFLOW, fair)
+            self.started[run.workflow] += 1
+            self.recent = [*self.recent[-200:], run.id]
 
     def start_long(self) -> None:
         """A with_limit run over `guarded-long` whose step outlasts a run's lease, its first
@@ -1093,7 +1121,12 @@ def guarded_figures(
             shown = repr(key) if key else "(no key)"
             for at, count, bound in over:
                 problems.append(f"{count} guarded steps of {limit} key {shown} ran at once at {_hms(at)}: pool {bound}")
-        max_per_key[limit] = f"{key_peak} (pool {row.per_key}; {key_over} time(s) over)"
+        sizes = (
+            f"pool {row.per_key}"
+            if row.per_key is not None
+            else "pools " + ", ".join(f"{k} {n}" for k, n in pools.items())
+        )
+        max_per_key[limit] = f"{key_peak} ({sizes}; {key_over} time(s) over)"
 
     groups = group_grants()
     problems += groups
@@ -1230,6 +1263,117 @@ def box_rows_figures() -> dict[str, Any]:
         "box_waits_with_limits": entries.filter(group_size__gt=1).count(),
         "box_peak_slots_rows": f"{peak} (one workflow {key_peak})",
     }
+
+
+def setup_fair() -> None:
+    """The fair limit's tenants before the load (SPEC 13.1, set as an operator would): small-1 has
+    a min of 1, small-2 a weight of 2, small-3 a pool of 1; the flood and the runs without a key
+    keep weight 1, min 0 and no pool. Nothing changes them afterwards."""
+    from limits import services
+
+    services.set_min(FAIR_LIMIT, 1, key="small-1", actor="chaos")
+    services.set_weight(FAIR_LIMIT, 2, key="small-2", actor="chaos")
+    services.set_per_key(FAIR_LIMIT, 1, key="small-3", actor="chaos")
+
+
+def fair_figures(
+    records: Records, tolerance: float, died: dict[int, float] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """The fair limit (SPEC 13) on the real work and in the rows, with a flooding tenant (FLOOD)
+    beside small ones:
+
+    - from the side files: the most guarded steps under way on it at once, and per tenant
+      (guarded_figures fails the run if either goes above the capacity or a tenant's pool);
+    - from the rows: each tenant's slots, and the waits (enqueued to granted) of the flood and of
+      the small tenants; of the small tenants' waits that began while flood runs were already
+      waiting, how many were granted before the flood got another slot (SPEC 13.2 serves the key
+      holding less per weight first, however old the flood's backlog), and the most flood slots
+      granted during one of them.
+
+    - `fair_order_jumps`: grants to a tenant while another stood before it in 13.2's order with
+      room in its pool (tests/concurrency/checks.py, fair_rule_violations, the order alone). Every
+      wait here is a group with the box (SPEC 12.2: a run waits for a limit and a box slot
+      together), all of one workflow, so a grant to one shows the box had room for the others.
+      Counted, not failed: the engine grants a group in the order of the streams of all its
+      limits, so a flood run older in the box's queue goes first (`limits verify` leaves groups
+      out of its fair check).
+
+    Fails the run when a small tenant's wait timed out while the flood was granted slots during
+    it (starved by the flood), and when no small tenant ever waited behind the flood's backlog
+    (the figures proved nothing)."""
+    from limits.models import Limit, LimitKey, QueueEntry, Slot
+    from tests.concurrency.checks import fair_rule_violations
+
+    limit = Limit.objects.filter(name=FAIR_LIMIT).first()
+    if limit is None:
+        return {}, [f"{FAIR_LIMIT} is not declared: the fair checks proved nothing"]
+
+    def shown(key: str | None) -> str:
+        return key or "(no key)"
+
+    executions = [e for e in executions_of(records, died) if FAIR_LIMIT in e["limits"]]
+    peak, _, _ = _sweep(executions, tolerance, lambda since, now: limit.capacity)
+    by_tenant: dict[str, list[dict[str, Any]]] = {}
+    for e in executions:
+        by_tenant.setdefault(shown(e.get("key")), []).append(e)
+    everyone = len(executions)  # no bound: the sweep only measures the peak
+    tenant_peaks = {
+        tenant: _sweep(mine, tolerance, lambda since, now: everyone)[0] for tenant, mine in sorted(by_tenant.items())
+    }
+    pools = dict(LimitKey.objects.filter(limit=limit, pool_override__isnull=False).values_list("key", "pool_override"))
+
+    slots = list(Slot.objects.filter(limit=limit).values("key", "granted_at", "queue_entry_id"))
+    grants = Counter(shown(slot["key"]) for slot in slots)
+    granted_at = {slot["queue_entry_id"]: slot["granted_at"] for slot in slots if slot["queue_entry_id"]}
+    flood_grants = sorted(slot["granted_at"] for slot in slots if slot["key"] == FLOOD)
+    entries = list(
+        QueueEntry.objects.filter(limit=limit).values("id", "run_id", "key", "enqueued_at", "finished_at", "state")
+    )
+    flood_waits = [(e["enqueued_at"], e["finished_at"]) for e in entries if e["key"] == FLOOD]
+    waits: dict[str, list[float]] = {"flood": [], "small": []}
+    behind = ahead = most = 0
+    problems: list[str] = []
+    for entry in entries:
+        began, ended = entry["enqueued_at"], granted_at.get(entry["id"]) or entry["finished_at"]
+        if ended is None:
+            continue
+        if entry["id"] in granted_at:
+            waits["flood" if entry["key"] == FLOOD else "small"].append((ended - began).total_seconds())
+        if entry["key"] == FLOOD or entry["state"] not in ("granted", "timed_out"):
+            continue
+        if not any(enqueued < began and (finished is None or began < finished) for enqueued, finished in flood_waits):
+            continue
+        behind += 1
+        jumped = bisect.bisect_left(flood_grants, ended) - bisect.bisect_right(flood_grants, began)
+        ahead += jumped == 0
+        most = max(most, jumped)
+        if entry["state"] == "timed_out" and jumped:
+            problems.append(
+                f"{entry['run_id']} of {shown(entry['key'])} timed out on {FAIR_LIMIT} at {_hms(ended.timestamp())} "
+                f"while the flood was granted {jumped} slot(s) during its wait"
+            )
+    if not behind:
+        problems.append(f"no small tenant waited behind the flood on {FAIR_LIMIT}: the fair figures proved nothing")
+
+    def p50_max(seconds: list[float]) -> list[float]:
+        ordered = sorted(seconds)
+        return [round(ordered[len(ordered) // 2], 2), round(ordered[-1], 2)] if ordered else []
+
+    jumps = fair_rule_violations(FAIR_LIMIT, idle=False)
+    for jump in jumps[:3]:
+        log(f"fair order: {jump}")
+    figures = {
+        "fair_grants": dict(sorted(grants.items())),
+        "fair_peak_executing": (
+            f"{peak} (capacity {limit.capacity}); by tenant {tenant_peaks} (pools {pools or 'none'})"
+        ),
+        "fair_waits_p50_max_s": {who: p50_max(mine) for who, mine in waits.items()},
+        "fair_small_behind_flood": (
+            f"{ahead} of {behind} served before the flood's next slot (at most {most} flood slots during one)"
+        ),
+        "fair_order_jumps": len(jumps),
+    }
+    return figures, problems
 
 
 def pause_figures(
@@ -1477,6 +1621,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with connection.cursor() as cursor:  # before any slot: every change in the database's time
         clocks.install_probe(cursor)
+    setup_fair()
     connection.close()
 
     port = free_port()
@@ -1541,6 +1686,8 @@ def main(argv: list[str] | None = None) -> int:
         problems += pause_problems
         boxed, box_problems = box_of_the_run(records, args.clock_tolerance, died)
         problems += box_problems
+        fair, fair_problems = fair_figures(records, args.clock_tolerance, died)
+        problems += fair_problems
         if not chaos.figures.pauses:
             problems.append(f"the chaos never paused {PAUSED_LIMIT}: the pause checks proved nothing")
         clock, clock_problems = clocks.clock_figures(records, executions_of(records, died), args.clock_tolerance)
@@ -1569,6 +1716,7 @@ def main(argv: list[str] | None = None) -> int:
                 **workers,
                 **guarded,
                 **boxed,
+                **fair,
                 **skews,
                 **clock,
                 "clock_tolerance_s": args.clock_tolerance,

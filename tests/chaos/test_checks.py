@@ -1,6 +1,7 @@
-"""The chaos run's checks of the real concurrency of guarded work (issues 11 and 13), and of its
-checks in the database's time (tests/chaos/clocks.py, the clock-skew finding), on hand-made side
-files, slot rows and probe lives: each check must catch the violation it is there for."""
+"""The chaos run's checks of the real concurrency of guarded work (issues 11 and 13) and of the fair
+limit's tenants (issue 28), and of its checks in the database's time (tests/chaos/clocks.py, the
+clock-skew finding), on hand-made side files, slot rows and probe lives: each check must catch
+the violation it is there for."""
 
 from __future__ import annotations
 
@@ -13,9 +14,17 @@ from typing import Any
 
 import pytest
 
-from limits.models import AuditEvent, Limit, Slot
+from limits.models import AuditEvent, Limit, QueueEntry, Slot
+from limits.services import set_per_key
 from tests.chaos import clocks
-from tests.chaos.__main__ import ChaosFigures, box_figures, guarded_figures, pause_figures, worker_figures
+from tests.chaos.__main__ import (
+    ChaosFigures,
+    box_figures,
+    fair_figures,
+    guarded_figures,
+    pause_figures,
+    worker_figures,
+)
 from tests.chaos.records import Records
 from tests.conftest import requires_postgres
 from tests.factories import declare
@@ -239,6 +248,153 @@ def test_steps_of_two_keys_at_once_on_pools_of_one_pass(tmp_path: Path) -> None:
 
     assert problems == []
     assert figures["guarded_max_per_key"] == {"guarded-keyed": "1 (pool 1; 0 time(s) over)"}
+
+
+# --- the fair limit (SPEC 13): fair_figures, and guarded_figures on its tenants' pools -------------
+
+
+@pytest.fixture
+def fair(clock) -> Limit:
+    """guarded-fair of capacity 2 beside the guarded limits; small-3 has a pool of 1 (set on the
+    test's clock, before T0: the rows below come after the last change of the limit's rules)."""
+    limits = declare(
+        guarded_work={"capacity": 1, "max_hold": "2m"},
+        guarded_keyed={"capacity": 2, "max_hold": "2m", "per_key": 1},
+        guarded_fair={"capacity": 2, "max_hold": "2m", "share": "fair"},
+    )
+    set_per_key("guarded-fair", 1, key="small-3")
+    return limits["guarded-fair"]
+
+
+def fair_run(
+    limit: Limit, run_id: str, key: str, granted: float | None, freed: float | None, enqueued: float | None = None
+) -> str | None:
+    """A run of `key` on the fair limit: its wait from `enqueued` (none: granted at once) until its
+    grant at `granted` (None: it timed out at `freed`), and its slot until `freed`."""
+    entry = None
+    if enqueued is not None:
+        ended = granted if granted is not None else freed
+        entry = QueueEntry.objects.create(
+            limit=limit,
+            run_id=run_id,
+            request=f"{run_id}:1",
+            key=key,
+            position=QueueEntry.objects.filter(limit=limit).count() + 1,
+            state="granted" if granted is not None else "timed_out",
+            enqueued_at=at(enqueued),
+            finished_at=at(ended) if ended is not None else None,
+            deadline=at(enqueued + 90),
+            timeout_ms=90_000,
+        )
+    if granted is None:
+        return None
+    row = Slot.objects.create(
+        limit=limit,
+        run_id=run_id,
+        request=f"{run_id}:1",
+        key=key,
+        queue_entry=entry,
+        state="released" if freed is not None else "busy",
+        granted_at=at(granted),
+        expires_at=at(granted + 120),
+        freed_at=at(freed) if freed is not None else None,
+    )
+    return row.id
+
+
+def fair_steps(folder: Path, *executions: tuple[str, str | None, str, float, float]) -> Records:
+    """(run id, slot id on guarded-fair, key, start, end) of each guarded step."""
+    lines: list[dict[str, Any]] = []
+    for index, (run_id, slot_id, key, start, end) in enumerate(executions):
+        claimed = [["guarded-fair", slot_id]]
+        lines.append({"event": "start", "id": f"e{index}", "run_id": run_id, "limits": ["guarded-fair"]})
+        lines[-1].update({"slots": claimed, "key": key, "planned": end - start, "t": T0 + start, "pid": 1, "ppid": 0})
+        lines.append({"event": "end", "id": f"e{index}", "t": T0 + end, "pid": 1, "ppid": 0})
+    (folder / "1.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return Records(folder).read()
+
+
+def test_a_small_tenant_served_before_the_floods_backlog_passes_and_shows(fair, tmp_path: Path) -> None:
+    a = fair_run(fair, "flood_a", "flood", 0, 2.0)
+    b = fair_run(fair, "flood_b", "flood", 0, 3.0)
+    queued = fair_run(fair, "flood_c", "flood", 3.0, 4.5, enqueued=0.5)  # the flood's backlog
+    small = fair_run(fair, "small_a", "small-1", 2.0, 3.5, enqueued=1.0)  # arrived behind it, served first
+    records = fair_steps(
+        tmp_path,
+        ("flood_a", a, "flood", 0.1, 1.9),
+        ("flood_b", b, "flood", 0.1, 2.9),
+        ("small_a", small, "small-1", 2.1, 3.4),
+        ("flood_c", queued, "flood", 3.1, 4.4),
+    )
+
+    figures, problems = fair_figures(records, tolerance=0.05)
+
+    assert problems == []
+    assert figures["fair_grants"] == {"flood": 3, "small-1": 1}
+    assert (
+        figures["fair_peak_executing"] == "2 (capacity 2); by tenant {'flood': 2, 'small-1': 1} (pools {'small-3': 1})"
+    )
+    assert figures["fair_waits_p50_max_s"] == {"flood": [2.5, 2.5], "small": [1.0, 1.0]}
+    assert (
+        figures["fair_small_behind_flood"]
+        == "1 of 1 served before the flood's next slot (at most 0 flood slots during one)"
+    )
+    assert figures["fair_order_jumps"] == 0
+    assert guarded_figures(records, tolerance=0.05)[1] == []
+
+
+def test_a_small_tenant_that_timed_out_while_the_flood_was_served_is_caught(fair, tmp_path: Path) -> None:
+    fair_run(fair, "flood_a", "flood", 0, 2.0)
+    fair_run(fair, "flood_b", "flood", 0, 3.0)
+    fair_run(fair, "flood_c", "flood", 2.0, 4.0, enqueued=0.5)
+    fair_run(fair, "flood_d", "flood", 3.0, 5.0, enqueued=0.5)
+    fair_run(fair, "small_a", "small-2", None, 3.5, enqueued=1.0)  # starved: timed out
+
+    figures, problems = fair_figures(Records(tmp_path), tolerance=0.05)
+
+    assert problems == [
+        "small_a of small-2 timed out on guarded-fair at 08:00:03.500 while the flood was granted 2 slot(s) "
+        "during its wait"
+    ]
+    assert (
+        figures["fair_small_behind_flood"]
+        == "0 of 1 served before the flood's next slot (at most 2 flood slots during one)"
+    )
+    assert figures["fair_order_jumps"] == 2  # the flood at 1, then at 1 again, while small-2 waited at 0
+
+
+def test_no_small_tenant_behind_the_flood_proves_nothing(fair, tmp_path: Path) -> None:
+    fair_run(fair, "flood_a", "flood", 0, 2.0)
+    fair_run(fair, "small_a", "small-1", 3.0, 4.0)  # granted at once: the flood had no backlog
+
+    _, problems = fair_figures(Records(tmp_path), tolerance=0.05)
+
+    assert problems == ["no small tenant waited behind the flood on guarded-fair: the fair figures proved nothing"]
+
+
+def test_three_guarded_steps_at_once_on_the_fair_limit_are_caught(fair, tmp_path: Path) -> None:
+    """Capacity 2: the slot rows could look right (a slot freed early), the real work did not."""
+    slots = [fair_run(fair, f"run_{i}", "flood", 0, 3.0) for i in range(2)] + [
+        fair_run(fair, "run_2", "small-1", 1.0, 3.0)
+    ]
+    records = fair_steps(tmp_path, *((f"run_{i}", slot, "flood", 1.0 + i / 10, 2.5) for i, slot in enumerate(slots)))
+
+    figures, problems = guarded_figures(records, tolerance=0.05)
+
+    assert figures["guarded_max_overlap"] == {"guarded-fair": "3 (capacity 2; 1 time(s) over)"}
+    assert "3 guarded steps of guarded-fair ran at once at 08:00:01.250: capacity 2" in problems
+
+
+def test_two_steps_of_a_tenant_with_a_pool_of_one_on_the_fair_limit_are_caught(fair, tmp_path: Path) -> None:
+    """The fair limit has no per_key: only small-3's own pool of 1 applies, and the flood's two at
+    once are fine."""
+    first, second = fair_run(fair, "run_a", "small-3", 0, 3.0), fair_run(fair, "run_b", "small-3", 0.5, 3.5)
+    records = fair_steps(tmp_path, ("run_a", first, "small-3", 0.1, 2.0), ("run_b", second, "small-3", 1.0, 3.0))
+
+    figures, problems = guarded_figures(records, tolerance=0.05)
+
+    assert figures["guarded_max_per_key"] == {"guarded-fair": "2 (pools small-3 1; 1 time(s) over)"}
+    assert problems == ["2 guarded steps of guarded-fair key 'small-3' ran at once at 08:00:01.050: pool 1"]
 
 
 def test_a_worker_that_took_no_task_after_a_redis_restart_fails_the_run(tmp_path: Path) -> None:

@@ -131,6 +131,24 @@ def chaos_acquire_slots(input: dict[str, Any]) -> dict[str, Any]:
     return {"slot_id": slots[0].id, **result}
 
 
+FAIR_LIMIT = "guarded-fair"  # shared fairly between keys (SPEC 13)
+
+
+@workflow
+def chaos_fair(input: dict[str, Any]) -> dict[str, Any]:
+    """A tenant's guarded work on the fair limit: acquire_slot with the tenant's key (or none), a
+    guarded step, release_slot. Its own workflow, so the box's base per workflow (SPEC 12.3)
+    bounds it apart from the other guarded runs."""
+    key = input.get("key")
+    try:
+        slot = acquire_slot(FAIR_LIMIT, label=input.get("label"), timeout=input.get("timeout"), key=key)
+    except SlotTimeoutError:
+        return {"slot_id": None}
+    result = guarded_work([FAIR_LIMIT], float(input["seconds"]), [[slot.limiter, slot.id]], key=key)
+    release_slot(slot.id)
+    return {"slot_id": slot.id, **result}
+
+
 BOUNDED_WORKFLOW = "chaos_bounded"
 BOUND = f"workflow.{BOUNDED_WORKFLOW}"  # its own bound (SPEC 11): two runs at once, one per key
 

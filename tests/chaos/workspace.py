@@ -9,6 +9,13 @@ holds are far longer than any of their steps, so a step outside its slot is a bu
 at work; no operator changes their capacities or pools (the declared ones hold throughout); the
 chaos driver pauses `guarded-work` now and then (SPEC 5.6).
 
+`guarded-fair` shares its capacity fairly between keys (SPEC 13, issue 28): the chaos run's
+tenants, one flooding it in bursts and small ones arriving now and then
+(tests/chaos/workflows.py, chaos_fair); the chaos run gives one small tenant a weight of 2, one a
+min of 1 and one a pool of 1 before the load (__main__.setup_fair), and no operator changes it
+afterwards. Capacity 3: a burst of the flood fills it and queues, so the small tenants that
+arrive meanwhile wait behind the flood's backlog, and the fair order decides.
+
 `guarded-long` takes the chaos run's long steps (`chaos_with_limit`, 31-34 s: longer than a run's
 lease, 30 s), some run by the workers whose clock is 10 minutes ahead or behind: room for all of
 them at once, so they all start early and end within the load. Its max hold is longer than the
@@ -38,6 +45,7 @@ workspace = define_workspace(
         "guarded-work": {"capacity": 2, "max_hold": "2m"},
         "guarded-keyed": {"capacity": 2, "max_hold": "2m", "per_key": 1},
         "guarded-long": {"capacity": 6, "max_hold": "10m"},
+        "guarded-fair": {"capacity": 3, "max_hold": "2m", "share": "fair"},
     },
     run_concurrency={"base": BOX_BASE, "burst": BOX_BURST},
 )
