@@ -34,7 +34,13 @@ k. the box (SPEC 12): a, d and f hold it to its ceiling and to the base per work
    box slot: every step of a run that held box slots began while one of them was busy for it
    (so no run resumed from a wait, or started, without its box slot); and no limit held more
    whole runs' slots (requests '<run>:start') than the box's base (12.3; while the base is the
-   declared one it was created with).
+   declared one it was created with);
+l. fair shares (SPEC 13.6), on a limit whose share is fair now: no single run was granted from
+   the queue while a run of another key that could have been served stood before it in the
+   order of 13.2, and no capacity was left free while a run that could have been granted
+   waited; judged only since the last change of the limit's share, weights, mins, pool sizes or
+   declared values (`fair_since`), and silent where the rows cannot tell (`unfair_grants` says
+   what it leaves out).
 
 Why timestamps are enough: every change to a limit's slots and queue happens under that limit's
 row lock, and every service reads the clock *after* taking the lock (tests/services/
@@ -58,17 +64,21 @@ the counters and the rows are read as of one instant even while the box runs.
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
 from types import TracebackType
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Min, Q
+from django.db.models import Max, Min, Q
 
 from limits.config import BOX_NAME
+from limits.engine.keys import OWED_AFTER_MS
 from limits.engine.results import WHOLE_RUN_SUFFIX
 from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot
 from stackbone.plumbing import clock as box_clock
@@ -79,6 +89,7 @@ FOREVER = dt.datetime.max.replace(tzinfo=dt.UTC)
 _LEADING_INT = re.compile(r"\s*(\d+)")
 _DECLARED_CAPACITY = re.compile(r"capacity (\d+)")
 _BOX_CEILING = re.compile(r"ceiling (\d+)")  # the box's audit text (operator_actions._box_text)
+OWED_AFTER = dt.timedelta(milliseconds=OWED_AFTER_MS)  # SPEC 10.4
 
 
 @dataclass(slots=True)
@@ -222,6 +233,7 @@ class History:
             + self.grants_while_paused()
             + self.steps_outside_the_box()
             + self.whole_runs_over_the_base()
+            + self.unfair_grants(cutoff)
         )
 
     # --- a. capacity ------------------------------------------------------------------------
@@ -671,6 +683,338 @@ class History:
             if slot["run_id"] in ended
         ]
 
+    # --- l. fair shares -----------------------------------------------------------------------
+
+    def fair_since(self, cutoff: dt.datetime) -> dt.datetime:
+        """From when the fair check judges: the retention cutoff, or the last audited change of
+        what the order of 13.2 reads (the share, a key's weight, min or pool size, per_key, the
+        declared values), whichever is later. Past weights, mins and sizes are not kept, so only
+        the period in which those in force now held is judged; a switch from fifo to fair starts
+        it too, so no grant made while the limit was first come, first served is judged."""
+        last = AuditEvent.objects.filter(limit=self.limit, action__in=FAIR_SETTINGS).aggregate(last=Max("at"))["last"]
+        return cutoff if last is None else max(cutoff, last)
+
+    def unfair_grants(self, cutoff: dt.datetime) -> list[str]:
+        """SPEC 13.6 on a limit whose share is fair, from one pass over its rows in time order
+        (`_FairReplay`: the rows already read, sorted once; the keys in 13.2's order kept in a
+        heap, so O(rows x log keys), bounded by the retention like every check here). At each
+        instant t after `fair_since`:
+
+        1. The waits that end at t (granted, timed out, cancelled, or their deadline come) stop
+           being candidates. A candidate is a waiting single acquisition: one the rows of this
+           limit alone show could be served (its key's pool with room; the total with room).
+        2. (a) Each single run granted from the queue at t, of key K, is judged against every
+           other key J with a candidate that waited across t (queued before t, still waiting
+           after it) and room in its pool: J stood before K when (J under its min, J's busy +
+           reserved / weight, its oldest candidate's position) sorts before K's. Grants, frees
+           and joins that share an instant cannot be ordered, so J is counted with all its
+           grants at t and none of its frees, K with all its frees at t and none of its grants,
+           and K's tie with its oldest entry waiting at t: a grant is reported only when no
+           order of the instant's events explains it.
+        3. The grants, frees, joins and leaves of t are applied.
+        4. (b) After the last change at t: capacity free (the capacity in force, from the audit,
+           above busy + reserved), the limit not paused, and a candidate whose pool has room.
+           Every transaction that frees capacity or queues a run settles the limit before it
+           commits, so no instant may end so; reported once per stretch.
+
+        Left out, where the rows cannot tell (silent, never a false violation):
+        - groups (10.2): a group's grant (another limit's stream may grant it here before this
+          limit's own order comes to it) and a group waiting (another of its limits may be full);
+        - a run's start while the box is declared (12.3: the base of whole runs may hold it);
+        - any instant at which an owed run may have waited (10.4, 13.4: passed over, waiting
+          over 2 minutes, not yet gone): it holds free capacity and bars younger runs;
+        - the order of two grants at one instant (one settle granting K then J at t);
+        - the paused spans (grants in them are j's; capacity is free by design);
+        - grants at once (b of the queue order: no run may wait then);
+        - within one key, arrival order (f);
+        - everything before `fair_since`: a share switched from fifo, or weights, mins, pool
+          sizes changed during the history, leave only the period since the last change."""
+        if not self.limit.is_fair:
+            return []
+        return _FairReplay(self, self.fair_since(cutoff)).violations()
+
+
+# The audited changes after which the fair check starts again (History.fair_since).
+FAIR_SETTINGS = (
+    AuditEvent.Action.SHARE,
+    AuditEvent.Action.WEIGHT,
+    AuditEvent.Action.MINIMUM,
+    AuditEvent.Action.PER_KEY,
+    AuditEvent.Action.SYNC,
+    AuditEvent.Action.BOX,
+)
+ENDS, GRANTS, FREES, JOINS, LEAVES, MARKS = range(6)  # the kinds of a replay's events
+type Rank = tuple[bool, float, int]  # a key's place in SPEC 13.2's order (_FairReplay.rank)
+
+
+class _FairReplay:
+    """One pass over a fair limit's rows in time order (History.unfair_grants lists its steps).
+
+    State between instants: each key's busy + reserved (`level`), its waiting entries (all of
+    them, for its oldest at an instant) and its candidates (waiting single acquisitions, for its
+    head), and a heap of the keys with a candidate and room in their pool in 13.2's order,
+    entries made stale by a later change of their key skipped as they surface."""
+
+    def __init__(self, history: History, since: dt.datetime) -> None:
+        limit = history.limit
+        self.name, self.since, self.per_key = limit.name, since, limit.per_key
+        self.weights: dict[str, int] = {}
+        self.minimums: dict[str, int] = {}
+        self.sizes: dict[str, int] = {}
+        for key, weight, minimum, pool in LimitKey.objects.filter(limit=limit).values_list(
+            "key", "weight", "minimum", "pool_override"
+        ):
+            self.weights[key], self.minimums[key] = weight, minimum
+            if pool is not None:
+                self.sizes[key] = pool
+        starts_wait_for_the_base = Limit.objects.filter(kind=Limit.Kind.BOX).exists()  # 12.3
+        self.slots, self.entries = history.slots, history.entries
+        self.candidate = [
+            entry["group_size"] == 1 and not (starts_wait_for_the_base and entry["request"].endswith(WHOLE_RUN_SUFFIX))
+            for entry in self.entries
+        ]
+        self.entry_index = {entry["id"]: i for i, entry in enumerate(self.entries)}
+        self.history = history
+        self.level: Counter[str] = Counter()
+        self.total = 0
+        self.waiting: dict[str, list[tuple[int, int]]] = defaultdict(list)  # (position, entry)
+        self.left: set[int] = set()
+        self.candidates: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        self.ended: set[int] = set()
+        self.version: Counter[str] = Counter()
+        self.servable: set[str] = set()  # keys with a candidate and room in their pool
+        self.order: list[tuple[Rank, int, str]] = []  # (13.2 order, version, key)
+
+    # 13.2's terms for one key; the no-key runs ('') are one key of weight 1 and min 0
+
+    def weight(self, key: str) -> int:
+        return self.weights.get(key, 1) if key else 1
+
+    def rank(self, key: str, level: int, position: int) -> Rank:
+        """(holding its min, busy + reserved / weight, its head's position): smallest first.
+        The share as a float, as limits_grant has it: two different shares of at most 100,000
+        slots over weights of at most 100 differ far beyond a double's rounding."""
+        minimum = self.minimums.get(key, 0) if key else 0
+        return level >= minimum, level / self.weight(key), position
+
+    def has_room(self, key: str, level: int) -> bool:
+        size = self.sizes.get(key, self.per_key) if key else self.per_key
+        return size is None or level < size
+
+    def head(self, key: str) -> tuple[int, int] | None:
+        """The key's oldest candidate (position, entry)."""
+        heap = self.candidates.get(key)
+        while heap and heap[0][1] in self.ended:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    def oldest_waiting(self, key: str) -> int | None:
+        heap = self.waiting.get(key)
+        while heap and heap[0][1] in self.left:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def refresh(self, key: str) -> None:
+        head = self.head(key)
+        self.version[key] += 1
+        if head is not None and self.has_room(key, self.level[key]):
+            self.servable.add(key)
+            heapq.heappush(self.order, (self.rank(key, self.level[key], head[0]), self.version[key], key))
+        else:
+            self.servable.discard(key)
+
+    def first(self, leaving_out: set[str]) -> tuple[Rank, str] | None:
+        """The servable key that comes first in 13.2's order, of those not left out."""
+        aside, found = [], None
+        while self.order:
+            rank, version, key = self.order[0]
+            if version != self.version[key]:
+                heapq.heappop(self.order)
+            elif key in leaving_out:
+                aside.append(heapq.heappop(self.order))
+            else:
+                found = (rank, key)
+                break
+        for item in aside:
+            heapq.heappush(self.order, item)
+        return found
+
+    # the pass
+
+    def events(self) -> list[tuple[dt.datetime, int, int]]:
+        events: list[tuple[dt.datetime, int, int]] = []
+        for i, slot in enumerate(self.slots):
+            freed = slot["freed_at"]
+            if freed is not None and freed < slot["granted_at"]:
+                continue  # a violation of a (capacity) that would make the levels meaningless
+            events.append((slot["granted_at"], GRANTS, i))
+            if freed is not None:
+                events.append((freed, FREES, i))
+        for i, entry in enumerate(self.entries):
+            events.append((entry["enqueued_at"], JOINS, i))
+            if entry["finished_at"] is not None:
+                events.append((entry["finished_at"], LEAVES, i))
+            if self.candidate[i]:
+                events.append((min(entry["finished_at"] or FOREVER, entry["deadline"]), ENDS, i))
+        # Instants that may settle the limit without a slot or entry of their own: a capacity
+        # change, a resume.
+        _, changes = self.history.capacity_timeline()
+        events.extend((at, MARKS, -1) for at, _ in changes)
+        events.extend((resumed, MARKS, -1) for _, resumed in self.history.paused_spans() if resumed != FOREVER)
+        events.sort(key=lambda event: (event[0], event[1]))
+        return events
+
+    def owed_spans(self) -> list[tuple[dt.datetime, dt.datetime]]:
+        """When an owed run may have waited (10.4): from the later of its passed-over mark and
+        2 minutes of waiting until it left, both ends included (the benefit of the doubt)."""
+        spans = []
+        for entry in self.entries:
+            if entry["passed_over_at"] is not None:
+                start = max(entry["passed_over_at"], entry["enqueued_at"] + OWED_AFTER)
+                end = entry["finished_at"] or FOREVER
+                if start <= end:
+                    spans.append((start, end))
+        return sorted(spans)
+
+    def violations(self) -> list[str]:
+        found: list[str] = []
+        initial, changes = self.history.capacity_timeline()
+        capacity, next_change = initial, 0
+        pauses, next_pause = self.history.paused_spans(), 0
+        owed, next_owed = self.owed_spans(), 0
+        owed_until: list[dt.datetime] = []  # a heap of the ends of the owed spans begun
+        left_free = False
+        for at, instant in groupby(self.events(), key=itemgetter(0)):
+            ends: list[int] = []
+            grants: list[int] = []
+            frees: list[int] = []
+            joins: list[int] = []
+            leaves: list[int] = []
+            by_kind = (ends, grants, frees, joins, leaves)
+            for _, kind, i in instant:
+                if kind != MARKS:
+                    by_kind[kind].append(i)
+            while next_change < len(changes) and changes[next_change][0] <= at:
+                capacity = changes[next_change][1]
+                next_change += 1
+            while next_pause < len(pauses) and pauses[next_pause][1] < at:
+                next_pause += 1
+            paused = next_pause < len(pauses) and pauses[next_pause][0] <= at
+            while next_owed < len(owed) and owed[next_owed][0] <= at:
+                heapq.heappush(owed_until, owed[next_owed][1])
+                next_owed += 1
+            while owed_until and owed_until[0] < at:
+                heapq.heappop(owed_until)
+            judged = at > self.since and not owed_until
+            # 1. waits that end at t
+            if ends:
+                self.ended.update(ends)
+                for key in {self.entries[i]["key"] for i in ends}:
+                    self.refresh(key)
+            # 2. (a) the single runs granted from the queue at t
+            if judged and grants:
+                found.extend(self.judge_grants(at, by_kind))
+            # 3. the instant's changes
+            touched: set[str] = set()
+            for i in grants:
+                key = self.slots[i]["key"]
+                self.level[key] += 1
+                touched.add(key)
+            for i in frees:
+                key = self.slots[i]["key"]
+                self.level[key] -= 1
+                touched.add(key)
+            self.total += len(grants) - len(frees)
+            for i in joins:
+                entry = self.entries[i]
+                heapq.heappush(self.waiting[entry["key"]], (entry["position"], i))
+                if self.candidate[i] and i not in self.ended:
+                    heapq.heappush(self.candidates[entry["key"]], (entry["position"], i))
+                touched.add(entry["key"])
+            self.left.update(leaves)
+            for key in touched:
+                self.refresh(key)
+            # 4. (b) capacity left free after t
+            free = capacity - self.total
+            if judged and not paused and free > 0 and self.servable:
+                if not left_free:
+                    found.append(self.left_free_text(at, free, capacity))
+                left_free = True
+            else:
+                left_free = False
+        return found
+
+    def judge_grants(self, at: dt.datetime, by_kind: Sequence[list[int]]) -> list[str]:
+        grants = [self.slots[i] for i in by_kind[GRANTS]]
+        judged = [
+            (slot, self.entry_index[slot["queue_entry_id"]])
+            for slot in grants
+            if slot["group_size"] == 1 and slot["queue_entry_id"] in self.entry_index
+        ]
+        if not judged:
+            return []
+        frees = [self.slots[i] for i in by_kind[FREES]]
+        granted_at_t = Counter(slot["key"] for slot in grants)
+        freed_at_t = Counter(slot["key"] for slot in frees if slot["granted_at"] < at)
+        joined_at_t: dict[str, int] = {}
+        for i in by_kind[JOINS]:
+            entry = self.entries[i]
+            joined_at_t[entry["key"]] = min(entry["position"], joined_at_t.get(entry["key"], entry["position"]))
+        touched = {slot["key"] for slot in grants} | {slot["key"] for slot in frees}
+        touched |= {self.entries[i]["key"] for kind in (JOINS, LEAVES) for i in by_kind[kind]}
+        # Who could stand first: an untouched key as the heap has it; a touched one at its fullest.
+        rivals: list[tuple[Rank, str, int]] = []
+        untouched = self.first(touched)
+        if untouched is not None:
+            rivals.append((*untouched, self.level[untouched[1]]))
+        for key in touched:
+            head = self.head(key)
+            fullest = self.level[key] + granted_at_t[key]
+            if head is not None and self.has_room(key, fullest):
+                rivals.append((self.rank(key, fullest, head[0]), key, fullest))
+        rivals.sort()
+        found = []
+        for slot, i in judged:
+            key, entry = slot["key"], self.entries[i]
+            oldest = [entry["position"], self.oldest_waiting(key), joined_at_t.get(key)]
+            emptiest = max(self.level[key] - freed_at_t[key], 0)
+            mine = self.rank(key, emptiest, min(p for p in oldest if p is not None))
+            rival = next((other for other in rivals if other[1] != key), None)
+            if rival is not None and rival[0] < mine:
+                found.append(self.unfair_text(at, entry, key, emptiest, *rival))
+        return found
+
+    def unfair_text(
+        self,
+        at: dt.datetime,
+        entry: Mapping[str, Any],
+        key: str,
+        level: int,
+        rank: Rank,
+        other: str,
+        other_level: int,
+    ) -> str:
+        head = self.head(other)
+        waiting = self.entries[head[1]] if head is not None else None
+        who = f"#{waiting['position']} ({waiting['run_id']})" if waiting is not None else f"#{rank[2]}"
+        return (
+            f"{self.name}: fair share: #{entry['position']} ({entry['run_id']}) of key {_shown(key)} granted at "
+            f"{_iso(at)} while key {_shown(other)} stood before it ({who} waited; in use / weight "
+            f"{other_level}/{self.weight(other)} against {level}/{self.weight(key)})"
+        )
+
+    def left_free_text(self, at: dt.datetime, free: int, capacity: int) -> str:
+        first = self.first(set())
+        assert first is not None  # a servable key is in the heap
+        head = self.head(first[1])
+        assert head is not None
+        entry = self.entries[head[1]]
+        return (
+            f"{self.name}: fair share: {free} slot(s) left free at {_iso(at)} ({self.total} of capacity "
+            f"{capacity} in use) while #{entry['position']} ({entry['run_id']}) of key {_shown(first[1])} "
+            "could have been granted"
+        )
+
 
 def _steady_box_base() -> int | None:
     """The box's base in force, if it never changed since the box was declared (an operator's
@@ -715,6 +1059,10 @@ def _unmarked_before(group_entry: Mapping[str, Any], granted: Mapping[str, Any],
 
 def _iso(moment: dt.datetime) -> str:
     return moment.isoformat()
+
+
+def _shown(key: str) -> str:
+    return repr(key) if key else "(no key)"
 
 
 def all_violations(limit: Limit, *, retention_ms: int | None = None) -> list[str]:
