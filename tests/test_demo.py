@@ -1,14 +1,20 @@
 """The live demo shows keys and several limits (issue 13): `partner-api` has a pool per account,
 and `partner_call` takes `partner-api` and `voice-calls` together with the account's key, so a
-busy account waits for both, holding neither, while the other accounts go on."""
+busy account waits for both, holding neither, while the other accounts go on. Its fair limit
+`tenant-jobs` (issue 28) is to even out between a flooding tenant and small ones within a minute
+(not yet under the box: the xfail below)."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+
 import pytest
 
-from limits import services
-from limits.models import Slot
+from limits import selectors, services
+from limits.models import AuditEvent, Limit, Slot
 from limits.verify import verify
+from studio.demo.load import ACTOR, FAIR_LIMIT, FLOODER, TenantJobs, set_weights
 from studio.demo.workspace import workspace
 from studio.models import Run
 from studio.runs.runtime import advance
@@ -77,3 +83,81 @@ def test_the_demo_box_runs_nine_at_once_and_no_workflow_more_than_six(demo_limit
     assert advance(runs[0].id) == "completed"
     assert holders("box")[-1] == (runs[6].id, "reserved")
     assert verify(["box"]).ok
+
+
+def _play_tenant_jobs(clock, seconds: float, *, at: dict[float, Callable[[], None]] | None = None) -> None:
+    """The demo's tenants of tenant-jobs for `seconds`, as its loop plays them (studio/demo/
+    load.py), on the test's clock: half a second a tick, the runs moving as a worker moves them
+    (eager tasks). `at`: {second: check} called at that tick. Must never happen, at any tick: a
+    free slot while a job waits."""
+    set_weights()  # the demo's start
+    tenants = TenantJobs(random.Random(28), start=0.0)
+    for tick in range(int(seconds * 2) + 1):
+        now = tick * 0.5
+        tenants.arrive(now)
+        tenants.release_due(now)
+        limit = Limit.objects.get(name=FAIR_LIMIT)
+        assert limit.busy_count + limit.reserved_count == limit.capacity or not limit.waiting_count, now
+        if at and now in at:
+            at[now]()
+        clock.advance(seconds=0.5)
+
+
+def _keys_panel() -> dict[str, selectors.KeyPool]:
+    """The Keys panel's rows of tenant-jobs, by key, as Studio reads them."""
+    limit = Limit.objects.get(name=FAIR_LIMIT)
+    keys = selectors.key_pools_page(limit, search="", number=1, size=25, weights=selectors.fair_weights(limit))
+    return {pool.key: pool for pool in keys.items}
+
+
+def test_the_demos_fair_limit_is_flooded_first_then_shows_each_tenants_share(demo_limits, clock) -> None:
+    """The demo's start: initech's weight set once, as an operator would (a restarted demo
+    writes no second audit event); acme floods tenant-jobs and holds all 5 slots before the
+    others join at 5, 8 and 11 s; from then on the Keys panel lists the four tenants with their
+    weight and fair share (5 x weight / 5) while acme waits."""
+    set_weights()
+    set_weights()
+    assert list(AuditEvent.objects.filter(action="weight").values_list("actor", "key", "new_value")) == [
+        (ACTOR, "initech", "2")
+    ]
+
+    def flooded() -> None:
+        assert {key: pool.in_use for key, pool in _keys_panel().items() if pool.in_use} == {FLOODER: 5}
+
+    _play_tenant_jobs(clock, 11, at={4.5: flooded})
+
+    rows = _keys_panel()
+    assert [(key, rows[key].weight, rows[key].minimum, rows[key].fair_share) for key in sorted(rows)] == [
+        ("acme", 1, 0, 1.0),
+        ("globex", 1, 0, 1.0),
+        ("hooli", 1, 0, 1.0),
+        ("initech", 2, 0, 2.0),
+    ]
+    assert sum(pool.in_use for pool in rows.values()) == 5 and rows[FLOODER].waiting > 0
+    assert_counters_match_rows(FAIR_LIMIT)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "engine: a run waiting for a slot waits for a box slot with it (SPEC 12.2), and the grant "
+        "takes candidates oldest first over all the locked limits (keys._Grant._candidates; "
+        "limits_grant): the box's first-come stream hands tenant-jobs' freed slots to acme's "
+        "oldest run before the fair stream's choice (13.2), so under run_concurrency a fair limit "
+        "taken inside runs grants in arrival order: acme keeps all 5 slots until 48 s. Without "
+        "the box every tenant holds its share from 26 s."
+    ),
+)
+def test_within_41_seconds_the_demos_fair_limit_serves_each_tenant_its_share(demo_limits, clock) -> None:
+    """SPEC 13.2-13.3 as the demo plays it: nothing is taken back from acme, but each slot freed
+    goes to the tenant holding least for its weight, so 41 s in (acme's first jobs are given back
+    within 20 to 40 s) every tenant holds its fair share, within one slot (1, 1, 2 and 1), and
+    acme, which floods, holds the rest."""
+    _play_tenant_jobs(clock, 41)
+
+    rows = _keys_panel()
+    assert {key: pool.in_use for key, pool in rows.items()} == pytest.approx(
+        {key: pool.fair_share for key, pool in rows.items()}, abs=1
+    )
+    assert sum(pool.in_use for pool in rows.values()) == 5 and rows[FLOODER].waiting > 0
+    assert verify([FAIR_LIMIT]).ok, verify([FAIR_LIMIT]).violations

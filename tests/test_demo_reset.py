@@ -70,3 +70,22 @@ def test_reset_demo_clears_partner_calls_holding_or_waiting_for_two_limits(no_wo
     assert holders("partner-api") == [(mine.id, "reserved")] and holders("voice-calls") == [(mine.id, "reserved")]
     assert_counters_match_rows("partner-api")
     assert_counters_match_rows("voice-calls")
+
+
+def test_reset_demo_clears_the_tenant_jobs_of_the_fair_limit(no_worker) -> None:
+    """The demo's tenant jobs (issue 28) on its fair limit: the one holding a slot is released,
+    the one waiting cancelled, and a run of yours gets the slot."""
+    declare(tenant_jobs={"capacity": 1, "max_hold": "30s", "share": "fair"})
+    held = run("tenant_job", {"tenant": "acme", "job": "job-1", "demo": True}, status="completed")
+    services.acquire("tenant-jobs", run_id=held.id, key="acme", label="job-1")
+    waiting = run("tenant_job", {"tenant": "globex", "job": "job-2", "demo": True})
+    services.acquire("tenant-jobs", run_id=waiting.id, key="globex", label="job-2", timeout="2m")
+    mine = run("my_job", {"tenant": "initech"})
+    services.acquire("tenant-jobs", run_id=mine.id, key="initech", timeout="1h")
+
+    report = reset_demo()
+
+    assert (report.runs, report.cancelled, report.released) == (2, 1, 1)
+    assert set(Run.objects.values_list("id", flat=True)) == {mine.id}
+    assert holders("tenant-jobs") == [(mine.id, "reserved")]
+    assert_counters_match_rows("tenant-jobs")

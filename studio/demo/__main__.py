@@ -18,6 +18,9 @@ others go on. Arrivals pause while a queue is longer than 40, so the demo never 
 while more than 8 runs wait for the worker or 40 for the box (its run concurrency, SPEC 12:
 base 6, burst 1.5, so at most 9 runs execute and the rest queue): the box's sweep (sent every 15 s, dropped after 14 s
 in the broker's queue) must not be stuck behind the demo's runs on a slow machine.
+
+- fair shares (SPEC 13) on `tenant-jobs`: acme floods it from the start, three small tenants join
+  within 11 s and get their share as slots free (studio/demo/load.py, which a test drives).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ django.setup()
 
 from limits.models import Limit  # noqa: E402
 from stackbone.runs.models import Run  # noqa: E402
+from studio.demo.load import FAIR_LIMIT, TenantJobs, set_weights  # noqa: E402
 from studio.workflows import start_run  # noqa: E402
 
 logger = logging.getLogger("studio.demo")
@@ -53,19 +57,22 @@ def main() -> None:
     holding: dict[str, float | None] = {}  # run id -> seconds to hold its slot (None: never release)
     releases: list[tuple[float, str]] = []  # (when, slot id)
     next_call = next_session = next_partner_call = next_sync = next_export = time.monotonic()
+    tenants = TenantJobs(rng, start=next_call)
+    set_weights()
     calls = 0
-    print("demo: starting example runs against voice-calls and partner-api", flush=True)
+    print(f"demo: starting example runs against voice-calls, partner-api and {FAIR_LIMIT}", flush=True)
     while True:
         now = time.monotonic()
-        waiting = dict(
-            Limit.objects.filter(name__in=["voice-calls", "partner-api", "box"]).values_list("name", "waiting_count")
-        )
+        limits = ["voice-calls", "partner-api", FAIR_LIMIT, "box"]
+        waiting = dict(Limit.objects.filter(name__in=limits).values_list("name", "waiting_count"))
         # The worker is behind, or runs queue for the box (SPEC 12): no arrivals for now (the
         # releases below still go out).
         behind = (
             Run.objects.filter(status__in=["pending", "running"], suspended=False).count() > MAX_BEHIND
             or waiting.pop("box", 0) >= MAX_QUEUE
         )
+        if waiting.pop(FAIR_LIMIT, 0) < MAX_QUEUE and not behind:
+            tenants.arrive(now)
         if not behind and now >= next_call and waiting.get("voice-calls", 0) < MAX_QUEUE:
             calls += 1
             call = {"call_id": f"demo-{calls}", "account": account(), "timeout": "2m", "demo": True}
@@ -102,6 +109,7 @@ def main() -> None:
         for due, slot_id in [r for r in releases if r[0] <= now]:
             releases.remove((due, slot_id))
             start_run("call_ended", {"slot_id": slot_id, "demo": True})
+        tenants.release_due(now)
         time.sleep(0.25)
 
 

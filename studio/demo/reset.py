@@ -16,7 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ACTOR = "stackbone dev --reset-demo"
-DEMO_WORKFLOWS = ("place_call", "open_session", "partner_call", "call_ended", "sync_tenant", "partner_export")
+DEMO_WORKFLOWS = (
+    "place_call",
+    "open_session",
+    "partner_call",
+    "call_ended",
+    "sync_tenant",
+    "partner_export",
+    "tenant_job",
+)
 
 
 @dataclass

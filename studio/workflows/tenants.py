@@ -9,6 +9,9 @@ takes no step until the first ends::
 `partner_export` holds a `partner-api` slot for the whole run: the same pool `acquire_slot` and
 `with_limit` take from inside other runs (studio/workflows/calls.py, accounts.py), so Studio's
 partner-api page shows both ways of taking that limit side by side.
+
+`tenant_job` takes a `tenant-jobs` slot under its tenant's key: on the demo's fair limit (SPEC 13)
+a tenant that floods the limit gets its share and the others theirs.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import logging
 import time
 from typing import Any
 
+from limits.workflow import SlotTimeoutError, acquire_slot
 from studio.workflows import step, workflow
 
 logger = logging.getLogger(__name__)
@@ -50,3 +54,17 @@ def partner_export(input: dict[str, Any]) -> dict[str, Any]:
     {"name": "export-1"}; optional "seconds" (how long it takes)."""
     uploaded: dict[str, Any] = upload_export(input["name"], float(input.get("seconds", 0)))
     return uploaded
+
+
+@workflow
+def tenant_job(input: dict[str, Any]) -> dict[str, Any]:
+    """Start one of a tenant's jobs: take a tenant-jobs slot with the tenant as its key and keep
+    it after the run (the job goes on elsewhere); a later `call_ended` releases it. Input:
+    {"tenant": "acme", "job": "j-1"}; optional "timeout" (the wait, default "30m")."""
+    try:
+        slot = acquire_slot(
+            "tenant-jobs", label=input.get("job", ""), timeout=input.get("timeout", "30m"), key=input["tenant"]
+        )
+    except SlotTimeoutError:
+        return {"slot_id": None}
+    return {"slot_id": slot.id}
