@@ -1,8 +1,8 @@
 """The live demo shows keys and several limits (issue 13): `partner-api` has a pool per account,
 and `partner_call` takes `partner-api` and `voice-calls` together with the account's key, so a
 busy account waits for both, holding neither, while the other accounts go on. Its fair limit
-`tenant-jobs` (issue 28) is to even out between a flooding tenant and small ones within a minute
-(not yet under the box: the xfail below)."""
+`tenant-jobs` (issue 28) evens out between a flooding tenant and small ones within a minute, under
+the box's run concurrency."""
 
 from __future__ import annotations
 
@@ -137,17 +137,6 @@ def test_the_demos_fair_limit_is_flooded_first_then_shows_each_tenants_share(dem
     assert_counters_match_rows(FAIR_LIMIT)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "engine: a run waiting for a slot waits for a box slot with it (SPEC 12.2), and the grant "
-        "takes candidates oldest first over all the locked limits (keys._Grant._candidates; "
-        "limits_grant): the box's first-come stream hands tenant-jobs' freed slots to acme's "
-        "oldest run before the fair stream's choice (13.2), so under run_concurrency a fair limit "
-        "taken inside runs grants in arrival order: acme keeps all 5 slots until 48 s. Without "
-        "the box every tenant holds its share from 26 s."
-    ),
-)
 def test_within_41_seconds_the_demos_fair_limit_serves_each_tenant_its_share(demo_limits, clock) -> None:
     """SPEC 13.2-13.3 as the demo plays it: nothing is taken back from acme, but each slot freed
     goes to the tenant holding least for its weight, so 41 s in (acme's first jobs are given back

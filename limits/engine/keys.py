@@ -383,6 +383,7 @@ class _Grant:
         # Per limit: waiting group entries seen with room in their key pool but not granted.
         self.blocked: dict[int, list[QueueEntry]] = {}
         self.decided: set[str] = set()  # group requests already granted or found blocked
+        self.dealt: set[int] = set()  # entries a fair limit's stream has yielded (_fair_stream)
 
     def base(self) -> int | None:
         if not self._base:
@@ -413,6 +414,10 @@ class _Grant:
                 self._grant([entry])
                 continue
             group, complete = self._group(entry)
+            if self._left_to_fairness(limit, entry, group):
+                # Watched here all the same: a younger grant of this limit passes it over (10.4).
+                self.blocked.setdefault(limit.id, []).append(entry)
+                continue
             if complete and all(self.open_to(self.locked[e.limit_id], e) for e in group):
                 self._grant(group)
                 continue
@@ -421,6 +426,28 @@ class _Grant:
             self.decided.add(entry.request)
             for e in group:
                 self.blocked.setdefault(e.limit_id, []).append(e)
+
+    def _left_to_fairness(self, limit: Limit, entry: QueueEntry, group: list[QueueEntry]) -> bool:
+        """Whether a group met in this limit's stream is left to another of its limits that is
+        fair, whose stream grants it when 13.2 says (this limit's room permitting):
+        - on that limit an older run of its key waits that its stream has not dealt with yet
+          (within a key, strict arrival order);
+        - or this limit is first come, first served (the box's place, say) and the run is not
+          owed: the fair order, not this limit's arrival order, picks which key's run a freed
+          fair slot goes to. An owed run keeps its place (13.4: the owed-run guard first).
+        Not decided here, so the fair stream may still grant it in this settle; watched on this
+        limit, so a younger run granted here passes it over (10.4: it lost this limit's room)."""
+        fair = [e for e in group if e.limit_id != limit.id and self.locked[e.limit_id].is_fair]
+        owed = entry.passed_over_at is not None and entry.enqueued_at < self.now - timedelta(milliseconds=OWED_AFTER_MS)
+        if fair and not limit.is_fair and not owed:
+            return True
+        for e in fair:
+            older = QueueEntry.objects.filter(
+                limit_id=e.limit_id, state=QueueEntry.State.WAITING, key=e.key, position__lt=e.position
+            )
+            if older.exclude(id__in=self.dealt).exists():
+                return True
+        return False
 
     def _candidates(self) -> Iterator[QueueEntry]:
         """Waiting entries of the locked limits with room, oldest first over all of them (entry
@@ -467,6 +494,7 @@ class _Grant:
             key = min(heads, key=lambda k: (*shares[k], heads[k]))
             entry = waiting.get(key=key, position=heads[key])
             passed.append(entry.id)
+            self.dealt.add(entry.id)
             yield entry
 
     def _stream(self, limit: Limit) -> Iterator[QueueEntry]:

@@ -1261,6 +1261,31 @@ BEGIN
             SELECT coalesce(array_agg(w), '{}') INTO v_group FROM limits_queueentry w
             WHERE w.request = e.request AND w.state = 'waiting';
             SELECT coalesce(array_agg(w), '{}') INTO v_here FROM unnest(v_group) w WHERE w.limit_id = ANY (p_limits);
+            -- keys._Grant._left_to_fairness: left to another of its limits that is fair, where an
+            -- older run of its key waits undealt, or, met on a fifo limit and not owed (10.4), to
+            -- the fair order: not decided, watched on this limit.
+            IF EXISTS (
+                SELECT 1 FROM unnest(v_here) w JOIN limits_limit x ON x.id = w.limit_id
+                WHERE w.limit_id <> e.limit_id AND limits_is_fair(x) AND (
+                    (NOT (e.passed_over_at IS NOT NULL
+                          AND e.enqueued_at < p_now - p_owed_after_ms * interval '1 millisecond')
+                     AND NOT EXISTS (
+                        SELECT 1 FROM limits_limit m WHERE m.id = e.limit_id AND limits_is_fair(m)
+                    ))
+                    OR EXISTS (
+                        SELECT 1 FROM limits_queueentry o
+                        WHERE o.limit_id = w.limit_id AND o.state = 'waiting' AND o.key = w.key
+                          AND o.position < w.position AND NOT (o.id = ANY (v_dealt))
+                    )
+                )
+            ) THEN
+                b_limit := b_limit || e.limit_id;
+                b_position := b_position || e.position;
+                b_request := b_request || e.request;
+                b_key := b_key || e.key;
+                b_passed := b_passed || false;
+                CONTINUE;
+            END IF;
             v_ok := cardinality(v_here) = cardinality(v_group) AND cardinality(v_group) = e.group_size;
             IF v_ok THEN
                 FOREACH g IN ARRAY v_here LOOP

@@ -854,7 +854,12 @@ class Model:
         fifo limit's waiting runs in queue order (read in one batch, as the engine's scan does), a
         fair limit's chosen again after each one is dealt with (the keys under their min first,
         then the smallest in use / weight, ties to the oldest head; within a key arrival order),
-        merged by arrival. A group stopped by another of its limits is passed over only where it
+        merged by arrival. A group met in one stream is left, undecided, to another of its limits
+        that is fair when an older run of its key waits there that this settle has not dealt
+        with (within a key, arrival order), or when it was met on a fifo limit and is not owed
+        (the fair order picks, 13.2; an owed run keeps its place, 13.4); the limit it was
+        met on watches it, so a younger run granted there passes it over.
+        A group stopped by another of its limits is passed over only where it
         was seen stopped (so fairness itself never makes a run owed, 13.4)."""
         for limit in locked:
             if self.plain(limit.name):
@@ -922,6 +927,19 @@ class Model:
             if entry.state != "waiting" or entry.request in decided or not self._open_to(entry, names, now):
                 continue
             group = self.waiting_of(entry.request)
+            fair_elsewhere = [
+                e for e in group if e.limit != entry.limit and e.limit in names and self.limits[e.limit].share == "fair"
+            ]
+            if entry.group_size > 1 and (
+                (fair_elsewhere and self.limits[entry.limit].share != "fair" and not self._owed(entry, now))
+                or any(
+                    o.key == e.key and o.position < e.position and o.arrival not in dealt.get(e.limit, set())
+                    for e in fair_elsewhere
+                    for o in self.waiting(e.limit)
+                )
+            ):
+                blocked.setdefault(entry.limit, []).append(entry)  # a younger grant here passes it
+                continue  # left to the fair limit's stream (13.2): its order picks the run
             complete = len(group) == entry.group_size and all(e.limit in names for e in group)
             if entry.group_size == 1 or (complete and all(self._open_to(e, names, now) for e in group)):
                 self._reserve_marking(group, blocked, now)

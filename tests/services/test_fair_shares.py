@@ -88,6 +88,36 @@ def test_13_2_within_one_key_strict_arrival_order_and_no_capacity_left_free() ->
     assert runs_holding() == ["a0", "a1", "b0"]  # ...only while nobody else can take it
 
 
+@pytest.mark.parametrize("other_share", ["fifo", "fair"])
+def test_13_2_a_group_on_a_fair_limit_takes_its_turn_in_the_fair_order(other_share: str) -> None:
+    """A group of two limits, one fair (the other fifo, the box's place say, or fair too), is
+    granted on the fair one in its order: the other limit's stream meeting the group first must
+    not hand it the fair limit's slot ahead of an older run of its own key, nor ahead of a key
+    holding less (the model test's seed 302790620397866496480637243801027866932 found it)."""
+    services.sync_workspace(
+        define_workspace(
+            limits={
+                "api": {"capacity": 2, "max_hold": "1h", "share": "fair"},
+                "pipe": {"capacity": 5, "max_hold": "1h", "share": other_share},
+            }
+        )
+    )
+    held = [take(f"x{i}", "a").slot_id for i in range(2)]  # key a holds the fair limit whole
+    take("a2", "a")
+    group = services.acquire_group(["pipe", "api"], run_id="g", request="g", key="a", timeout="1h")
+    assert group.state == "waiting"
+    take("b0", "b")
+    services.release(held[0])  # a holds 1, b 0: b's turn, though the group is older and pipe is free
+    assert runs_holding() == ["b0", "x1"]
+    services.release(held[1])  # a 0, b 1: a's turn, its oldest run first
+    assert runs_holding() == ["a2", "b0"]
+    services.release(take("b0", "b").slot_id)  # (b0 asks again: its slot) a 1, nobody else waits: the group at last
+    assert runs_holding() == ["a2", "g"]
+    assert [run for run, _ in holders("pipe")] == ["g"]
+    assert verify(["api", "pipe"]).ok, verify(["api", "pipe"]).violations
+    assert_counters_match_rows("api")
+
+
 def test_fifo_stays_the_default_order() -> None:
     services.sync_workspace(define_workspace(limits={"api": {"capacity": 1, "max_hold": "1h"}}))
     held = take("a0", "a").slot_id
