@@ -263,6 +263,13 @@ class LimitKey(models.Model):
     minimum = models.IntegerField(
         default=0, db_default=0, help_text="On a fair limit, slots it is served first below (SPEC 13.1)."
     )
+    head = models.BigIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The position of its oldest waiting entry, none when none waits: where a fair grant "
+        "finds the key in the order of SPEC 13.2 (limits_fair_next's index).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

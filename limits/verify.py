@@ -16,7 +16,8 @@ d. the counters on the limit row equal its live rows;
 e. a slot tied to its run (with_limit, SPEC 2.5) is not busy or reserved once that run ended;
 f. keys (SPEC 9): no grant brought a key pool above its size (checked while no per-key change
    was audited for the limit: the sizes of the past are not kept), the pool counters equal the
-   rows, and within one key grants follow arrival order (across keys an older entry of another
+   rows and each pool's head is the position of its oldest waiting entry (where a fair grant
+   finds the key), and within one key grants follow arrival order (across keys an older entry of another
    key may wait: its pool was full);
 g. groups (SPEC 10): every grant of an acquisition of several limits gave a slot of each, in one
    instant (no run ever held part of a group); an older group entry passed over is excused from
@@ -489,13 +490,20 @@ class History:
         for slot in self.slots:
             if slot["key"] and slot["state"] in LIVE:
                 per_key[slot["key"]][0 if slot["state"] == Slot.State.BUSY else 1] += 1
+        heads: dict[str, int] = {}
         for entry in self.entries:
             if entry["key"] and entry["state"] == QueueEntry.State.WAITING:
                 per_key[entry["key"]][2] += 1
+                heads[entry["key"]] = min(heads.get(entry["key"], entry["position"]), entry["position"])
         for pool in LimitKey.objects.filter(limit=limit):
             counted = [pool.busy_count, pool.reserved_count, pool.waiting_count]
             if counted != per_key.pop(pool.key, [0, 0, 0]):
                 found.append(f"{limit.name}: key {pool.key!r} counters {counted} do not match its rows")
+            if pool.head != heads.get(pool.key):  # where a fair grant finds the key (limits_fair_next)
+                oldest = heads.get(pool.key)
+                found.append(
+                    f"{limit.name}: key {pool.key!r} head {pool.head} but its oldest waiting entry is at {oldest}"
+                )
         found.extend(f"{limit.name}: key {key!r} has live rows but no pool row" for key in per_key)
         return found
 

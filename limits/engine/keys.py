@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 
 from django.db import connection
-from django.db.models import Count, F, Min, Q, QuerySet
+from django.db.models import Count, F, Min, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from limits.config import BOX_NAME
@@ -119,11 +119,19 @@ class Pools:
         return full
 
     def save(self) -> None:
+        """Write the changed pool rows, each with its head read again from the queue (the entries
+        are written by now): the position of its oldest waiting entry."""
         for key in self.dirty:
             row = self.rows[key]
             assert row is not None
+            oldest = QueueEntry.objects.filter(limit_id=row.limit_id, key=key, state=QueueEntry.State.WAITING).order_by(
+                "position"
+            )
             LimitKey.objects.filter(id=row.id).update(
-                busy_count=row.busy_count, reserved_count=row.reserved_count, waiting_count=row.waiting_count
+                busy_count=row.busy_count,
+                reserved_count=row.reserved_count,
+                waiting_count=row.waiting_count,
+                head=Subquery(oldest.values("position")[:1]),
             )
         self.dirty.clear()
 
@@ -180,7 +188,12 @@ def partners(limit_ids: Iterable[int]) -> set[int]:
     """The limits of every group waiting in, or reserved from, these limits, and of every group
     waiting in the limits of those reservations (read without locks: `lock` takes them all in id
     order). A released or lapsed reservation frees each limit of its group, so the groups waiting
-    in those limits can be granted in the same transaction, not at the next sweep."""
+    in those limits can be granted in the same transaction, not at the next sweep.
+
+    Then, transitively, the limits of the groups waiting in any limit so found where a run passed
+    over waits: a grant here may give that run its slots, and the capacity its limit held for it
+    (10.4) goes to the groups behind it, which can be granted only with all their limits locked
+    (else they would wait with nothing stopping them until the next sweep)."""
     ids = set(limit_ids)
     if not ids:
         return set()
@@ -190,13 +203,27 @@ def partners(limit_ids: Iterable[int]) -> set[int]:
             "limit_id", flat=True
         )
     )
-    waiting = QueueEntry.objects.filter(limit_id__in=ids | freed, state=QueueEntry.State.WAITING, group_size__gt=1)
-    found = set(
+    found = _waiting_groups_limits(ids | freed) | freed
+    checked = ids | freed
+    while new := found - checked:
+        checked |= new
+        holding = QueueEntry.objects.filter(
+            limit_id__in=new, state=QueueEntry.State.WAITING, passed_over_at__isnull=False
+        ).values_list("limit_id", flat=True)
+        found |= _waiting_groups_limits(set(holding))
+    return found
+
+
+def _waiting_groups_limits(limit_ids: set[int]) -> set[int]:
+    """The limits of every group waiting in these limits."""
+    if not limit_ids:
+        return set()
+    waiting = QueueEntry.objects.filter(limit_id__in=limit_ids, state=QueueEntry.State.WAITING, group_size__gt=1)
+    return set(
         QueueEntry.objects.filter(request__in=waiting.values("request"), state=QueueEntry.State.WAITING).values_list(
             "limit_id", flat=True
         )
     )
-    return found | freed
 
 
 def lock(limit_ids: Iterable[int]) -> dict[int, Limit]:

@@ -114,6 +114,34 @@ BEGIN
 END
 $$;
 
+-- LimitKey.head (keys.Pools.save): the position of the key's oldest waiting entry, NULL when none
+-- waits; `key <> ''` as written lets the planner use the partial index queue_waiting_by_key.
+CREATE OR REPLACE FUNCTION limits_key_head(p_limit bigint, p_key text) RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+        SELECT h.position FROM limits_queueentry h
+        WHERE h.limit_id = p_limit AND h.key = p_key AND h.key <> '' AND h.state = 'waiting'
+        ORDER BY h.position
+        LIMIT 1
+    );
+END
+$$;
+
+-- The heads of the pools (p_limits[i], p_keys[i]) read again, after a statement took entries of
+-- theirs out of the queue (a statement's own subqueries still see them waiting).
+CREATE OR REPLACE FUNCTION limits_read_heads(p_limits bigint[], p_keys text[]) RETURNS void
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+BEGIN
+    IF p_limits IS NULL THEN
+        RETURN;
+    END IF;
+    UPDATE limits_limitkey k SET head = limits_key_head(k.limit_id, k.key)
+    FROM (SELECT DISTINCT * FROM unnest(p_limits, p_keys) AS u (limit_id, key)) c
+    WHERE k.limit_id = c.limit_id AND k.key = c.key;
+END
+$$;
+
 -- Limit.is_fair (SPEC 13.1): its capacity is shared fairly between keys. PL/pgSQL for the reason
 -- given at limits_is_plain (the columns come with limits/0031).
 CREATE OR REPLACE FUNCTION limits_is_fair(l limits_limit) RETURNS boolean
@@ -392,7 +420,9 @@ BEGIN
             s.deadline, s.timeout_ms
         );
         IF s.key <> '' THEN
-            UPDATE limits_limitkey SET reserved_count = reserved_count - 1, waiting_count = waiting_count + 1
+            UPDATE limits_limitkey
+            SET reserved_count = reserved_count - 1, waiting_count = waiting_count + 1,
+                head = coalesce(head, v_position)  -- the newest position: the head only of an empty key
             WHERE limit_id = s.limit_id AND key = s.key;
         END IF;
         v_count := v_count + 1;
@@ -497,6 +527,8 @@ DECLARE
     l limits_limit;
     v_cancelled integer;
     v_freed integer;
+    v_head_limits bigint[];
+    v_head_keys text[];
 BEGIN
     ended := 0;
     woken := '{}';
@@ -538,7 +570,10 @@ BEGIN
         FROM (SELECT limit_id, key, count(*) AS n FROM cancelled WHERE key <> '' GROUP BY limit_id, key) c
         WHERE k.limit_id = c.limit_id AND k.key = c.key
     )
-    SELECT count(*) INTO v_cancelled FROM cancelled;
+    SELECT count(*), array_agg(limit_id) FILTER (WHERE key <> ''), array_agg(key) FILTER (WHERE key <> '')
+    INTO v_cancelled, v_head_limits, v_head_keys
+    FROM cancelled;
+    PERFORM limits_read_heads(v_head_limits, v_head_keys);  -- after the statement: it sees them gone
     WITH freed AS (
         UPDATE limits_slot s SET state = 'run_ended', freed_at = v_now
         FROM limits_slot o
@@ -761,9 +796,13 @@ CREATE OR REPLACE FUNCTION limits_partners(p_limit bigint) RETURNS bigint[]
 LANGUAGE plpgsql STABLE SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
     v_freed bigint[];
+    v_found bigint[];
+    v_checked bigint[];
+    v_new bigint[];
 BEGIN
     -- keys.partners: the limits of the groups reserved from this limit (a release or a lapse
-    -- frees each of them), then of the groups waiting in this limit or in those.
+    -- frees each of them), then of the groups waiting in this limit or in those; then, again and
+    -- again, of the groups waiting in a limit so found where a passed-over run waits (10.4).
     v_freed := ARRAY(
         SELECT s.limit_id FROM limits_slot s
         WHERE s.state = 'reserved' AND s.request IN (
@@ -771,11 +810,33 @@ BEGIN
             WHERE r.limit_id = p_limit AND r.state = 'reserved' AND r.group_size > 1
         )
     );
-    RETURN v_freed || ARRAY(
+    v_found := v_freed || limits_waiting_groups_limits(p_limit || v_freed);
+    v_checked := p_limit || v_freed;
+    LOOP
+        v_new := ARRAY(SELECT DISTINCT f FROM unnest(v_found) f WHERE NOT f = ANY (v_checked));
+        EXIT WHEN cardinality(v_new) = 0;
+        v_checked := v_checked || v_new;
+        v_found := v_found || limits_waiting_groups_limits(ARRAY(
+            SELECT n FROM unnest(v_new) n
+            WHERE EXISTS (
+                SELECT 1 FROM limits_queueentry p  -- queue_waiting_passed_over
+                WHERE p.limit_id = n AND p.state = 'waiting' AND p.passed_over_at IS NOT NULL
+            )
+        ));
+    END LOOP;
+    RETURN v_found;
+END
+$$;
+
+-- keys._waiting_groups_limits: the limits of every group waiting in these limits.
+CREATE OR REPLACE FUNCTION limits_waiting_groups_limits(p_limits bigint[]) RETURNS bigint[]
+LANGUAGE plpgsql STABLE SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+BEGIN
+    RETURN ARRAY(
         SELECT q.limit_id FROM limits_queueentry q
         WHERE q.state = 'waiting' AND q.request IN (
             SELECT w.request FROM limits_queueentry w
-            WHERE w.limit_id = ANY (p_limit || v_freed) AND w.state = 'waiting' AND w.group_size > 1
+            WHERE w.limit_id = ANY (p_limits) AND w.state = 'waiting' AND w.group_size > 1
         )
     );
 END
@@ -988,9 +1049,11 @@ BEGIN
                 p_timeout_ms
             );
             IF p_keys[i] <> '' THEN
-                INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at)
-                VALUES (l.id, p_keys[i], 0, 0, 1, v_now)
-                ON CONFLICT (limit_id, key) DO UPDATE SET waiting_count = limits_limitkey.waiting_count + 1;
+                INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at, head)
+                VALUES (l.id, p_keys[i], 0, 0, 1, v_now, l.next_position - 1)
+                ON CONFLICT (limit_id, key) DO UPDATE
+                SET waiting_count = limits_limitkey.waiting_count + 1,
+                    head = coalesce(limits_limitkey.head, excluded.head);  -- the newest: head of an empty key
             END IF;
         END LOOP;
         SELECT * INTO settled FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms);
@@ -1045,6 +1108,9 @@ CREATE OR REPLACE FUNCTION limits_time_out_keys(
     p_limit bigint, p_limits bigint[], p_now timestamptz, OUT n integer, OUT runs text[]
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    v_head_limits bigint[];
+    v_head_keys text[];
 BEGIN
     WITH singles AS (
         UPDATE limits_queueentry SET state = 'timed_out', finished_at = p_now
@@ -1078,7 +1144,11 @@ BEGIN
         FROM (SELECT limit_id, key, count(*) AS n FROM leaving WHERE key <> '' GROUP BY limit_id, key) c
         WHERE k.limit_id = c.limit_id AND k.key = c.key
     )
-    SELECT count(*), coalesce(array_agg(DISTINCT run_id), '{}') INTO n, runs FROM leaving;
+    SELECT count(*), coalesce(array_agg(DISTINCT run_id), '{}'), array_agg(limit_id) FILTER (WHERE key <> ''),
+           array_agg(key) FILTER (WHERE key <> '')
+    INTO n, runs, v_head_limits, v_head_keys
+    FROM leaving;
+    PERFORM limits_read_heads(v_head_limits, v_head_keys);  -- after the statement: it sees them gone
 END
 $$;
 
@@ -1105,8 +1175,71 @@ BEGIN
         reserved_count = reserved_count + 1, keyed_reserved_count = keyed_reserved_count + v_keyed
     WHERE id = l.id;
     IF e.key <> '' THEN
-        UPDATE limits_limitkey SET waiting_count = waiting_count - 1, reserved_count = reserved_count + 1
+        UPDATE limits_limitkey
+        SET waiting_count = waiting_count - 1, reserved_count = reserved_count + 1, head = limits_key_head(l.id, e.key)
         WHERE limit_id = l.id AND key = e.key;
+    END IF;
+END
+$$;
+
+-- keys._Grant._fair_stream (SPEC 13.2), a fair limit's next entry: among the keys with a waiting
+-- entry whose pool has room, first those holding fewer than their min, then the smallest in use /
+-- weight, ties to the oldest head; that key's oldest entry not dealt with yet (p_dealt), not behind
+-- an owed run (p_owed) and with room for a whole run under the box's base (p_base).
+--
+-- Cheap at 10,000 waiting keys: the keys are read in that order from the index limitkey_fair_order
+-- (limits/0033: the ORDER BY below is its definition), each with its head kept on its row
+-- (limits_key_head). A key's stored head is a lower bound of the entry it can give (its head
+-- may be dealt with, or wait for whole-run room), so the scan stops at the first key whose
+-- (under min, share, stored head) is not below the best found: one key read in the common case,
+-- more only past keys whose pool is full, whose head was dealt with or waits behind an owed run.
+CREATE OR REPLACE FUNCTION limits_fair_next(lim limits_limit, p_owed bigint, p_dealt bigint[], p_base integer)
+RETURNS SETOF limits_queueentry
+LANGUAGE plpgsql STABLE SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    k record;
+    v_head bigint;
+    b_has_min boolean;  -- the best so far: holds its min (in use >= min), in use / weight, its entry's position
+    b_share numeric;
+    b_head bigint;
+BEGIN
+    IF lim.waiting_count > lim.keyed_waiting_count AND limits_pool_room(lim, '') THEN
+        -- the no-key pool: weight 1, min 0; its head through queue_waiting_order
+        SELECT h.position INTO b_head FROM limits_queueentry h
+        WHERE h.limit_id = lim.id AND h.state = 'waiting' AND h.key = ''
+          AND h.position <= p_owed AND NOT (h.id = ANY (p_dealt))
+          AND limits_whole_run_room(lim, h.request, p_base)
+        ORDER BY h.position
+        LIMIT 1;
+        b_has_min := true;
+        b_share := (lim.busy_count + lim.reserved_count - lim.keyed_busy_count - lim.keyed_reserved_count)::numeric;
+    END IF;
+    FOR k IN
+        SELECT lk.key, lk.busy_count + lk.reserved_count >= lk.minimum AS has_min,
+               (lk.busy_count + lk.reserved_count)::numeric / lk.weight AS share, lk.head,
+               lk.busy_count + lk.reserved_count < coalesce(lk.pool_override, lim.per_key_override, lim.declared_per_key)
+               IS NOT false AS room
+        FROM limits_limitkey lk
+        WHERE lk.limit_id = lim.id AND lk.waiting_count > 0
+        ORDER BY lk.limit_id, lk.busy_count + lk.reserved_count >= lk.minimum,
+                 (lk.busy_count + lk.reserved_count)::numeric / lk.weight, lk.head
+    LOOP
+        EXIT WHEN b_head IS NOT NULL AND (k.has_min, k.share, k.head) >= (b_has_min, b_share, b_head);
+        CONTINUE WHEN NOT k.room OR k.head > p_owed;
+        SELECT h.position INTO v_head FROM limits_queueentry h
+        WHERE h.limit_id = lim.id AND h.key = k.key AND h.key <> '' AND h.state = 'waiting'
+          AND h.position >= k.head AND h.position <= p_owed AND NOT (h.id = ANY (p_dealt))
+          AND limits_whole_run_room(lim, h.request, p_base)
+        ORDER BY h.position
+        LIMIT 1;
+        IF v_head IS NOT NULL AND (b_head IS NULL OR (k.has_min, k.share, v_head) < (b_has_min, b_share, b_head)) THEN
+            b_has_min := k.has_min;
+            b_share := k.share;
+            b_head := v_head;
+        END IF;
+    END LOOP;
+    IF b_head IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM limits_queueentry WHERE limit_id = lim.id AND state = 'waiting' AND position = b_head;
     END IF;
 END
 $$;
@@ -1203,48 +1336,13 @@ BEGIN
             WHERE lim.id = ANY (p_limits) AND lim.waiting_count > 0
               AND limits_room(lim) > 0 AND NOT limits_is_fair(lim)
             UNION ALL
-            -- keys._Grant._fair_stream (SPEC 13.2): among the keys with a waiting entry whose pool
-            -- has room, first those holding fewer than their min, then the smallest in use /
-            -- weight, ties to the oldest head; the key's oldest entry not dealt with yet.
+            -- keys._Grant._fair_stream (SPEC 13.2): the next entry of a fair limit (limits_fair_next)
             SELECT f.*
             FROM limits_limit lim
             CROSS JOIN LATERAL (
                 SELECT coalesce(limits_owed_position(lim, p_now, p_owed_after_ms), 9223372036854775807) AS owed
             ) o
-            CROSS JOIN LATERAL (
-                SELECT w.* FROM (
-                    SELECT k.key, k.in_use, k.weight, k.minimum, CASE WHEN k.key = '' THEN (
-                        SELECT h.position FROM limits_queueentry h  -- queue_waiting_order
-                        WHERE h.limit_id = lim.id AND h.state = 'waiting' AND h.key = ''
-                          AND h.position <= o.owed AND NOT (h.id = ANY (v_dealt))
-                          AND limits_whole_run_room(lim, h.request, v_base)
-                        ORDER BY h.position
-                        LIMIT 1
-                    ) ELSE (
-                        -- key <> '' as written lets the planner use the partial index
-                        -- queue_waiting_by_key (a scan of the whole queue per key otherwise: 23 s
-                        -- a grant at 10,000 waiting keys, tests/bench scenario 14)
-                        SELECT h.position FROM limits_queueentry h
-                        WHERE h.limit_id = lim.id AND h.state = 'waiting' AND h.key = k.key AND h.key <> ''
-                          AND h.position <= o.owed AND NOT (h.id = ANY (v_dealt))
-                          AND limits_whole_run_room(lim, h.request, v_base)
-                        ORDER BY h.position
-                        LIMIT 1
-                    ) END AS head
-                    FROM (
-                        SELECT lk.key, lk.busy_count + lk.reserved_count AS in_use, lk.weight, lk.minimum
-                        FROM limits_limitkey lk WHERE lk.limit_id = lim.id AND lk.waiting_count > 0
-                        UNION ALL
-                        SELECT '', lim.busy_count + lim.reserved_count - lim.keyed_busy_count
-                                   - lim.keyed_reserved_count, 1, 0
-                        WHERE lim.waiting_count > lim.keyed_waiting_count
-                    ) k
-                    WHERE limits_pool_room(lim, k.key)
-                ) r
-                JOIN limits_queueentry w ON w.limit_id = lim.id AND w.position = r.head
-                ORDER BY r.in_use >= r.minimum, r.in_use::numeric / r.weight, r.head
-                LIMIT 1
-            ) f
+            CROSS JOIN LATERAL limits_fair_next(lim, o.owed, v_dealt, v_base) f
             WHERE lim.id = ANY (p_limits) AND lim.waiting_count > 0
               AND limits_room(lim) > 0 AND limits_is_fair(lim)
         ) c

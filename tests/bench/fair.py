@@ -20,7 +20,7 @@ key_choice(): the grant's choice of the next key at scale: 10,000 keys with 1-3 
 on one fair limit (and on a fifo limit with per_key 2, the same rows), the capacity full, then a
 stream of releases each of which grants one waiting run (a release → the woken run confirms →
 the oldest busy slot is released next): ms per release that grants, per confirm; and EXPLAIN
-ANALYZE of limits_grant's fair candidate query, with the function's variables as constants.
+ANALYZE of the fair choice (limits_fair_next) and of its key scan.
 """
 
 from __future__ import annotations
@@ -315,8 +315,8 @@ def fill_waiting(limit: str, keys: int, tag: str, holders: int = 10) -> int:
         cur.execute(
             """
             INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, weight, minimum,
-                created_at)
-            SELECT %(limit)s, key, 0, 0, count(*), 1, 0, now() FROM limits_queueentry
+                created_at, head)
+            SELECT %(limit)s, key, 0, 0, count(*), 1, 0, now(), min(position) FROM limits_queueentry
             WHERE limit_id = %(limit)s AND state = 'waiting' GROUP BY key
             """,
             {"limit": limit_id},
@@ -392,58 +392,30 @@ def release_stream(limit: str, tag: str, releases: int) -> dict[str, Any]:
     }
 
 
-FAIR_CANDIDATE = """
-SELECT f.*
-FROM limits_limit lim
-CROSS JOIN LATERAL (
-    SELECT coalesce(limits_owed_position(lim, now(), 120000), 9223372036854775807) AS owed
-) o
-CROSS JOIN LATERAL (
-    SELECT w.* FROM (
-        SELECT k.key, k.in_use, k.weight, k.minimum, (
-            SELECT h.position FROM limits_queueentry h
-            WHERE h.limit_id = lim.id AND h.state = 'waiting' AND h.key = k.key
-              AND h.position <= o.owed AND NOT (h.id = ANY ('{}'::bigint[]))
-              AND limits_whole_run_room(lim, h.request, limits_box_base())
-            ORDER BY h.position
-            LIMIT 1
-        ) AS head
-        FROM (
-            SELECT lk.key, lk.busy_count + lk.reserved_count AS in_use, lk.weight, lk.minimum
-            FROM limits_limitkey lk WHERE lk.limit_id = lim.id AND lk.waiting_count > 0
-            UNION ALL
-            SELECT '', lim.busy_count + lim.reserved_count - lim.keyed_busy_count
-                       - lim.keyed_reserved_count, 1, 0
-            WHERE lim.waiting_count > lim.keyed_waiting_count
-        ) k
-        WHERE limits_pool_room(lim, k.key)
-    ) r
-    JOIN limits_queueentry w ON w.limit_id = lim.id AND w.position = r.head
-    ORDER BY r.in_use >= r.minimum, r.in_use::numeric / r.weight, r.head
-    LIMIT 1
-) f
-WHERE lim.name = %s AND lim.waiting_count > 0
+# limits_fair_next's key scan (limits/sql/engine.sql, limits/0033), read to its first key: it should
+# be one descent of the index limitkey_fair_order, whatever the number of keys waiting.
+FAIR_KEY_SCAN = """
+SELECT lk.key, lk.head
+FROM limits_limitkey lk
+WHERE lk.limit_id = (SELECT id FROM limits_limit WHERE name = %s) AND lk.waiting_count > 0
+ORDER BY lk.limit_id, lk.busy_count + lk.reserved_count >= lk.minimum,
+         (lk.busy_count + lk.reserved_count)::numeric / lk.weight, lk.head
+LIMIT 1
+"""
+
+# The whole choice as limits_grant makes it: nothing dealt with yet, no owed run, the box's base.
+FAIR_NEXT = """
+SELECT f.id, f.key FROM limits_limit lim
+CROSS JOIN LATERAL limits_fair_next(lim, 9223372036854775807, '{}'::bigint[], limits_box_base()) f
+WHERE lim.name = %s
 """
 
 
-# The experiment of the key choice's cheap improvement (not in the engine): the head probe says the
-# key is not '' (true of every row of limits_limitkey), so the planner may use the partial index
-# queue_waiting_by_key (limit_id, key, position) WHERE ... AND NOT key = ''; without it, it walks
-# queue_waiting_order from the queue's start for every key (O(waiting keys × waiting runs)).
-# The no-key pseudo-key '' would need its own probe on queue_waiting_order.
-FAIR_CANDIDATE_BY_KEY = FAIR_CANDIDATE.replace(
-    "WHERE h.limit_id = lim.id AND h.state = 'waiting' AND h.key = k.key",
-    "WHERE h.limit_id = lim.id AND h.state = 'waiting' AND h.key = k.key AND h.key <> ''",
-)
-
-
-def explain_candidate(limit: str, query: str = FAIR_CANDIDATE) -> tuple[float, list[str]]:
-    """EXPLAIN (ANALYZE, BUFFERS) of limits_grant's fair candidate query (the second branch of its
-    UNION ALL, copied from limits/sql/engine.sql at 512777c, the variables as constants: nothing
-    dealt with yet, no owed run, the box's base as the function reads it), with the planner
-    settings limits_release runs under (no sequential or bitmap scans), the limit's room taken as
-    free (the query is the same whether or not a slot is free: the function filters on room
-    first). Returns the execution time in ms and the plan's lines."""
+def explain_candidate(limit: str, query: str = FAIR_KEY_SCAN) -> tuple[float, list[str]]:
+    """EXPLAIN (ANALYZE, BUFFERS) of `query` (FAIR_KEY_SCAN: the fair choice's key scan; FAIR_NEXT:
+    the whole choice, one function call) on `limit`, with the planner settings the engine's
+    functions run under (no sequential or bitmap scans). Returns the execution time in ms and the
+    plan's lines."""
     from django.db import connection, transaction
 
     with transaction.atomic(), connection.cursor() as cur:

@@ -296,35 +296,33 @@ def fair_shares(args: argparse.Namespace, one: dict[str, Any]) -> list[Row]:
         )
     keys = args.fair_keys
     releases = 50 if args.quick else 300
-    fair_releases = 20 if keys <= 1_000 else 3  # a fair release at 10,000 keys takes tens of seconds
     for limit, label in ((FAIR_WIDE, "fair"), (FIFO_WIDE, "fifo, per_key 2")) if keys else ():
         tag = uuid.uuid4().hex[:6]
         log(f"scenario 14: {keys:,} keys waiting on a {label} limit, then {releases} releases")
         waiting = fair.fill_waiting(limit, keys, tag)
         plan_ms, plan = fair.explain_candidate(limit) if limit == FAIR_WIDE else (float("nan"), [])
-        by_key_ms, by_key = (
-            fair.explain_candidate(limit, fair.FAIR_CANDIDATE_BY_KEY) if limit == FAIR_WIDE else (float("nan"), [])
-        )
-        got = fair.release_stream(limit, tag, releases if limit != FAIR_WIDE else fair_releases)
+        next_ms, next_plan = fair.explain_candidate(limit, fair.FAIR_NEXT) if limit == FAIR_WIDE else (float("nan"), [])
+        got = fair.release_stream(limit, tag, releases)
         log(
             f"    release that grants p50 {got['release_p50']:.2f} / p95 {got['release_p95']:.2f} ms; confirm "
             f"p50 {got['confirm_p50']:.2f} ms; {got['distinct_keys']} keys granted; first {got['first_keys']}"
         )
         for line in plan:
             log(f"    | {line}")
-        for line in by_key:
-            log(f"    by key | {line}")
+        for line in next_plan:
+            log(f"    limits_fair_next | {line}")
         rows.append(
             Row(
                 f"14. Key choice at scale, {label}: capacity 10 full, {keys:,} keys with 1-3 runs each waiting "
-                f"({waiting:,} runs), {releases if limit != FAIR_WIDE else fair_releases} releases one after the "
+                f"({waiting:,} runs), {releases} releases one after the "
                 "other, each granting one run (one process)",
                 f"release that grants p50 {got['release_p50']:.2f} / p95 {got['release_p95']:.2f} ms; the woken "
                 f"run's confirm p50 {got['confirm_p50']:.2f} / p95 {got['confirm_p95']:.2f} ms; "
                 f"{got['distinct_keys']} distinct keys granted"
                 + (
-                    f"; EXPLAIN ANALYZE of the fair candidate query: {plan_ms:,.1f} ms as in the engine, "
-                    f"{by_key_ms:,.1f} ms with `h.key <> ''` in the head probe (queue_waiting_by_key usable)"
+                    f"; EXPLAIN ANALYZE of the fair choice (limits_fair_next, one call): {next_ms:,.2f} ms; of "
+                    f"its key scan to the first key: {plan_ms:,.2f} ms"
+                    + (" (index limitkey_fair_order)" if any("limitkey_fair_order" in x for x in plan) else "")
                     if plan
                     else ""
                 ),

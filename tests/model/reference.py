@@ -640,12 +640,25 @@ class Model:
     def _lock(self, names: Iterable[str]) -> list[MLimit]:
         """Engine choice (keys.lock): an operation settles the limits it touches, the other limits
         of every group reserved from them (a release frees them all), and the other limits of
-        every group waiting in any of these (not further)."""
+        every group waiting in any of these; then, again and again, the other limits of every
+        group waiting in a limit so added where a passed-over run waits (its grant here would
+        hand the capacity held for it to the groups behind it, 10.4)."""
         touched = set(names)
         held = {s.request for s in self.slots if s.limit in touched and s.state == "reserved" and s.group_size > 1}
         touched |= {s.limit for s in self.slots if s.request in held and s.state == "reserved"}
-        groups = {e.request for e in self.entries if e.limit in touched and e.state == "waiting" and e.group_size > 1}
-        touched |= {e.limit for e in self.entries if e.request in groups and e.state == "waiting"}
+        expand = set(touched)
+        checked: set[str] = set()
+        while expand:
+            groups = {
+                e.request for e in self.entries if e.limit in expand and e.state == "waiting" and e.group_size > 1
+            }
+            checked |= expand | touched
+            touched |= {e.limit for e in self.entries if e.request in groups and e.state == "waiting"}
+            expand = {
+                e.limit
+                for e in self.entries
+                if e.limit in touched - checked and e.state == "waiting" and e.passed_over_at is not None
+            }
         return [limit for limit in self.limits.values() if limit.name in touched]
 
     def _previous(self, request: str, now: datetime) -> MAcquisition | None:

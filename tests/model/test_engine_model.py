@@ -215,7 +215,15 @@ class EngineAgainstModel(RuleBasedStateMachine):
         engine_pools = sorted(
             (names[limit_id], *row)
             for limit_id, *row in LimitKey.objects.values_list(
-                "limit_id", "key", "busy_count", "reserved_count", "waiting_count", "pool_override", "weight", "minimum"
+                "limit_id",
+                "key",
+                "busy_count",
+                "reserved_count",
+                "waiting_count",
+                "pool_override",
+                "weight",
+                "minimum",
+                "head",
             )
         )
         model_pools = sorted(
@@ -227,6 +235,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 sum(1 for e in model.waiting(name) if e.key == key),
                 size,
                 *model.key_weights.get((name, key), (1, 0)),
+                min((e.position for e in model.waiting(name) if e.key == key), default=None),  # LimitKey.head
             )
             for (name, key), size in model.pools.items()
         )

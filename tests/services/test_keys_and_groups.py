@@ -251,6 +251,29 @@ def test_a_passed_over_run_becomes_owed_after_two_minutes_and_its_capacity_is_he
     counters_ok("a", "b")
 
 
+def test_the_capacity_held_for_an_owed_run_goes_on_to_the_groups_behind_it_in_the_same_grant(clock) -> None:
+    """10.4 with three limits: a holds its room for the owed group g (a+c); c frees and g gets
+    a and c, and a's room left over goes at once to h (a+b) behind it, although h's other limit
+    b has nothing to do with c. Never: h waiting with room on a and b and nothing stopping it
+    (why it waits would be `next`) until the next sweep, which it did while the release of c
+    locked only c and g's limits."""
+    declare(
+        a={"capacity": 3, "max_hold": "1h"}, b={"capacity": 1, "max_hold": "1h"}, c={"capacity": 1, "max_hold": "1h"}
+    )
+    c = acquire("c", run_id="x").slot_id
+    acquire_group(["a", "c"], run_id="g", request="g")
+    held = [acquire("a", run_id=f"y{i}").slot_id for i in range(3)]  # g had room on a: passed over
+    acquire_group(["a", "b"], run_id="h", request="h")  # a is full
+    clock.advance(minutes=2, seconds=1)  # g is owed
+    release(held[0])
+    release(held[1])  # a has 2 free, held for g: h waits behind it
+    assert queue("a") == ["g", "h"] and services.held(Limit.objects.get(name="a")) == 2
+    release(c)
+    assert live("a") == [("y2", "", "busy"), ("g", "", "reserved"), ("h", "", "reserved")]
+    assert live("b") == [("h", "", "reserved")] and live("c") == [("g", "", "reserved")]
+    counters_ok("a", "b", "c")
+
+
 def test_a_run_held_back_only_by_its_own_key_pool_is_never_passed_over(clock) -> None:
     declare(api={"capacity": 2, "max_hold": "1h", "per_key": 1})
     t1 = acquire("api", run_id="r1", key="t1").slot_id
