@@ -7,7 +7,10 @@ grant to a key while another key that could have been served stood before it in 
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
+from django.apps import apps as django_apps
 from django.db import connection
 
 from limits import services
@@ -19,6 +22,8 @@ from tests.conftest import requires_postgres
 from tests.factories import assert_counters_match_rows, holders
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+key_heads = importlib.import_module("limits.migrations.0033_key_heads_and_owed_partners")
 
 
 def fair(capacity: int = 2, **fields: object) -> Limit:
@@ -178,3 +183,23 @@ def test_13_2_the_next_key_is_found_without_reading_every_waiting_key() -> None:
         read[name] = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
     assert read["wide"] <= read["api"] + 20, read
     assert verify(["api", "wide"]).ok
+
+
+def test_a_box_migrated_to_key_heads_gets_each_waiting_keys_head_from_its_queue() -> None:
+    """limits/0033 fills LimitKey.head from the queue of a box migrated with runs waiting (here:
+    the heads cleared, as before the column, then the migration's step run again); the fair order
+    then holds (13.2) and verify finds every head right."""
+    fair(capacity=2)
+    held = [take(f"a{i}", "a").slot_id for i in range(2)]
+    for run, key in (("a2", "a"), ("b0", "b"), ("a3", "a"), ("b1", "b"), ("c0", "c")):
+        assert take(run, key).state == "waiting"
+    LimitKey.objects.update(head=None)
+    assert not verify(["api"]).ok  # the heads are checked
+    with connection.schema_editor() as editor:
+        key_heads.forward(django_apps, editor)
+    assert dict(LimitKey.objects.filter(waiting_count__gt=0).values_list("key", "head")) == {"a": 1, "b": 2, "c": 5}
+    assert verify(["api"]).ok, verify(["api"]).violations
+    services.release(held[0])  # a holds 1, b and c 0: b's oldest first (13.2)
+    services.release(held[1])  # a holds 0 now, b 1, c 0: a's oldest (a2) came before c0
+    assert runs_holding() == ["a2", "b0"]
+    assert LimitKey.objects.get(limit__name="api", key="a").head == 3  # a3
