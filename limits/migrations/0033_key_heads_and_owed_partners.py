@@ -17,7 +17,7 @@ from django.db import migrations, models
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "8df19b72d870fc80efd6a75ebe05dd850989c4fe02083d56d2bd0c1ffcb705de"
+ENGINE_SQL_FINGERPRINT = "9c2a8de32d01f052c6f1265946cebd856441aea3f06e231e89fef173024c7d27"
 
 HEADS = """
 UPDATE limits_limitkey SET head = (
@@ -27,14 +27,15 @@ UPDATE limits_limitkey SET head = (
 WHERE waiting_count > 0
 """
 
-# The order of limits_fair_next's key scan, expression for expression.
+# The order of limits_fair_next's key scan, expression for expression; the keys with a head: those
+# with runs waiting (and, within one limits_grant call, not every one of them dealt with).
 FAIR_ORDER = """
 CREATE INDEX IF NOT EXISTS limitkey_fair_order ON limits_limitkey (
     limit_id,
     (busy_count + reserved_count >= minimum),
     ((busy_count + reserved_count)::numeric / weight),
     head
-) WHERE waiting_count > 0
+) WHERE head IS NOT NULL
 """
 
 

@@ -397,7 +397,7 @@ def release_stream(limit: str, tag: str, releases: int) -> dict[str, Any]:
 FAIR_KEY_SCAN = """
 SELECT lk.key, lk.head
 FROM limits_limitkey lk
-WHERE lk.limit_id = (SELECT id FROM limits_limit WHERE name = %s) AND lk.waiting_count > 0
+WHERE lk.limit_id = (SELECT id FROM limits_limit WHERE name = %s) AND lk.head IS NOT NULL
 ORDER BY lk.limit_id, lk.busy_count + lk.reserved_count >= lk.minimum,
          (lk.busy_count + lk.reserved_count)::numeric / lk.weight, lk.head
 LIMIT 1
@@ -406,7 +406,7 @@ LIMIT 1
 # The whole choice as limits_grant makes it: nothing dealt with yet, no owed run, the box's base.
 FAIR_NEXT = """
 SELECT f.id, f.key FROM limits_limit lim
-CROSS JOIN LATERAL limits_fair_next(lim, 9223372036854775807, '{}'::bigint[], limits_box_base()) f
+CROSS JOIN LATERAL limits_fair_next(lim, 9223372036854775807, '{}'::bigint[], limits_box_base(), 0) f
 WHERE lim.name = %s
 """
 
