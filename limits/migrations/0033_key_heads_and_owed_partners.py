@@ -17,7 +17,7 @@ from django.db import migrations, models
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "9c2a8de32d01f052c6f1265946cebd856441aea3f06e231e89fef173024c7d27"
+ENGINE_SQL_FINGERPRINT = "e71f2b1418e5bab9fc80a516c6e8d38c86cbd69352c08f8d8d78535637aaab7a"
 
 HEADS = """
 UPDATE limits_limitkey SET head = (

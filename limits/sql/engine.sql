@@ -1188,9 +1188,16 @@ BEGIN
         reserved_count = reserved_count + 1, keyed_reserved_count = keyed_reserved_count + v_keyed
     WHERE id = l.id;
     IF e.key <> '' THEN
-        UPDATE limits_limitkey
-        SET waiting_count = waiting_count - 1, reserved_count = reserved_count + 1, head = limits_key_head(l.id, e.key)
-        WHERE limit_id = l.id AND key = e.key;
+        UPDATE limits_limitkey k
+        SET waiting_count = k.waiting_count - 1, reserved_count = k.reserved_count + 1,
+            head = CASE WHEN k.head = e.position THEN (  -- its head granted: the next one (limits_key_head)
+                SELECT h.position FROM limits_queueentry h
+                WHERE h.limit_id = l.id AND h.key = e.key AND h.key <> '' AND h.state = 'waiting'
+                  AND h.position > e.position
+                ORDER BY h.position
+                LIMIT 1
+            ) ELSE limits_key_head(l.id, e.key) END
+        WHERE k.limit_id = l.id AND k.key = e.key;
     END IF;
 END
 $$;
@@ -1307,6 +1314,7 @@ DECLARE
     v_moved_limits bigint[] := '{}';
     v_moved_keys text[] := '{}';
     v_nokey_after jsonb := '{}';  -- the same for a fair limit's no-key pool: its last entry dealt
+    v_fair bigint[];  -- the fair limits among p_limits
     i integer;
 BEGIN
     timed_out := 0;
@@ -1377,7 +1385,10 @@ BEGIN
         EXIT WHEN e.id IS NULL;
         v_after := v_after || jsonb_build_object(e.limit_id::text, e.position);
         v_dealt := v_dealt || e.id;  -- a fair limit's stream moves past it (keys._fair_stream)
-        IF EXISTS (SELECT 1 FROM limits_limit m WHERE m.id = e.limit_id AND limits_is_fair(m)) THEN
+        IF v_fair IS NULL THEN
+            v_fair := ARRAY(SELECT m.id FROM limits_limit m WHERE m.id = ANY (p_limits) AND limits_is_fair(m));
+        END IF;
+        IF e.limit_id = ANY (v_fair) THEN
             -- Its stream deals with a key's entries in arrival order: the ones before are dealt.
             IF e.key = '' THEN
                 v_nokey_after := v_nokey_after || jsonb_build_object(e.limit_id::text, e.position);
