@@ -299,7 +299,11 @@ class LimitKey(models.Model):
 
 
 class QueueEntry(models.Model):
-    """A run waiting for a slot of a limit. Finished entries stay as history."""
+    """A run waiting for a slot of a limit. Finished entries stay as history.
+
+    On PostgreSQL the table is partitioned by state (migration 0034): the waiting entries in
+    limits_queueentry_live, the others in limits_queueentry_history, each with the indexes below
+    that serve it; the constraints below are unique within each partition there."""
 
     class State(models.TextChoices):
         WAITING = "waiting"
@@ -367,7 +371,11 @@ LIVE_SLOT_STATES = ("reserved", "busy")
 
 
 class Slot(models.Model):
-    """One unit of a limit's capacity held by some work. Freed slots stay as history."""
+    """One unit of a limit's capacity held by some work. Freed slots stay as history.
+
+    On PostgreSQL the table is partitioned by state (migration 0034): the reserved and busy slots
+    in limits_slot_live, the freed ones in limits_slot_history, each with the indexes below that
+    serve it; `queue_entry` is no foreign key there (`limits verify` checks it, check d)."""
 
     class State(models.TextChoices):
         RESERVED = "reserved"

@@ -12,7 +12,8 @@ b. queue order: a slot granted from the queue passed over no entry with a smalle
    was granted while no run waited;
 c. no acquire call (request) was granted twice: its slots never overlap, and at most one was
    ever confirmed; it queued again only after a reservation that lapsed or was released;
-d. the counters on the limit row equal its live rows;
+d. the counters on the limit row equal its live rows; a slot granted from the queue names an
+   entry of the limit's queue that no other slot names;
 e. a slot tied to its run (with_limit, SPEC 2.5) is not busy or reserved once that run ended;
 f. keys (SPEC 9): no grant brought a key pool above its size (checked while no per-key change
    was audited for the limit: the sizes of the past are not kept), the pool counters equal the
@@ -486,6 +487,17 @@ class History:
         )
         if keyed != keyed_rows:
             found.append(f"{limit.name}: keyed/group counters {keyed} but the rows say {keyed_rows}")
+        # A slot granted from the queue names an entry of its limit, and no other slot names it:
+        # a foreign key and a unique constraint on one table, which PostgreSQL's partitioned
+        # tables cannot hold across partitions (migration 0034). Retention deletes an entry only
+        # once no slot names it.
+        named = Counter(slot["queue_entry_id"] for slot in self.slots if slot["queue_entry_id"] is not None)
+        entry_ids = {entry["id"] for entry in self.entries}
+        for entry_id, slots in sorted(named.items()):
+            if entry_id not in entry_ids:
+                found.append(f"{limit.name}: a slot names queue entry {entry_id}, which is not one of its queue")
+            elif slots > 1:
+                found.append(f"{limit.name}: {slots} slots name queue entry {entry_id}")
         per_key: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
         for slot in self.slots:
             if slot["key"] and slot["state"] in LIVE:

@@ -76,6 +76,13 @@ def acquire(limit_name: str, run_id: str, request: str, label: str, timeout_ms: 
     return NOT_HANDLED_HERE
 
 
+def tie_to_run(slot_id: str, run_id: str) -> bool:
+    """limits_tie_to_run: mark a busy slot of the run as freed with it (False for a slot not busy
+    for that run, including one freed while the call waited for its row)."""
+    (tied,) = _call("SELECT limits_tie_to_run(%s, %s)", [slot_id, run_id])
+    return bool(tied)
+
+
 def confirm(slot_id: str, reservation_ms: int, owed_after_ms: int) -> tuple[bool, list[str]]:
     """limits_confirm_or_lapse: (True, []) for reservations confirmed in time (a group's together);
     (False, the runs its grant woke) for late ones, which lapse, or a slot not reserved."""

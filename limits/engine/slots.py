@@ -398,6 +398,8 @@ def tie_to_run(slot_id: str, run_id: str) -> bool:
     is freed when the run ends, if nothing released it before. Call it in the transaction that
     records the slot for the run, so the slot is never busy for the work without the mark.
     Returns False (and changes nothing) for a slot that is not busy for that run."""
+    if server.available():
+        return server.tie_to_run(slot_id, run_id)
     return bool(Slot.objects.filter(id=slot_id, run_id=run_id, state=Slot.State.BUSY).update(ends_with_run=True))
 
 

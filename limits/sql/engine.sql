@@ -114,14 +114,16 @@ BEGIN
 END
 $$;
 
--- LimitKey.head (keys.Pools.save): the position of the key's oldest waiting entry, NULL when none
--- waits; `key <> ''` as written lets the planner use the partial index queue_waiting_by_key.
-CREATE OR REPLACE FUNCTION limits_key_head(p_limit bigint, p_key text) RETURNS bigint
+-- LimitKey.head (keys.Pools.save): the position of the key's oldest waiting entry after p_after
+-- (every one by default), NULL when none waits; `key <> ''` as written lets the planner use the
+-- partial index queue_waiting_by_key.
+CREATE OR REPLACE FUNCTION limits_key_head(p_limit bigint, p_key text, p_after bigint DEFAULT 0) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN (
         SELECT h.position FROM limits_queueentry h
         WHERE h.limit_id = p_limit AND h.key = p_key AND h.key <> '' AND h.state = 'waiting'
+          AND h.position > p_after
         ORDER BY h.position
         LIMIT 1
     );
@@ -139,6 +141,20 @@ BEGIN
     UPDATE limits_limitkey k SET head = limits_key_head(k.limit_id, k.key)
     FROM (SELECT DISTINCT * FROM unnest(p_limits, p_keys) AS u (limit_id, key)) c
     WHERE k.limit_id = c.limit_id AND k.key = c.key;
+END
+$$;
+
+-- limits.engine.slots.tie_to_run (with_limit, SPEC 2.5): a busy slot of the run is freed when
+-- the run ends. No limit's lock: the run marks its own slot. A slot freed while this waited for
+-- its row has moved to the history partition (migration 0034), which PostgreSQL reports as a
+-- serialization failure where one table had the row no longer match: not busy, so false.
+CREATE OR REPLACE FUNCTION limits_tie_to_run(p_slot text, p_run text) RETURNS boolean
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+BEGIN
+    UPDATE limits_slot SET ends_with_run = true WHERE id = p_slot AND run_id = p_run AND state = 'busy';
+    RETURN FOUND;
+EXCEPTION WHEN serialization_failure THEN
+    RETURN false;
 END
 $$;
 
@@ -1190,13 +1206,8 @@ BEGIN
     IF e.key <> '' THEN
         UPDATE limits_limitkey k
         SET waiting_count = k.waiting_count - 1, reserved_count = k.reserved_count + 1,
-            head = CASE WHEN k.head = e.position THEN (  -- its head granted: the next one (limits_key_head)
-                SELECT h.position FROM limits_queueentry h
-                WHERE h.limit_id = l.id AND h.key = e.key AND h.key <> '' AND h.state = 'waiting'
-                  AND h.position > e.position
-                ORDER BY h.position
-                LIMIT 1
-            ) ELSE limits_key_head(l.id, e.key) END
+            -- its head granted: the next one, found from there
+            head = limits_key_head(l.id, e.key, CASE WHEN k.head = e.position THEN e.position ELSE 0 END)
         WHERE k.limit_id = l.id AND k.key = e.key;
     END IF;
 END
@@ -1393,13 +1404,7 @@ BEGIN
             IF e.key = '' THEN
                 v_nokey_after := v_nokey_after || jsonb_build_object(e.limit_id::text, e.position);
             ELSE
-                UPDATE limits_limitkey SET head = (
-                    SELECT h.position FROM limits_queueentry h
-                    WHERE h.limit_id = e.limit_id AND h.key = e.key AND h.key <> '' AND h.state = 'waiting'
-                      AND h.position > e.position
-                    ORDER BY h.position
-                    LIMIT 1
-                )
+                UPDATE limits_limitkey SET head = limits_key_head(e.limit_id, e.key, e.position)
                 WHERE limit_id = e.limit_id AND key = e.key;
                 v_moved_limits := v_moved_limits || e.limit_id;
                 v_moved_keys := v_moved_keys || e.key;

@@ -184,7 +184,7 @@ def _index_names(nodes: list[dict[str, Any]]) -> set[str]:
 
 def _rows_read(nodes: list[dict[str, Any]]) -> int:
     """Rows of limits_slot read by the plan's scans (kept and filtered out), the largest scan's."""
-    scans = [node for node in nodes if node.get("Relation Name") == "limits_slot"]
+    scans = [node for node in nodes if node.get("Relation Name", "").startswith("limits_slot")]  # or a partition
     assert not any(node["Node Type"] == "Seq Scan" for node in scans), scans
     return max((node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"] for node in scans)
 
