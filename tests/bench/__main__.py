@@ -88,7 +88,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        default="1,2,3,4,5,6,7,8,9,10,11,12,13,14",
+        default="1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
         help="comma-separated scenario numbers (default all; 7 and 8 also run scenario 1's load, their reference)",
     )
     parser.add_argument(

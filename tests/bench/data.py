@@ -103,6 +103,44 @@ def waiting_entries(limit: int, count: int, *, tag: str, with_runs: bool) -> Non
     recount([limit])
 
 
+def history(limit: int, count: int, *, tag: str) -> None:
+    """`count` cycles the limit ran long ago: a released slot and the granted queue entry it came
+    from each, at queue positions the limit has since passed (its next_position moves past them)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT next_position FROM limits_limit WHERE id = %s", [limit])
+        start = cur.fetchone()[0]
+        cur.execute(
+            """
+            INSERT INTO limits_queueentry (limit_id, run_id, request, label, position, state, enqueued_at, deadline,
+                timeout_ms, finished_at)
+            SELECT %(limit)s, 'run_' || %(tag)s || '_' || g, 'run_' || %(tag)s || '_' || g || ':1', 'call-' || g,
+                %(start)s + g, 'granted', now() - interval '3 days' + g * interval '100 ms',
+                now() - interval '2 days', 86400000, now() - interval '3 days' + g * interval '100 ms'
+            FROM generate_series(1, %(count)s) AS g
+            """,
+            {"tag": tag, "limit": limit, "count": count, "start": start},
+        )
+        cur.execute(
+            """
+            INSERT INTO limits_slot (id, limit_id, run_id, request, label, state, queue_entry_id, granted_at,
+                reserved_until, confirmed_at, expires_at, freed_at, freed_by)
+            SELECT 'slot_' || %(tag)s || '_' || q.id, %(limit)s, q.run_id, q.request, q.label, 'released', q.id,
+                q.finished_at, NULL, q.finished_at, q.finished_at + interval '1 hour',
+                q.finished_at + interval '50 ms', ''
+            FROM limits_queueentry q WHERE q.limit_id = %(limit)s AND q.run_id LIKE %(like)s
+            """,
+            {"tag": tag, "limit": limit, "like": f"run_{tag}_%"},
+        )
+        cur.execute("UPDATE limits_limit SET next_position = %s WHERE id = %s", [start + count + 1, limit])
+
+
+def clear_history(limit: int, *, tag: str) -> None:
+    """Remove what `history` made (the positions stay passed)."""
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM limits_slot WHERE limit_id = %s AND run_id LIKE %s", [limit, f"run_{tag}_%"])
+        cur.execute("DELETE FROM limits_queueentry WHERE limit_id = %s AND run_id LIKE %s", [limit, f"run_{tag}_%"])
+
+
 def recount(limit_ids: Iterable[int]) -> None:
     """Set the counters of these limits from their rows (what the engine keeps in step)."""
     with connection.cursor() as cur:

@@ -52,6 +52,8 @@ def run_all(args: argparse.Namespace) -> list[Row]:
     if 10 in args.only:
         hot_rows, swept = hot_path(args)
         rows += hot_rows
+    if 15 in args.only:
+        rows += hot_over_history(args)
     fastest: dict[str, Any] | None = None
     if 11 in args.only:
         run_rows, fastest = runs_beside_dbos(args)
@@ -772,6 +774,41 @@ def hot_path(args: argparse.Namespace) -> tuple[list[Row], dict[str, dict[int, d
         )
     )
     return rows, swept
+
+
+# --- 15: the hot limit over a long history (issue 26, part 2) ------------------------------------
+
+
+def hot_over_history(args: argparse.Namespace) -> list[Row]:
+    """Scenario 1's engine load on the hot limit, then the same after the limit has kept the
+    history of 1,000,000 cycles (x --scale: freed slots and granted queue entries, bulk-inserted
+    behind its queue positions, then ANALYZE), then again with the history gone: what a long
+    history costs the hot path. On PostgreSQL the history sits in partitions of its own
+    (migration 0034), so the live indexes do not grow with it; before, every slot and entry
+    shared the tables and their unique and lookup indexes with the whole history."""
+    procs, count = args.processes, int(1_000_000 * args.scale)
+    log(f"scenario 15: hot limit over a history of {count:,} slots and entries, {procs} processes")
+    limit = data.limit_id(HOT)
+    hot = load.Load("engine", (HOT,), procs, args.seconds, hold_ms=args.hold)
+    before = load.repeat(hot, args.runs)
+    data.history(limit, count, tag="hist")
+    data.analyze()
+    after = load.repeat(hot, args.runs)
+    data.clear_history(limit, tag="hist")
+    data.analyze()
+    again = load.repeat(hot, args.runs)
+    reference = (before["median"] + again["median"]) / 2
+    return [
+        Row(
+            f"15. Hot limit, {procs} processes, over a history of {count:,} freed slots + {count:,} finished "
+            "entries (cycles/s, median of runs; CPU per cycle)",
+            f"{_spread(after)}; CPU {_cpu(after)}",
+            f"without it, before and after: {_spread(before)}, {_spread(again)}; CPU {_cpu(before)}",
+            f"{after['median'] / reference:.2f}",
+            "—",
+            "—",
+        )
+    ]
 
 
 def _functions(functions: dict[str, tuple[int, float, float]]) -> str:
