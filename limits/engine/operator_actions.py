@@ -89,12 +89,15 @@ def _operate(
     key: str | None = None,
     paused: bool = False,
     per_key: object = None,
+    share: str | None = None,
+    minimum: object = None,
 ) -> Limit:
     """An operator action on PostgreSQL: one call (engine.sql: limits_operate), then the limit as
     it is now, read after the commit. Like the other operator actions it is not meant to run
     inside a caller's transaction (they are durable). The refusals the function answers are the
     Python track's errors: `per_key` is set_per_key's value as given, worded by
-    `_checked_per_key` against the capacity the function read under the lock."""
+    `_checked_per_key` against the capacity the function read under the lock; `minimum`,
+    set_min's, by `_checked_minimum`."""
     if not is_storable_text(name):
         raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
     outcome, woken, capacity = server.operate(  # its own transaction: one round trip with its commit
@@ -103,6 +106,7 @@ def _operate(
         value=value,
         key=key,
         paused=paused,
+        share=share,
         actor=actor,
         reservation_ms=RESERVATION_MS,
         owed_after_ms=keys.OWED_AFTER_MS,
@@ -115,6 +119,10 @@ def _operate(
         assert capacity is not None
         _checked_per_key(per_key, capacity)
         raise AssertionError(f"limits_operate refused a per_key of {per_key!r} that capacity {capacity} allows")
+    if outcome == "bad_min":
+        assert capacity is not None
+        _checked_minimum(minimum, capacity)
+        raise AssertionError(f"limits_operate refused a min of {minimum!r} that capacity {capacity} allows")
     rules.wake_on_commit(woken)
     return Limit.objects.get(name=name)
 
@@ -204,16 +212,34 @@ def _checked_per_key(value: object, capacity: int) -> int:
         raise LimitsError(BAD_PER_KEY.format(error=error), field="per_key") from None
 
 
+def _checked_minimum(value: object, capacity: int) -> int:
+    """A key's min within 0..the capacity in force, read under the limit's lock (check_minimum;
+    limits_operate refuses the same range on PostgreSQL)."""
+    try:
+        return check_minimum(value, capacity)
+    except ValueError as error:
+        raise LimitsError(f"min {error}", field="min") from None
+
+
 def _per_key_to_send(value: object) -> int | None:
     """set_per_key's value as limits_operate's bigint: a whole number as it is when it could be a
     capacity, else one no capacity allows (0 for anything but a whole number, MAX_CAPACITY + 1
     above), which the function refuses once it found the limit and read its capacity, so the error
     comes after an unknown limit's, as on SQLite, and `_checked_per_key` words it."""
-    if value is None:
-        return None
+    return None if value is None else _bounded_to_send(value, low=0)
+
+
+def _bounded_to_send(value: object, *, low: int) -> int:
+    """A value checked against the capacity under the lock, as a bigint the function can judge:
+    `low` (refused) for anything but a whole number, clamped to low..MAX_CAPACITY + 1 otherwise."""
     if isinstance(value, bool) or not isinstance(value, int):
-        return 0
-    return min(max(value, 0), MAX_CAPACITY + 1)
+        return low
+    return min(max(value, low), MAX_CAPACITY + 1)
+
+
+def _int(value: object) -> int:
+    assert isinstance(value, int)  # checked by check_weight
+    return value
 
 
 BOX_FIELDS = "'box' is the box's run concurrency: change its base and burst (stackbone limits box --base/--burst)"
@@ -367,6 +393,8 @@ def set_share(name: str, value: object, *, actor: str | None = None) -> Limit:
         except ValueError as error:
             raise LimitsError(f"share {error}", field="share") from None
     _not_the_box(name, "share")
+    if server.available():
+        return _operate(name, "share", actor, share=share)
     with transaction.atomic(durable=True):
         (limit, locked), changes = rules.locked_by_name(name), Changes()
         now = rules.clock_all(locked)
@@ -407,13 +435,15 @@ def _set_key_field(
     checked_key = check_key(key)
     shown = "min" if field == "minimum" else field
     _not_the_box(name, shown)
+    if server.available():
+        if field == "weight":
+            return _operate(name, "weight", actor, value=None if reset else _int(value), key=checked_key)
+        sent = None if reset else _bounded_to_send(value, low=-1)
+        return _operate(name, "min", actor, value=sent, key=checked_key, minimum=value)
     with transaction.atomic(durable=True):
         (limit, locked), changes = rules.locked_by_name(name), Changes()
         if field == "minimum":
-            try:
-                value = 0 if reset else check_minimum(value, limit.capacity)
-            except ValueError as error:
-                raise LimitsError(f"min {error}", field="min") from None
+            value = 0 if reset else _checked_minimum(value, limit.capacity)
         now = rules.clock_all(locked)
         pools = keys.pools(limit)
         row = pools.row(checked_key, create=True)

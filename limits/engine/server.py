@@ -131,19 +131,22 @@ def operate(
     value: int | None = None,
     key: str | None = None,
     paused: bool = False,
+    share: str | None = None,
     actor: str | None,
     reservation_ms: int,
     owed_after_ms: int,
 ) -> tuple[str, list[str], int | None]:
     """limits_operate: an operator's change of a limit, with its grant and audit row. `action`
-    'capacity', 'per_key' (with `key`: that key's pool size) or 'max_hold' (ms) sets `value`,
-    None resets it; 'pause' pauses (`paused` True) or resumes. (outcome, the runs to wake, the
+    'capacity', 'per_key' (with `key`: that key's pool size), 'max_hold' (ms), 'weight' or 'min'
+    (with `key`) sets `value`, None resets it; 'share' sets `share` ('fifo', 'fair'; None: the
+    declared one); 'pause' pauses (`paused` True) or resumes. (outcome, the runs to wake, the
     capacity in force): 'done'; 'same' for a pause that changes nothing; 'unknown' for no such
     limit; 'bound' for a max hold of a workflow's own bound; 'bad_per_key' for a per_key outside
-    1..that capacity. Nothing changed but for 'done'."""
+    1..that capacity, 'bad_min' for a min outside 0..that capacity. Nothing changed but for
+    'done'."""
     outcome, woken, capacity = _call(
-        "SELECT outcome, woken, capacity FROM limits_operate(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        [name, action, value, key, paused, actor, clock.param(), reservation_ms, owed_after_ms],
+        "SELECT outcome, woken, capacity FROM limits_operate(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        [name, action, value, key, paused, actor, clock.param(), reservation_ms, owed_after_ms, share],
     )
     return outcome, woken, capacity
 

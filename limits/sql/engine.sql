@@ -713,7 +713,8 @@ $$;
 -- 'unknown' for a name no limit has; 'bound' for a max hold of a workflow's own bound (11.5).
 CREATE OR REPLACE FUNCTION limits_operate(
     p_name text, p_action text, p_value bigint, p_key text, p_paused boolean, p_actor text, p_now timestamptz,
-    p_reservation_ms bigint, p_owed_after_ms bigint, OUT outcome text, OUT woken text[], OUT capacity integer
+    p_reservation_ms bigint, p_owed_after_ms bigint, p_share text,
+    OUT outcome text, OUT woken text[], OUT capacity integer
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
 DECLARE
@@ -766,6 +767,31 @@ BEGIN
         VALUES (v_now, coalesce(p_actor, 'system'), 'max_hold', v_limit, '', '', v_old, v_new, NULL);
         outcome := 'done';
         RETURN;
+    ELSIF p_action = 'share' THEN  -- operator_actions.set_share: p_share, NULL for the declared one
+        v_old := coalesce(nullif(l.share_override, ''), l.declared_share);
+        v_new := coalesce(p_share, l.declared_share) || CASE WHEN p_share IS NULL THEN ' (declared)' ELSE '' END;
+        UPDATE limits_limit SET share_override = coalesce(p_share, ''), updated_at = v_now WHERE id = v_limit;
+    ELSIF p_action IN ('weight', 'min') THEN  -- operator_actions._set_key_field: p_key's, NULL resets
+        IF p_action = 'min' AND p_value IS NOT NULL AND p_value NOT BETWEEN 0 AND limits_capacity(l) THEN
+            outcome := 'bad_min';
+            RETURN;
+        END IF;
+        v_old := coalesce(
+            (SELECT CASE WHEN p_action = 'weight' THEN k.weight ELSE k.minimum END
+             FROM limits_limitkey k WHERE k.limit_id = v_limit AND k.key = p_key),
+            CASE WHEN p_action = 'weight' THEN 1 ELSE 0 END
+        )::text;
+        v_new := coalesce(p_value, CASE WHEN p_action = 'weight' THEN 1 ELSE 0 END)::text
+                 || CASE WHEN p_value IS NULL THEN ' (default)' ELSE '' END;
+        p_value := coalesce(p_value, CASE WHEN p_action = 'weight' THEN 1 ELSE 0 END);
+        INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at, weight, minimum)
+        VALUES (
+            v_limit, p_key, 0, 0, 0, v_now,
+            CASE WHEN p_action = 'weight' THEN p_value ELSE 1 END, CASE WHEN p_action = 'min' THEN p_value ELSE 0 END
+        )
+        ON CONFLICT (limit_id, key) DO UPDATE SET
+            weight = CASE WHEN p_action = 'weight' THEN excluded.weight ELSE limits_limitkey.weight END,
+            minimum = CASE WHEN p_action = 'min' THEN excluded.minimum ELSE limits_limitkey.minimum END;
     ELSE  -- 'per_key'
         IF p_value IS NOT NULL AND p_value NOT BETWEEN 1 AND limits_capacity(l) THEN
             outcome := 'bad_per_key';
@@ -797,9 +823,9 @@ BEGIN
     INSERT INTO limits_auditevent (at, actor, action, limit_id, slot_id, key, old_value, new_value, capacity_after)
     VALUES (
         v_now, coalesce(p_actor, 'system'),
-        CASE WHEN p_action IN ('capacity', 'per_key') THEN p_action WHEN p_paused THEN 'pause' ELSE 'resume' END,
+        CASE WHEN p_action <> 'pause' THEN p_action WHEN p_paused THEN 'pause' ELSE 'resume' END,
         v_limit, '', coalesce(p_key, ''), v_old, v_new,
-        CASE WHEN p_action <> 'per_key' THEN limits_capacity(l) END
+        CASE WHEN p_action IN ('capacity', 'pause') THEN limits_capacity(l) END
     );
     capacity := limits_capacity(l);
     outcome := 'done';

@@ -457,3 +457,61 @@ def test_an_operators_per_key_and_max_hold_are_one_call_each(django_capture_on_c
     assert AuditEvent.objects.filter(action__in=["per_key", "max_hold"]).count() == len(audit)
     for name in ("api", "x"):
         assert_counters_match_rows(name)
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_operators_share_weight_and_min_are_one_call_each(django_capture_on_commit_callbacks) -> None:
+    """Issue 26: set_share, set_weight and set_min (SPEC 13.5) lock, change, grant and audit in
+    one call (limits_operate), as set_capacity does, with the audit rows the Python track writes
+    on SQLite; a min above the capacity read under the lock, or no such limit, is the Python
+    track's error from the same one call, and changes nothing."""
+    declare(api={"capacity": 2, "max_hold": "1h"})
+    held = services.acquire("api", run_id="a1", key="a").slot_id
+    services.acquire("api", run_id="a2", key="a")
+    for run, key in (("a3", "a"), ("b1", "b"), ("a4", "a"), ("b2", "b")):
+        assert services.acquire("api", run_id=run, request=f"{run}:0", key=key).state == "waiting"
+    for action, check in [
+        (lambda: services.set_share("api", "fair", actor="user:ana"), lambda limit: limit.share == "fair"),
+        (lambda: services.set_weight("api", 3, key="a", actor="user:ana"), lambda limit: True),
+        (lambda: services.set_min("api", 1, key="b", actor="user:ana"), lambda limit: True),
+        (lambda: services.set_min("api", None, key="b", actor="user:ana"), lambda limit: True),
+        (lambda: services.set_weight("api", None, key="a", actor="user:ana"), lambda limit: True),
+        (lambda: services.set_min("api", 2, key="new", actor="user:ana"), lambda limit: True),
+        (lambda: services.set_share("api", None, actor="user:ana"), lambda limit: limit.share == "fifo"),
+        (lambda: services.set_share("api", "fair", actor="user:ana"), lambda limit: limit.share == "fair"),
+    ]:
+        limit, sent = _engine_statements(action)
+        assert check(limit)
+        assert [sql for sql in sent if "limits_operate(" in sql] == sent[:1] and len(sent) == 2, sent
+    services.release(held)  # fair: b holds none (a holds 1): b's oldest, not a3
+    assert Slot.objects.get(request="b1:0").state == "reserved"
+    assert QueueEntry.objects.get(request="a3:0").state == "waiting"
+    audit = list(
+        AuditEvent.objects.filter(action__in=["share", "weight", "min"])
+        .order_by("id")
+        .values_list("action", "key", "old_value", "new_value", "capacity_after")
+    )
+    assert audit == [
+        ("share", "", "fifo", "fair", None),
+        ("weight", "a", "1", "3", None),
+        ("min", "b", "0", "1", None),
+        ("min", "b", "1", "0 (default)", None),
+        ("weight", "a", "3", "1 (default)", None),
+        ("min", "new", "0", "2", None),
+        ("share", "", "fair", "fifo (declared)", None),
+        ("share", "", "fifo", "fair", None),
+    ]
+    refusals = [
+        (lambda: services.set_min("api", 3, key="a"), "min", "min must be a whole number from 0 to capacity (2), not 3"),
+        (lambda: services.set_min("api", "1", key="a"), "min", "min must be a whole number from 0 to capacity (2), not '1'"),
+        (lambda: services.set_min("nope", 1, key="a"), "limit", "unknown limit 'nope'"),
+        (lambda: services.set_weight("nope", 2, key="a"), "limit", "unknown limit 'nope'"),
+        (lambda: services.set_share("nope", "fair"), "limit", "unknown limit 'nope'"),
+    ]  # fmt: skip
+    for action, field, message in refusals:
+        with pytest.raises(services.LimitsError) as refused:
+            _engine_statements(action)
+        assert (refused.value.field, refused.value.message) == (field, message)
+    assert AuditEvent.objects.filter(action__in=["share", "weight", "min"]).count() == len(audit)
+    assert_counters_match_rows("api")
