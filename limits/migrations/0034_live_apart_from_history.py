@@ -18,11 +18,12 @@ layer read. The live partitions stay as small as what is live, however long the 
 and the grant's index reads and writes stay in them.
 
 What partitioning costs, said once here:
-- A unique constraint on the parent must name the partition key. The primary keys become
-  (id, state); `id` alone is unique within each partition, and unique across the two because a
-  row only ever moves, never copies (an id is made once: a slot's by the engine, an entry's by
-  the identity). queue_position_unique and queue_entry's one-to-one are unique per partition,
-  and across them for the same reason (positions are taken from a counter and never reused).
+- A unique constraint on the parent must name the partition key, so each partition has its
+  own: its primary key on `id`, and the slot's one-to-one with its entry. Across the two they
+  hold because a row only ever moves, never copies, and an id is made once (a slot's by the
+  engine, an entry's by the identity, whose counter this migration carries over both ways,
+  past ids of rows deleted since). queue_position_unique likewise (positions come from a
+  counter and are never reused).
 - limits_slot.queue_entry_id can no longer be a foreign key (a foreign key needs a unique
   target); its index stays, and `limits verify` checks what the constraints held (check d:
   a slot's entry is one of its limit's queue, and no other slot names it).
@@ -46,7 +47,7 @@ from django.db import migrations
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "a47cba9f448ffe42e3272d34401de716e1573e9ab580517dfb77594deffed86a"
+ENGINE_SQL_FINGERPRINT = "9c55690606801ea3ef61c040539258ad641f1eb4fd86d34285f49c2a6e76ec13"
 
 # Index name -> definition, the indexes of migration 0033's schema on the partition that reads
 # them. On a live partition every row is live, so its indexes need no `state` predicate (and serve
@@ -109,22 +110,48 @@ def _partition(table: str, live_states: tuple[str, ...]) -> str:
     """
 
 
+def _identity_kept(table: str, old: str) -> str:
+    """Move `table`'s new identity on past every id `old`'s ever made (its counter, which may be
+    past the newest row left: forget and the demo's reset delete rows), so no id is made twice."""
+    return f"""
+    DO $identity$
+    DECLARE
+        made bigint;  -- the last id the old counter handed out (is_called false: none yet at last_value)
+    BEGIN
+        EXECUTE format(
+            'SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM %s',
+            pg_get_serial_sequence('{old}', 'id')
+        ) INTO made;
+        PERFORM setval(
+            pg_get_serial_sequence('{table}', 'id'),
+            greatest(made, (SELECT coalesce(max(id), 0) FROM {table})) + 1,
+            false
+        );
+    END
+    $identity$;
+    """
+
+
 FORWARD = (
     # the slots first: they point at the entries
     _partition("limits_slot", ("reserved", "busy"))
     + "DROP TABLE limits_slot_single;"
     + _partition("limits_queueentry", ("waiting",))
+    + _identity_kept("limits_queueentry", "limits_queueentry_single")
     + """
     DROP TABLE limits_queueentry_single;
-    SELECT setval(pg_get_serial_sequence('limits_queueentry', 'id'), coalesce(max(id), 0) + 1, false)
-        FROM limits_queueentry;
-    ALTER TABLE limits_slot ADD CONSTRAINT limits_slot_pkey PRIMARY KEY (id, state);
-    ALTER TABLE limits_queueentry ADD CONSTRAINT limits_queueentry_pkey PRIMARY KEY (id, state);
+    -- Each partition's own primary key on id alone (a parent's would have to include state); an id
+    -- is unique across the two as a row only moves. The slot's one-to-one with its entry likewise.
+    ALTER TABLE limits_slot_live ADD CONSTRAINT limits_slot_live_pkey PRIMARY KEY (id);
+    ALTER TABLE limits_slot_history ADD CONSTRAINT limits_slot_history_pkey PRIMARY KEY (id);
+    ALTER TABLE limits_queueentry_live ADD CONSTRAINT limits_queueentry_live_pkey PRIMARY KEY (id);
+    ALTER TABLE limits_queueentry_history ADD CONSTRAINT limits_queueentry_history_pkey PRIMARY KEY (id);
+    CREATE UNIQUE INDEX limits_slot_live_queue_entry_id_key ON limits_slot_live (queue_entry_id);
+    CREATE UNIQUE INDEX limits_slot_history_queue_entry_id_key ON limits_slot_history (queue_entry_id);
     ALTER TABLE limits_slot ADD CONSTRAINT limits_slot_limit_id_40b7606f_fk_limits_limit_id
         FOREIGN KEY (limit_id) REFERENCES limits_limit (id) DEFERRABLE INITIALLY DEFERRED;
     ALTER TABLE limits_queueentry ADD CONSTRAINT limits_queueentry_limit_id_092451ec_fk_limits_limit_id
         FOREIGN KEY (limit_id) REFERENCES limits_limit (id) DEFERRABLE INITIALLY DEFERRED;
-    CREATE UNIQUE INDEX limits_slot_queue_entry_id_key ON limits_slot (queue_entry_id, state);
     -- a request's live rows: slot_one_live_per_request and queue_one_waiting_entry_per_request
     CREATE INDEX slot_request ON limits_slot_history (request);
     CREATE INDEX queue_request ON limits_queueentry_history (request);
@@ -160,16 +187,16 @@ def _single(table: str) -> str:
     ALTER TABLE {table} RENAME TO {table}_parts;
     CREATE TABLE {table} (LIKE {table}_parts INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY);
     INSERT INTO {table} SELECT * FROM {table}_parts;
-    DROP TABLE {table}_parts;
     """
 
 
 BACKWARD = (
     _single("limits_queueentry")
+    + _identity_kept("limits_queueentry", "limits_queueentry_parts")
+    + "DROP TABLE limits_queueentry_parts;"
     + _single("limits_slot")
+    + "DROP TABLE limits_slot_parts;"
     + """
-    SELECT setval(pg_get_serial_sequence('limits_queueentry', 'id'), coalesce(max(id), 0) + 1, false)
-        FROM limits_queueentry;
     ALTER TABLE limits_queueentry ADD CONSTRAINT limits_queueentry_pkey PRIMARY KEY (id);
     ALTER TABLE limits_slot ADD CONSTRAINT limits_slot_pkey PRIMARY KEY (id);
     ALTER TABLE limits_slot ADD CONSTRAINT limits_slot_queue_entry_id_key UNIQUE (queue_entry_id);

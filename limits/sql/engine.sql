@@ -154,7 +154,10 @@ BEGIN
     UPDATE limits_slot SET ends_with_run = true WHERE id = p_slot AND run_id = p_run AND state = 'busy';
     RETURN FOUND;
 EXCEPTION WHEN serialization_failure THEN
-    RETURN false;
+    -- again, on a fresh snapshot (READ COMMITTED): a slot moved to history is not busy (false);
+    -- any other conflict is raised again
+    UPDATE limits_slot SET ends_with_run = true WHERE id = p_slot AND run_id = p_run AND state = 'busy';
+    RETURN FOUND;
 END
 $$;
 
@@ -311,7 +314,7 @@ BEGIN
         IF v_state IS DISTINCT FROM 'reserved' THEN  -- NULL: the purge deleted it meanwhile
             RETURN 'gone';
         END IF;
-        UPDATE limits_slot SET state = 'busy', confirmed_at = v_now WHERE id = p_slot;
+        UPDATE limits_slot SET state = 'busy', confirmed_at = v_now WHERE id = p_slot AND state = 'reserved';
         UPDATE limits_limit
         SET reserved_count = reserved_count - 1, busy_count = busy_count + 1, last_event_at = v_now,
             keyed_reserved_count = keyed_reserved_count - (v_key <> '')::integer,
@@ -417,11 +420,12 @@ DECLARE
 BEGIN
     FOR s IN
         SELECT sl.id, sl.limit_id, sl.run_id, sl.label, sl.key, sl.group_size, q.deadline, q.timeout_ms
-        FROM limits_slot sl JOIN limits_queueentry q ON q.id = sl.queue_entry_id
+        FROM limits_slot sl JOIN limits_queueentry q ON q.id = sl.queue_entry_id AND q.state = 'granted'
         WHERE sl.request = p_request AND sl.state = 'reserved'
         ORDER BY sl.limit_id
     LOOP
-        UPDATE limits_slot SET state = p_state, freed_at = p_now, freed_by = p_freed_by WHERE id = s.id;
+        UPDATE limits_slot SET state = p_state, freed_at = p_now, freed_by = p_freed_by
+        WHERE id = s.id AND state = 'reserved';
         UPDATE limits_limit
         SET reserved_count = reserved_count - 1, keyed_reserved_count = keyed_reserved_count - (s.key <> '')::integer,
             waiting_count = waiting_count + 1, keyed_waiting_count = keyed_waiting_count + (s.key <> '')::integer,
@@ -500,7 +504,7 @@ BEGIN
         v_plain := false;  -- the run is back in the queue: limits_grant takes it (a group's, all its limits)
     ELSE
         UPDATE limits_slot SET state = 'released', freed_at = v_now, freed_by = coalesce(p_actor, '')
-        WHERE id = p_slot;
+        WHERE id = p_slot AND state = 'busy';
         UPDATE limits_limit
         SET busy_count = busy_count - 1, keyed_busy_count = keyed_busy_count - (v_key <> '')::integer
         WHERE id = v_limit;
@@ -681,14 +685,15 @@ BEGIN
     END IF;
     -- keys.lapse: single runs first, in queue order, then each group whole (10.2)
     FOR v_request IN
-        SELECT s.request FROM limits_slot s JOIN limits_queueentry q ON q.id = s.queue_entry_id
+        SELECT s.request FROM limits_slot s JOIN limits_queueentry q ON q.id = s.queue_entry_id AND q.state = 'granted'
         WHERE s.limit_id = p_limit AND s.state = 'reserved' AND s.reserved_until <= v_now AND s.group_size = 1
         ORDER BY q.position
     LOOP
         lapsed := lapsed + limits_take_back(v_request, v_now, 'lapsed', '');
     END LOOP;
     FOR g IN
-        SELECT s.request, min(q.position) AS first FROM limits_slot s JOIN limits_queueentry q ON q.id = s.queue_entry_id
+        SELECT s.request, min(q.position) AS first
+        FROM limits_slot s JOIN limits_queueentry q ON q.id = s.queue_entry_id AND q.state = 'granted'
         WHERE s.limit_id = p_limit AND s.state = 'reserved' AND s.reserved_until <= v_now AND s.group_size > 1
         GROUP BY s.request ORDER BY first
     LOOP
@@ -713,7 +718,7 @@ $$;
 -- 'unknown' for a name no limit has; 'bound' for a max hold of a workflow's own bound (11.5).
 CREATE OR REPLACE FUNCTION limits_operate(
     p_name text, p_action text, p_value bigint, p_key text, p_paused boolean, p_actor text, p_now timestamptz,
-    p_reservation_ms bigint, p_owed_after_ms bigint, p_share text,
+    p_reservation_ms bigint, p_owed_after_ms bigint, p_share text DEFAULT NULL,
     OUT outcome text, OUT woken text[], OUT capacity integer
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
@@ -1216,7 +1221,7 @@ DECLARE
     v_keyed integer := (e.key <> '')::integer;
 BEGIN
     SELECT * INTO l FROM limits_limit WHERE id = e.limit_id;
-    UPDATE limits_queueentry SET state = 'granted', finished_at = p_now WHERE id = e.id;
+    UPDATE limits_queueentry SET state = 'granted', finished_at = p_now WHERE id = e.id AND state = 'waiting';
     INSERT INTO limits_slot (
         id, limit_id, run_id, request, label, key, group_size, state, queue_entry_id, granted_at,
         reserved_until, expires_at, freed_by

@@ -81,10 +81,19 @@ def reset_demo() -> ResetReport:
         # A demo run's slot freed, queue entries finished: history rows only, the limits' counters
         # count live rows and stay right.
         live = Slot.objects.filter(run_id__in=run_ids, state__in=[Slot.State.BUSY, Slot.State.RESERVED])
-        if live.exists():  # a run of the demo got a slot between the steps above: do it again
+        waiting = QueueEntry.objects.filter(run_id__in=run_ids, state=QueueEntry.State.WAITING)
+        if live.exists() or waiting.exists():  # a run of the demo got a slot or queued meanwhile: again
             raise RuntimeError("demo runs still hold slots; run --reset-demo again with the box stopped")
-        report.slots = Slot.objects.filter(run_id__in=run_ids).delete()[0]
-        report.queue_entries = QueueEntry.objects.filter(run_id__in=run_ids).delete()[0]
+        # History rows only, by their states: rows that never move (on PostgreSQL a live row moves
+        # to the history partition as it ends, and a delete waiting for it would fail).
+        report.slots = (
+            Slot.objects.filter(run_id__in=run_ids)
+            .exclude(state__in=[Slot.State.BUSY, Slot.State.RESERVED])
+            .delete()[0]
+        )
+        report.queue_entries = (
+            QueueEntry.objects.filter(run_id__in=run_ids).exclude(state=QueueEntry.State.WAITING).delete()[0]
+        )
         Run.objects.filter(id__in=run_ids).delete()
     return report
 

@@ -277,7 +277,7 @@ def vacuum() -> None:
         present = {
             name
             for (name,) in conn.execute(
-                "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname = ANY(%s)", [list(VACUUMED)]
+                "SELECT relname FROM pg_class WHERE relkind IN ('r', 'p') AND relname = ANY(%s)", [list(VACUUMED)]
             )
         }
         if present:
