@@ -502,9 +502,10 @@ def test_an_operators_share_weight_and_min_are_one_call_each(django_capture_on_c
         ("share", "", "fair", "fifo (declared)", None),
         ("share", "", "fifo", "fair", None),
     ]
+    out_of_range = "min must be a whole number from 0 to capacity (2), not "
     refusals = [
-        (lambda: services.set_min("api", 3, key="a"), "min", "min must be a whole number from 0 to capacity (2), not 3"),
-        (lambda: services.set_min("api", "1", key="a"), "min", "min must be a whole number from 0 to capacity (2), not '1'"),
+        (lambda: services.set_min("api", 3, key="a"), "min", out_of_range + "3"),
+        (lambda: services.set_min("api", "1", key="a"), "min", out_of_range + "'1'"),
         (lambda: services.set_min("nope", 1, key="a"), "limit", "unknown limit 'nope'"),
         (lambda: services.set_weight("nope", 2, key="a"), "limit", "unknown limit 'nope'"),
         (lambda: services.set_share("nope", "fair"), "limit", "unknown limit 'nope'"),
