@@ -1,5 +1,6 @@
 """The periodic tasks a project's Celery beat runs for these apps (docs/embedding.md): the sweep
-(limits) and run recovery (the run layer), each every 15 s. A project takes them whole::
+(limits) and run recovery (the run layer), each every 15 s, and limits' hourly ANALYZE of its
+partitioned tables (PostgreSQL). A project takes them whole::
 
     from limits.beat import BEAT_SCHEDULE
     CELERY_BEAT_SCHEDULE = {**BEAT_SCHEDULE}
@@ -15,13 +16,15 @@ from __future__ import annotations
 from typing import Any
 
 SWEEP = "limits.tasks.sweep"
+ANALYZE = "limits.tasks.analyze"
 RECOVER_RUNS = "studio.tasks.recover_runs"
 
 # Maintenance work: a project that routes it to a queue of its own (docs/operations.md, "Queues")
 # routes these names.
-MAINTENANCE_TASKS = (SWEEP, RECOVER_RUNS)
+MAINTENANCE_TASKS = (SWEEP, ANALYZE, RECOVER_RUNS)
 
 BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "limits-sweep": {"task": SWEEP, "schedule": 15.0},
+    "limits-analyze": {"task": ANALYZE, "schedule": 3600.0},
     "runs-recover": {"task": RECOVER_RUNS, "schedule": 15.0},
 }

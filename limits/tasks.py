@@ -6,6 +6,7 @@ from datetime import timedelta
 from celery import shared_task
 
 from limits import services
+from limits.engine import sweeper
 from limits.models import SweepState
 from stackbone.plumbing import clock
 
@@ -34,6 +35,12 @@ def sweep() -> None:
             report.granted,
             report.limits,
         )
+
+
+@shared_task(name="limits.tasks.analyze", ignore_result=True)
+def analyze() -> None:
+    """Hourly (limits.beat): fresh planner statistics for the partitioned tables (sweeper)."""
+    sweeper.analyze_partitioned()
 
 
 def last_pass_is_recent() -> bool:

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 
 from limits import insights
@@ -118,6 +118,18 @@ def sweep() -> SweepReport:
     if not SweepState.objects.filter(id=1).update(**done):
         SweepState.objects.get_or_create(id=1, defaults=done)
     return report
+
+
+def analyze_partitioned() -> None:
+    """ANALYZE limits_slot and limits_queueentry on PostgreSQL (limits.tasks.analyze, hourly).
+    They are partitioned there (migration 0034): autovacuum analyzes each partition but never a
+    partitioned table itself, whose statistics the planner reads for a query over both
+    partitions (PostgreSQL's docs: "It is usually necessary to periodically run a manual
+    ANALYZE"). It samples, and takes no lock a grant waits for: 1.5-3.7 s at 2,000,000 rows on
+    the bench machine. Nothing to do on SQLite."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE limits_slot, limits_queueentry")
 
 
 def _ms_since(started: float) -> float:

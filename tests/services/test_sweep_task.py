@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
-from limits import tasks
+from limits import services, tasks
 from limits.models import SweepState
 from studio.plumbing import clock
+from tests.conftest import requires_postgres
+from tests.factories import declare
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the sweep's transactions are durable
 
@@ -61,3 +64,29 @@ def test_beat_sends_its_messages_with_no_expiry_and_to_the_maintenance_queue() -
     assert app.amqp.router.route({}, "studio.tasks.advance_run")["queue"].name == settings.CELERY_TASK_DEFAULT_QUEUE
     consumed = list(app.amqp.queues.consume_from)
     assert consumed == [settings.STACKBONE_MAINTENANCE_QUEUE, settings.CELERY_TASK_DEFAULT_QUEUE]
+
+
+def last_analyzed(table: str) -> Any:
+    """When `table` was last analyzed, by the statistics (this backend's flushed first)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT pg_stat_get_last_analyze_time(%s::regclass)", [table])
+        return cursor.fetchone()[0]
+
+
+@requires_postgres
+def test_the_hourly_analyze_refreshes_the_partitioned_tables_statistics() -> None:
+    """Autovacuum never analyzes a partitioned table itself (migration 0034): limits.tasks.analyze,
+    on beat's hourly schedule, does."""
+    from limits.beat import ANALYZE, BEAT_SCHEDULE
+
+    assert {"task": ANALYZE, "schedule": 3600.0} in BEAT_SCHEDULE.values()
+    declare(one={"capacity": 1, "max_hold": "1h"})
+    services.release(services.acquire("one", run_id="r1").slot_id)
+    services.acquire("one", run_id="r2")
+    before = {table: last_analyzed(table) for table in ("limits_slot", "limits_queueentry")}
+    tasks.analyze()
+    for table, when in before.items():
+        after = last_analyzed(table)
+        assert after is not None and (when is None or after > when), (table, when, after)
