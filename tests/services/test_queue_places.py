@@ -62,9 +62,9 @@ def test_many_rows_of_a_key_are_placed_in_one_query_per_batch(gappy, monkeypatch
 @requires_postgres
 def test_on_postgresql_the_places_are_counted_along_the_queues_partial_indexes(gappy) -> None:
     """With 20,000 more waiting runs and, as any queue has, the history of 40,000 that left it
-    (inserted in bulk, then ANALYZE), the plans of a run's waits and of a key's places read
-    queue_waiting_order and queue_waiting_by_key, not the table. (With no history at all the
-    planner may as well walk the unique (limit, position) index and filter: the same rows.)"""
+    (inserted in bulk, then ANALYZE), the plans of a run's waits and of a key's places read the
+    queue's live partition only, never the history; a run's waits through queue_waiting_order
+    and queue_waiting_by_key."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -97,9 +97,13 @@ def test_on_postgresql_the_places_are_counted_along_the_queues_partial_indexes(g
         waits_plan = "\n".join(row[0] for row in cursor.fetchall())
         cursor.execute("EXPLAIN " + places_sql)
         places_plan = "\n".join(row[0] for row in cursor.fetchall())
+    for plan in (waits_plan, places_plan):
+        # The live partition only (limits/0034): the history is pruned. There the planner may
+        # read a small partition whole (20,000 waiting runs here) rather than a third of it
+        # along an index; at a million waiting it takes the index (scenario 4 of the bench).
+        assert "limits_queueentry_history" not in plan, plan
+        assert not re.search(r"Seq Scan on limits_queueentry\s", plan), plan
     assert "queue_waiting_order" in waits_plan and "queue_waiting_by_key" in waits_plan, waits_plan
-    assert "Seq Scan on limits_queueentry" not in waits_plan, waits_plan
-    assert "queue_waiting_order" in places_plan and "Seq Scan on limits_queueentry" not in places_plan, places_plan
 
 
 # --- a place costs at most 2 x EXACT_PLACES index entries (limits.selectors.queue_place) ---------
