@@ -114,14 +114,17 @@ def end_run(run_id: str, reservation_ms: int, owed_after_ms: int) -> tuple[int, 
     return ended, woken
 
 
-def sweep_limit(limit_id: int, reservation_ms: int, owed_after_ms: int) -> tuple[int, int, int, int, list[str]]:
-    """limits_sweep_limit: one limit's sweep under its locks (and its groups' other limits'):
-    (expired, lapsed, timed out, granted, the runs to wake)."""
-    expired, lapsed, timed_out, granted, woken = _call(
-        "SELECT expired, lapsed, timed_out, granted, woken FROM limits_sweep_limit(%s, %s, %s, %s)",
-        [limit_id, clock.param(), reservation_ms, owed_after_ms],
+def sweep(reservation_ms: int, owed_after_ms: int) -> tuple[int, int, int, int, int, list[str]]:
+    """The procedure limits_sweep: every limit with work swept (limits_sweep_limit, under its
+    locks and its groups' other limits'), one statement whatever their number. Outside a
+    transaction each limit's sweep commits before the next; inside one (a test's) the caller's
+    transaction holds them all. (limits swept, expired, lapsed, timed out, granted, the runs to
+    wake after the commit)."""
+    limits, expired, lapsed, timed_out, granted, woken = _call(
+        "CALL limits_sweep(%s, %s, %s, %s, NULL, NULL, NULL, NULL, NULL, NULL)",
+        [clock.param(), reservation_ms, owed_after_ms, not connection.in_atomic_block],
     )
-    return expired, lapsed, timed_out, granted, woken
+    return limits, expired, lapsed, timed_out, granted, woken
 
 
 def operate(

@@ -34,7 +34,9 @@ def sweep() -> SweepReport:
        c. time out waits past their deadline;
        d. grant the free capacity to the head of the queue.
     Every step re-reads its rows under the lock, so a second sweep running at once finds them
-    already done and changes nothing.
+    already done and changes nothing. On PostgreSQL steps 1 and 2 are one statement whatever the
+    number of limits (the procedure limits_sweep, which commits each limit before the next); on
+    SQLite, four queries and a transaction per limit (_sweep_each).
     3. Delete history older than STACKBONE_HISTORY_RETENTION (default 7 days): freed slots and
        finished queue entries, a bounded batch of each per pass; never history the insights
        rollup may still recount (history_cutoff).
@@ -45,6 +47,24 @@ def sweep() -> SweepReport:
     """
     started = time.perf_counter()
     now, report = box_clock.now(), SweepReport()
+    if server.available():  # steps 1 and 2 in one statement (engine.sql: limits_sweep)
+        report.limits, report.expired, report.lapsed, report.timed_out, report.granted, woken = server.sweep(
+            RESERVATION_MS, keys.OWED_AFTER_MS
+        )
+        rules.wake_on_commit(woken)  # outside a transaction: now; a test's: at its commit
+    else:
+        _sweep_each(now, report)
+    report.purged = purge_history(history_cutoff(now))
+    insights.record(box_clock.now())
+    done = {"last_run_at": now, "last_report": asdict(report), "last_duration_ms": _ms_since(started)}
+    if not SweepState.objects.filter(id=1).update(**done):
+        SweepState.objects.get_or_create(id=1, defaults=done)
+    return report
+
+
+def _sweep_each(now: datetime, report: SweepReport) -> None:
+    """Steps 1 and 2 of sweep() in Python (SQLite): the limits with work found by four queries,
+    then each swept in its own transaction under its locks."""
     limit_ids = set(
         Slot.objects.filter(state=Slot.State.BUSY, expires_at__lte=now).values_list("limit_id", flat=True).distinct()
     )
@@ -65,16 +85,6 @@ def sweep() -> SweepReport:
         .values_list("id", flat=True)
     )
     for limit_id in sorted(limit_ids):
-        if server.available():  # the same steps in one call (engine.sql: limits_sweep_limit)
-            with transaction.atomic(durable=True):
-                figures = server.sweep_limit(limit_id, RESERVATION_MS, keys.OWED_AFTER_MS)
-                rules.wake_on_commit(figures[-1])
-            report.limits += 1
-            report.expired += figures[0]
-            report.lapsed += figures[1]
-            report.timed_out += figures[2]
-            report.granted += figures[3]
-            continue
         with transaction.atomic(durable=True):
             locked = keys.lock([limit_id])
             limit, changes = locked[limit_id], Changes()
@@ -112,12 +122,6 @@ def sweep() -> SweepReport:
         report.lapsed += changes.lapsed
         report.timed_out += changes.timed_out
         report.granted += changes.granted
-    report.purged = purge_history(history_cutoff(now))
-    insights.record(box_clock.now())
-    done = {"last_run_at": now, "last_report": asdict(report), "last_duration_ms": _ms_since(started)}
-    if not SweepState.objects.filter(id=1).update(**done):
-        SweepState.objects.get_or_create(id=1, defaults=done)
-    return report
 
 
 def analyze_partitioned() -> None:

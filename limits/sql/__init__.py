@@ -1,7 +1,8 @@
 """The engine's SQL, kept as SQL: `engine.sql` in this package is the current definition of every
-`limits_` PL/pgSQL function limits installs on PostgreSQL (CREATE OR REPLACE FUNCTION statements
-only). The one other function, the trigger that holds a limit's configuration ranges, is generated
-from the model's constraints by `bounds.py` in this package.
+`limits_` PL/pgSQL function limits installs on PostgreSQL (CREATE OR REPLACE FUNCTION statements,
+and one PROCEDURE: limits_sweep, which commits). The one other function, the trigger that holds
+a limit's configuration ranges, is generated from the model's constraints by `bounds.py` in this
+package.
 
 Migrations install it with `install(schema_editor)`; tests/services/test_sql_file.py fails when the
 functions of the migrated database differ from the file, or when the database holds a `limits_`
@@ -49,7 +50,7 @@ def fingerprint(text: str | None = None) -> str:
     return hashlib.sha256("\n".join(kept).encode()).hexdigest()
 
 
-# Every limits_ function in the schema the functions are created in (the first of search_path).
+# Every limits_ function and procedure in the schema the functions are created in (the first of search_path).
 # No CASCADE: if anything came to depend on one, the migration fails rather than drop that too.
 DROP_ENGINE_FUNCTIONS = r"""
 DO $$
@@ -58,9 +59,9 @@ DECLARE
 BEGIN
     FOR f IN
         SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-        WHERE n.nspname = current_schema() AND p.proname LIKE 'limits\_%' AND p.prokind = 'f'
+        WHERE n.nspname = current_schema() AND p.proname LIKE 'limits\_%' AND p.prokind IN ('f', 'p')
     LOOP
-        EXECUTE format('DROP FUNCTION %s', f);
+        EXECUTE format('DROP ROUTINE %s', f);
     END LOOP;
 END
 $$

@@ -705,6 +705,65 @@ BEGIN
 END
 $$;
 
+-- limits.engine.sweeper.sweep, step 1: the limits with work, in id order: busy slots past their
+-- expiry, reservations past their time, waits past their deadline (each from its partial index on
+-- the live partition), and free capacity with runs waiting (the counters). p_now NULL: the
+-- database's clock.
+CREATE OR REPLACE FUNCTION limits_sweep_work(p_now timestamptz) RETURNS bigint[]
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    v_now timestamptz := coalesce(p_now, clock_timestamp());
+BEGIN
+    RETURN ARRAY(
+        SELECT limit_id FROM limits_slot WHERE state = 'busy' AND expires_at <= v_now
+        UNION SELECT limit_id FROM limits_slot WHERE state = 'reserved' AND reserved_until <= v_now
+        UNION SELECT limit_id FROM limits_queueentry WHERE state = 'waiting' AND deadline <= v_now
+        UNION SELECT id FROM limits_limit l WHERE l.waiting_count > 0 AND limits_room(l) > 0
+        ORDER BY 1
+    );
+END
+$$;
+
+-- limits.engine.sweeper.sweep, step 2, as one statement whatever the number of limits (issue 26):
+-- each limit with work swept by limits_sweep_limit, then, with p_commit, committed before the next
+-- (so no limit stays locked while another is swept; the sweep task calls it in autocommit). Without
+-- p_commit the pass is one transaction, the caller's (a test's). The figures are summed and the
+-- runs to wake gathered for the caller to wake after the call. A failure part way leaves the limits
+-- before it swept and committed; their runs' wakes are then lost, and the run layer's recovery
+-- wakes them (a slot reserved for a suspended run over 5 s ago: limits.apps, find_stuck_waits).
+-- A procedure, not a function: only a procedure may COMMIT, and only one with no SET clause, so
+-- it reads no table itself (limits_sweep_work and limits_sweep_limit plan with their settings).
+CREATE OR REPLACE PROCEDURE limits_sweep(
+    p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint, p_commit boolean,
+    INOUT limits integer DEFAULT NULL, INOUT expired integer DEFAULT NULL, INOUT lapsed integer DEFAULT NULL,
+    INOUT timed_out integer DEFAULT NULL, INOUT granted integer DEFAULT NULL, INOUT woken text[] DEFAULT NULL
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_limit bigint;
+    r record;
+BEGIN
+    limits := 0;
+    expired := 0;
+    lapsed := 0;
+    timed_out := 0;
+    granted := 0;
+    woken := '{}';
+    FOREACH v_limit IN ARRAY limits_sweep_work(p_now) LOOP
+        SELECT * INTO r FROM limits_sweep_limit(v_limit, p_now, p_reservation_ms, p_owed_after_ms);
+        limits := limits + 1;
+        expired := expired + r.expired;
+        lapsed := lapsed + r.lapsed;
+        timed_out := timed_out + r.timed_out;
+        granted := granted + r.granted;
+        woken := woken || r.woken;
+        IF p_commit THEN
+            COMMIT;
+        END IF;
+    END LOOP;
+END
+$$;
+
 -- limits.engine.operator_actions.set_capacity, pause_limit / resume_limit, set_per_key and
 -- set_max_hold, in one call each (issue 26): the limit locked with its groups' other limits (id
 -- order, as keys.lock; a max hold locks the limit alone, as locked_limit), the change written, the

@@ -21,6 +21,7 @@ LOCKING = (
     "limits_confirm_or_lapse(",
     "limits_end_run(",
     "limits_sweep_limit(",
+    "limits_sweep(",
     "limits_settle(",
 )
 

@@ -339,14 +339,24 @@ def test_the_functions_keep_index_plans_made_while_the_tables_were_empty() -> No
     assert scans == []
 
 
+def _before_insights(sent: list[str]) -> list[str]:
+    """A sweep pass's statements before insights (limits.insights.record reads SweepState first)."""
+    return sent[: next(n for n, sql in enumerate(sent) if "limits_sweepstate" in sql)]
+
+
 @requires_postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_sweep_is_one_call_per_limit_with_work_and_nothing_else_under_a_lock(clock) -> None:
-    """Issue 26: each limit with work (expiries, a group's lapse, time-outs, grants) is swept in
-    one call (limits_sweep_limit); the rest of a pass reads without locks (finding the limits,
-    the history purge, insights). Not yet: one statement for the whole pass."""
+def test_a_sweep_pass_is_one_statement_whatever_the_number_of_limits_and_nothing_else_locks(clock) -> None:
+    """Issue 26: finding the limits with work and sweeping each (expiries, a group's lapse,
+    time-outs, grants) is one statement, the procedure limits_sweep, for 2 limits as for 12; each
+    limit's sweep commits before the next (the pass runs in autocommit, as the task does), so the
+    first limit's changes are visible from another connection before the pass ends. The rest of
+    the pass reads without locks (the history purge, insights)."""
     declare(
-        x={"capacity": 1, "max_hold": "1m"}, y={"capacity": 2, "max_hold": "1h"}, idle={"capacity": 1, "max_hold": "1h"}
+        x={"capacity": 1, "max_hold": "1m"},
+        y={"capacity": 2, "max_hold": "1h"},
+        idle={"capacity": 1, "max_hold": "1h"},
+        **{f"m{n}": {"capacity": 1, "max_hold": "1m"} for n in range(10)},
     )
     services.acquire("x", run_id="r1")  # past its max hold below
     services.acquire("y", run_id="r2")
@@ -354,16 +364,71 @@ def test_a_sweep_is_one_call_per_limit_with_work_and_nothing_else_under_a_lock(c
     services.acquire("x", run_id="r3", timeout="30s")  # times out
     clock.advance(minutes=2)
     report, sent = _engine_statements(services.sweep)
-    calls = [sql for sql in sent if "limits_sweep_limit(" in sql]
-    assert len(calls) == report.limits == 2  # x (expiry, time-out) and y (room, g1 waiting)
-    assert not [sql for sql in sent if re.search(r"FOR (NO KEY )?UPDATE", sql)]
+    assert report.limits == 2  # x (expiry, time-out) and y (room, g1 waiting)
+    calls = [sql for sql in sent if "limits_sweep(" in sql]
+    assert len(calls) == 1 and calls[0].startswith("CALL ")
+    assert not [sql for sql in sent if re.search(r"FOR (NO KEY )?UPDATE|limits_sweep_limit", sql)]
     assert (report.expired, report.timed_out, report.granted) == (1, 1, 2)
     assert sorted(Slot.objects.filter(request="g1").values_list("state", flat=True)) == ["reserved", "reserved"]
     clock.advance(minutes=3)  # g1's reservations lapse together: back to the end of both queues, granted again
-    report, sent = _engine_statements(services.sweep)
-    assert report.lapsed == 2 and len([sql for sql in sent if "limits_sweep_limit(" in sql]) == report.limits
-    for name in ("x", "y", "idle"):
+    report, sent_again = _engine_statements(services.sweep)
+    assert report.lapsed == 2 and len([sql for sql in sent_again if "limits_sweep(" in sql]) == 1
+    for n in range(10):  # ten more limits with work: the same statements
+        services.acquire(f"m{n}", run_id=f"m{n}")
+    clock.advance(minutes=2)
+    report, sent_many = _engine_statements(services.sweep)
+    assert (report.limits, report.expired, report.lapsed) == (12, 10, 2)  # and x, y: g1 lapses again
+    # steps 1-3 (find, sweep, purge) come before insights, whose statements follow the minutes
+    assert len(_before_insights(sent_many)) == len(_before_insights(sent))
+    assert [sql.split()[0] for sql in _before_insights(sent)] == ["CALL", "SELECT", "SELECT"]  # the purge reads
+    for name in ("x", "y", "idle", "m0", "m9"):
         assert_counters_match_rows(name)
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_sweep_pass_commits_each_limit_before_it_sweeps_the_next(clock) -> None:
+    """A limit late in the pass never keeps the ones before it locked: while another connection
+    holds m1's row lock, the pass sweeps m0, commits it (seen from a third connection, with m0's
+    row free to lock) and waits on m1."""
+    import threading
+    import time
+
+    import psycopg
+
+    declare(m0={"capacity": 1, "max_hold": "1m"}, m1={"capacity": 1, "max_hold": "1m"})
+    services.acquire("m0", run_id="a")
+    services.acquire("m1", run_id="b")
+    clock.advance(minutes=2)
+    settings = connection.settings_dict
+    holder = psycopg.connect(
+        host=settings["HOST"], port=settings["PORT"], user=settings["USER"], dbname=settings["NAME"], autocommit=True
+    )
+    reports = []
+
+    def sweep_in_a_thread() -> None:
+        try:
+            reports.append(services.sweep())
+        finally:
+            connection.close()
+
+    with holder.transaction():
+        holder.execute("SELECT 1 FROM limits_limit WHERE name = 'm1' FOR NO KEY UPDATE")
+        sweeper = threading.Thread(target=sweep_in_a_thread)
+        sweeper.start()
+        deadline = time.monotonic() + 30
+        while not holder.execute("SELECT 1 FROM limits_slot WHERE run_id = 'a' AND state = 'expired'").fetchone():
+            assert time.monotonic() < deadline, "m0 was not swept and committed while m1 was locked"
+            time.sleep(0.02)
+        assert holder.execute(
+            "SELECT busy_count FROM limits_limit WHERE name = 'm0' FOR NO KEY UPDATE NOWAIT"
+        ).fetchone() == (0,)
+        assert sweeper.is_alive()  # waiting for m1
+        assert holder.execute("SELECT state FROM limits_slot WHERE run_id = 'b'").fetchone() == ("busy",)
+    sweeper.join(timeout=30)
+    holder.close()
+    assert [(report.limits, report.expired) for report in reports] == [(2, 2)]
+    assert Slot.objects.get(run_id="b").state == "expired"
 
 
 @requires_postgres
