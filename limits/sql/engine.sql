@@ -133,7 +133,7 @@ $$;
 -- The heads of the pools (p_limits[i], p_keys[i]) read again, after a statement took entries of
 -- theirs out of the queue (a statement's own subqueries still see them waiting).
 CREATE OR REPLACE FUNCTION limits_read_heads(p_limits bigint[], p_keys text[]) RETURNS void
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 BEGIN
     IF p_limits IS NULL THEN
         RETURN;
@@ -149,7 +149,7 @@ $$;
 -- its row has moved to the history partition (migration 0034), which PostgreSQL reports as a
 -- serialization failure where one table had the row no longer match: not busy, so false.
 CREATE OR REPLACE FUNCTION limits_tie_to_run(p_slot text, p_run text) RETURNS boolean
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 BEGIN
     UPDATE limits_slot SET ends_with_run = true WHERE id = p_slot AND run_id = p_run AND state = 'busy';
     RETURN FOUND;
@@ -210,7 +210,7 @@ LANGUAGE sql VOLATILE AS $$ SELECT 'slot_' || replace(gen_random_uuid()::text, '
 -- PL/pgSQL rather than SQL functions: their plans are cached per session (an SQL function with a
 -- data-modifying CTE is planned again on every call: +0.3 ms per hand-off, measured).
 CREATE OR REPLACE FUNCTION limits_time_out(p_limit bigint, p_now timestamptz) RETURNS text[]
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     result text[];
 BEGIN
@@ -227,7 +227,7 @@ $$;
 CREATE OR REPLACE FUNCTION limits_grant_heads(
     p_limit bigint, p_count integer, p_now timestamptz, p_reserved_until timestamptz, p_expires_at timestamptz
 ) RETURNS text[]
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     result text[];
 BEGIN
@@ -258,7 +258,7 @@ $$;
 CREATE OR REPLACE FUNCTION limits_settle(
     p_limit bigint, p_now timestamptz, p_reservation_ms bigint, OUT timed_out text[], OUT granted text[]
 )
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     l limits_limit;
     v_free integer;
@@ -289,7 +289,7 @@ $$;
 
 -- Confirm a reservation in time: 'busy'; not reserved (any more), or unknown: 'gone'; late: 'slow'.
 CREATE OR REPLACE FUNCTION limits_confirm(p_slot text, p_now timestamptz) RETURNS text
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     v_limit bigint;
     v_now timestamptz;
@@ -336,7 +336,7 @@ $$;
 -- Returns (slot id, limit id) of each slot confirmed.
 CREATE OR REPLACE FUNCTION limits_confirm_together(p_request text, p_now timestamptz)
 RETURNS TABLE (slot_id text, limit_id bigint)
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 BEGIN
     RETURN QUERY
     WITH confirmed AS (
@@ -366,7 +366,7 @@ CREATE OR REPLACE FUNCTION limits_confirm_or_lapse(
     p_slot text, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
     OUT outcome text, OUT woken text[]
 )
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     v_limit bigint;
     v_request text;
@@ -412,7 +412,7 @@ $$;
 -- caller holds the locks of every limit of the acquisition. Returns how many slots it freed.
 CREATE OR REPLACE FUNCTION limits_take_back(p_request text, p_now timestamptz, p_state text, p_freed_by text)
 RETURNS integer
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     s record;
     v_position bigint;
@@ -464,7 +464,7 @@ CREATE OR REPLACE FUNCTION limits_release(
     p_slot text, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint, p_actor text,
     OUT outcome text, OUT woken text[]
 )
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     v_limit bigint;
     v_ids bigint[];
@@ -538,7 +538,7 @@ CREATE OR REPLACE FUNCTION limits_end_run(
     p_run text, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
     OUT ended integer, OUT woken text[]
 )
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     v_mine bigint[];
     v_ids bigint[];
@@ -641,7 +641,7 @@ CREATE OR REPLACE FUNCTION limits_sweep_limit(
     p_limit bigint, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
     OUT expired integer, OUT lapsed integer, OUT timed_out integer, OUT granted integer, OUT woken text[]
 )
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     l limits_limit;
     v_ids bigint[] := ARRAY[p_limit];
@@ -710,7 +710,7 @@ $$;
 -- the live partition), and free capacity with runs waiting (the counters). p_now NULL: the
 -- database's clock.
 CREATE OR REPLACE FUNCTION limits_sweep_work(p_now timestamptz) RETURNS bigint[]
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, clock_timestamp());
 BEGIN
@@ -780,7 +780,7 @@ CREATE OR REPLACE FUNCTION limits_operate(
     p_reservation_ms bigint, p_owed_after_ms bigint, p_share text DEFAULT NULL,
     OUT outcome text, OUT woken text[], OUT capacity integer
 )
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     v_limit bigint;
     v_ids bigint[];
@@ -899,7 +899,7 @@ $$;
 -- keys.partners: the limits of every group waiting in, or reserved from, this limit (read without
 -- locks: the caller locks them all in id order).
 CREATE OR REPLACE FUNCTION limits_partners(p_limit bigint) RETURNS bigint[]
-LANGUAGE plpgsql STABLE SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql STABLE SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     v_freed bigint[];
     v_found bigint[];
@@ -936,7 +936,7 @@ $$;
 
 -- keys._waiting_groups_limits: the limits of every group waiting in these limits.
 CREATE OR REPLACE FUNCTION limits_waiting_groups_limits(p_limits bigint[]) RETURNS bigint[]
-LANGUAGE plpgsql STABLE SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql STABLE SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     v_requests text[];
 BEGIN
@@ -968,7 +968,7 @@ CREATE OR REPLACE FUNCTION limits_acquire(
     p_name text, p_run text, p_request text, p_label text, p_timeout_ms bigint, p_now timestamptz,
     OUT outcome text, OUT limit_name text, OUT slot_id text, OUT deadline timestamptz
 )
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     l limits_limit;
     v_now timestamptz;
@@ -1047,7 +1047,7 @@ CREATE OR REPLACE FUNCTION limits_acquire_group(
     p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint, p_box boolean,
     OUT outcome text, OUT slot_ids text[], OUT deadline timestamptz, OUT woken text[]
 )
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     l limits_limit;
     v_mine bigint[];
@@ -1226,7 +1226,7 @@ $$;
 CREATE OR REPLACE FUNCTION limits_time_out_keys(
     p_limit bigint, p_limits bigint[], p_now timestamptz, OUT n integer, OUT runs text[]
 )
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     v_head_limits bigint[];
     v_head_keys text[];
@@ -1274,7 +1274,7 @@ $$;
 -- keys._Grant._grant, for one entry: its slot, reserved for 2 minutes, and the counters.
 CREATE OR REPLACE FUNCTION limits_reserve(e limits_queueentry, p_now timestamptz, p_reservation_ms bigint)
 RETURNS void
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     l limits_limit;
     v_keyed integer := (e.key <> '')::integer;
@@ -1321,7 +1321,7 @@ CREATE OR REPLACE FUNCTION limits_fair_next(
     lim limits_limit, p_owed bigint, p_dealt bigint[], p_base integer, p_nokey_after bigint
 )
 RETURNS SETOF limits_queueentry
-LANGUAGE plpgsql STABLE SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql STABLE SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     k record;
     v_head bigint;
@@ -1389,7 +1389,7 @@ CREATE OR REPLACE FUNCTION limits_grant(
     p_limits bigint[], p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
     OUT timed_out integer, OUT granted integer, OUT woken text[]
 )
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     l limits_limit;
     e limits_queueentry;
@@ -1598,7 +1598,7 @@ $$;
 CREATE OR REPLACE FUNCTION limits_confirm_group(
     p_names text[], p_request text, p_now timestamptz, OUT outcome text, OUT slot_ids text[]
 )
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     l limits_limit;
     v_ids bigint[];

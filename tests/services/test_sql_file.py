@@ -80,7 +80,7 @@ def test_every_function_that_reads_the_tables_plans_with_its_indexes() -> None:
     """Every VOLATILE PL/pgSQL function of the engine (each reads or writes the engine's tables)
     runs with `enable_seqscan = off` (migration 0016): a session that cached its plans while the
     tables were small must never keep sequential scans of the queue or slot history; and with
-    `enable_bitmapscan = off` (migration 0018). The helper
+    `enable_bitmapscan = off` (migration 0018), and with `jit = off` (migration 0036). The helper
     expressions (IMMUTABLE or STABLE) need no setting of their own: they run inside those. The
     procedure limits_sweep may have none (a procedure with a SET clause cannot COMMIT): it reads
     the tables only through functions that do."""
@@ -98,6 +98,9 @@ def test_every_function_that_reads_the_tables_plans_with_its_indexes() -> None:
     # Plain index scans only (migration 0018): a bitmap scan leaves the dead entries of the
     # partial live-slot and waiting indexes unmarked, and every later probe walks them again.
     assert {name for name, config in volatile.items() if "enable_bitmapscan=off" not in config} == set()
+    # No JIT (migration 0036): a sequential scan priced out by enable_seqscan = off lifts the
+    # estimate past jit_above_cost, and compiling took ~150 ms of each idle sweep.
+    assert {name for name, config in volatile.items() if "jit=off" not in config} == set()
 
 
 def test_the_newest_migration_that_installs_engine_sql_was_written_for_it() -> None:

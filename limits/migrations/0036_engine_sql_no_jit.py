@@ -1,0 +1,27 @@
+"""limits/sql/engine.sql with `SET jit = off` on every function that reads the tables (issue 26):
+a plan whose sequential scan is priced out by `enable_seqscan = off` (the sweep's search for limits
+with room and runs waiting reads the 1,000-row limits table whole) costs over jit_above_cost, and
+PostgreSQL spent ~150 ms compiling it on every idle sweep. The engine's statements are short OLTP
+ones: JIT never pays for itself here.
+
+Reverse: a noop (the older functions run as they did)."""
+
+from django.db import migrations
+
+from limits import sql
+
+ENGINE_SQL_FINGERPRINT = "6cae002fdcf8b5e4cc067bbb4363daabfbaafcc55c5cfd22ca6617b8d5be77fd"
+
+
+def install(apps, schema_editor) -> None:
+    sql.install(schema_editor)
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("limits", "0035_engine_sql_sweep_pass"),
+    ]
+
+    operations = [
+        migrations.RunPython(install, migrations.RunPython.noop),
+    ]
