@@ -100,8 +100,14 @@ def check_burst(value: object) -> float:
 def check_ceiling(base: int, burst: float) -> int:
     ceiling = box_ceiling(base, burst)
     if ceiling > MAX_CAPACITY:
-        raise ValueError(f"base x burst must be at most {MAX_CAPACITY}, not {ceiling}")
+        raise ValueError(ceiling_problem(ceiling))
     return ceiling
+
+
+def ceiling_problem(ceiling: int) -> str:
+    """The refusal of a box whose ceiling passes MAX_CAPACITY (check_ceiling; on PostgreSQL
+    limits_operate finds it under the lock and answers that ceiling)."""
+    return f"base x burst must be at most {MAX_CAPACITY}, not {ceiling}"
 
 
 def run_concurrency_problems(value: object) -> list[str]:

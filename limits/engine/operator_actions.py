@@ -11,6 +11,7 @@ from limits.config import (
     MAX_CAPACITY,
     RunConcurrency,
     Workspace,
+    ceiling_problem,
     check_base,
     check_burst,
     check_capacity,
@@ -271,10 +272,13 @@ def set_box(*, base: object = UNCHANGED, burst: object = UNCHANGED, actor: str |
             new_burst = check_burst(burst)
     except ValueError as error:
         raise LimitsError(str(error), field="burst") from None
+    field = "base" if base is not UNCHANGED else "burst"
+    if server.available():
+        return _set_box_in_server(base, new_base, burst, new_burst, actor, field)
     with transaction.atomic(durable=True):
         box = Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True).first()
         if box is None:
-            raise LimitsError(NO_BOX, field="base" if base is not UNCHANGED else "burst")
+            raise LimitsError(NO_BOX, field=field)
         (limit, locked), changes = rules.locked_by_name(BOX_NAME), Changes()
         old = _box_text(limit)
         if base is not UNCHANGED:
@@ -284,7 +288,7 @@ def set_box(*, base: object = UNCHANGED, burst: object = UNCHANGED, actor: str |
         try:
             _keep_box_capacity(limit)
         except ValueError as error:
-            raise LimitsError(str(error), field="base" if base is not UNCHANGED else "burst") from None
+            raise LimitsError(str(error), field=field) from None
         now = rules.clock_all(locked)
         limit.save(update_fields=["per_key_override", "burst_override", "capacity_override", "updated_at"])
         rules.settle_all(locked, now, changes)
@@ -294,6 +298,31 @@ def set_box(*, base: object = UNCHANGED, burst: object = UNCHANGED, actor: str |
         )
         rules.wake_on_commit(changes.woken)
         return limit
+
+
+def _set_box_in_server(
+    base: object, new_base: int | None, burst: object, new_burst: float | None, actor: str | None, field: str
+) -> Limit:
+    """set_box on PostgreSQL: one call (limits_operate, action 'box'), which locks the box with
+    its groups' other limits, keeps its ceiling, grants and audits as the lines below do."""
+    outcome, woken, ceiling = server.operate(
+        BOX_NAME,
+        "box",
+        value=new_base,
+        base_given=base is not UNCHANGED,
+        burst=new_burst,
+        burst_given=burst is not UNCHANGED,
+        actor=actor,
+        reservation_ms=RESERVATION_MS,
+        owed_after_ms=keys.OWED_AFTER_MS,
+    )
+    if outcome == "unknown":
+        raise LimitsError(NO_BOX, field=field)
+    if outcome == "bad_ceiling":
+        assert ceiling is not None
+        raise LimitsError(ceiling_problem(ceiling), field=field)
+    rules.wake_on_commit(woken)
+    return Limit.objects.get(name=BOX_NAME)
 
 
 def _keep_box_capacity(limit: Limit) -> None:

@@ -135,6 +135,9 @@ def operate(
     key: str | None = None,
     paused: bool = False,
     share: str | None = None,
+    base_given: bool = False,
+    burst: float | None = None,
+    burst_given: bool = False,
     actor: str | None,
     reservation_ms: int,
     owed_after_ms: int,
@@ -142,14 +145,30 @@ def operate(
     """limits_operate: an operator's change of a limit, with its grant and audit row. `action`
     'capacity', 'per_key' (with `key`: that key's pool size), 'max_hold' (ms), 'weight' or 'min'
     (with `key`) sets `value`, None resets it; 'share' sets `share` ('fifo', 'fair'; None: the
-    declared one); 'pause' pauses (`paused` True) or resumes. (outcome, the runs to wake, the
-    capacity in force): 'done'; 'same' for a pause that changes nothing; 'unknown' for no such
-    limit; 'bound' for a max hold of a workflow's own bound; 'bad_per_key' for a per_key outside
-    1..that capacity, 'bad_min' for a min outside 0..that capacity. Nothing changed but for
-    'done'."""
+    declared one); 'pause' pauses (`paused` True) or resumes; 'box' sets the box's base (`value`,
+    when `base_given`) and burst (when `burst_given`). (outcome, the runs to wake, the capacity in
+    force): 'done'; 'same' for a pause that changes nothing; 'unknown' for no such limit (for
+    'box': no declared box); 'bound' for a max hold of a workflow's own bound; 'bad_per_key' for a
+    per_key outside 1..that capacity, 'bad_min' for a min outside 0..that capacity; 'bad_ceiling'
+    for a box whose base x burst would pass the largest capacity (that ceiling). Nothing changed
+    but for 'done'."""
     outcome, woken, capacity = _call(
-        "SELECT outcome, woken, capacity FROM limits_operate(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        [name, action, value, key, paused, actor, clock.param(), reservation_ms, owed_after_ms, share],
+        "SELECT outcome, woken, capacity FROM limits_operate(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        [
+            name,
+            action,
+            value,
+            key,
+            paused,
+            actor,
+            clock.param(),
+            reservation_ms,
+            owed_after_ms,
+            share,
+            base_given,
+            burst,
+            burst_given,
+        ],
     )
     return outcome, woken, capacity
 

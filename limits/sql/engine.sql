@@ -73,6 +73,20 @@ BEGIN
 END
 $$;
 
+-- operator_actions._box_text: the box's audit text, "base N, burst B, ceiling C" (B as Python's
+-- format "g" writes a burst of 1.0..10.0: at most 5 decimals, no trailing zeros).
+CREATE OR REPLACE FUNCTION limits_box_text(l limits_limit) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN format(
+        'base %s, burst %s, ceiling %s',
+        coalesce(l.per_key_override, l.declared_per_key),
+        rtrim(rtrim(round(coalesce(l.burst_override, l.declared_burst)::numeric, 5)::text, '0'), '.'),
+        limits_capacity(l)
+    );
+END
+$$;
+
 -- Limit.max_hold_ms, as an interval: a slot's expiry is its grant + this (SPEC 4.3).
 CREATE OR REPLACE FUNCTION limits_max_hold(l limits_limit) RETURNS interval
 LANGUAGE sql IMMUTABLE AS $$
@@ -775,9 +789,13 @@ $$;
 -- that key's pool size instead of the limit's per_key (its row created if new, as Pools.row).
 -- p_paused: pause (true) or resume (false); a limit already so changes nothing ('same').
 -- 'unknown' for a name no limit has; 'bound' for a max hold of a workflow's own bound (11.5).
+-- 'box' (set_box, SPEC 12.5): p_value the base and p_burst the burst, each written only when given
+-- (NULL resets it), the ceiling kept in capacity_override; 'unknown' unless the limit is the
+-- declared box, 'bad_ceiling' (with that ceiling as `capacity`) past 100,000.
 CREATE OR REPLACE FUNCTION limits_operate(
     p_name text, p_action text, p_value bigint, p_key text, p_paused boolean, p_actor text, p_now timestamptz,
     p_reservation_ms bigint, p_owed_after_ms bigint, p_share text DEFAULT NULL,
+    p_base_given boolean DEFAULT false, p_burst double precision DEFAULT NULL, p_burst_given boolean DEFAULT false,
     OUT outcome text, OUT woken text[], OUT capacity integer
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
@@ -831,6 +849,29 @@ BEGIN
         VALUES (v_now, coalesce(p_actor, 'system'), 'max_hold', v_limit, '', '', v_old, v_new, NULL);
         outcome := 'done';
         RETURN;
+    ELSIF p_action = 'box' THEN  -- operator_actions.set_box: p_value the base, p_burst the burst
+        IF l.kind <> 'box' OR NOT l.declared THEN
+            outcome := 'unknown';
+            RETURN;
+        END IF;
+        v_old := limits_box_text(l);
+        IF p_base_given THEN
+            l.per_key_override := p_value;
+        END IF;
+        IF p_burst_given THEN
+            l.burst_override := p_burst;
+        END IF;
+        -- config.box_ceiling, kept in capacity_override while either is overridden (_keep_box_capacity)
+        capacity := CASE WHEN l.per_key_override IS NOT NULL OR l.burst_override IS NOT NULL THEN floor(
+            coalesce(l.per_key_override, l.declared_per_key) * coalesce(l.burst_override, l.declared_burst) + 1e-9
+        ) END;
+        IF capacity > 100000 THEN  -- config.MAX_CAPACITY: check_ceiling words the refusal
+            outcome := 'bad_ceiling';
+            RETURN;
+        END IF;
+        UPDATE limits_limit SET per_key_override = l.per_key_override, burst_override = l.burst_override,
+            capacity_override = capacity, updated_at = v_now
+        WHERE id = v_limit;
     ELSIF p_action = 'share' THEN  -- operator_actions.set_share: p_share, NULL for the declared one
         v_old := coalesce(nullif(l.share_override, ''), l.declared_share);
         v_new := coalesce(p_share, l.declared_share) || CASE WHEN p_share IS NULL THEN ' (declared)' ELSE '' END;
@@ -883,13 +924,15 @@ BEGIN
     SELECT * INTO l FROM limits_limit WHERE id = v_limit;
     IF p_action = 'capacity' THEN
         v_new := limits_capacity(l)::text || CASE WHEN p_value IS NULL THEN ' (declared)' ELSE '' END;
+    ELSIF p_action = 'box' THEN
+        v_new := limits_box_text(l);
     END IF;
     INSERT INTO limits_auditevent (at, actor, action, limit_id, slot_id, key, old_value, new_value, capacity_after)
     VALUES (
         v_now, coalesce(p_actor, 'system'),
         CASE WHEN p_action <> 'pause' THEN p_action WHEN p_paused THEN 'pause' ELSE 'resume' END,
         v_limit, '', coalesce(p_key, ''), v_old, v_new,
-        CASE WHEN p_action IN ('capacity', 'pause') THEN limits_capacity(l) END
+        CASE WHEN p_action IN ('capacity', 'pause', 'box') THEN limits_capacity(l) END
     );
     capacity := limits_capacity(l);
     outcome := 'done';

@@ -581,3 +581,48 @@ def test_an_operators_share_weight_and_min_are_one_call_each(django_capture_on_c
         assert (refused.value.field, refused.value.message) == (field, message)
     assert AuditEvent.objects.filter(action__in=["share", "weight", "min"]).count() == len(audit)
     assert_counters_match_rows("api")
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_operators_box_change_is_one_call(django_capture_on_commit_callbacks) -> None:
+    """Issue 26: set_box (SPEC 12.5) locks the box, writes its base and burst, keeps its ceiling,
+    grants and audits in one call (limits_operate, action 'box'), with the audit text the Python
+    track writes on SQLite (a burst as Python's "g" writes it); a ceiling past 100,000 read under
+    the lock, or no box declared, is the Python track's error from the same one call, and changes
+    nothing."""
+    from limits.config import define_workspace
+    from limits.engine.operator_actions import NO_BOX
+
+    with pytest.raises(services.LimitsError) as refused:
+        _engine_statements(lambda: services.set_box(base=2, actor="user:ana"))
+    assert (refused.value.field, refused.value.message) == ("base", NO_BOX)
+    services.sync_workspace(define_workspace(limits={}, run_concurrency={"base": 1, "burst": 1.0}))
+    services.acquire("box", run_id="r1", key="workflow.a")
+    assert services.acquire("box", run_id="r2", request="q2", key="workflow.b").state == "waiting"
+    assert services.acquire("box", run_id="r3", request="q3", key="workflow.a").state == "waiting"
+    for action, expected in [
+        (lambda: services.set_box(base=2, actor="user:ana"), (2, 1.0, 2)),  # grants r2 (b's pool)
+        (lambda: services.set_box(burst=1.75, actor="user:ana"), (2, 1.75, 3)),  # grants r3 (a's 2nd)
+        (lambda: services.set_box(base=None, burst=None, actor="user:ana"), (1, 1.0, 1)),
+    ]:
+        limit, sent = _engine_statements(action)
+        assert (limit.per_key, limit.burst, limit.capacity) == expected
+        assert [sql for sql in sent if "limits_operate(" in sql] == sent[:1] and len(sent) == 2, sent
+        assert not [sql for sql in sent if re.search(r"FOR (NO KEY )?UPDATE", sql)]
+    assert Slot.objects.get(request="q2").state == "reserved"
+    assert Slot.objects.get(request="q3").state == "reserved"
+    audit = list(
+        AuditEvent.objects.filter(action="box").order_by("id").values_list("old_value", "new_value", "capacity_after")
+    )
+    assert audit == [
+        ("base 1, burst 1, ceiling 1", "base 2, burst 1, ceiling 2", 2),
+        ("base 2, burst 1, ceiling 2", "base 2, burst 1.75, ceiling 3", 3),
+        ("base 2, burst 1.75, ceiling 3", "base 1, burst 1, ceiling 1", 1),
+    ]
+    with pytest.raises(services.LimitsError) as refused:
+        services.set_box(base=60_000, burst=2.0, actor="user:ana")
+    assert (refused.value.field, refused.value.message) == ("base", "base x burst must be at most 100000, not 120000")
+    assert AuditEvent.objects.filter(action="box").count() == len(audit)
+    assert (Limit.objects.get(name="box").per_key, Limit.objects.get(name="box").capacity) == (1, 1)
+    assert_counters_match_rows("box")
