@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 # Statements that take a limit's row lock: the ORM's, and the database functions of
@@ -101,10 +102,10 @@ def per_operation(
     for _ in range(rounds):
         tag = uuid.uuid4().hex[:8]
         got = measure("acquire, granted at once", lambda: take("stmt-a", capacity))
-        measure(f"release{plural}, nobody waiting", lambda got=got: free(got))
+        measure(f"release{plural}, nobody waiting", partial(free, got))
         holders = [take(f"stmt-h{n}", n) for n in range(capacity)]
         measure("acquire, queued", lambda: take("stmt-w", -1))
-        measure(f"release{plural}, handing the slot{plural} over", lambda held=holders[0]: free(held))
+        measure(f"release{plural}, handing the slot{plural} over", partial(free, holders[0]))
         mine = measure("acquire again by the woken run (confirm)", lambda: take("stmt-w", -1))
         for other in [*holders[1:], mine]:
             free(other)
