@@ -97,6 +97,14 @@ def check_burst(value: object) -> float:
     return float(value)
 
 
+def burst_text(burst: float) -> str:
+    """A burst as the box's audit rows write it: the shortest text that reads back as the same
+    float, without a trailing ".0" (2.0 -> "2", 1.75 -> "1.75", 1.011205 -> "1.011205"). That is
+    PostgreSQL's own float8 text (limits_box_text writes the same), where a rounding to a number
+    of digits would differ between the two on some values."""
+    return repr(float(burst)).removesuffix(".0")
+
+
 def check_ceiling(base: int, burst: float) -> int:
     ceiling = box_ceiling(base, burst)
     if ceiling > MAX_CAPACITY:

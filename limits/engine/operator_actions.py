@@ -11,6 +11,7 @@ from limits.config import (
     MAX_CAPACITY,
     RunConcurrency,
     Workspace,
+    burst_text,
     ceiling_problem,
     check_base,
     check_burst,
@@ -334,7 +335,8 @@ def _keep_box_capacity(limit: Limit) -> None:
 
 
 def _box_text(limit: Limit) -> str:
-    return f"base {limit.per_key}, burst {limit.burst:g}, ceiling {limit.capacity}"
+    assert limit.burst is not None
+    return f"base {limit.per_key}, burst {burst_text(limit.burst)}, ceiling {limit.capacity}"
 
 
 def _sync_box(

@@ -116,13 +116,13 @@ def end_run(run_id: str, reservation_ms: int, owed_after_ms: int) -> tuple[int, 
 
 def sweep(reservation_ms: int, owed_after_ms: int) -> tuple[int, int, int, int, int, list[str]]:
     """The procedure limits_sweep: every limit with work swept (limits_sweep_limit, under its
-    locks and its groups' other limits'), one statement whatever their number. Outside a
-    transaction each limit's sweep commits before the next; inside one (a test's) the caller's
-    transaction holds them all. (limits swept, expired, lapsed, timed out, granted, the runs to
-    wake after the commit)."""
+    locks and its groups' other limits'), one statement whatever their number. In autocommit
+    each limit's sweep commits before the next; in a transaction (a test's: the sweeper refuses
+    any other, as SQLite's durable transactions do) the caller's transaction holds them all.
+    (limits swept, expired, lapsed, timed out, granted, the runs to wake after the commit)."""
     limits, expired, lapsed, timed_out, granted, woken = _call(
         "CALL limits_sweep(%s, %s, %s, %s, NULL, NULL, NULL, NULL, NULL, NULL)",
-        [clock.param(), reservation_ms, owed_after_ms, not connection.in_atomic_block],
+        [clock.param(), reservation_ms, owed_after_ms, connection.get_autocommit()],
     )
     return limits, expired, lapsed, timed_out, granted, woken
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import asdict
 from datetime import datetime, timedelta
 
@@ -48,10 +49,14 @@ def sweep() -> SweepReport:
     started = time.perf_counter()
     now, report = box_clock.now(), SweepReport()
     if server.available():  # steps 1 and 2 in one statement (engine.sql: limits_sweep)
-        report.limits, report.expired, report.lapsed, report.timed_out, report.granted, woken = server.sweep(
-            RESERVATION_MS, keys.OWED_AFTER_MS
-        )
-        rules.wake_on_commit(woken)  # outside a transaction: now; a test's: at its commit
+        # In autocommit the procedure commits each limit before the next. A caller's transaction
+        # is refused, as SQLite's durable per-limit transactions refuse it; a test's is allowed,
+        # and holds the pass's locks to its end.
+        with nullcontext() if connection.get_autocommit() else transaction.atomic(durable=True):
+            report.limits, report.expired, report.lapsed, report.timed_out, report.granted, woken = server.sweep(
+                RESERVATION_MS, keys.OWED_AFTER_MS
+            )
+            rules.wake_on_commit(woken)  # in autocommit: now; in a test's transaction: at its commit
     else:
         _sweep_each(now, report)
     report.purged = purge_history(history_cutoff(now))

@@ -11,7 +11,7 @@ from django.db import migrations
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "93e8620191d1906ed0422e0c5b04fc5cb8c969f41a83339b4586b5911754b59d"
+ENGINE_SQL_FINGERPRINT = "81d7c237ac4a9e0d0620fb09f552410e6e5a676428adf4254cfb650e280e7281"
 
 
 def install(apps, schema_editor) -> None:

@@ -73,15 +73,15 @@ BEGIN
 END
 $$;
 
--- operator_actions._box_text: the box's audit text, "base N, burst B, ceiling C" (B as Python's
--- format "g" writes a burst of 1.0..10.0: at most 5 decimals, no trailing zeros).
+-- operator_actions._box_text: the box's audit text, "base N, burst B, ceiling C", B a float8's own
+-- text (the shortest that reads back as the same float, as config.burst_text writes it).
 CREATE OR REPLACE FUNCTION limits_box_text(l limits_limit) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     RETURN format(
         'base %s, burst %s, ceiling %s',
         coalesce(l.per_key_override, l.declared_per_key),
-        rtrim(rtrim(round(coalesce(l.burst_override, l.declared_burst)::numeric, 5)::text, '0'), '.'),
+        coalesce(l.burst_override, l.declared_burst)::text,
         limits_capacity(l)
     );
 END
@@ -798,7 +798,8 @@ CREATE OR REPLACE FUNCTION limits_operate(
     p_base_given boolean DEFAULT false, p_burst double precision DEFAULT NULL, p_burst_given boolean DEFAULT false,
     OUT outcome text, OUT woken text[], OUT capacity integer
 )
-LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off
+SET extra_float_digits = 1 AS $$  -- limits_box_text: a float's shortest exact text, whatever the server's setting
 DECLARE
     v_limit bigint;
     v_ids bigint[];

@@ -166,6 +166,19 @@ def test_12_5_operators_change_base_and_burst_audited_and_a_deploy_keeps_them(no
     cancel_run(first.id)
 
 
+def test_12_5_the_audit_writes_a_burst_as_its_shortest_exact_text(no_worker) -> None:
+    """The same text on both databases (PostgreSQL: limits_box_text), where a rounding to 5
+    decimals wrote 1.01121 for 1.011205 on one and 1.0112 on the other."""
+    box(base=2, burst=1.0)
+    services.set_box(burst=1.011205, actor="ops")
+    services.set_box(burst=2.5, actor="ops")
+    texts = list(AuditEvent.objects.filter(action="box").order_by("id").values_list("old_value", "new_value"))
+    assert texts == [
+        ("base 2, burst 1, ceiling 2", "base 2, burst 1.011205, ceiling 2"),
+        ("base 2, burst 1.011205, ceiling 2", "base 2, burst 2.5, ceiling 5"),
+    ]
+
+
 def test_verify_finds_a_run_that_executed_without_its_box_slot(no_worker) -> None:
     """limits verify, check k: the rows of a run that took a step after its box slot was freed."""
     box(base=1, burst=1.0)

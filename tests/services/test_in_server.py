@@ -604,6 +604,7 @@ def test_an_operators_box_change_is_one_call(django_capture_on_commit_callbacks)
     for action, expected in [
         (lambda: services.set_box(base=2, actor="user:ana"), (2, 1.0, 2)),  # grants r2 (b's pool)
         (lambda: services.set_box(burst=1.75, actor="user:ana"), (2, 1.75, 3)),  # grants r3 (a's 2nd)
+        (lambda: services.set_box(burst=1.011205, actor="user:ana"), (2, 1.011205, 2)),  # takes nothing back
         (lambda: services.set_box(base=None, burst=None, actor="user:ana"), (1, 1.0, 1)),
     ]:
         limit, sent = _engine_statements(action)
@@ -618,11 +619,22 @@ def test_an_operators_box_change_is_one_call(django_capture_on_commit_callbacks)
     assert audit == [
         ("base 1, burst 1, ceiling 1", "base 2, burst 1, ceiling 2", 2),
         ("base 2, burst 1, ceiling 2", "base 2, burst 1.75, ceiling 3", 3),
-        ("base 2, burst 1.75, ceiling 3", "base 1, burst 1, ceiling 1", 1),
+        # a float's shortest exact text on both databases (config.burst_text), not a rounding
+        ("base 2, burst 1.75, ceiling 3", "base 2, burst 1.011205, ceiling 2", 2),
+        ("base 2, burst 1.011205, ceiling 2", "base 1, burst 1, ceiling 1", 1),
     ]
     with pytest.raises(services.LimitsError) as refused:
         services.set_box(base=60_000, burst=2.0, actor="user:ana")
     assert (refused.value.field, refused.value.message) == ("base", "base x burst must be at most 100000, not 120000")
+    services.set_box(base=20_000, actor="user:ana")
+    with pytest.raises(services.LimitsError) as refused:  # the base in force, read under the lock
+        services.set_box(burst=6.0, actor="user:ana")
+    assert (refused.value.field, refused.value.message) == ("burst", "base x burst must be at most 100000, not 120000")
+    services.set_box(base=None, actor="user:ana")
+    audit += [
+        ("base 1, burst 1, ceiling 1", "base 20000, burst 1, ceiling 20000", 20_000),
+        ("base 20000, burst 1, ceiling 20000", "base 1, burst 1, ceiling 1", 1),
+    ]
     assert AuditEvent.objects.filter(action="box").count() == len(audit)
     assert (Limit.objects.get(name="box").per_key, Limit.objects.get(name="box").capacity) == (1, 1)
     assert_counters_match_rows("box")

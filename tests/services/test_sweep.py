@@ -79,8 +79,10 @@ def test_an_idle_sweep_is_a_constant_number_of_queries(clock) -> None:
     assert not report.found_work()
     # the finds (four queries on SQLite; on PostgreSQL the one call limits_sweep, which also
     # sweeps), two history probes, the insights state (limits.insights: this minute sampled,
-    # nothing to roll up), and recording that the sweep ran
-    assert len(queries) == (5 if connection.vendor == "postgresql" else 8)
+    # nothing to roll up), and recording that the sweep ran. In this test's transaction the
+    # PostgreSQL call sits in a savepoint (the sweeper's durable block; in autocommit, none).
+    sent = [q for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
+    assert len(sent) == (5 if connection.vendor == "postgresql" else 8)
     from limits.models import SweepState
 
     assert SweepState.objects.get().last_run_at is not None
@@ -129,3 +131,19 @@ def test_a_granted_entry_is_kept_while_its_slot_remains(one, clock, settings) ->
     sweep()
     assert QueueEntry.objects.filter(run_id="b").exists()
     assert Slot.objects.filter(run_id="b", state="busy").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sweep_refuses_to_run_inside_a_callers_transaction(one, clock) -> None:
+    """Each limit's sweep is a transaction of its own, committed before the next (on PostgreSQL
+    inside the procedure limits_sweep): inside a caller's transaction the pass would hold every
+    limit's locks to its end, in no lock order across limits. Refused on both databases, and
+    nothing changes."""
+    from django.db import transaction
+
+    acquire("one", run_id="r1")
+    clock.advance(hours=2)  # past the max hold: the sweep would take the slot back
+    with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
+        sweep()
+    assert Slot.objects.get(run_id="r1").state == "busy"
+    assert sweep().expired == 1
