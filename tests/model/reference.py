@@ -70,7 +70,8 @@ class MLimit:
         return self.declared_burst if self.burst_override is None else self.burst_override
 
     def box_text(self) -> str:
-        return f"base {self.per_key}, burst {self.burst:g}, ceiling {self.capacity}"
+        burst = repr(float(self.burst or 0)).removesuffix(".0")  # its shortest exact text
+        return f"base {self.per_key}, burst {burst}, ceiling {self.capacity}"
 
     @property
     def capacity(self) -> int:
