@@ -538,7 +538,7 @@ BEGIN
     END IF;
     IF p_actor IS NOT NULL THEN  -- rules.audit (5.5)
         INSERT INTO limits_auditevent (at, actor, action, limit_id, slot_id, key, old_value, new_value)
-        VALUES (v_now, p_actor, 'release', v_limit, p_slot, '', v_state, 'released');
+        VALUES (v_now, coalesce(nullif(p_actor, ''), 'system'), 'release', v_limit, p_slot, '', v_state, 'released');
     END IF;
     outcome := 'released';
 END
@@ -847,7 +847,7 @@ BEGIN
         UPDATE limits_limit SET max_hold_override_ms = p_value, last_event_at = v_now, updated_at = v_now
         WHERE id = v_limit;
         INSERT INTO limits_auditevent (at, actor, action, limit_id, slot_id, key, old_value, new_value, capacity_after)
-        VALUES (v_now, coalesce(p_actor, 'system'), 'max_hold', v_limit, '', '', v_old, v_new, NULL);
+        VALUES (v_now, coalesce(nullif(p_actor, ''), 'system'), 'max_hold', v_limit, '', '', v_old, v_new, NULL);
         outcome := 'done';
         RETURN;
     ELSIF p_action = 'box' THEN  -- operator_actions.set_box: p_value the base, p_burst the burst
@@ -930,7 +930,7 @@ BEGIN
     END IF;
     INSERT INTO limits_auditevent (at, actor, action, limit_id, slot_id, key, old_value, new_value, capacity_after)
     VALUES (
-        v_now, coalesce(p_actor, 'system'),
+        v_now, coalesce(nullif(p_actor, ''), 'system'),
         CASE WHEN p_action <> 'pause' THEN p_action WHEN p_paused THEN 'pause' ELSE 'resume' END,
         v_limit, '', coalesce(p_key, ''), v_old, v_new,
         CASE WHEN p_action IN ('capacity', 'pause', 'box') THEN limits_capacity(l) END

@@ -132,6 +132,17 @@ def test_every_operator_action_is_recorded_with_who_what_old_new_and_when(calls,
     assert AuditEvent.objects.filter(action="capacity").first().at == clock.now()
 
 
+def test_an_operator_action_with_no_actor_named_is_recorded_as_the_system(calls) -> None:
+    """None or an empty actor: 'system' in the audit row, on both databases (PostgreSQL's
+    functions recorded the empty name as it came)."""
+    slot_id = acquire("calls", run_id="a").slot_id
+    set_capacity("calls", 3, actor="")
+    set_max_hold("calls", "2m", actor=None)
+    release(slot_id, actor="")
+    events = list(AuditEvent.objects.exclude(action="sync").order_by("id").values_list("actor", "action"))
+    assert events == [("system", "capacity"), ("system", "max_hold"), ("system", "release")]
+
+
 def test_sync_creates_updates_and_marks_removed_limits_undeclared(clock) -> None:
     report = sync_workspace(
         define_workspace(limits={"a": {"capacity": 1, "max_hold": "1m"}, "b": {"capacity": 1, "max_hold": "1m"}})
