@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from django.apps import apps as django_apps
-from django.db import connection, connections, transaction
+from django.db import IntegrityError, connection, connections, transaction
 
 from limits import services
 from limits.models import QueueEntry, Slot
@@ -28,6 +28,7 @@ from tests.conftest import requires_postgres
 from tests.factories import assert_counters_match_rows, declare, holders, queue
 
 partitions = importlib.import_module("limits.migrations.0034_live_apart_from_history")
+live_keys = importlib.import_module("limits.migrations.0037_live_partitions_hold_the_limit_keys")
 
 pytestmark = requires_postgres
 
@@ -127,6 +128,40 @@ def test_the_migration_keeps_every_live_slot_queue_position_and_history_row_both
     assert sorted(holders("one")) == [("r4", "reserved"), ("r5", "reserved")]  # r4 was first in the queue
     assert queue("one") == ["r7"]
     assert_counters_match_rows("one")
+
+
+def limit_keys() -> set[str]:
+    """The slot and queue tables (parent or partition) that carry a foreign key to limits_limit."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT conrelid::regclass::text FROM pg_constraint "
+            "WHERE contype = 'f' AND confrelid = 'limits_limit'::regclass "
+            "AND conrelid::regclass::text SIMILAR TO 'limits\\_(slot|queueentry)%%'"
+        )
+        return {table for (table,) in cursor.fetchall()}
+
+
+@pytest.mark.django_db
+def test_the_limit_keys_sit_on_the_live_partitions_where_every_row_enters(clock) -> None:
+    """Migration 0037: a row that ends moves to history with no key check (the move is an insert
+    there); a live row is still held to its limit, and the migration goes both ways."""
+    every_state(clock)
+    assert limit_keys() == {"limits_slot_live", "limits_queueentry_live"}
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    for live in (Slot.objects.filter(state="busy"), QueueEntry.objects.filter(state="waiting")):
+        with pytest.raises(IntegrityError), transaction.atomic():
+            live.update(limit_id=10**9)
+    with connection.schema_editor() as editor:
+        live_keys.backward(django_apps, editor)
+    assert limit_keys() == {
+        "limits_slot", "limits_slot_live", "limits_slot_history",
+        "limits_queueentry", "limits_queueentry_live", "limits_queueentry_history",
+    }  # fmt: skip
+    with connection.schema_editor() as editor:
+        live_keys.forward(django_apps, editor)
+    assert limit_keys() == {"limits_slot_live", "limits_queueentry_live"}
+    assert verify(["one", "short"]).ok
 
 
 @pytest.mark.django_db(transaction=True)
