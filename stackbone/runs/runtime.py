@@ -579,12 +579,10 @@ def wake(run_ids: list[str]) -> int:
     Idempotent: a run that is not suspended any more is left alone (its dispatch, if any, finds
     nothing to do). No transaction encloses the batches (one round trip each when nothing
     encloses the call): a crash before the dispatch leaves runnable runs that recover() sends."""
-    now = clock.expression()
+    now = clock.param()
     woken = 0
     for start in range(0, len(run_ids), WAKE_BATCH):
-        woken += Run.objects.filter(
-            id__in=run_ids[start : start + WAKE_BATCH], status__in=WAITING_STATUSES, suspended=True
-        ).update(suspended=False, waiting_for="", wait_deadline=None, dispatched_at=now)
+        woken += statements.wake(run_ids[start : start + WAKE_BATCH], now)
     if woken:
         _dispatch_on_commit(run_ids)
     return woken

@@ -176,6 +176,21 @@ def test_finish_does_what_the_orm_update_does(clock) -> None:
         assert Run.objects.get(id=raw).output == output
 
 
+def test_wake_does_what_the_orm_update_does(clock) -> None:
+    """Every run state, woken in one call with an id that names no run and one given twice."""
+    pairs = [twins(**state, waiting_for="hook:1", wait_deadline=timezone.now()) for state in run_states()]
+    now = timezone.now()
+    raw = [a for a, _ in pairs]
+    woken = statements.wake([*raw, "run_nobody", raw[0]], now)
+    updated = Run.objects.filter(id__in=[b for _, b in pairs], status__in=WAITING_STATUSES, suspended=True).update(
+        suspended=False, waiting_for="", wait_deadline=None, dispatched_at=now
+    )
+    assert woken == updated > 0
+    for a, b in pairs:
+        same_rows(a, b)
+    assert statements.wake([], now) == 0
+
+
 def test_insert_step_writes_the_row_step_objects_create_writes(clock) -> None:
     raw_run, orm_run = twins(status=Run.Status.RUNNING)
     now = timezone.now()
