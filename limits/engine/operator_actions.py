@@ -504,6 +504,8 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
     kept and marked undeclared; a limit that comes back is declared again. A declared capacity
     that rose grants waiting runs at once.
     """
+    if server.available():
+        return _sync_workspace_in_server(workspace, actor)
     report = SyncReport()
     with transaction.atomic(durable=True):
         existing = {limit.name: limit for limit in Limit.objects.locked().order_by("id")}
@@ -585,6 +587,30 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
     return report
 
 
+def _sync_workspace_in_server(workspace: Workspace, actor: str) -> SyncReport:
+    """sync_workspace on PostgreSQL: one call (engine.sql: limits_sync_workspace), which locks every
+    limit, writes, grants and audits as the lines above do, and refuses a taken name before it
+    writes anything."""
+    run_concurrency = workspace.run_concurrency
+    outcome, bad_name, created, updated, undeclared, woken = server.sync_workspace(
+        [
+            (name, spec.capacity, spec.max_hold_ms, spec.per_key, spec.share)
+            for name, spec in sorted(workspace.limits.items())
+        ],
+        None if run_concurrency is None else (run_concurrency.base, run_concurrency.burst, run_concurrency.ceiling),
+        MAX_DURATION_MS,
+        actor,
+        RESERVATION_MS,
+        keys.OWED_AFTER_MS,
+    )
+    if outcome == "bound_taken":
+        raise LimitsError(BOUND_NAME_TAKEN.format(name=bad_name), field="name")
+    if outcome == "box_taken":
+        raise LimitsError(BOX_NAME_TAKEN, field="run_concurrency")
+    rules.wake_on_commit(woken)
+    return SyncReport(created=created, updated=updated, undeclared=undeclared)
+
+
 def _declared_text(declared: bool, capacity: int, max_hold_ms: int, per_key: int | None, share: str = "fifo") -> str:
     text = f"capacity {capacity}, max hold {max_hold_ms} ms"
     if per_key is not None:
@@ -607,6 +633,8 @@ def sync_workflow_bounds(
     bound whose workflow no longer declares one is kept, undeclared. With `only`, the bounds
     given are synced and nothing else is touched (start_run of a workflow whose bound the deploy
     did not load, SPEC 11.6: `ensure_workflow_bound`)."""
+    if server.available():
+        return _sync_bounds_in_server(bounds, actor, only)
     report = SyncReport()
     with transaction.atomic(durable=not only):
         rows = Limit.objects.locked().filter(name__in=list(bounds)) if only else Limit.objects.locked()
@@ -664,6 +692,27 @@ def sync_workflow_bounds(
                 )  # fmt: skip
                 report.undeclared.append(name)
     return report
+
+
+def _sync_bounds_in_server(bounds: dict[str, tuple[int | None, int | None]], actor: str, only: bool) -> SyncReport:
+    """sync_workflow_bounds on PostgreSQL: one call (engine.sql: limits_sync_bounds), as the lines
+    above do. Outside `only` it is a deploy's own transaction; with `only` it may run inside the
+    caller's (start_run's), which a refusal leaves as it was."""
+    outcome, bad_name, created, updated, undeclared, woken = server.sync_bounds(
+        [
+            (name, MAX_CAPACITY if total is None else total, per_key)
+            for name, (total, per_key) in sorted(bounds.items())
+        ],
+        MAX_DURATION_MS,
+        only,
+        actor,
+        RESERVATION_MS,
+        keys.OWED_AFTER_MS,
+    )
+    if outcome == "bound_taken":
+        raise LimitsError(BOUND_NAME_TAKEN.format(name=bad_name), field="name")
+    rules.wake_on_commit(woken)
+    return SyncReport(created=created, updated=updated, undeclared=undeclared)
 
 
 def _bound_text(declared: bool, capacity: int, per_key: int | None) -> str:

@@ -1,13 +1,13 @@
 """The PostgreSQL fast path: the hot operations as database functions (limits/sql/engine.sql),
 one round trip each, the limit's row lock held inside the server only.
 
-Each function either does the whole operation or, for a case it leaves to the Python rules (an
-unknown or undeclared limit, a late confirm, releasing a reservation, free capacity beside
-waiting runs, an earlier outcome of the request other than a live slot), answers
-NOT_HANDLED_HERE before changing anything; the caller then runs the rules of limits.engine in
-the same transaction. So the Python rules are the one home of every rule, and the functions a
-faster copy of the common cases, held to the same tests (tests/services and the model test run on
-both databases; tests/services/test_sql_file.py holds the database to the file).
+Each function does the whole operation, in every case (keys, groups, owed runs, confirm, lapse,
+requeue, operators' changes, deploys, the sweep), but for two that the acquire functions answer
+NOT_HANDLED_HERE before changing anything: an unknown or undeclared limit (limits.engine.slots
+words the error) and an earlier outcome of the request other than a live slot (read without a
+lock). The Python rules of limits.engine are the readable definition and SQLite's track; the SQL
+is PostgreSQL's, held to the same tests (tests/services and the model test run on both
+databases; tests/services/test_sql_file.py holds the database to the file).
 
 Outside a caller's transaction a call is its own statement in autocommit: one round trip with
 its commit.
@@ -62,13 +62,21 @@ def _call(sql: str, params: list[Any]) -> tuple[Any, ...]:
         return row
 
 
-def acquire(limit_name: str, run_id: str, request: str, label: str, timeout_ms: int) -> Acquisition | Answer:
+def acquire(
+    limit_name: str, run_id: str, request: str, label: str, timeout_ms: int, owed_after_ms: int
+) -> Acquisition | Answer:
     """limits_acquire: a new request granted at once or queued behind full capacity, or a request
-    that holds a live slot (a reservation in time is confirmed)."""
-    outcome, name, slot_id, deadline = _call(
-        "SELECT outcome, limit_name, slot_id, deadline FROM limits_acquire(%s, %s, %s, %s, %s, %s)",
-        [limit_name, run_id, request, label, timeout_ms, clock.param()],
+    that holds a live slot (a reservation in time is confirmed); on a limit that is not plain, or
+    with a settle due, limits_acquire_group's answer from the same call (the runs its grant woke
+    are woken on commit). An earlier outcome of the request, an unknown or undeclared name are
+    left to limits.engine.slots."""
+    outcome, name, slot_id, deadline, woken = _call(
+        "SELECT outcome, limit_name, slot_id, deadline, woken FROM limits_acquire(%s, %s, %s, %s, %s, %s, %s, %s)",
+        [limit_name, run_id, request, label, timeout_ms, clock.param(), RESERVATION_MS, owed_after_ms],
     )
+    if outcome == SLOW:
+        return NOT_HANDLED_HERE
+    wake_on_commit(woken)
     if outcome == "busy":
         return Acquisition("busy", name, request, slot_id=slot_id)
     if outcome == "waiting":
@@ -171,6 +179,66 @@ def operate(
         ],
     )
     return outcome, woken, capacity
+
+
+def sync_workspace(
+    limits: list[tuple[str, int, int, int | None, str]],
+    box: tuple[int, float, int] | None,
+    no_max_hold_ms: int,
+    actor: str,
+    reservation_ms: int,
+    owed_after_ms: int,
+) -> tuple[str, str | None, list[str], list[str], list[str], list[str]]:
+    """limits_sync_workspace: a deploy of the workspace config in one call. `limits`: (name,
+    capacity, max hold ms, per_key, share) in the order the report lists them; `box`: (base,
+    burst, ceiling), or None. (outcome, the name refused, created, updated, undeclared, the runs
+    to wake): 'done', or 'bound_taken' / 'box_taken' with nothing changed."""
+    names, capacities, max_holds, per_keys, shares = ([row[i] for row in limits] for i in range(5))
+    base, burst, ceiling = box if box is not None else (None, None, None)
+    row = _call(
+        "SELECT outcome, bad_name, created, updated, undeclared, woken FROM limits_sync_workspace("
+        "%s::text[], %s::integer[], %s::bigint[], %s::integer[], %s::text[], %s, %s, %s, %s, %s, %s, %s, %s)",
+        [
+            names,
+            capacities,
+            max_holds,
+            per_keys,
+            shares,
+            base,
+            burst,
+            ceiling,
+            no_max_hold_ms,
+            actor,
+            clock.param(),
+            reservation_ms,
+            owed_after_ms,
+        ],
+    )
+    outcome, bad_name, created, updated, undeclared, woken = row
+    return outcome, bad_name, created, updated, undeclared, woken
+
+
+def sync_bounds(
+    bounds: list[tuple[str, int, int | None]],
+    no_max_hold_ms: int,
+    only: bool,
+    actor: str,
+    reservation_ms: int,
+    owed_after_ms: int,
+) -> tuple[str, str | None, list[str], list[str], list[str], list[str]]:
+    """limits_sync_bounds: the workflows' own bounds synced in one call. `bounds`: (name,
+    capacity, per_key) in the order the report lists them; `only`: those bounds alone. As
+    sync_workspace answers ('bound_taken' for a name a limit of another kind holds)."""
+    names = [name for name, _, _ in bounds]
+    capacities = [capacity for _, capacity, _ in bounds]
+    per_keys = [per_key for _, _, per_key in bounds]
+    row = _call(
+        "SELECT outcome, bad_name, created, updated, undeclared, woken FROM limits_sync_bounds("
+        "%s::text[], %s::integer[], %s::integer[], %s, %s, %s, %s, %s, %s)",
+        [names, capacities, per_keys, no_max_hold_ms, only, actor, clock.param(), reservation_ms, owed_after_ms],
+    )
+    outcome, bad_name, created, updated, undeclared, woken = row
+    return outcome, bad_name, created, updated, undeclared, woken
 
 
 def grant(limit_ids: list[int], now: datetime, reservation_ms: int, owed_after_ms: int) -> tuple[int, int, list[str]]:

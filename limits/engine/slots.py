@@ -66,7 +66,7 @@ def acquire(
     label = check_label(label)
     timeout_ms = DEFAULT_TIMEOUT_MS if timeout is None else duration_ms(timeout, BAD_TIMEOUT, "timeout")
     if server.available():
-        fast = server.acquire(limit_name, run_id, request, label, timeout_ms)
+        fast = server.acquire(limit_name, run_id, request, label, timeout_ms, keys.OWED_AFTER_MS)
         if fast is not server.NOT_HANDLED_HERE:
             return fast
     outcome = acquire_group([limit_name], run_id=run_id, request=request, label=label, timeout=timeout_ms)

@@ -1,11 +1,15 @@
 -- The engine's hot operations as PostgreSQL functions, one round trip each: the CURRENT
 -- definition of every function limits installs (limits.services calls them on PostgreSQL; see its
 -- docstring). Each takes the limit's row lock inside the server, so the lock is held for the
--- statements and the commit only, never across a round trip to Python. A case a function does not
--- handle (an unknown or undeclared limit, a late confirm, releasing a reservation, free capacity
--- beside waiting runs, an earlier outcome of the request other than a live slot, a limit that is
--- not plain or a slot with a key or a group: SPEC 9, 10) answers 'slow' (limits.engine.server: NOT_HANDLED_HERE)
--- before it changes anything, and the service goes on in Python in the same transaction.
+-- statements and the commit only, never across a round trip to Python. Every case of every operation
+-- is handled here (keys, groups, owed runs, confirm, lapse, requeue, a release handing over to a
+-- group, operators' changes, deploys, the sweep), but two that the acquire functions leave to
+-- Python: an unknown or undeclared limit (Python words the error) and an earlier outcome of the
+-- request other than a live slot (Python reads it, no lock). They answer 'slow'
+-- (limits.engine.server: NOT_HANDLED_HERE) before they change anything, and the service goes on
+-- in Python in the same transaction. Inside this file a function may answer 'slow' to its caller
+-- here (limits_confirm to limits_confirm_or_lapse; limits_acquire's non-plain case goes on in
+-- limits_acquire_group).
 --
 -- A function that answers 'slow' after it took a limit's row lock gives the lock back first: the
 -- lock is taken inside a BEGIN ... EXCEPTION block (a subtransaction), and 'slow' is raised out of
@@ -317,13 +321,13 @@ BEGIN
         RETURN 'gone';
     END IF;
     IF v_group > 1 THEN
-        RETURN 'slow';  -- a group is confirmed together: the Python rules
+        RETURN 'slow';  -- a group is confirmed together: limits_confirm_or_lapse
     END IF;
     BEGIN
         SELECT limits_clock(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = v_limit FOR NO KEY UPDATE;
         SELECT state, reserved_until INTO v_state, v_reserved_until FROM limits_slot WHERE id = p_slot;
         IF v_state = 'reserved' AND v_now > v_reserved_until THEN
-            RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- late: the Python rules lapse it
+            RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- late: limits_confirm_or_lapse lapses it
         END IF;
         IF v_state IS DISTINCT FROM 'reserved' THEN  -- NULL: the purge deleted it meanwhile
             RETURN 'gone';
@@ -940,6 +944,259 @@ BEGIN
 END
 $$;
 
+-- operator_actions._declared_text: a declared limit's audit text in a deploy.
+-- PL/pgSQL for the reason given at limits_is_plain (declared_share comes with a later migration).
+CREATE OR REPLACE FUNCTION limits_declared_text(l limits_limit) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN format('capacity %s, max hold %s ms', l.declared_capacity, l.declared_max_hold_ms)
+        || coalesce(', per_key ' || l.declared_per_key, '')
+        || CASE WHEN l.declared_share <> 'fifo' THEN ', share ' || l.declared_share ELSE '' END
+        || CASE WHEN l.declared THEN '' ELSE ', undeclared' END;
+END
+$$;
+
+-- operator_actions._bound_text: a workflow's own bound's audit text in a deploy.
+CREATE OR REPLACE FUNCTION limits_bound_text(l limits_limit) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN 'total ' || l.declared_capacity || coalesce(', per_key ' || l.declared_per_key, '')
+        || CASE WHEN l.declared THEN '' ELSE ', undeclared' END;
+END
+$$;
+
+-- A deploy's change of one limit's declared values, after the caller wrote them (the limit and
+-- every limit in p_locked are locked by the caller): the limit with the other limits of its groups
+-- that the caller holds (keys.partners, as sync_workspace keeps them) get one time (rules.clock_all),
+-- the free capacity is granted (a raise grants waiting runs at once, 1.4), and the audit row says
+-- what changed: old p_old, new the text p_text_of names ('declared', 'bound' or 'box') read after
+-- the grant. Returns the runs to wake.
+CREATE OR REPLACE FUNCTION limits_sync_one(
+    p_limit bigint, p_locked bigint[], p_old text, p_text_of text, p_actor text, p_now timestamptz,
+    p_reservation_ms bigint, p_owed_after_ms bigint
+) RETURNS text[]
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off
+SET extra_float_digits = 1 AS $$
+DECLARE
+    v_ids bigint[];
+    v_now timestamptz;
+    v_woken text[];
+    l limits_limit;
+BEGIN
+    v_ids := p_limit || ARRAY(
+        SELECT DISTINCT p FROM unnest(limits_partners(p_limit)) p WHERE p = ANY (p_locked) AND p <> p_limit
+    );
+    SELECT max(limits_clock(p_now, m.last_event_at)) INTO v_now FROM limits_limit m WHERE m.id = ANY (v_ids);
+    UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);
+    UPDATE limits_limit SET updated_at = v_now WHERE id = p_limit;
+    SELECT g.woken INTO v_woken FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms) g;
+    SELECT * INTO l FROM limits_limit WHERE id = p_limit;
+    INSERT INTO limits_auditevent (at, actor, action, limit_id, slot_id, key, old_value, new_value, capacity_after)
+    VALUES (
+        v_now, coalesce(nullif(p_actor, ''), 'system'), 'sync', p_limit, '', '', p_old,
+        CASE p_text_of WHEN 'declared' THEN limits_declared_text(l) WHEN 'bound' THEN limits_bound_text(l)
+                       ELSE limits_box_text(l) END,
+        limits_capacity(l)
+    );
+    RETURN v_woken;
+END
+$$;
+
+-- A deploy's "this limit left the config" (SPEC 1.5): kept, marked undeclared, audited.
+CREATE OR REPLACE FUNCTION limits_sync_undeclare(p_limit bigint, p_actor text, p_now timestamptz) RETURNS void
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
+DECLARE
+    v_now timestamptz;
+    l limits_limit;
+BEGIN
+    SELECT limits_clock(p_now, last_event_at) INTO v_now FROM limits_limit WHERE id = p_limit;  -- rules.clock
+    UPDATE limits_limit SET declared = false, last_event_at = v_now, updated_at = v_now WHERE id = p_limit
+    RETURNING * INTO l;
+    INSERT INTO limits_auditevent (at, actor, action, limit_id, slot_id, key, old_value, new_value, capacity_after)
+    VALUES (
+        l.last_event_at, coalesce(nullif(p_actor, ''), 'system'), 'sync', p_limit, '', '', 'declared', 'undeclared',
+        limits_capacity(l)
+    );
+END
+$$;
+
+-- operator_actions.sync_workspace in one call (issue 26): every limit locked in id order, then
+-- each declared limit (p_names[i] in the order given: the Python track's sorted order) created,
+-- or its declared capacity, max hold, per_key and share written where they changed, with the grant
+-- and the audit row (limits_sync_one); the box's run concurrency likewise (p_box_base NULL: none
+-- declared; p_box_ceiling its floor(base x burst), config.box_ceiling); and every other declared
+-- limit (not a workflow's own bound, not the box) marked undeclared. Operator overrides survive.
+-- A name that belongs to a workflow's own bound ('bound_taken', with bad_name) or a box whose name
+-- a plain limit holds ('box_taken') is refused before anything is written. The names created,
+-- updated and undeclared come back in the order the Python track reports them; `woken`: the runs
+-- the grants woke.
+CREATE OR REPLACE FUNCTION limits_sync_workspace(
+    p_names text[], p_capacities integer[], p_max_holds bigint[], p_per_keys integer[], p_shares text[],
+    p_box_base integer, p_box_burst double precision, p_box_ceiling integer, p_no_max_hold bigint,
+    p_actor text, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    OUT outcome text, OUT bad_name text, OUT created text[], OUT updated text[], OUT undeclared text[],
+    OUT woken text[]
+)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off
+SET extra_float_digits = 1 AS $$  -- limits_box_text: a float's shortest exact text
+DECLARE
+    v_locked bigint[];
+    v_old text;
+    v_ceiling bigint;
+    l limits_limit;
+    i integer;
+BEGIN
+    created := '{}';
+    updated := '{}';
+    undeclared := '{}';
+    woken := '{}';
+    v_locked := ARRAY(SELECT id FROM limits_limit ORDER BY id FOR NO KEY UPDATE);
+    SELECT n.name INTO bad_name FROM unnest(p_names) WITH ORDINALITY AS n(name, ord)
+    JOIN limits_limit m ON m.name = n.name AND m.kind = 'workflow' ORDER BY n.ord LIMIT 1;
+    IF FOUND THEN
+        outcome := 'bound_taken';
+        RETURN;
+    END IF;
+    IF p_box_base IS NOT NULL AND EXISTS (SELECT 1 FROM limits_limit WHERE name = 'box' AND kind <> 'box') THEN
+        outcome := 'box_taken';
+        RETURN;
+    END IF;
+    FOR i IN 1 .. coalesce(cardinality(p_names), 0) LOOP
+        SELECT * INTO l FROM limits_limit WHERE name = p_names[i];
+        IF NOT FOUND THEN
+            INSERT INTO limits_limit (
+                name, kind, declared, declared_capacity, declared_max_hold_ms, declared_per_key, declared_share,
+                busy_count, reserved_count, waiting_count, next_position, created_at, updated_at
+            ) VALUES (
+                p_names[i], 'limit', true, p_capacities[i], p_max_holds[i], p_per_keys[i], p_shares[i],
+                0, 0, 0, 1, coalesce(p_now, clock_timestamp()), coalesce(p_now, clock_timestamp())
+            );
+            created := created || p_names[i];
+            CONTINUE;
+        END IF;
+        IF (l.declared, l.declared_capacity, l.declared_max_hold_ms, l.declared_per_key, l.declared_share::text)
+           IS NOT DISTINCT FROM (true, p_capacities[i], p_max_holds[i], p_per_keys[i], p_shares[i]) THEN
+            CONTINUE;
+        END IF;
+        v_old := limits_declared_text(l);
+        UPDATE limits_limit SET declared = true, declared_capacity = p_capacities[i],
+            declared_max_hold_ms = p_max_holds[i], declared_per_key = p_per_keys[i], declared_share = p_shares[i]
+        WHERE id = l.id;
+        woken := woken || limits_sync_one(
+            l.id, v_locked, v_old, 'declared', p_actor, p_now, p_reservation_ms, p_owed_after_ms
+        );
+        updated := updated || p_names[i];
+    END LOOP;
+    -- operator_actions._sync_box (SPEC 12.1)
+    SELECT * INTO l FROM limits_limit WHERE name = 'box' AND kind = 'box';
+    IF p_box_base IS NULL THEN
+        IF FOUND AND l.declared THEN
+            PERFORM limits_sync_undeclare(l.id, p_actor, p_now);
+            undeclared := undeclared || 'box'::text;
+        END IF;
+    ELSIF NOT FOUND THEN
+        INSERT INTO limits_limit (
+            name, kind, declared, declared_capacity, declared_max_hold_ms, declared_per_key, declared_burst,
+            busy_count, reserved_count, waiting_count, next_position, created_at, updated_at
+        ) VALUES (
+            'box', 'box', true, p_box_ceiling, p_no_max_hold, p_box_base, p_box_burst,
+            0, 0, 0, 1, coalesce(p_now, clock_timestamp()), coalesce(p_now, clock_timestamp())
+        );
+        created := created || 'box'::text;
+    ELSIF (l.declared, l.declared_per_key, l.declared_burst) IS DISTINCT FROM (true, p_box_base, p_box_burst) THEN
+        v_old := limits_box_text(l) || CASE WHEN l.declared THEN '' ELSE ', undeclared' END;
+        -- _keep_box_capacity: an operator's base or burst keeps the ceiling in capacity_override;
+        -- one that the new declared values would take past the maximum goes
+        v_ceiling := CASE WHEN l.per_key_override IS NOT NULL OR l.burst_override IS NOT NULL THEN floor(
+            coalesce(l.per_key_override, p_box_base) * coalesce(l.burst_override, p_box_burst) + 1e-9
+        ) END;
+        UPDATE limits_limit SET declared = true, declared_per_key = p_box_base, declared_burst = p_box_burst,
+            declared_capacity = p_box_ceiling,
+            per_key_override = CASE WHEN v_ceiling > 100000 THEN NULL ELSE per_key_override END,
+            burst_override = CASE WHEN v_ceiling > 100000 THEN NULL ELSE burst_override END,
+            capacity_override = CASE WHEN v_ceiling > 100000 THEN NULL ELSE v_ceiling END
+        WHERE id = l.id;
+        woken := woken || limits_sync_one(l.id, v_locked, v_old, 'box', p_actor, p_now, p_reservation_ms, p_owed_after_ms);
+        updated := updated || 'box'::text;
+    END IF;
+    FOR l IN SELECT * FROM limits_limit
+             WHERE id = ANY (v_locked) AND kind = 'limit' AND declared AND NOT name = ANY (p_names) ORDER BY id LOOP
+        PERFORM limits_sync_undeclare(l.id, p_actor, p_now);
+        undeclared := undeclared || l.name::text;
+    END LOOP;
+    outcome := 'done';
+END
+$$;
+
+-- operator_actions.sync_workflow_bounds in one call (SPEC 11.5): each workflow's own bound
+-- (p_names[i], total p_capacities[i], per_key p_per_keys[i]) created, or its declared values
+-- written where they changed with the grant and the audit row (limits_sync_one); every other
+-- declared bound marked undeclared. With p_only (ensure_workflow_bound, SPEC 11.6) only the bounds
+-- named are locked and synced. A name a plain limit holds is refused ('bound_taken', bad_name)
+-- before anything is written; two first starts at once create the bound once.
+CREATE OR REPLACE FUNCTION limits_sync_bounds(
+    p_names text[], p_capacities integer[], p_per_keys integer[], p_no_max_hold bigint, p_only boolean,
+    p_actor text, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    OUT outcome text, OUT bad_name text, OUT created text[], OUT updated text[], OUT undeclared text[],
+    OUT woken text[]
+)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
+DECLARE
+    v_locked bigint[];
+    v_old text;
+    l limits_limit;
+    i integer;
+BEGIN
+    created := '{}';
+    updated := '{}';
+    undeclared := '{}';
+    woken := '{}';
+    IF p_only THEN
+        v_locked := ARRAY(SELECT id FROM limits_limit WHERE name = ANY (p_names) ORDER BY id FOR NO KEY UPDATE);
+    ELSE
+        v_locked := ARRAY(SELECT id FROM limits_limit ORDER BY id FOR NO KEY UPDATE);
+    END IF;
+    SELECT n.name INTO bad_name FROM unnest(p_names) WITH ORDINALITY AS n(name, ord)
+    JOIN limits_limit m ON m.name = n.name AND m.kind <> 'workflow' ORDER BY n.ord LIMIT 1;
+    IF FOUND THEN
+        outcome := 'bound_taken';
+        RETURN;
+    END IF;
+    FOR i IN 1 .. coalesce(cardinality(p_names), 0) LOOP
+        SELECT * INTO l FROM limits_limit WHERE name = p_names[i] AND id = ANY (v_locked);
+        IF NOT FOUND THEN
+            INSERT INTO limits_limit (
+                name, kind, declared, declared_capacity, declared_max_hold_ms, declared_per_key,
+                busy_count, reserved_count, waiting_count, next_position, created_at, updated_at
+            ) VALUES (
+                p_names[i], 'workflow', true, p_capacities[i], p_no_max_hold, p_per_keys[i],
+                0, 0, 0, 1, coalesce(p_now, clock_timestamp()), coalesce(p_now, clock_timestamp())
+            ) ON CONFLICT (name) DO NOTHING;  -- two first starts at once: one creates it, both use it
+            created := created || p_names[i];
+            CONTINUE;
+        END IF;
+        IF (l.declared, l.declared_capacity, l.declared_per_key)
+           IS NOT DISTINCT FROM (true, p_capacities[i], p_per_keys[i]) THEN
+            CONTINUE;
+        END IF;
+        v_old := limits_bound_text(l);
+        UPDATE limits_limit SET declared = true, declared_capacity = p_capacities[i], declared_per_key = p_per_keys[i]
+        WHERE id = l.id;
+        woken := woken || limits_sync_one(l.id, v_locked, v_old, 'bound', p_actor, p_now, p_reservation_ms, p_owed_after_ms);
+        updated := updated || p_names[i];
+    END LOOP;
+    IF NOT p_only THEN
+        FOR l IN SELECT * FROM limits_limit
+                 WHERE id = ANY (v_locked) AND kind = 'workflow' AND declared AND NOT name = ANY (p_names)
+                 ORDER BY id LOOP
+            PERFORM limits_sync_undeclare(l.id, p_actor, p_now);
+            undeclared := undeclared || l.name::text;
+        END LOOP;
+    END IF;
+    outcome := 'done';
+END
+$$;
+
 -- keys.partners: the limits of every group waiting in, or reserved from, this limit (read without
 -- locks: the caller locks them all in id order).
 CREATE OR REPLACE FUNCTION limits_partners(p_limit bigint) RETURNS bigint[]
@@ -1007,17 +1264,24 @@ $$;
 
 -- Acquire (SPEC 2.2-2.4, 3.1): a request already holding a live slot answers it (confirming a
 -- reservation in time); a new request on a declared limit is granted a busy slot when nobody
--- waits and a slot is free, or joins the end of the queue when every slot is taken.
+-- waits and a slot is free, or joins the end of the queue when every slot is taken. A limit that
+-- is not plain (per_key, keyed or group entries waiting), or whose queue a settle is due on, is
+-- limits_acquire_group's case, called from here: one round trip whatever the limit (`woken`: the
+-- runs its grant woke).
 CREATE OR REPLACE FUNCTION limits_acquire(
     p_name text, p_run text, p_request text, p_label text, p_timeout_ms bigint, p_now timestamptz,
-    OUT outcome text, OUT limit_name text, OUT slot_id text, OUT deadline timestamptz
+    p_reservation_ms bigint, p_owed_after_ms bigint,
+    OUT outcome text, OUT limit_name text, OUT slot_id text, OUT deadline timestamptz, OUT woken text[]
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     l limits_limit;
     v_now timestamptz;
     v_state text;
+    v_rules boolean := false;  -- the case of the grant rules: limits_acquire_group's
+    v_group record;
 BEGIN
+    woken := '{}';
     SELECT s.id, s.state, m.name INTO slot_id, v_state, limit_name
     FROM limits_slot s JOIN limits_limit m ON m.id = s.limit_id
     WHERE s.request = p_request AND s.state IN ('busy', 'reserved');
@@ -1035,14 +1299,18 @@ BEGIN
     END IF;
     BEGIN
         SELECT * INTO l FROM limits_limit WHERE name = p_name FOR NO KEY UPDATE;
-        IF NOT FOUND OR NOT l.declared OR NOT limits_is_plain(l)
+        IF NOT FOUND OR NOT l.declared THEN
+            RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- the Python rules name the error
+        END IF;
+        IF NOT limits_is_plain(l)
            OR (l.waiting_count > 0
-               AND (limits_room(l) > 0 OR EXISTS (  -- a settle is due: Python's, one call (issue 26)
+               AND (limits_room(l) > 0 OR EXISTS (  -- a settle is due
                    SELECT 1 FROM limits_queueentry q
                    WHERE q.limit_id = l.id AND q.state = 'waiting'
                      AND q.deadline <= limits_clock(p_now, l.last_event_at)
                ))) THEN
-            RAISE EXCEPTION USING ERRCODE = 'LMSLW';
+            v_rules := true;
+            RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- the lock goes back: the rules lock in id order
         END IF;
         limit_name := l.name;
         v_now := limits_clock(p_now, l.last_event_at);
@@ -1068,8 +1336,18 @@ BEGIN
         outcome := 'waiting';
     EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
         outcome := 'slow';
-        RETURN;
     END;
+    IF v_rules THEN
+        SELECT * INTO v_group FROM limits_acquire_group(
+            ARRAY[p_name], p_run, p_request, p_label, ARRAY[''], p_timeout_ms, p_now, p_reservation_ms,
+            p_owed_after_ms, false
+        );
+        outcome := v_group.outcome;
+        limit_name := p_name;
+        slot_id := v_group.slot_ids[1];
+        deadline := v_group.deadline;
+        woken := v_group.woken;
+    END IF;
 END
 $$;
 

@@ -20,7 +20,7 @@ import uuid
 import psycopg
 
 LIMIT = "ab-cycle"
-ACQUIRE = "SELECT outcome, slot_id FROM limits_acquire(%s, %s, %s, '', 600000, NULL)"
+ACQUIRE = "SELECT outcome, slot_id FROM limits_acquire(%s, %s, %s, '', 600000, NULL, 120000, 30000)"
 RELEASE = "SELECT outcome FROM limits_release(%s, NULL, 120000, 30000, NULL)"
 
 

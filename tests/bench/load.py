@@ -588,7 +588,7 @@ def _engine_raw_child(
         side.execute(f"LISTEN {_channel(run_id)}")
         cpu = _Cpu([conn.info.backend_pid, side.info.backend_pid])
         profile = _Profile(load, index, runs)
-        acquire_sql = "SELECT outcome, slot_id FROM limits_acquire(%s, %s, %s, %s, %s, %s)"
+        acquire_sql = "SELECT outcome, slot_id FROM limits_acquire(%s, %s, %s, %s, %s, %s, 120000, 120000)"
         release_sql = "SELECT outcome, woken FROM limits_release(%s, %s, %s, %s, NULL)"
 
         def call(sql: str, params: list[Any]) -> tuple[Any, ...]:

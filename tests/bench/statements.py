@@ -24,6 +24,9 @@ LOCKING = (
     "limits_sweep_limit(",
     "limits_sweep(",
     "limits_settle(",
+    "limits_operate(",
+    "limits_sync_workspace(",
+    "limits_sync_bounds(",
 )
 
 

@@ -75,7 +75,9 @@ def _holding() -> dict[str, Callable[[], Any]]:
         "rules.locked_limit": lambda: rules.locked_limit(limit.name),
         "rules.locked_by_name": lambda: rules.locked_by_name(limit.name),
         "slots._locked_slot": lambda: slots._locked_slot(held),
-        "limits_acquire": sql("SELECT outcome FROM limits_acquire('calls', 'r', 'req-a', '', 1000, now())", []),
+        "limits_acquire": sql(
+            "SELECT outcome FROM limits_acquire('calls', 'r', 'req-a', '', 1000, now(), 120000, 120000)", []
+        ),
         "limits_release": sql("SELECT outcome FROM limits_release(%s, now(), 120000, 120000, NULL)", [held]),
         "limits_acquire_group": sql(
             "SELECT outcome FROM limits_acquire_group("

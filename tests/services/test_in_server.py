@@ -59,7 +59,10 @@ def test_a_keyed_acquisition_and_several_free_limits_are_one_statement_each_on_p
     assert group.state == "busy" and len(sent) == 1
     assert [name for name, _ in group.slots] == ["calls", "api"]
     plain_on_keyed, sent = _engine_statements(lambda: services.acquire("api", run_id="r3"))
-    assert plain_on_keyed.state == "busy" and len(sent) <= 3  # limits_acquire answers slow: not plain
+    assert plain_on_keyed.state == "busy" and len(sent) == 1  # not plain: limits_acquire_group, same call
+    assert "limits_acquire(" in sent[0] and plain_on_keyed.slots == ()  # acquire's answer, as on SQLite
+    waiting, sent = _engine_statements(lambda: services.acquire("api", run_id="r4", request="q4", timeout="1s"))
+    assert waiting.state == "waiting" and len(sent) == 1 and waiting.limits == ()
     for slot_id in (keyed.slot_id, *(slot_id for _, slot_id in group.slots)):
         released, sent = _engine_statements(lambda slot_id=slot_id: services.release(slot_id))
         assert released is True and len(sent) == 1 and "limits_release(" in sent[0]
@@ -264,7 +267,6 @@ def test_a_function_that_answers_slow_inside_a_transaction_keeps_no_limit_locked
     blocker = services.acquire("a", run_id="blocker").slot_id
     services.acquire("b", run_id="holder", key="k1")
     services.acquire_group(["a", "b"], run_id="group", request="group", key="k2")  # b is not plain now
-    b_row = Limit.objects.get(name="b")
     settings = connection.settings_dict
     other = psycopg.connect(
         host=settings["HOST"], port=settings["PORT"], user=settings["USER"], dbname=settings["NAME"], autocommit=True
@@ -278,7 +280,10 @@ def test_a_function_that_answers_slow_inside_a_transaction_keeps_no_limit_locked
         return False
 
     calls: dict[str, tuple[str, list[str]]] = {
-        "limits_acquire": ("SELECT outcome FROM limits_acquire('b', 'r', 'req-1', '', 1000, now())", []),
+        "limits_acquire": (  # c is undeclared: found once c is locked
+            "SELECT outcome FROM limits_acquire('c', 'r', 'req-1', '', 1000, now(), 120000, 120000)",
+            [],
+        ),
         "limits_acquire_group": (  # c is undeclared: found once every limit is locked
             "SELECT outcome FROM limits_acquire_group("
             "'{b,c}', 'r', 'req-2', '', '{k9,k9}', 1000, now(), 120000, 120000, false)",
@@ -290,7 +295,8 @@ def test_a_function_that_answers_slow_inside_a_transaction_keeps_no_limit_locked
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(sql, params)
                 assert cursor.fetchone()[0] == "slow", name
-                assert not locked(b_row.id) and not locked(Limit.objects.get(name="a").id), f"{name} kept a lock"
+                kept = [limit.name for limit in Limit.objects.filter(name__in="abc") if locked(limit.id)]
+                assert not kept, f"{name} kept a lock on {kept}"
     finally:
         other.close()
     assert blocker
@@ -638,3 +644,41 @@ def test_an_operators_box_change_is_one_call(django_capture_on_commit_callbacks)
     assert AuditEvent.objects.filter(action="box").count() == len(audit)
     assert (Limit.objects.get(name="box").per_key, Limit.objects.get(name="box").capacity) == (1, 1)
     assert_counters_match_rows("box")
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_deploy_is_one_call(django_capture_on_commit_callbacks) -> None:
+    """Issue 26: sync_workspace and sync_workflow_bounds (SPEC 1.4, 1.5, 11.5, 12.1) lock every
+    limit, write the declared values, grant what a raise frees (a group's other limit included)
+    and audit in one call each (limits_sync_workspace, limits_sync_bounds), no row lock sent from
+    Python; ensure_workflow_bound (11.6) is one call inside the caller's transaction; a taken name
+    is refused by the same one call."""
+    from limits.config import define_workspace
+
+    def deploy(capacity: int, box: dict[str, object] | None):
+        config = {"calls": {"capacity": capacity, "max_hold": "1h"}, "sms": {"capacity": 1, "max_hold": "1h"}}
+        return services.sync_workspace(define_workspace(limits=config, run_concurrency=box))
+
+    report, sent = _engine_statements(lambda: deploy(1, {"base": 1}))
+    assert "calls" in report.created and "box" in report.created
+    assert len(sent) == 1 and "limits_sync_workspace(" in sent[0]
+    services.acquire("calls", run_id="r1")
+    assert services.acquire_group(["sms", "calls"], run_id="r2", request="g2").state == "waiting"
+    report, sent = _engine_statements(lambda: deploy(2, {"base": 2, "burst": 1.5}))
+    assert (report.updated, len(sent)) == (["calls", "box"], 1)
+    assert not [sql for sql in sent if re.search(r"FOR (NO KEY )?UPDATE", sql)]
+    assert sorted(Slot.objects.filter(request="g2").values_list("state", flat=True)) == ["reserved", "reserved"]
+    assert Limit.objects.get(name="box").capacity == 3
+    report, sent = _engine_statements(lambda: services.sync_workflow_bounds({"workflow.w": (2, None)}))
+    assert (report.created, len(sent)) == (["workflow.w"], 1) and "limits_sync_bounds(" in sent[0]
+    with transaction.atomic():  # start_run's: the bound it syncs is its own, in its transaction
+        services.sync_workflow_bounds({"workflow.w": (2, None)})  # undeclared by the next line
+        services.sync_workflow_bounds({})
+        _, sent = _engine_statements(lambda: services.ensure_workflow_bound("workflow.w", 2, None))
+    assert len(sent) == 2 and "limits_sync_bounds(" in sent[1]  # the read that finds it undeclared, the sync
+    assert Limit.objects.get(name="workflow.w").declared
+    with pytest.raises(services.LimitsError):
+        _engine_statements(lambda: services.sync_workflow_bounds({"calls": (2, None)}))
+    for name in ["calls", "sms", "box"]:
+        assert_counters_match_rows(name)

@@ -185,3 +185,84 @@ def test_migrate_and_limits_sync_bring_the_workspace_to_the_database(settings, t
     settings.STACKBONE_WORKSPACE = "ws_for_sync2"
     call_command("limits", "sync")
     assert Limit.objects.get(name="sms").declared_capacity == 6
+
+
+def test_a_deploy_audits_each_change_with_the_declared_values_before_and_after(clock) -> None:
+    """1.4, 1.5, 11.5, 12.1: what a deploy writes in the audit trail, the same text on both
+    databases (PostgreSQL's is limits_sync_workspace's and limits_sync_bounds', SQLite's the Python
+    track's): a limit's, a workflow bound's and the box's declared values before and after, the
+    capacity in force after; an unchanged one writes nothing; one left out is marked undeclared."""
+    services.sync_workspace(
+        define_workspace(
+            limits={"calls": {"capacity": 2, "max_hold": "1m"}, "sms": {"capacity": 1, "max_hold": "1m"}},
+            run_concurrency={"base": 2},
+        )
+    )
+    services.sync_workflow_bounds({"workflow.a": (3, None), "workflow.b": (None, 1)})
+    services.set_box(base=3, actor="user:ana")  # an override the next deploy keeps (ceiling 3 x 2.0)
+    report = services.sync_workspace(
+        define_workspace(
+            limits={"calls": {"capacity": 5, "max_hold": "2m", "per_key": 2, "share": "fair"}},
+            run_concurrency={"base": 4, "burst": 2.5},
+        )
+    )
+    assert (report.created, report.updated, report.undeclared) == ([], ["calls", "box"], ["sms"])
+    bounds = services.sync_workflow_bounds({"workflow.a": (4, 2)})
+    assert (bounds.created, bounds.updated, bounds.undeclared) == ([], ["workflow.a"], ["workflow.b"])
+    assert services.sync_workflow_bounds({"workflow.a": (4, 2)}) == type(bounds)()  # unchanged: nothing
+    rows = list(
+        AuditEvent.objects.filter(action="sync", limit__name__in=["calls", "sms", "box", "workflow.a", "workflow.b"])
+        .order_by("id")
+        .values_list("limit__name", "actor", "old_value", "new_value", "capacity_after")
+    )
+    assert rows == [
+        (
+            "calls",
+            "deploy",
+            "capacity 2, max hold 60000 ms",
+            "capacity 5, max hold 120000 ms, per_key 2, share fair",
+            5,
+        ),
+        ("box", "deploy", "base 3, burst 2, ceiling 6", "base 3, burst 2.5, ceiling 7", 7),
+        ("sms", "deploy", "declared", "undeclared", 1),
+        ("workflow.a", "deploy", "total 3", "total 4, per_key 2", 4),
+        ("workflow.b", "deploy", "declared", "undeclared", 100_000),
+    ]
+    box = Limit.objects.get(name="box")
+    assert (box.per_key, box.burst, box.capacity, box.declared_capacity) == (3, 2.5, 7, 10)
+
+
+def test_a_deploy_drops_a_box_override_the_new_burst_would_take_past_the_maximum(clock) -> None:
+    """12.1, 12.5: an operator's base that the newly declared burst would carry past 100,000
+    cannot stand: the deploy resets the overrides (audited), where it otherwise keeps them."""
+    services.sync_workspace(define_workspace(limits={}, run_concurrency={"base": 2, "burst": 1.0}))
+    services.set_box(base=40_000, actor="user:ana")
+    services.sync_workspace(define_workspace(limits={}, run_concurrency={"base": 2, "burst": 3.0}))
+    box = Limit.objects.get(name="box")
+    assert (box.per_key_override, box.burst_override, box.capacity_override) == (None, None, None)
+    assert (box.per_key, box.capacity) == (2, 6)
+    assert AuditEvent.objects.filter(action="sync", limit=box).latest("id").new_value == "base 2, burst 3, ceiling 6"
+
+
+def test_a_deploy_that_names_a_taken_name_is_refused_and_changes_nothing(clock) -> None:
+    """A workflow's bound whose name a declared limit holds, or a box run concurrency while a plain
+    limit is named 'box', is refused with the field named, before the deploy writes anything: no
+    limit created, updated or undeclared, no audit row."""
+    services.sync_workspace(
+        define_workspace(limits={"box": {"capacity": 1, "max_hold": "1m"}, "calls": {"capacity": 1, "max_hold": "1m"}})
+    )
+    before = list(Limit.objects.order_by("id").values())
+    audit = AuditEvent.objects.count()
+    with pytest.raises(LimitsError) as refused:
+        services.sync_workspace(
+            define_workspace(limits={"sms": {"capacity": 2, "max_hold": "1m"}}, run_concurrency={"base": 2})
+        )
+    assert refused.value.field == "run_concurrency" and "rename that limit first" in refused.value.message
+    with pytest.raises(LimitsError) as refused:
+        services.sync_workflow_bounds({"calls": (2, None), "workflow.a": (1, None)})
+    assert (refused.value.field, refused.value.message) == (
+        "name",
+        "limit 'calls': the name belongs to a workflow's own bound (names starting 'workflow.')",
+    )
+    assert list(Limit.objects.order_by("id").values()) == before
+    assert AuditEvent.objects.count() == audit
