@@ -4,7 +4,9 @@ transaction that writes its audit row beside the change."""
 
 from __future__ import annotations
 
-from django.db import transaction
+from contextlib import AbstractContextManager, nullcontext
+
+from django.db import connection, transaction
 
 from limits.config import (
     BOX_NAME,
@@ -413,6 +415,12 @@ BOX_NAME_TAKEN = (
 )
 
 
+BOX_LIMIT_TAKEN = (
+    "limit 'box': the name belongs to the box's run concurrency, declared in this box before; "
+    "give the limit another name"
+)
+
+
 def set_share(name: str, value: object, *, actor: str | None = None) -> Limit:
     """Switch a limit between first come, first served ('fifo') and fair shares between keys
     ('fair'), or reset it to the declared share with None (SPEC 13.5). Audited; a deploy keeps it.
@@ -505,7 +513,8 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
     that rose grants waiting runs at once.
     """
     if server.available():
-        return _sync_workspace_in_server(workspace, actor)
+        with _as_the_python_track(durable=True):
+            return _sync_workspace_in_server(workspace, actor)
     report = SyncReport()
     with transaction.atomic(durable=True):
         existing = {limit.name: limit for limit in Limit.objects.locked().order_by("id")}
@@ -514,6 +523,8 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
             limit = existing.get(name)
             if limit is not None and limit.is_workflow_bound:
                 raise LimitsError(BOUND_NAME_TAKEN.format(name=name), field="name")
+            if limit is not None and limit.is_box:
+                raise LimitsError(BOX_LIMIT_TAKEN, field="name")
             if limit is None:
                 Limit.objects.create(
                     name=name,
@@ -587,6 +598,14 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
     return report
 
 
+def _as_the_python_track(*, durable: bool) -> AbstractContextManager[object]:
+    """The Python track's `transaction.atomic(durable=...)` around a deploy's one call, where it
+    changes something: inside a caller's transaction a deploy refuses it (RuntimeError, as on
+    SQLite), and ensure_workflow_bound's sync takes a savepoint, so that a refusal gives back
+    the lock it took; outside one, the call is its own statement in autocommit."""
+    return transaction.atomic(durable=durable) if connection.in_atomic_block else nullcontext()
+
+
 def _sync_workspace_in_server(workspace: Workspace, actor: str) -> SyncReport:
     """sync_workspace on PostgreSQL: one call (engine.sql: limits_sync_workspace), which locks every
     limit, writes, grants and audits as the lines above do, and refuses a taken name before it
@@ -607,6 +626,8 @@ def _sync_workspace_in_server(workspace: Workspace, actor: str) -> SyncReport:
         raise LimitsError(BOUND_NAME_TAKEN.format(name=bad_name), field="name")
     if outcome == "box_taken":
         raise LimitsError(BOX_NAME_TAKEN, field="run_concurrency")
+    if outcome == "box_taken_by_limit":
+        raise LimitsError(BOX_LIMIT_TAKEN, field="name")
     rules.wake_on_commit(woken)
     return SyncReport(created=created, updated=updated, undeclared=undeclared)
 
@@ -634,7 +655,8 @@ def sync_workflow_bounds(
     given are synced and nothing else is touched (start_run of a workflow whose bound the deploy
     did not load, SPEC 11.6: `ensure_workflow_bound`)."""
     if server.available():
-        return _sync_bounds_in_server(bounds, actor, only)
+        with _as_the_python_track(durable=not only):
+            return _sync_bounds_in_server(bounds, actor, only)
     report = SyncReport()
     with transaction.atomic(durable=not only):
         rows = Limit.objects.locked().filter(name__in=list(bounds)) if only else Limit.objects.locked()

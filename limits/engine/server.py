@@ -2,12 +2,14 @@
 one round trip each, the limit's row lock held inside the server only.
 
 Each function does the whole operation, in every case (keys, groups, owed runs, confirm, lapse,
-requeue, operators' changes, deploys, the sweep), but for two that the acquire functions answer
-NOT_HANDLED_HERE before changing anything: an unknown or undeclared limit (limits.engine.slots
-words the error) and an earlier outcome of the request other than a live slot (read without a
-lock). The Python rules of limits.engine are the readable definition and SQLite's track; the SQL
-is PostgreSQL's, held to the same tests (tests/services and the model test run on both
-databases; tests/services/test_sql_file.py holds the database to the file).
+requeue, operators' changes, deploys, the sweep, and the refusals: an unknown or undeclared limit
+is answered, and worded here as the Python track words it), but for one that the acquire
+functions answer NOT_HANDLED_HERE before changing anything: an earlier outcome of the request
+other than a busy slot or a single reservation in time, which limits.engine.slots reads without a
+lock (a late or a group's reservation: confirmed or lapsed by one call, `confirm`). The Python rules of
+limits.engine are the readable definition and SQLite's track; the SQL is PostgreSQL's, held to
+the same tests (tests/services and the model test run on both databases;
+tests/services/test_sql_file.py holds the database to the file).
 
 Outside a caller's transaction a call is its own statement in autocommit: one round trip with
 its commit.
@@ -21,6 +23,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from limits.engine.errors import UNDECLARED_LIMIT, UNKNOWN_LIMIT, LimitsError
 from limits.engine.results import RESERVATION_MS, Acquisition
 from limits.models import Limit
 from limits.signals import runs_woken
@@ -68,14 +71,15 @@ def acquire(
     """limits_acquire: a new request granted at once or queued behind full capacity, or a request
     that holds a live slot (a reservation in time is confirmed); on a limit that is not plain, or
     with a settle due, limits_acquire_group's answer from the same call (the runs its grant woke
-    are woken on commit). An earlier outcome of the request, an unknown or undeclared name are
-    left to limits.engine.slots."""
+    are woken on commit). An unknown or undeclared name raises the Python track's LimitsError; an
+    earlier outcome of the request is left to limits.engine.slots."""
     outcome, name, slot_id, deadline, woken = _call(
         "SELECT outcome, limit_name, slot_id, deadline, woken FROM limits_acquire(%s, %s, %s, %s, %s, %s, %s, %s)",
         [limit_name, run_id, request, label, timeout_ms, clock.param(), RESERVATION_MS, owed_after_ms],
     )
     if outcome == SLOW:
         return NOT_HANDLED_HERE
+    _refuse(outcome, name)
     wake_on_commit(woken)
     if outcome == "busy":
         return Acquisition("busy", name, request, slot_id=slot_id)
@@ -263,17 +267,20 @@ def acquire_group(
 ) -> Acquisition | Answer:
     """limits_acquire_group: a new request, with a key or several limits, granted busy slots of
     every limit at once when nobody waits and each has room, or joining every queue (granted and
-    confirmed at once if the grant reaches it, else waiting). An earlier outcome of the request,
-    an unknown or undeclared name are left to limits.engine.slots. The other runs the grant
+    confirmed at once if the grant reaches it, else waiting). An unknown or undeclared name raises
+    the Python track's LimitsError; an earlier outcome of the request is left to
+    limits.engine.slots. The other runs the grant
     woke are woken on commit. `member_keys`: each limit's key pool; `box`: the last limit is the
     box bound (limits.engine.slots.acquire_group)."""
     key = member_keys[0]
-    outcome, slot_ids, deadline, woken = _call(
-        "SELECT outcome, slot_ids, deadline, woken FROM limits_acquire_group(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+    outcome, slot_ids, deadline, woken, bad_name = _call(
+        "SELECT outcome, slot_ids, deadline, woken, bad_name"
+        " FROM limits_acquire_group(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         [names, run_id, request, label, member_keys, timeout_ms, clock.param(), RESERVATION_MS, owed_after_ms, box],
     )
     if outcome == SLOW:
         return NOT_HANDLED_HERE
+    _refuse(outcome, bad_name)
     wake_on_commit(woken)
     if outcome == "waiting":
         return Acquisition(
@@ -288,6 +295,15 @@ def acquire_group(
         limits=tuple(names),
         key=key,
     )
+
+
+def _refuse(outcome: str, name: str) -> None:
+    """The acquire functions' refusals, worded as the Python track words them (the function gave
+    its locks back and changed nothing)."""
+    if outcome == "unknown":
+        raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
+    if outcome == "undeclared":
+        raise LimitsError(UNDECLARED_LIMIT.format(name=name), field="limit")
 
 
 def wake_on_commit(run_ids: list[str]) -> None:

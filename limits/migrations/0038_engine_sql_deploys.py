@@ -1,15 +1,18 @@
 """limits/sql/engine.sql with a deploy as one call (issue 26): limits_sync_workspace and
 limits_sync_bounds lock, write the declared values, grant and audit in the server, where
 sync_workspace and sync_workflow_bounds sent ORM statements under every limit's lock and a
-limits_grant per changed limit.
+limits_grant per changed limit where runs waited. limits_acquire goes on in limits_acquire_group
+itself on a limit that is not plain, and the acquire functions answer an unknown or undeclared
+limit (limits_acquire_group names it in a new column, bad_name).
 
-Reverse: a noop (the older functions run as they did)."""
+Reverse: a noop. The older code runs against these functions: limits_acquire's two new arguments
+have defaults, and limits_acquire_group's new column is one the older code does not ask for."""
 
 from django.db import migrations
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "a17c8524e50316d073e182cbe48685f784baa5763425f204c31199896c2972dd"
+ENGINE_SQL_FINGERPRINT = "85356b80bbd885f83b0237d06724518b31917bb16cc35f023801629f9c44abe9"
 
 
 def install(apps, schema_editor) -> None:

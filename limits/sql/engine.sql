@@ -3,11 +3,12 @@
 -- docstring). Each takes the limit's row lock inside the server, so the lock is held for the
 -- statements and the commit only, never across a round trip to Python. Every case of every operation
 -- is handled here (keys, groups, owed runs, confirm, lapse, requeue, a release handing over to a
--- group, operators' changes, deploys, the sweep), but two that the acquire functions leave to
--- Python: an unknown or undeclared limit (Python words the error) and an earlier outcome of the
--- request other than a live slot (Python reads it, no lock). They answer 'slow'
--- (limits.engine.server: NOT_HANDLED_HERE) before they change anything, and the service goes on
--- in Python in the same transaction. Inside this file a function may answer 'slow' to its caller
+-- group, operators' changes, deploys, the sweep; an unknown or undeclared limit is answered as
+-- such, and Python words the error), but one that the acquire functions leave to Python: an
+-- earlier outcome of the request other than a busy slot or a single reservation in time (Python
+-- reads it without a lock; a late or a group's reservation is confirmed or lapsed by one call of
+-- limits_confirm_or_lapse). They answer 'slow' (limits.engine.server: NOT_HANDLED_HERE) before
+-- they change anything, and the service goes on in Python in the same transaction. Inside this file a function may answer 'slow' to its caller
 -- here (limits_confirm to limits_confirm_or_lapse; limits_acquire's non-plain case goes on in
 -- limits_acquire_group).
 --
@@ -1026,8 +1027,9 @@ $$;
 -- and the audit row (limits_sync_one); the box's run concurrency likewise (p_box_base NULL: none
 -- declared; p_box_ceiling its floor(base x burst), config.box_ceiling); and every other declared
 -- limit (not a workflow's own bound, not the box) marked undeclared. Operator overrides survive.
--- A name that belongs to a workflow's own bound ('bound_taken', with bad_name) or a box whose name
--- a plain limit holds ('box_taken') is refused before anything is written. The names created,
+-- A name that belongs to a workflow's own bound ('bound_taken', with bad_name) or to the box's run
+-- concurrency ('box_taken_by_limit'), or a box whose name a plain limit holds ('box_taken'), is
+-- refused before anything is written. The names created,
 -- updated and undeclared come back in the order the Python track reports them; `woken`: the runs
 -- the grants woke.
 CREATE OR REPLACE FUNCTION limits_sync_workspace(
@@ -1051,11 +1053,12 @@ BEGIN
     undeclared := '{}';
     woken := '{}';
     v_locked := ARRAY(SELECT id FROM limits_limit ORDER BY id FOR NO KEY UPDATE);
-    SELECT n.name INTO bad_name FROM unnest(p_names) WITH ORDINALITY AS n(name, ord)
-    JOIN limits_limit m ON m.name = n.name AND m.kind = 'workflow' ORDER BY n.ord LIMIT 1;
+    SELECT n.name, CASE m.kind WHEN 'workflow' THEN 'bound_taken' ELSE 'box_taken_by_limit' END
+    INTO bad_name, outcome
+    FROM unnest(p_names) WITH ORDINALITY AS n(name, ord)
+    JOIN limits_limit m ON m.name = n.name AND m.kind <> 'limit' ORDER BY n.ord LIMIT 1;
     IF FOUND THEN
-        outcome := 'bound_taken';
-        RETURN;
+        RETURN;  -- a workflow's own bound's name, or the box's
     END IF;
     IF p_box_base IS NOT NULL AND EXISTS (SELECT 1 FROM limits_limit WHERE name = 'box' AND kind <> 'box') THEN
         outcome := 'box_taken';
@@ -1270,7 +1273,9 @@ $$;
 -- runs its grant woke).
 CREATE OR REPLACE FUNCTION limits_acquire(
     p_name text, p_run text, p_request text, p_label text, p_timeout_ms bigint, p_now timestamptz,
-    p_reservation_ms bigint, p_owed_after_ms bigint,
+    -- results.RESERVATION_MS, keys.OWED_AFTER_MS: defaults, so that a caller of the older six
+    -- arguments (a worker of the release before, during a rolling deploy) is answered as before
+    p_reservation_ms bigint DEFAULT 120000, p_owed_after_ms bigint DEFAULT 120000,
     OUT outcome text, OUT limit_name text, OUT slot_id text, OUT deadline timestamptz, OUT woken text[]
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
@@ -1279,6 +1284,7 @@ DECLARE
     v_now timestamptz;
     v_state text;
     v_rules boolean := false;  -- the case of the grant rules: limits_acquire_group's
+    v_problem text;  -- 'unknown', 'undeclared': the answer, once the lock is given back
     v_group record;
 BEGIN
     woken := '{}';
@@ -1299,8 +1305,9 @@ BEGIN
     END IF;
     BEGIN
         SELECT * INTO l FROM limits_limit WHERE name = p_name FOR NO KEY UPDATE;
-        IF NOT FOUND OR NOT l.declared THEN
-            RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- the Python rules name the error
+        IF NOT FOUND OR NOT l.declared THEN  -- the caller words the error; the lock goes back
+            v_problem := CASE WHEN l.id IS NULL THEN 'unknown' ELSE 'undeclared' END;
+            RAISE EXCEPTION USING ERRCODE = 'LMSLW';
         END IF;
         IF NOT limits_is_plain(l)
            OR (l.waiting_count > 0
@@ -1335,7 +1342,8 @@ BEGIN
         WHERE id = l.id;
         outcome := 'waiting';
     EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
-        outcome := 'slow';
+        outcome := coalesce(v_problem, 'slow');
+        limit_name := p_name;
     END;
     IF v_rules THEN
         SELECT * INTO v_group FROM limits_acquire_group(
@@ -1343,7 +1351,7 @@ BEGIN
             p_owed_after_ms, false
         );
         outcome := v_group.outcome;
-        limit_name := p_name;
+        limit_name := coalesce(v_group.bad_name, p_name);
         slot_id := v_group.slot_ids[1];
         deadline := v_group.deadline;
         woken := v_group.woken;
@@ -1362,12 +1370,14 @@ $$;
 -- p_keys: each limit's key pool (the run's key; the box bound's own key, SPEC 12.3). p_box: the
 -- last limit is the box bound (SPEC 12.2): the box slot the run executes in, if it holds one, is
 -- kept if the other limits have room at once, else given back before the run joins every queue.
--- An earlier outcome of the request, an unknown, repeated or undeclared name answers 'slow'
--- before changing anything: the Python rules say what became of it, or which name is wrong.
+-- An unknown name answers 'unknown', an undeclared one 'undeclared' (the first in p_names, as
+-- bad_name; the caller words the error), before changing anything. An earlier outcome of the
+-- request answers 'slow': limits.engine.slots reads what became of it, without a lock (a request
+-- holding live slots is confirmed here, limits_confirm_group).
 CREATE OR REPLACE FUNCTION limits_acquire_group(
     p_names text[], p_run text, p_request text, p_label text, p_keys text[], p_timeout_ms bigint,
     p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint, p_box boolean,
-    OUT outcome text, OUT slot_ids text[], OUT deadline timestamptz, OUT woken text[]
+    OUT outcome text, OUT slot_ids text[], OUT deadline timestamptz, OUT woken text[], OUT bad_name text
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
@@ -1400,9 +1410,14 @@ BEGIN
     END IF;
     SELECT array_agg(lim.id ORDER BY n.ord) INTO v_mine
     FROM unnest(p_names) WITH ORDINALITY AS n(name, ord) JOIN limits_limit lim ON lim.name = n.name;
-    IF v_mine IS NULL OR cardinality(v_mine) <> v_size
-       OR (SELECT count(DISTINCT x) FROM unnest(v_mine) x) <> v_size THEN
-        RETURN;  -- an unknown name (or a repeated one): Python says which
+    IF v_mine IS NULL OR cardinality(v_mine) <> v_size THEN
+        SELECT n.name INTO bad_name FROM unnest(p_names) WITH ORDINALITY AS n(name, ord)
+        WHERE NOT EXISTS (SELECT 1 FROM limits_limit m WHERE m.name = n.name) ORDER BY n.ord LIMIT 1;
+        outcome := CASE WHEN bad_name IS NULL THEN 'slow' ELSE 'unknown' END;  -- 'slow': a name repeated
+        RETURN;
+    END IF;
+    IF (SELECT count(DISTINCT x) FROM unnest(v_mine) x) <> v_size THEN
+        RETURN;  -- a repeated name: limits.engine.slots refuses it before the call
     END IF;
     v_ids := v_mine;
     FOREACH v_id IN ARRAY v_mine LOOP
@@ -1414,12 +1429,12 @@ BEGIN
     BEGIN
         FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
             v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
-            IF l.id = ANY (v_mine) THEN
-                IF NOT l.declared THEN
-                    RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- Python names it
-                END IF;
-            END IF;
         END LOOP;
+        SELECT m.name INTO bad_name FROM unnest(v_mine) WITH ORDINALITY AS n(id, ord)
+        JOIN limits_limit m ON m.id = n.id AND NOT m.declared ORDER BY n.ord LIMIT 1;
+        IF bad_name IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- 'undeclared', once the locks are given back
+        END IF;
         UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);  -- rules.clock_all
         -- slots._held_slot: the box slot the run executes in (SPEC 12.2), kept if the rest is free
         IF p_box THEN
@@ -1513,7 +1528,7 @@ BEGIN
             outcome := 'waiting';
         END IF;
     EXCEPTION WHEN SQLSTATE 'LMSLW' THEN
-        outcome := 'slow';
+        outcome := CASE WHEN bad_name IS NULL THEN 'slow' ELSE 'undeclared' END;
         slot_ids := '{}';
         deadline := NULL;
         woken := '{}';

@@ -56,7 +56,8 @@ def can_lock(other: psycopg.Connection[Any], limit_id: int, mode: str) -> bool:
 def _holding() -> dict[str, Callable[[], Any]]:
     """Every way the engine takes a limit's row lock, each left open inside the caller's
     transaction: the Python rules (keys.lock, locked_limit, slots._locked_slot, locked_by_name, a
-    deploy) and the PostgreSQL functions that keep it (a grant, a release, a keyed grant)."""
+    deploy) and the PostgreSQL functions that keep it (a grant, a release, a keyed grant, a
+    deploy's)."""
     declare(calls={"capacity": 5, "max_hold": "1h"}, api={"capacity": 5, "max_hold": "1h", "per_key": 2})
     held = services.acquire("calls", run_id="held").slot_id
     keyed = services.acquire("api", run_id="keyed", key="acme").slot_id
@@ -85,6 +86,14 @@ def _holding() -> dict[str, Callable[[], Any]]:
             [],
         ),
         "keyed limits_release": sql("SELECT outcome FROM limits_release(%s, now(), 120000, 120000, NULL)", [keyed]),
+        "limits_sync_workspace": sql(  # a deploy that changes nothing still holds every limit
+            "SELECT outcome FROM limits_sync_workspace('{api,calls}', '{5,5}', '{3600000,3600000}', '{2,NULL}', "
+            "'{fifo,fifo}', NULL, NULL, NULL, 1000, 'deploy', now(), 120000, 120000)",
+            [],
+        ),
+        "limits_sync_bounds": sql(
+            "SELECT outcome FROM limits_sync_bounds('{}', '{}', '{}', 1000, false, 'deploy', now(), 120000, 120000)", []
+        ),
     }
 
 

@@ -251,11 +251,12 @@ def test_a_limits_timestamps_never_go_back_whatever_the_clock_says(clock) -> Non
 
 @requires_postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_function_that_answers_slow_inside_a_transaction_keeps_no_limit_locked() -> None:
-    """Each function that takes a limit's row lock and then leaves the case to Python gives the
-    lock back first (engine.sql: the lock is taken in a subtransaction that 'slow' rolls back):
-    the Python rules lock every limit they need in id order, and a lock kept from the function
-    could be out of that order (two such transactions deadlocked in the chaos run)."""
+def test_a_function_that_refuses_or_answers_slow_inside_a_transaction_keeps_no_limit_locked() -> None:
+    """Each function that takes a limit's row lock and then refuses (an undeclared limit) or
+    leaves the case to Python (a late group confirm) gives the lock back first (engine.sql: the
+    lock is taken in a subtransaction that the answer rolls back): the Python rules lock every
+    limit they need in id order, and a lock kept from the function could be out of that order
+    (two such transactions deadlocked in the chaos run)."""
     import psycopg
 
     declare(
@@ -279,27 +280,41 @@ def test_a_function_that_answers_slow_inside_a_transaction_keeps_no_limit_locked
             return True
         return False
 
-    calls: dict[str, tuple[str, list[str]]] = {
-        "limits_acquire": (  # c is undeclared: found once c is locked
-            "SELECT outcome FROM limits_acquire('c', 'r', 'req-1', '', 1000, now(), 120000, 120000)",
-            [],
-        ),
-        "limits_acquire_group": (  # c is undeclared: found once every limit is locked
-            "SELECT outcome FROM limits_acquire_group("
-            "'{b,c}', 'r', 'req-2', '', '{k9,k9}', 1000, now(), 120000, 120000, false)",
-            [],
-        ),
-    }
+    def answer(sql: str) -> str:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql)
+            outcome: str = cursor.fetchone()[0]
+            kept = [limit.name for limit in Limit.objects.filter(name__in="abc") if locked(limit.id)]
+            assert not kept, f"{sql} kept a lock on {kept}"
+        return outcome
+
     try:
-        for name, (sql, params) in calls.items():
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute(sql, params)
-                assert cursor.fetchone()[0] == "slow", name
-                kept = [limit.name for limit in Limit.objects.filter(name__in="abc") if locked(limit.id)]
-                assert not kept, f"{name} kept a lock on {kept}"
+        # c is undeclared: found once c is locked
+        assert answer("SELECT outcome FROM limits_acquire('c', 'r', 'req-1', '', 1000, now(), 120000, 120000)") == (
+            "undeclared"
+        )
+        assert (  # found once every limit is locked
+            answer(
+                "SELECT outcome FROM limits_acquire_group("
+                "'{b,c}', 'r', 'req-2', '', '{k9,k9}', 1000, now(), 120000, 120000, false)"
+            )
+            == "undeclared"
+        )
+        assert services.release(blocker) is True  # the group is reserved on a and b
+        late = "SELECT outcome FROM limits_confirm_group('{a,b}', 'group', now() + interval '1 day')"
+        assert answer(late) == "slow"  # late: limits.engine.slots lapses it (limits_confirm_or_lapse)
     finally:
         other.close()
-    assert blocker
+    with pytest.raises(services.LimitsError) as refused:
+        services.acquire_group(["b", "c"], run_id="r", request="req-3")
+    assert (refused.value.field, refused.value.message) == (
+        "limit",
+        "limit 'c' is no longer declared in the workspace, so it cannot be acquired",
+    )
+    with CaptureQueriesContext(connection) as captured, pytest.raises(services.LimitsError) as refused:
+        services.acquire("nope", run_id="r", request="req-4")
+    assert (refused.value.field, refused.value.message) == ("limit", "unknown limit 'nope'")
+    assert len(captured.captured_queries) == 1  # the refusal is the one call's answer
 
 
 @requires_postgres
@@ -648,37 +663,47 @@ def test_an_operators_box_change_is_one_call(django_capture_on_commit_callbacks)
 
 @requires_postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_deploy_is_one_call(django_capture_on_commit_callbacks) -> None:
+def test_a_deploy_is_one_call() -> None:
     """Issue 26: sync_workspace and sync_workflow_bounds (SPEC 1.4, 1.5, 11.5, 12.1) lock every
-    limit, write the declared values, grant what a raise frees (a group's other limit included)
-    and audit in one call each (limits_sync_workspace, limits_sync_bounds), no row lock sent from
-    Python; ensure_workflow_bound (11.6) is one call inside the caller's transaction; a taken name
-    is refused by the same one call."""
+    limit, write the declared values, grant what a raise frees (a group's other limit included,
+    its run woken after the commit) and audit in one call each (limits_sync_workspace,
+    limits_sync_bounds), no row lock sent from Python; ensure_workflow_bound (11.6) is one call
+    inside the caller's transaction, in a savepoint as on SQLite; a taken name is refused by the
+    same one call."""
     from limits.config import define_workspace
+    from limits.signals import runs_woken
 
     def deploy(capacity: int, box: dict[str, object] | None):
         config = {"calls": {"capacity": capacity, "max_hold": "1h"}, "sms": {"capacity": 1, "max_hold": "1h"}}
         return services.sync_workspace(define_workspace(limits=config, run_concurrency=box))
 
-    report, sent = _engine_statements(lambda: deploy(1, {"base": 1}))
-    assert "calls" in report.created and "box" in report.created
-    assert len(sent) == 1 and "limits_sync_workspace(" in sent[0]
-    services.acquire("calls", run_id="r1")
-    assert services.acquire_group(["sms", "calls"], run_id="r2", request="g2").state == "waiting"
-    report, sent = _engine_statements(lambda: deploy(2, {"base": 2, "burst": 1.5}))
-    assert (report.updated, len(sent)) == (["calls", "box"], 1)
+    woken: list[list[str]] = []
+    runs_woken.connect(lambda sender, run_ids, **_: woken.append(run_ids), weak=False, dispatch_uid="deploy-woken")
+    try:
+        report, sent = _engine_statements(lambda: deploy(1, {"base": 1}))
+        assert "calls" in report.created and "box" in report.created
+        assert len(sent) == 1 and "limits_sync_workspace(" in sent[0]
+        services.acquire("calls", run_id="r1")
+        assert services.acquire_group(["sms", "calls"], run_id="r2", request="g2").state == "waiting"
+        woken.clear()
+        report, sent = _engine_statements(lambda: deploy(2, {"base": 2, "burst": 1.5}))
+        assert (report.updated, len(sent)) == (["calls", "box"], 1)
+        assert woken == [["r2"]]  # after the commit: the group granted on both limits
+    finally:
+        runs_woken.disconnect(dispatch_uid="deploy-woken")
     assert not [sql for sql in sent if re.search(r"FOR (NO KEY )?UPDATE", sql)]
     assert sorted(Slot.objects.filter(request="g2").values_list("state", flat=True)) == ["reserved", "reserved"]
     assert Limit.objects.get(name="box").capacity == 3
     report, sent = _engine_statements(lambda: services.sync_workflow_bounds({"workflow.w": (2, None)}))
     assert (report.created, len(sent)) == (["workflow.w"], 1) and "limits_sync_bounds(" in sent[0]
+    services.sync_workflow_bounds({})  # undeclared: the next start syncs it
     with transaction.atomic():  # start_run's: the bound it syncs is its own, in its transaction
-        services.sync_workflow_bounds({"workflow.w": (2, None)})  # undeclared by the next line
-        services.sync_workflow_bounds({})
         _, sent = _engine_statements(lambda: services.ensure_workflow_bound("workflow.w", 2, None))
+    sent = [sql for sql in sent if "SAVEPOINT" not in sql]
     assert len(sent) == 2 and "limits_sync_bounds(" in sent[1]  # the read that finds it undeclared, the sync
     assert Limit.objects.get(name="workflow.w").declared
-    with pytest.raises(services.LimitsError):
-        _engine_statements(lambda: services.sync_workflow_bounds({"calls": (2, None)}))
+    with CaptureQueriesContext(connection) as captured, pytest.raises(services.LimitsError):
+        services.sync_workflow_bounds({"calls": (2, None)})
+    assert len(captured.captured_queries) == 1 and "limits_sync_bounds(" in captured.captured_queries[0]["sql"]
     for name in ["calls", "sms", "box"]:
         assert_counters_match_rows(name)

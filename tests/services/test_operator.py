@@ -6,6 +6,7 @@ import datetime as dt
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 
 from limits import services
 from limits.config import define_workspace
@@ -266,3 +267,27 @@ def test_a_deploy_that_names_a_taken_name_is_refused_and_changes_nothing(clock) 
     )
     assert list(Limit.objects.order_by("id").values()) == before
     assert AuditEvent.objects.count() == audit
+
+
+def test_a_deploy_refuses_to_run_inside_a_callers_transaction_and_a_plain_limit_cannot_take_the_boxs_name(
+    clock,
+) -> None:
+    """A deploy is its own transaction on both databases (durable: the locks of every limit end
+    with its commit, never held on by a caller). And a plain limit cannot take the name of the
+    box's run concurrency once the box has declared it (its row keeps the name): refused with
+    the field named, nothing changed."""
+    services.sync_workspace(define_workspace(limits={}, run_concurrency={"base": 2}))
+    with transaction.atomic(), pytest.raises(RuntimeError, match="durable"):
+        services.sync_workspace(define_workspace(limits={"calls": {"capacity": 1, "max_hold": "1m"}}))
+    with transaction.atomic(), pytest.raises(RuntimeError, match="durable"):
+        services.sync_workflow_bounds({"workflow.a": (1, None)})
+    assert not Limit.objects.filter(name__in=["calls", "workflow.a"]).exists()
+    before = list(Limit.objects.order_by("id").values())
+    with pytest.raises(LimitsError) as refused:
+        services.sync_workspace(define_workspace(limits={"box": {"capacity": 5, "max_hold": "1h"}}))
+    assert (refused.value.field, refused.value.message) == (
+        "name",
+        "limit 'box': the name belongs to the box's run concurrency, declared in this box before; "
+        "give the limit another name",
+    )
+    assert list(Limit.objects.order_by("id").values()) == before
