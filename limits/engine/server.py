@@ -1,14 +1,13 @@
 """The PostgreSQL fast path: the hot operations as database functions (limits/sql/engine.sql),
 one round trip each, the limit's row lock held inside the server only.
 
-Each function does the whole operation, in every case (keys, groups, owed runs, confirm, lapse,
-requeue, operators' changes, deploys, the sweep, and the refusals: an unknown or undeclared limit
-is answered, and worded here as the Python track words it), but for one that the acquire
-functions answer NOT_HANDLED_HERE before changing anything: an earlier outcome of the request
-other than a busy slot or a single reservation in time, which limits.engine.slots reads without a
-lock (a late or a group's reservation: confirmed or lapsed by one call, `confirm`). The Python rules of
-limits.engine are the readable definition and SQLite's track; the SQL is PostgreSQL's, held to
-the same tests (tests/services and the model test run on both databases;
+Each function does the whole operation, in every case: keys, groups, owed runs, confirm, lapse,
+requeue, an earlier request's outcome (limits_previous), operators' changes, deploys, the sweep,
+and the refusals (an unknown or undeclared limit is answered, and worded here as the Python track
+words it). What the acquire functions still answer NOT_HANDLED_HERE, before changing anything, is
+a list of names that repeats a limit, which limits.engine.slots refuses before the call. The
+Python rules of limits.engine are the readable definition and SQLite's track; the SQL is
+PostgreSQL's, held to the same tests (tests/services and the model test run on both databases;
 tests/services/test_sql_file.py holds the database to the file).
 
 Outside a caller's transaction a call is its own statement in autocommit: one round trip with
@@ -71,10 +70,11 @@ def acquire(
     """limits_acquire: a new request granted at once or queued behind full capacity, or a request
     that holds a live slot (a reservation in time is confirmed); on a limit that is not plain, or
     with a settle due, limits_acquire_group's answer from the same call (the runs its grant woke
-    are woken on commit). An unknown or undeclared name raises the Python track's LimitsError; an
-    earlier outcome of the request is left to limits.engine.slots."""
-    outcome, name, slot_id, deadline, woken = _call(
-        "SELECT outcome, limit_name, slot_id, deadline, woken FROM limits_acquire(%s, %s, %s, %s, %s, %s, %s, %s)",
+    are woken on commit), and an earlier request's outcome (limits_previous: `answer_timeout_ms` its
+    timeout). An unknown or undeclared name raises the Python track's LimitsError."""
+    outcome, name, slot_id, deadline, woken, answer_timeout_ms = _call(
+        "SELECT outcome, limit_name, slot_id, deadline, woken, answer_timeout_ms"
+        " FROM limits_acquire(%s, %s, %s, %s, %s, %s, %s, %s)",
         [limit_name, run_id, request, label, timeout_ms, clock.param(), RESERVATION_MS, owed_after_ms],
     )
     if outcome == SLOW:
@@ -83,9 +83,9 @@ def acquire(
     wake_on_commit(woken)
     if outcome == "busy":
         return Acquisition("busy", name, request, slot_id=slot_id)
-    if outcome == "waiting":
-        return Acquisition("waiting", name, request, timeout_ms=timeout_ms, deadline=deadline)
-    return NOT_HANDLED_HERE
+    if outcome == "waiting" and answer_timeout_ms is None:  # a new request's wait
+        answer_timeout_ms = timeout_ms
+    return Acquisition(outcome, name, request, timeout_ms=answer_timeout_ms, deadline=deadline)
 
 
 def tie_to_run(slot_id: str, run_id: str) -> bool:
@@ -267,14 +267,14 @@ def acquire_group(
 ) -> Acquisition | Answer:
     """limits_acquire_group: a new request, with a key or several limits, granted busy slots of
     every limit at once when nobody waits and each has room, or joining every queue (granted and
-    confirmed at once if the grant reaches it, else waiting). An unknown or undeclared name raises
-    the Python track's LimitsError; an earlier outcome of the request is left to
-    limits.engine.slots. The other runs the grant
+    confirmed at once if the grant reaches it, else waiting), or an earlier request's outcome
+    (limits_previous: its limits in the order given, its key and timeout). An unknown or
+    undeclared name raises the Python track's LimitsError. The other runs the grant
     woke are woken on commit. `member_keys`: each limit's key pool; `box`: the last limit is the
     box bound (limits.engine.slots.acquire_group)."""
     key = member_keys[0]
-    outcome, slot_ids, deadline, woken, bad_name = _call(
-        "SELECT outcome, slot_ids, deadline, woken, bad_name"
+    outcome, slot_ids, deadline, woken, bad_name, answer_names, answer_key, answer_timeout_ms = _call(
+        "SELECT outcome, slot_ids, deadline, woken, bad_name, answer_names, answer_key, answer_timeout_ms"
         " FROM limits_acquire_group(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         [names, run_id, request, label, member_keys, timeout_ms, clock.param(), RESERVATION_MS, owed_after_ms, box],
     )
@@ -282,9 +282,11 @@ def acquire_group(
         return NOT_HANDLED_HERE
     _refuse(outcome, bad_name)
     wake_on_commit(woken)
-    if outcome == "waiting":
+    if answer_names is not None:  # an earlier request: what became of it (limits_previous)
+        names, key, timeout_ms = answer_names, answer_key, answer_timeout_ms
+    if outcome != "busy":
         return Acquisition(
-            "waiting", names[0], request, timeout_ms=timeout_ms, deadline=deadline, limits=tuple(names), key=key
+            outcome, names[0], request, timeout_ms=timeout_ms, deadline=deadline, limits=tuple(names), key=key
         )
     return Acquisition(
         "busy",

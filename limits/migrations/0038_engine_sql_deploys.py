@@ -12,7 +12,7 @@ from django.db import migrations
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "85356b80bbd885f83b0237d06724518b31917bb16cc35f023801629f9c44abe9"
+ENGINE_SQL_FINGERPRINT = "a9d5badf7d43d280397fa3980eed1fa820270a6383bea13a134f77c91191c746"
 
 
 def install(apps, schema_editor) -> None:

@@ -1,18 +1,18 @@
 -- The engine's hot operations as PostgreSQL functions, one round trip each: the CURRENT
 -- definition of every function limits installs (limits.services calls them on PostgreSQL; see its
 -- docstring). Each takes the limit's row lock inside the server, so the lock is held for the
--- statements and the commit only, never across a round trip to Python. Every case of every operation
--- is handled here (keys, groups, owed runs, confirm, lapse, requeue, a release handing over to a
--- group, operators' changes, deploys, the sweep; an unknown or undeclared limit is answered as
--- such, and Python words the error), but one that the acquire functions leave to Python: an
--- earlier outcome of the request other than a busy slot or a single reservation in time (Python
--- reads it without a lock; a late or a group's reservation is confirmed or lapsed by one call of
--- limits_confirm_or_lapse). They answer 'slow' (limits.engine.server: NOT_HANDLED_HERE) before
--- they change anything, and the service goes on in Python in the same transaction. Inside this file a function may answer 'slow' to its caller
--- here (limits_confirm to limits_confirm_or_lapse; limits_acquire's non-plain case goes on in
--- limits_acquire_group).
+-- statements and the commit only, never across a round trip to Python. Every case of every
+-- operation is handled here (keys, groups, owed runs, confirm, lapse, requeue, a release handing
+-- over to a group, an earlier request's outcome, operators' changes, deploys, the sweep; an
+-- unknown or undeclared limit is answered as such, and Python words the error).
+-- limits_acquire_group answers 'slow' (limits.engine.server: NOT_HANDLED_HERE) for a list of
+-- names that repeats a limit, which limits.engine.slots refuses before the call, before it
+-- changes anything. Inside this file a function may answer 'slow' to its caller here
+-- (limits_confirm and limits_confirm_group to a caller that lapses; limits_acquire's non-plain
+-- case goes on in limits_acquire_group).
 --
--- A function that answers 'slow' after it took a limit's row lock gives the lock back first: the
+-- A function that answers 'slow' or refuses after it took a limit's row lock gives the lock back
+-- first: the
 -- lock is taken inside a BEGIN ... EXCEPTION block (a subtransaction), and 'slow' is raised out of
 -- it (SQLSTATE LMSLW), which rolls the subtransaction and its row locks back. The Python rules
 -- then lock every limit they need in id order (limits.engine.keys.lock); a lock kept from here
@@ -1265,6 +1265,99 @@ BEGIN
 END
 $$;
 
+-- limits.engine.slots._previous_group_outcome: what became of an earlier acquire call with this
+-- request, in one call (issue 26). The request's slots and queue entries are read in one
+-- statement, so in one snapshot: a grant or a lapse that commits meanwhile is seen whole or not
+-- at all (the Python track reads them in two statements and reads again when a grant fell
+-- between them, tests/services/test_replay_races.py). A reservation is confirmed or lapsed first
+-- (limits_confirm_or_lapse: a group's together; `woken`, the runs its grant woke), then all is
+-- read again. Live busy slots: 'busy'. Else the latest round of its queue entries (the first
+-- group_size by newest id): all waiting, 'waiting'; one timed out, 'timed_out'; one cancelled or
+-- still waiting, 'cancelled' (each with the newest entry's timeout and deadline); all granted,
+-- the slots answer: the newest confirmed ones, 'busy' (ended since: what it was granted), else
+-- the newest ones, 'cancelled' (no slot). `names` and `slot_ids` in the order of p_names (the
+-- rest after, in limit id order), `key` the first's. outcome NULL: no trace of the request.
+CREATE OR REPLACE FUNCTION limits_previous(
+    p_request text, p_names text[], p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    OUT outcome text, OUT names text[], OUT slot_ids text[], OUT deadline timestamptz, OUT timeout_ms bigint,
+    OUT key text, OUT woken text[]
+)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
+DECLARE
+    v_slots limits_slot[];
+    v_entries limits_queueentry[];
+    v_latest limits_queueentry[];
+    v_first limits_queueentry;
+    v_answer limits_slot[];
+    v_states text[];
+    v_newest timestamptz;
+    v_lapse record;
+    v_round integer;
+BEGIN
+    woken := '{}';
+    FOR v_round IN 1 .. 10 LOOP  -- read again after a confirm or a lapse
+        SELECT ARRAY(SELECT s FROM limits_slot s WHERE s.request = p_request),
+               ARRAY(SELECT e FROM limits_queueentry e WHERE e.request = p_request ORDER BY e.id DESC)
+        INTO v_slots, v_entries;
+        IF EXISTS (SELECT 1 FROM unnest(v_slots) s WHERE s.state = 'reserved') THEN
+            SELECT * INTO v_lapse FROM limits_confirm_or_lapse(
+                (SELECT s.id FROM unnest(v_slots) s WHERE s.state = 'reserved' LIMIT 1),
+                p_now, p_reservation_ms, p_owed_after_ms
+            );
+            woken := woken || v_lapse.woken;
+            CONTINUE;
+        END IF;
+        v_answer := ARRAY(SELECT s FROM unnest(v_slots) s WHERE s.state = 'busy');
+        outcome := 'busy';
+        IF cardinality(v_answer) = 0 AND cardinality(v_entries) > 0 THEN
+            v_first := v_entries[1];
+            v_latest := v_entries[1:v_first.group_size];
+            v_states := ARRAY(SELECT DISTINCT e.state::text FROM unnest(v_latest) e);
+            outcome := CASE
+                WHEN v_states = ARRAY['waiting'] THEN 'waiting'
+                WHEN 'timed_out' = ANY (v_states) THEN 'timed_out'
+                WHEN 'cancelled' = ANY (v_states) OR 'waiting' = ANY (v_states) THEN 'cancelled'
+            END;
+            IF outcome IS NOT NULL THEN
+                SELECT array_agg(m.name::text ORDER BY coalesce(array_position(p_names, m.name::text), 2147483647), m.id)
+                INTO names
+                FROM unnest(v_latest) e JOIN limits_limit m ON m.id = e.limit_id;
+                key := v_first.key;
+                timeout_ms := v_first.timeout_ms;
+                deadline := v_first.deadline;
+                RETURN;
+            END IF;
+            outcome := 'busy';  -- granted (its slot in the same snapshot): the slots answer
+        END IF;
+        IF cardinality(v_answer) = 0 THEN  -- the slots it was granted: the newest confirmed, else the newest
+            SELECT max(s.granted_at) INTO v_newest FROM unnest(v_slots) s WHERE s.confirmed_at IS NOT NULL;
+            IF v_newest IS NULL THEN
+                SELECT max(s.granted_at) INTO v_newest FROM unnest(v_slots) s;
+                outcome := 'cancelled';
+            END IF;
+            IF v_newest IS NULL THEN
+                outcome := NULL;
+                RETURN;
+            END IF;
+            v_answer := ARRAY(
+                SELECT s FROM unnest(v_slots) s
+                WHERE s.granted_at = v_newest AND (outcome = 'cancelled' OR s.confirmed_at IS NOT NULL)
+            );
+        END IF;
+        SELECT array_agg(m.name::text ORDER BY coalesce(array_position(p_names, m.name::text), 2147483647), m.id),
+               array_agg(s.id::text ORDER BY coalesce(array_position(p_names, m.name::text), 2147483647), m.id),
+               (array_agg(s.key::text ORDER BY coalesce(array_position(p_names, m.name::text), 2147483647), m.id))[1]
+        INTO names, slot_ids, key
+        FROM unnest(v_answer) s JOIN limits_limit m ON m.id = s.limit_id;
+        IF outcome = 'cancelled' THEN
+            slot_ids := NULL;  -- a request whose slots ended unconfirmed answers no slot
+        END IF;
+        RETURN;
+    END LOOP;
+    RAISE EXCEPTION 'limits_previous: request % kept changing while it was read', p_request;
+END
+$$;
+
 -- Acquire (SPEC 2.2-2.4, 3.1): a request already holding a live slot answers it (confirming a
 -- reservation in time); a new request on a declared limit is granted a busy slot when nobody
 -- waits and a slot is free, or joins the end of the queue when every slot is taken. A limit that
@@ -1276,7 +1369,8 @@ CREATE OR REPLACE FUNCTION limits_acquire(
     -- results.RESERVATION_MS, keys.OWED_AFTER_MS: defaults, so that a caller of the older six
     -- arguments (a worker of the release before, during a rolling deploy) is answered as before
     p_reservation_ms bigint DEFAULT 120000, p_owed_after_ms bigint DEFAULT 120000,
-    OUT outcome text, OUT limit_name text, OUT slot_id text, OUT deadline timestamptz, OUT woken text[]
+    OUT outcome text, OUT limit_name text, OUT slot_id text, OUT deadline timestamptz, OUT woken text[],
+    OUT answer_timeout_ms bigint
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
@@ -1293,16 +1387,15 @@ BEGIN
     WHERE s.request = p_request AND s.state IN ('busy', 'reserved');
     IF FOUND THEN
         outcome := CASE WHEN v_state = 'busy' THEN 'busy' ELSE limits_confirm(slot_id, p_now) END;
-        IF outcome <> 'busy' THEN
-            outcome := 'slow';
+        IF outcome = 'busy' THEN
+            RETURN;
         END IF;
-        RETURN;
+        v_rules := true;  -- a late reservation, or a group's: limits_acquire_group (limits_previous)
+    ELSIF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request)
+          OR EXISTS (SELECT 1 FROM limits_queueentry WHERE request = p_request) THEN
+        v_rules := true;  -- an earlier outcome: limits_acquire_group reads it (limits_previous)
     END IF;
-    IF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request)
-       OR EXISTS (SELECT 1 FROM limits_queueentry WHERE request = p_request) THEN
-        outcome := 'slow';
-        RETURN;
-    END IF;
+    IF NOT v_rules THEN
     BEGIN
         SELECT * INTO l FROM limits_limit WHERE name = p_name FOR NO KEY UPDATE;
         IF NOT FOUND OR NOT l.declared THEN  -- the caller words the error; the lock goes back
@@ -1345,16 +1438,18 @@ BEGIN
         outcome := coalesce(v_problem, 'slow');
         limit_name := p_name;
     END;
+    END IF;
     IF v_rules THEN
         SELECT * INTO v_group FROM limits_acquire_group(
             ARRAY[p_name], p_run, p_request, p_label, ARRAY[''], p_timeout_ms, p_now, p_reservation_ms,
             p_owed_after_ms, false
         );
         outcome := v_group.outcome;
-        limit_name := coalesce(v_group.bad_name, p_name);
+        limit_name := coalesce(v_group.bad_name, v_group.answer_names[1], p_name);
         slot_id := v_group.slot_ids[1];
         deadline := v_group.deadline;
         woken := v_group.woken;
+        answer_timeout_ms := v_group.answer_timeout_ms;
     END IF;
 END
 $$;
@@ -1371,13 +1466,15 @@ $$;
 -- last limit is the box bound (SPEC 12.2): the box slot the run executes in, if it holds one, is
 -- kept if the other limits have room at once, else given back before the run joins every queue.
 -- An unknown name answers 'unknown', an undeclared one 'undeclared' (the first in p_names, as
--- bad_name; the caller words the error), before changing anything. An earlier outcome of the
--- request answers 'slow': limits.engine.slots reads what became of it, without a lock (a request
--- holding live slots is confirmed here, limits_confirm_group).
+-- bad_name; the caller words the error), before changing anything. An earlier request answers
+-- what became of it: its reservations in time confirmed together (limits_confirm_group), else
+-- limits_previous, whose names, key and timeout come back as answer_names, answer_key and
+-- answer_timeout_ms (NULL for a new request: p_names, p_keys[1] and p_timeout_ms stand).
 CREATE OR REPLACE FUNCTION limits_acquire_group(
     p_names text[], p_run text, p_request text, p_label text, p_keys text[], p_timeout_ms bigint,
     p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint, p_box boolean,
-    OUT outcome text, OUT slot_ids text[], OUT deadline timestamptz, OUT woken text[], OUT bad_name text
+    OUT outcome text, OUT slot_ids text[], OUT deadline timestamptz, OUT woken text[], OUT bad_name text,
+    OUT answer_names text[], OUT answer_key text, OUT answer_timeout_ms bigint
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
@@ -1402,11 +1499,21 @@ BEGIN
     woken := '{}';
     IF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request AND state IN ('busy', 'reserved')) THEN
         SELECT * INTO outcome, slot_ids FROM limits_confirm_group(p_names, p_request, p_now);
-        RETURN;
+        IF outcome = 'busy' THEN  -- the woken run's confirm, its reservations in time
+            RETURN;
+        END IF;
     END IF;
     IF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request)
        OR EXISTS (SELECT 1 FROM limits_queueentry WHERE request = p_request) THEN
-        RETURN;
+        SELECT p.outcome, coalesce(p.slot_ids, '{}'), p.deadline, p.woken, p.names, p.key, p.timeout_ms
+        INTO outcome, slot_ids, deadline, woken, answer_names, answer_key, answer_timeout_ms
+        FROM limits_previous(p_request, p_names, p_now, p_reservation_ms, p_owed_after_ms) p;
+        IF outcome IS NOT NULL THEN
+            RETURN;
+        END IF;
+        outcome := 'slow';  -- no trace left (purged): a new request
+        slot_ids := '{}';
+        woken := coalesce(woken, '{}');
     END IF;
     SELECT array_agg(lim.id ORDER BY n.ord) INTO v_mine
     FROM unnest(p_names) WITH ORDINALITY AS n(name, ord) JOIN limits_limit lim ON lim.name = n.name;

@@ -201,9 +201,9 @@ def test_a_late_confirm_lapses_in_one_statement_and_the_fast_check_changes_nothi
 @requires_postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_groups_late_replay_lapses_it_whole_in_one_call(clock) -> None:
-    """A woken run asks again after its group's 2 minutes: limits_acquire_group's confirm answers
-    slow, and the Python path lapses the group with one call (limits_confirm_or_lapse), not the
-    ORM under the locks."""
+    """A woken run asks again after its group's 2 minutes: limits_acquire_group lapses the group
+    whole, sends it to the end of both queues, grants it again and confirms it, in the one call
+    (limits_previous with limits_confirm_or_lapse), not the ORM under the locks."""
     declare(x={"capacity": 1, "max_hold": "1h"}, y={"capacity": 1, "max_hold": "1h"})
     held = services.acquire("x", run_id="r1").slot_id
     services.acquire_group(["x", "y"], run_id="g1", request="g1")
@@ -211,8 +211,7 @@ def test_a_groups_late_replay_lapses_it_whole_in_one_call(clock) -> None:
     assert sorted(Slot.objects.filter(request="g1").values_list("state", flat=True)) == ["reserved", "reserved"]
     clock.advance(minutes=2, seconds=1)
     got, sent = _engine_statements(lambda: services.acquire_group(["x", "y"], run_id="g1", request="g1"))
-    assert [sql for sql in sent if "limits_confirm_or_lapse(" in sql]
-    assert not [sql for sql in sent if re.search(r"FOR (NO KEY )?UPDATE", sql)]
+    assert len(sent) == 1 and "limits_acquire_group(" in sent[0]
     assert sorted(Slot.objects.filter(request="g1").values_list("state", flat=True)) == [
         "busy",
         "busy",
@@ -706,4 +705,59 @@ def test_a_deploy_is_one_call() -> None:
         services.sync_workflow_bounds({"calls": (2, None)})
     assert len(captured.captured_queries) == 1 and "limits_sync_bounds(" in captured.captured_queries[0]["sql"]
     for name in ["calls", "sms", "box"]:
+        assert_counters_match_rows(name)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_asking_again_what_became_of_a_request_is_one_call_in_every_case(clock) -> None:
+    """Issue 26: a run that asks again with the same request (a replay, SPEC 2.2, 3.4) is answered
+    by the one call (limits_previous inside limits_acquire and limits_acquire_group), whatever
+    became of it: still waiting (its own timeout and deadline, not the call's), timed out,
+    cancelled by its run's end, granted and released since (the slots it was granted), and a
+    reservation past its 2 minutes (lapsed, back at the end of the queue). The answers are the
+    Python track's: the same steps run on SQLite, where only the count of calls differs."""
+    one = connection.vendor == "postgresql"
+    declare(calls={"capacity": 1, "max_hold": "1h"}, sms={"capacity": 1, "max_hold": "1h"})
+    held = services.acquire("calls", run_id="h", request="h").slot_id
+    services.acquire("sms", run_id="hs", request="hs")
+    first = services.acquire("calls", run_id="w", request="w", timeout="10m")
+    group = services.acquire_group(["sms", "calls"], run_id="g", request="g", timeout="1h", key="acme")
+
+    again, sent = _engine_statements(lambda: services.acquire("calls", run_id="w", request="w", timeout="5m"))
+    assert (len(sent) == 1 or not one) and (again.state, again.timeout_ms, again.deadline) == (
+        "waiting",
+        600_000,
+        first.deadline,
+    )
+    again, sent = _engine_statements(lambda: services.acquire_group(["calls", "sms"], run_id="g", request="g"))
+    assert (len(sent) == 1 or not one) and again.state == "waiting" and again.limits == ("calls", "sms")
+    assert (again.key, again.timeout_ms, again.deadline) == ("acme", 3_600_000, group.deadline)
+
+    services.end_run("g")
+    again, sent = _engine_statements(lambda: services.acquire_group(["sms", "calls"], run_id="g", request="g"))
+    assert (len(sent) == 1 or not one) and (again.state, again.limits) == ("cancelled", ("sms", "calls"))
+
+    clock.advance(minutes=11)
+    services.sweep()  # w's 10 minutes are over
+    again, sent = _engine_statements(lambda: services.acquire("calls", run_id="w", request="w"))
+    assert (len(sent) == 1 or not one) and (again.state, again.limit, again.timeout_ms) == (
+        "timed_out",
+        "calls",
+        600_000,
+    )
+
+    late = services.acquire("calls", run_id="l", request="l")
+    services.release(held)  # l is reserved; it comes back after its 2 minutes
+    clock.advance(minutes=2, seconds=1)
+    again, sent = _engine_statements(lambda: services.acquire("calls", run_id="l", request="l"))
+    assert (len(sent) == 1 or not one) and again.state == "busy"  # lapsed, back at the end, granted again: confirmed
+    assert sorted(Slot.objects.filter(request="l").values_list("state", flat=True)) == ["busy", "lapsed"]
+    services.release(again.slot_id)
+    replayed, sent = _engine_statements(lambda: services.acquire("calls", run_id="l", request="l"))
+    assert (len(sent) == 1 or not one) and (replayed.state, replayed.slot_id) == (
+        "busy",
+        again.slot_id,
+    )  # what it was granted
+    assert late.state == "waiting"
+    for name in ("calls", "sms"):
         assert_counters_match_rows(name)

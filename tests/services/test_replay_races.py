@@ -1,11 +1,13 @@
 """Regression tests for races found by the multi-process stress test (tests/concurrency).
 
 1. A re-acquire with the same request (a woken run confirming) reads the request's slots and
-   then its queue entries without the limit's lock. On PostgreSQL (READ COMMITTED) each statement
-   sees the latest commits, so a grant can land between the two reads: the entry then reads
-   'granted' while its reserved slot was not seen. The engine must read again, not treat the
-   request as new (which queued it a second time while a slot was reserved for it: one acquire
-   call granted twice).
+   its queue entries without the limit's lock. When they were two statements (READ COMMITTED:
+   each sees the latest commits) a grant could land between them: the entry then read 'granted'
+   while its reserved slot was not seen, and the engine treated the request as new (queued a
+   second time while a slot was reserved for it: one acquire call granted twice). The Python
+   track reads again in that case; on PostgreSQL the replay is one call (limits_previous) that
+   reads both in one statement, so one snapshot. The tests commit the grant just before the
+   replay's call and hold the answer to it: confirmed, never queued again or cancelled.
 2. Every service reads the clock after it holds the limit's lock. A clock read before waiting
    for the lock stamps the change with a time earlier than changes that committed before it:
    a slot freed before it was granted, a grant dated before the release that made room for it.
@@ -71,12 +73,19 @@ def before_first(table: str, work: Callable[[], Any], *, locking: bool = False) 
     return wrapper
 
 
+def _before_the_replay(work: Callable[[], Any]) -> Callable[..., Any]:
+    """`work` committed elsewhere just before the replay's one engine call, which reads the
+    request's slots and entries in one snapshot (the Python track's two reads, which a grant
+    could fall between, are SQLite's, where writers serialize)."""
+    return before_first("limits_queueentry", work, locking=True)
+
+
 def test_a_grant_between_the_replay_reads_is_confirmed_not_queued_again() -> None:
     declare(one={"capacity": 1, "max_hold": "1h"})
     holder = services.acquire("one", run_id="r1").slot_id
     assert services.acquire("one", run_id="r2", request="r2:0").state == "waiting"
 
-    with connection.execute_wrapper(before_first("limits_queueentry", lambda: services.release(holder))):
+    with connection.execute_wrapper(_before_the_replay(lambda: services.release(holder))):
         got = services.acquire("one", run_id="r2", request="r2:0")
 
     slot = Slot.objects.get(request="r2:0")
@@ -88,7 +97,8 @@ def test_a_grant_between_the_replay_reads_is_confirmed_not_queued_again() -> Non
 
 def test_a_regrant_after_a_lapse_between_the_replay_reads_is_confirmed_not_cancelled() -> None:
     """The request's first reservation was freed (an operator released it; it waits again); the
-    re-acquire reads that freed slot, then a new grant lands before the entries are read."""
+    re-acquire reads that freed slot, then a new grant lands before the entries are read (one
+    snapshot on PostgreSQL: the grant lands just before the call)."""
     declare(one={"capacity": 1, "max_hold": "1h"})
     holder = services.acquire("one", run_id="r1").slot_id
     services.acquire("one", run_id="r2", request="r2:0")
@@ -99,7 +109,7 @@ def test_a_regrant_after_a_lapse_between_the_replay_reads_is_confirmed_not_cance
     services.release(first.id, actor="user:op")  # r3 reserved; r2 waits again behind it
     r3_slot = Slot.objects.get(run_id="r3", state="reserved").id
 
-    with connection.execute_wrapper(before_first("limits_queueentry", lambda: services.release(r3_slot))):
+    with connection.execute_wrapper(_before_the_replay(lambda: services.release(r3_slot))):
         got = services.acquire("one", run_id="r2", request="r2:0")
 
     second = Slot.objects.get(request="r2:0", state="busy")
