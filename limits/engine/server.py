@@ -72,8 +72,8 @@ def acquire(
     with a settle due, limits_acquire_group's answer from the same call (the runs its grant woke
     are woken on commit), and an earlier request's outcome (limits_previous: `answer_timeout_ms` its
     timeout). An unknown or undeclared name raises the Python track's LimitsError."""
-    outcome, name, slot_id, deadline, woken, answer_timeout_ms = _call(
-        "SELECT outcome, limit_name, slot_id, deadline, woken, answer_timeout_ms"
+    outcome, name, slot_id, deadline, woken, answer_timeout_ms, answer_key = _call(
+        "SELECT outcome, limit_name, slot_id, deadline, woken, answer_timeout_ms, answer_key"
         " FROM limits_acquire(%s, %s, %s, %s, %s, %s, %s, %s)",
         [limit_name, run_id, request, label, timeout_ms, clock.param(), RESERVATION_MS, owed_after_ms],
     )
@@ -81,11 +81,12 @@ def acquire(
         return NOT_HANDLED_HERE
     _refuse(outcome, name)
     wake_on_commit(woken)
+    key = answer_key or ""  # an earlier request's (a group's, a key's): the rows say
     if outcome == "busy":
-        return Acquisition("busy", name, request, slot_id=slot_id)
+        return Acquisition("busy", name, request, slot_id=slot_id, key=key)
     if outcome == "waiting" and answer_timeout_ms is None:  # a new request's wait
         answer_timeout_ms = timeout_ms
-    return Acquisition(outcome, name, request, timeout_ms=answer_timeout_ms, deadline=deadline)
+    return Acquisition(outcome, name, request, timeout_ms=answer_timeout_ms, deadline=deadline, key=key)
 
 
 def tie_to_run(slot_id: str, run_id: str) -> bool:
@@ -283,7 +284,9 @@ def acquire_group(
     _refuse(outcome, bad_name)
     wake_on_commit(woken)
     if answer_names is not None:  # an earlier request: what became of it (limits_previous)
-        names, key, timeout_ms = answer_names, answer_key, answer_timeout_ms
+        names, timeout_ms = answer_names, answer_timeout_ms
+    if answer_key is not None:  # an earlier request's key, as its rows have it
+        key = answer_key
     if outcome != "busy":
         return Acquisition(
             outcome, names[0], request, timeout_ms=timeout_ms, deadline=deadline, limits=tuple(names), key=key

@@ -231,10 +231,15 @@ def _save(locked: dict[int, Limit]) -> None:
         rules.save_counters(limit)
 
 
-def _previous_group_outcome(request: str, order: list[str] | None = None) -> Acquisition | None:
+def _previous_group_outcome(
+    request: str, order: list[str] | None = None, *, read_again: bool = True
+) -> Acquisition | None:
     """What became of an earlier acquire_group call with this request (confirming its
-    reservations together), or None for a new request. Slots and limits come in `order` (the
-    names as the caller gives them, SPEC 10.1), else in the limits' id order."""
+    reservations together), or None for a new request (or one whose rows the purge took).
+    Slots and limits come in `order` (the names as the caller gives them, SPEC 10.1), else in
+    the limits' id order. PostgreSQL's home is limits_previous (engine.sql), which reads the
+    slots and the entries in one snapshot; here they are two reads, and a grant met between them
+    is read again once."""
     if not _request_seen(request):
         return None
     slots = list(Slot.objects.filter(request=request).select_related("limit").order_by("limit_id"))
@@ -294,8 +299,10 @@ def _previous_group_outcome(request: str, order: list[str] | None = None) -> Acq
                 limits=shown,
                 key=key,
             )
-        if not any(slot.queue_entry_id == first.id for slot in slots):
-            return _previous_group_outcome(request, order)  # granted after the slots were read: read again
+        if read_again and not any(slot.queue_entry_id == first.id for slot in slots):
+            # granted after the slots were read: read again (once: the purge may have taken the
+            # slot before its entry, and then the slots below answer, as limits_previous does)
+            return _previous_group_outcome(request, order, read_again=False)
     ever_confirmed = [slot for slot in slots if slot.confirmed_at is not None]
     if ever_confirmed:
         newest = max(slot.granted_at for slot in ever_confirmed)

@@ -12,7 +12,7 @@ from django.db import migrations
 
 from limits import sql
 
-ENGINE_SQL_FINGERPRINT = "a9d5badf7d43d280397fa3980eed1fa820270a6383bea13a134f77c91191c746"
+ENGINE_SQL_FINGERPRINT = "dec5b6b7ba4f46f8a4fb558f5175ed735313f416ee7b5a23a74ac5677ba0baa0"
 
 
 def install(apps, schema_editor) -> None:

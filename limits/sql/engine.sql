@@ -1370,7 +1370,7 @@ CREATE OR REPLACE FUNCTION limits_acquire(
     -- arguments (a worker of the release before, during a rolling deploy) is answered as before
     p_reservation_ms bigint DEFAULT 120000, p_owed_after_ms bigint DEFAULT 120000,
     OUT outcome text, OUT limit_name text, OUT slot_id text, OUT deadline timestamptz, OUT woken text[],
-    OUT answer_timeout_ms bigint
+    OUT answer_timeout_ms bigint, OUT answer_key text
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
@@ -1382,9 +1382,11 @@ DECLARE
     v_group record;
 BEGIN
     woken := '{}';
-    SELECT s.id, s.state, m.name INTO slot_id, v_state, limit_name
+    SELECT s.id, s.state, m.name, s.key INTO slot_id, v_state, limit_name, answer_key
     FROM limits_slot s JOIN limits_limit m ON m.id = s.limit_id
-    WHERE s.request = p_request AND s.state IN ('busy', 'reserved');
+    WHERE s.request = p_request AND s.state IN ('busy', 'reserved')
+    ORDER BY m.name <> p_name, s.limit_id  -- a group's: the limit named first (slots._in_order)
+    LIMIT 1;
     IF FOUND THEN
         outcome := CASE WHEN v_state = 'busy' THEN 'busy' ELSE limits_confirm(slot_id, p_now) END;
         IF outcome = 'busy' THEN
@@ -1450,6 +1452,7 @@ BEGIN
         deadline := v_group.deadline;
         woken := v_group.woken;
         answer_timeout_ms := v_group.answer_timeout_ms;
+        answer_key := v_group.answer_key;
     END IF;
 END
 $$;
@@ -1469,7 +1472,8 @@ $$;
 -- bad_name; the caller words the error), before changing anything. An earlier request answers
 -- what became of it: its reservations in time confirmed together (limits_confirm_group), else
 -- limits_previous, whose names, key and timeout come back as answer_names, answer_key and
--- answer_timeout_ms (NULL for a new request: p_names, p_keys[1] and p_timeout_ms stand).
+-- answer_timeout_ms (NULL for a new request: p_names, p_keys[1] and p_timeout_ms stand; a
+-- confirm answers the slots' key, its names are p_names).
 CREATE OR REPLACE FUNCTION limits_acquire_group(
     p_names text[], p_run text, p_request text, p_label text, p_keys text[], p_timeout_ms bigint,
     p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint, p_box boolean,
@@ -1500,6 +1504,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request AND state IN ('busy', 'reserved')) THEN
         SELECT * INTO outcome, slot_ids FROM limits_confirm_group(p_names, p_request, p_now);
         IF outcome = 'busy' THEN  -- the woken run's confirm, its reservations in time
+            SELECT s.key INTO answer_key FROM limits_slot s WHERE s.id = slot_ids[1];  -- the slots' key
             RETURN;
         END IF;
     END IF;

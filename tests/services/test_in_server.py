@@ -761,3 +761,23 @@ def test_asking_again_what_became_of_a_request_is_one_call_in_every_case(clock) 
     assert late.state == "waiting"
     for name in ("calls", "sms"):
         assert_counters_match_rows(name)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replay_answers_the_key_and_the_limit_of_the_request_as_made(clock) -> None:
+    """What became of a request is told as it was made, whichever call asks (found by a fresh-eye
+    review): a plain acquire of one member of a keyed group answers that member first and the
+    group's key, waiting or busy; a replay without the key answers the slots' key."""
+    declare(a={"capacity": 1, "max_hold": "1h"}, b={"capacity": 1, "max_hold": "1h"})
+    held = services.acquire("a", run_id="h", request="h").slot_id
+    assert services.acquire_group(["b", "a"], run_id="g", request="g", key="k1").state == "waiting"
+    waiting = services.acquire("a", run_id="g", request="g")
+    assert (waiting.state, waiting.limit, waiting.key, waiting.limits) == ("waiting", "a", "k1", ())
+    services.release(held)
+    busy = services.acquire("a", run_id="g", request="g")  # confirms the group's reservations
+    assert (busy.state, busy.limit, busy.key) == ("busy", "a", "k1")
+    assert busy.slot_id == Slot.objects.get(request="g", limit__name="a").id
+    again = services.acquire_group(["a", "b"], run_id="g", request="g")  # no key given
+    assert (again.state, again.key, [name for name, _ in again.slots]) == ("busy", "k1", ["a", "b"])
+    other = services.acquire("b", run_id="g", request="g")
+    assert (other.limit, other.slot_id, other.key) == ("b", Slot.objects.get(request="g", limit__name="b").id, "k1")
