@@ -611,17 +611,26 @@ def _sync_workspace_in_server(workspace: Workspace, actor: str) -> SyncReport:
     limit, writes, grants and audits as the lines above do, and refuses a taken name before it
     writes anything."""
     run_concurrency = workspace.run_concurrency
-    outcome, bad_name, created, updated, undeclared, woken = server.sync_workspace(
-        [
-            (name, spec.capacity, spec.max_hold_ms, spec.per_key, spec.share)
-            for name, spec in sorted(workspace.limits.items())
-        ],
-        None if run_concurrency is None else (run_concurrency.base, run_concurrency.burst, run_concurrency.ceiling),
-        MAX_DURATION_MS,
-        actor,
-        RESERVATION_MS,
-        keys.OWED_AFTER_MS,
+    return _deployed(
+        *server.sync_workspace(
+            [
+                (name, spec.capacity, spec.max_hold_ms, spec.per_key, spec.share)
+                for name, spec in sorted(workspace.limits.items())
+            ],
+            None if run_concurrency is None else (run_concurrency.base, run_concurrency.burst, run_concurrency.ceiling),
+            MAX_DURATION_MS,
+            actor,
+            RESERVATION_MS,
+            keys.OWED_AFTER_MS,
+        )
     )
+
+
+def _deployed(
+    outcome: str, bad_name: str | None, created: list[str], updated: list[str], undeclared: list[str], woken: list[str]
+) -> SyncReport:
+    """A deploy function's answer (limits_sync_workspace, limits_sync_bounds): its refusal as the
+    Python track words it, or the runs to wake after the commit and the report."""
     if outcome == "bound_taken":
         raise LimitsError(BOUND_NAME_TAKEN.format(name=bad_name), field="name")
     if outcome == "box_taken":
@@ -720,21 +729,19 @@ def _sync_bounds_in_server(bounds: dict[str, tuple[int | None, int | None]], act
     """sync_workflow_bounds on PostgreSQL: one call (engine.sql: limits_sync_bounds), as the lines
     above do. Outside `only` it is a deploy's own transaction; with `only` it may run inside the
     caller's (start_run's), which a refusal leaves as it was."""
-    outcome, bad_name, created, updated, undeclared, woken = server.sync_bounds(
-        [
-            (name, MAX_CAPACITY if total is None else total, per_key)
-            for name, (total, per_key) in sorted(bounds.items())
-        ],
-        MAX_DURATION_MS,
-        only,
-        actor,
-        RESERVATION_MS,
-        keys.OWED_AFTER_MS,
+    return _deployed(
+        *server.sync_bounds(
+            [
+                (name, MAX_CAPACITY if total is None else total, per_key)
+                for name, (total, per_key) in sorted(bounds.items())
+            ],
+            MAX_DURATION_MS,
+            only,
+            actor,
+            RESERVATION_MS,
+            keys.OWED_AFTER_MS,
+        )
     )
-    if outcome == "bound_taken":
-        raise LimitsError(BOUND_NAME_TAKEN.format(name=bad_name), field="name")
-    rules.wake_on_commit(woken)
-    return SyncReport(created=created, updated=updated, undeclared=undeclared)
 
 
 def _bound_text(declared: bool, capacity: int, per_key: int | None) -> str:
