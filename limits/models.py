@@ -110,6 +110,12 @@ class Limit(models.Model):
         help_text="When an operator paused it (SPEC 5.6): it grants nothing until resumed; empty: running.",
     )
     next_position = models.BigIntegerField(default=1, help_text="Queue ticket counter.")
+    nokey_fair_pass = models.BigIntegerField(
+        default=0,
+        db_default=0,
+        editable=False,
+        help_text="On a fair limit, the no-key runs' pass: their place in the limit's turns (SPEC 13.2).",
+    )
     last_event_at = models.DateTimeField(
         null=True,
         blank=True,
@@ -214,9 +220,15 @@ class Limit(models.Model):
 
     @property
     def is_plain(self) -> bool:
-        """No per-key pools in force and no keyed or group entry waiting: the one-queue rules
-        (and the PostgreSQL fast path) hand out its capacity."""
-        return self.per_key is None and self.keyed_waiting_count == 0 and self.group_waiting_count == 0
+        """No per-key pools in force, not fair, and no keyed or group entry waiting: the one-queue
+        rules (and the PostgreSQL fast path) hand out its capacity. A fair limit keeps its keys'
+        turns at every grant (SPEC 13.2), so it is never plain."""
+        return (
+            self.per_key is None
+            and self.keyed_waiting_count == 0
+            and self.group_waiting_count == 0
+            and not self.is_fair
+        )
 
     @property
     def in_use(self) -> int:
@@ -270,6 +282,13 @@ class LimitKey(models.Model):
         help_text="The position of its oldest waiting entry, none when none waits: where a fair grant "
         "finds the key in the order of SPEC 13.2 (limits_fair_next's index).",
     )
+    fair_pass = models.BigIntegerField(
+        default=0,
+        db_default=0,
+        editable=False,
+        help_text="On a fair limit, the key's pass: its place in the limit's turns (SPEC 13.2, stride "
+        "scheduling): each grant adds PASS_STRIDE // weight; in turns, pass / PASS_STRIDE.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -288,6 +307,12 @@ class LimitKey(models.Model):
             models.Index(fields=["limit", "-busy_count", "key"], name="limitkey_busiest"),
             # SPEC 13.2: the keys with runs waiting, which a fair grant chooses between
             models.Index(fields=["limit", "key"], condition=Q(waiting_count__gt=0), name="limitkey_waiting"),
+            # SPEC 13.2: the smallest pass among the keys holding or waiting, where a key enters
+            models.Index(
+                fields=["limit", "fair_pass"],
+                condition=Q(busy_count__gt=0) | Q(reserved_count__gt=0) | Q(waiting_count__gt=0),
+                name="limitkey_active_pass",
+            ),
         ]
 
     def __str__(self) -> str:  # the admin's titles and history: user text escaped (limits.printable)
@@ -325,6 +350,12 @@ class QueueEntry(models.Model):
     )
     passed_over_at = models.DateTimeField(
         null=True, blank=True, help_text="When a younger run was first granted a slot this run could have used (10.4)."
+    )
+    fair_pass = models.BigIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="On a fair limit, its key's pass when it joined (SPEC 13.2); limits verify replays the turns.",
     )
     state = models.CharField(max_length=16, choices=State.choices, default=State.WAITING)
     enqueued_at = models.DateTimeField()
@@ -402,6 +433,12 @@ class Slot(models.Model):
     expires_at = models.DateTimeField(help_text="Grant time + the max hold in force then; never changes.")
     freed_at = models.DateTimeField(null=True, blank=True)
     freed_by = models.CharField(max_length=150, blank=True, default="")
+    fair_pass = models.BigIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="On a fair limit, its key's pass the grant was ranked at, before the grant's stride (SPEC 13.2).",
+    )
     ends_with_run = models.BooleanField(
         db_default=False,  # the engine's SQL inserts slots without naming it
         help_text="Held by with_limit for work inside its run (SPEC 2.5): freed when the run ends.",

@@ -83,6 +83,51 @@ class Pools:
         size = self.size(key)
         return size is None or self.in_use(key) < size
 
+    def waiting(self, key: str) -> int:
+        if key:
+            row = self.row(key)
+            return 0 if row is None else row.waiting_count
+        return self.limit.waiting_count - self.limit.keyed_waiting_count
+
+    # --- a fair limit's turns (SPEC 13.2: stride scheduling) ----------------------------------
+
+    def weight(self, key: str) -> int:
+        row = self.row(key) if key else None
+        return 1 if row is None else row.weight
+
+    def fair_pass(self, key: str) -> int:
+        """The key's pass: its place in the limit's turns (the no-key runs' on the limit row)."""
+        if not key:
+            return self.limit.nokey_fair_pass
+        row = self.row(key)
+        return 0 if row is None else row.fair_pass
+
+    def set_pass(self, key: str, value: int) -> None:
+        if not key:
+            self.limit.nokey_fair_pass = value
+            return
+        row = self.row(key, create=True)
+        assert row is not None
+        row.fair_pass = value
+        self.dirty.add(key)
+
+    def lowest_active_pass(self, leaving_out: str) -> int:
+        """The smallest pass among the keys holding or waiting on the limit, but `leaving_out`
+        (0 when none): where a key that had nothing enters the turns (13.2). One index probe
+        (limitkey_active_pass) over the rows not in memory, then the rows changed in memory."""
+        limit = self.limit
+        active = Q(busy_count__gt=0) | Q(reserved_count__gt=0) | Q(waiting_count__gt=0)
+        stored = LimitKey.objects.filter(active, limit=limit).exclude(key__in=[leaving_out, *self.rows])
+        found = [p for p in [stored.order_by("fair_pass").values_list("fair_pass", flat=True).first()] if p is not None]
+        found += [
+            row.fair_pass
+            for key, row in self.rows.items()
+            if row is not None and key != leaving_out and row.in_use + row.waiting_count > 0
+        ]
+        if leaving_out and self.in_use("") + self.waiting(""):
+            found.append(limit.nokey_fair_pass)
+        return min(found, default=0)
+
     def add(self, key: str, *, busy: int = 0, reserved: int = 0, waiting: int = 0) -> None:
         """Count a change of the key's slots or entries (the caller changes the limit's own
         counters)."""
@@ -131,6 +176,7 @@ class Pools:
                 busy_count=row.busy_count,
                 reserved_count=row.reserved_count,
                 waiting_count=row.waiting_count,
+                fair_pass=row.fair_pass,
                 head=Subquery(oldest.values("position")[:1]),
             )
         self.dirty.clear()
@@ -156,9 +202,48 @@ def whole_run_room(limit: Limit, request: str, base: int | None) -> bool:
     return held.count() < base
 
 
-def fair_shares(limit: Limit, keys: Iterable[str]) -> dict[str, tuple[bool, Fraction]]:
+PASS_STRIDE = 232_792_560  # lcm(1..20): a turn in pass units, so weights up to 20 stride exactly
+
+
+def stride(weight: int) -> int:
+    """What one grant adds to a key's pass (SPEC 13.2: 1 / weight of a turn), in whole units so
+    both engines add the same: engine.sql's limits_stride."""
+    return PASS_STRIDE // weight
+
+
+def enter_turns(limit: Limit, key: str) -> None:
+    """SPEC 13.2: a key of a fair limit that starts holding or waiting when it had nothing held or
+    waiting there enters the turns at the smallest pass among the keys holding or waiting (0 if
+    none): it neither jumps the whole line nor waits behind the backlog. Before its counters
+    change."""
+    found = pools(limit)
+    if limit.is_fair and found.in_use(key) == 0 and found.waiting(key) == 0:
+        found.set_pass(key, found.lowest_active_pass(key))
+
+
+def take_turn(limit: Limit, key: str) -> int | None:
+    """SPEC 13.2: a grant to this key of a fair limit adds 1 / weight of a turn to its pass.
+    The pass it was ranked at (kept on the slot, for limits verify), None on a fifo limit."""
+    if not limit.is_fair:
+        return None
+    found = pools(limit)
+    ranked = found.fair_pass(key)
+    found.set_pass(key, ranked + stride(found.weight(key)))
+    return ranked
+
+
+def restart_turns(limit: Limit) -> None:
+    """A switch between fifo and fair (an operator's, or a deploy's of the share in force) starts
+    every key's turns afresh, all at pass 0 (docs/concurrency.md). Before the limit's pools are
+    read in this locked section."""
+    LimitKey.objects.filter(limit=limit).exclude(fair_pass=0).update(fair_pass=0)
+    limit.nokey_fair_pass = 0
+    limit.__dict__.pop("_pools", None)
+
+
+def fair_shares(limit: Limit, keys: Iterable[str]) -> dict[str, tuple[bool, Fraction, int]]:
     """SPEC 13.2's order of these keys of a fair limit: (holding at least its min, (busy +
-    reserved) / weight), smallest first. The no-key pool ('') has weight 1 and min 0."""
+    reserved) / weight, pass), smallest first. The no-key pool ('') has weight 1 and min 0."""
     keys = list(keys)
     rows = pools(limit).rows
     missing = [k for k in keys if k and k not in rows]
@@ -169,7 +254,7 @@ def fair_shares(limit: Limit, keys: Iterable[str]) -> dict[str, tuple[bool, Frac
         row = rows.get(key) if key else None
         weight, minimum = (row.weight, row.minimum) if row is not None else (1, 0)
         in_use = pools(limit).in_use(key)
-        found[key] = (in_use >= minimum, Fraction(in_use, weight))
+        found[key] = (in_use >= minimum, Fraction(in_use, weight), pools(limit).fair_pass(key))
     return found
 
 
@@ -502,9 +587,10 @@ class _Grant:
         """A fair limit's waiting entries in the order of SPEC 13.2, read again after each one is
         dealt with (a grant changes its key's share): among the keys with a waiting entry whose
         pool has room, first those holding fewer than their `min`, then the smallest (busy +
-        reserved) / weight, ties to the key whose oldest waiting entry arrived first; within a
-        key, arrival order. An entry dealt with and not granted (a group another limit stops,
-        10.2) is passed: the key's next one comes up. No entry behind an owed run (10.4)."""
+        reserved) / weight, ties to the smallest pass (its turns), then to the key whose oldest
+        waiting entry arrived first; within a key, arrival order. An entry dealt with and not
+        granted (a group another limit stops, 10.2) is passed: the key's next one comes up. No
+        entry behind an owed run (10.4)."""
         passed: list[int] = []
         while limit.room:
             waiting = QueueEntry.objects.filter(limit=limit, state=QueueEntry.State.WAITING).exclude(id__in=passed)
@@ -558,6 +644,7 @@ class _Grant:
         slots = []
         for entry in entries:
             limit = self.locked[entry.limit_id]
+            ranked = take_turn(limit, entry.key)
             slots.append(
                 Slot(
                     limit=limit,
@@ -571,6 +658,7 @@ class _Grant:
                     granted_at=now,
                     reserved_until=now + timedelta(milliseconds=RESERVATION_MS),
                     expires_at=now + timedelta(milliseconds=limit.max_hold_ms),
+                    fair_pass=ranked,
                 )
             )
             count_entries(limit, [entry], waiting=-1)
@@ -754,6 +842,7 @@ def requeue(slots: Iterable[Slot], now: datetime) -> None:
                 enqueued_at=now,
                 deadline=original.deadline,
                 timeout_ms=original.timeout_ms,
+                fair_pass=pools(limit).fair_pass(slot.key) if limit.is_fair else None,
             )
         )
         limit.next_position += 1
@@ -773,6 +862,7 @@ def join(
     deadline: datetime,
     timeout_ms: int,
 ) -> QueueEntry:
+    enter_turns(limit, key)
     entry = QueueEntry.objects.create(
         limit=limit,
         run_id=run_id,
@@ -784,6 +874,7 @@ def join(
         enqueued_at=now,
         deadline=deadline,
         timeout_ms=timeout_ms,
+        fair_pass=pools(limit).fair_pass(key) if limit.is_fair else None,
     )
     limit.next_position += 1
     count_entries(limit, [entry], waiting=1)
@@ -793,6 +884,7 @@ def join(
 def grant_busy(
     limit: Limit, *, run_id: str, request: str, label: str, key: str, group_size: int, now: datetime
 ) -> Slot:
+    enter_turns(limit, key)
     slot = Slot.objects.create(
         limit=limit,
         run_id=run_id,
@@ -804,6 +896,7 @@ def grant_busy(
         granted_at=now,
         confirmed_at=now,
         expires_at=now + timedelta(milliseconds=limit.max_hold_ms),
+        fair_pass=take_turn(limit, key),
     )
     limit.busy_count += 1
     pools(limit).add(key, busy=1)

@@ -439,7 +439,9 @@ def set_share(name: str, value: object, *, actor: str | None = None) -> Limit:
         now = rules.clock_all(locked)
         old = limit.share
         limit.share_override = share or ""
-        limit.save(update_fields=["share_override", "updated_at"])
+        if limit.share != old:
+            keys.restart_turns(limit)
+        limit.save(update_fields=["share_override", "nokey_fair_pass", "updated_at"])
         rules.settle_all(locked, now, changes)
         rules.save_all(locked)
         new = f"{limit.share} (declared)" if share is None else limit.share
@@ -545,6 +547,8 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
             after = (True, spec.capacity, spec.max_hold_ms, spec.per_key, spec.share)
             if before == after:
                 continue
+            if not limit.share_override and limit.declared_share != spec.share:
+                keys.restart_turns(limit)  # the share in force switches
             (
                 limit.declared,
                 limit.declared_capacity,
@@ -559,6 +563,7 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
                     "declared_max_hold_ms",
                     "declared_per_key",
                     "declared_share",
+                    "nokey_fair_pass",
                     "updated_at",
                 ]
             )

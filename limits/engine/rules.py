@@ -49,7 +49,13 @@ def clock(limit: Limit, now: datetime | None = None) -> datetime:
 
 
 COUNTER_FIELDS = ["busy_count", "reserved_count", "waiting_count", "next_position", "last_event_at"]
-KEYED_COUNTER_FIELDS = ["keyed_busy_count", "keyed_reserved_count", "keyed_waiting_count", "group_waiting_count"]
+KEYED_COUNTER_FIELDS = [
+    "keyed_busy_count",
+    "keyed_reserved_count",
+    "keyed_waiting_count",
+    "group_waiting_count",
+    "nokey_fair_pass",  # the no-key runs' place in a fair limit's turns, beside their pool's figures
+]
 
 
 def clock_all(locked: dict[int, Limit]) -> datetime:

@@ -106,7 +106,8 @@ CREATE OR REPLACE FUNCTION limits_is_plain(l limits_limit) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     RETURN l.declared_per_key IS NULL AND l.per_key_override IS NULL
-           AND l.keyed_waiting_count = 0 AND l.group_waiting_count = 0;
+           AND l.keyed_waiting_count = 0 AND l.group_waiting_count = 0
+           AND coalesce(nullif(l.share_override, ''), l.declared_share) <> 'fair';  -- a fair limit keeps turns
 END
 $$;
 
@@ -186,6 +187,99 @@ CREATE OR REPLACE FUNCTION limits_is_fair(l limits_limit) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     RETURN coalesce(nullif(l.share_override, ''), l.declared_share) = 'fair';
+END
+$$;
+
+-- keys.stride (SPEC 13.2): what one grant adds to a key's pass, 1 / weight of a turn in whole units
+-- (keys.PASS_STRIDE, lcm(1..20)), so both engines add the same.
+CREATE OR REPLACE FUNCTION limits_stride(p_weight integer) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$ SELECT 232792560::bigint / p_weight $$;
+
+-- keys.enter_turns (SPEC 13.2): a key of a fair limit that starts holding or waiting when it had
+-- nothing held or waiting there enters the turns at the smallest pass among the keys holding or
+-- waiting (0 if none): one probe of limitkey_active_pass. The caller holds the limit's lock and
+-- calls this before it counts the key's new slot or entry; the key's row exists when p_key <> ''.
+CREATE OR REPLACE FUNCTION limits_enter_turns(p_limit bigint, p_key text) RETURNS void
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
+DECLARE
+    l limits_limit;
+    v_pass bigint;
+BEGIN
+    SELECT * INTO l FROM limits_limit WHERE id = p_limit;
+    IF NOT limits_is_fair(l) THEN
+        RETURN;
+    END IF;
+    IF p_key = '' THEN
+        IF l.busy_count + l.reserved_count + l.waiting_count
+           - l.keyed_busy_count - l.keyed_reserved_count - l.keyed_waiting_count > 0 THEN
+            RETURN;
+        END IF;
+    ELSIF EXISTS (
+        SELECT 1 FROM limits_limitkey k
+        WHERE k.limit_id = p_limit AND k.key = p_key AND k.busy_count + k.reserved_count + k.waiting_count > 0
+    ) THEN
+        RETURN;
+    END IF;
+    SELECT min(p) INTO v_pass FROM (
+        (SELECT k.fair_pass AS p FROM limits_limitkey k
+         WHERE k.limit_id = p_limit AND k.key <> p_key
+           AND (k.busy_count > 0 OR k.reserved_count > 0 OR k.waiting_count > 0)
+         ORDER BY k.fair_pass LIMIT 1)
+        UNION ALL
+        SELECT l.nokey_fair_pass
+        WHERE p_key <> '' AND l.busy_count + l.reserved_count + l.waiting_count
+              - l.keyed_busy_count - l.keyed_reserved_count - l.keyed_waiting_count > 0
+    ) a;
+    IF p_key = '' THEN
+        UPDATE limits_limit SET nokey_fair_pass = coalesce(v_pass, 0) WHERE id = p_limit;
+    ELSE
+        UPDATE limits_limitkey SET fair_pass = coalesce(v_pass, 0) WHERE limit_id = p_limit AND key = p_key;
+    END IF;
+END
+$$;
+
+-- keys.take_turn (SPEC 13.2): a grant to this key of a fair limit adds its stride to its pass;
+-- returns the pass it was ranked at (the slot keeps it for limits verify), NULL on a fifo limit.
+CREATE OR REPLACE FUNCTION limits_take_turn(l limits_limit, p_key text) RETURNS bigint
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
+DECLARE
+    v_pass bigint;
+BEGIN
+    IF NOT limits_is_fair(l) THEN
+        RETURN NULL;
+    END IF;
+    IF p_key = '' THEN
+        UPDATE limits_limit SET nokey_fair_pass = nokey_fair_pass + limits_stride(1) WHERE id = l.id
+        RETURNING nokey_fair_pass - limits_stride(1) INTO v_pass;
+    ELSE
+        UPDATE limits_limitkey SET fair_pass = fair_pass + limits_stride(weight)
+        WHERE limit_id = l.id AND key = p_key
+        RETURNING fair_pass - limits_stride(weight) INTO v_pass;
+    END IF;
+    RETURN v_pass;
+END
+$$;
+
+-- keys.fair_pass: the key's pass now (on the queue entry it joins with), NULL on a fifo limit.
+CREATE OR REPLACE FUNCTION limits_fair_pass(p_limit bigint, p_key text) RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM limits_limit m WHERE m.id = p_limit AND limits_is_fair(m)) THEN
+        RETURN NULL;
+    ELSIF p_key = '' THEN
+        RETURN (SELECT nokey_fair_pass FROM limits_limit WHERE id = p_limit);
+    END IF;
+    RETURN coalesce((SELECT fair_pass FROM limits_limitkey WHERE limit_id = p_limit AND key = p_key), 0);
+END
+$$;
+
+-- keys.restart_turns (SPEC 13.2, docs/concurrency.md): a switch between fifo and fair starts every
+-- key's turns afresh, all at pass 0.
+CREATE OR REPLACE FUNCTION limits_restart_turns(p_limit bigint) RETURNS void
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
+BEGIN
+    UPDATE limits_limit SET nokey_fair_pass = 0 WHERE id = p_limit AND nokey_fair_pass <> 0;
+    UPDATE limits_limitkey SET fair_pass = 0 WHERE limit_id = p_limit AND fair_pass <> 0;
 END
 $$;
 
@@ -453,10 +547,11 @@ BEGIN
         WHERE id = s.limit_id
         RETURNING next_position - 1 INTO v_position;
         INSERT INTO limits_queueentry (
-            limit_id, run_id, request, label, key, group_size, position, state, enqueued_at, deadline, timeout_ms
+            limit_id, run_id, request, label, key, group_size, position, state, enqueued_at, deadline, timeout_ms,
+            fair_pass
         ) VALUES (
             s.limit_id, s.run_id, p_request, s.label, s.key, s.group_size, v_position, 'waiting', p_now,
-            s.deadline, s.timeout_ms
+            s.deadline, s.timeout_ms, limits_fair_pass(s.limit_id, s.key)
         );
         IF s.key <> '' THEN
             UPDATE limits_limitkey
@@ -882,6 +977,9 @@ BEGIN
         v_old := coalesce(nullif(l.share_override, ''), l.declared_share);
         v_new := coalesce(p_share, l.declared_share) || CASE WHEN p_share IS NULL THEN ' (declared)' ELSE '' END;
         UPDATE limits_limit SET share_override = coalesce(p_share, ''), updated_at = v_now WHERE id = v_limit;
+        IF coalesce(p_share, l.declared_share) <> v_old THEN
+            PERFORM limits_restart_turns(v_limit);  -- keys.restart_turns: a switch starts the turns afresh
+        END IF;
     ELSIF p_action IN ('weight', 'min') THEN  -- operator_actions._set_key_field: p_key's, NULL resets
         IF p_action = 'min' AND p_value IS NOT NULL AND p_value NOT BETWEEN 0 AND limits_capacity(l) THEN
             outcome := 'bad_min';
@@ -1085,6 +1183,9 @@ BEGIN
         UPDATE limits_limit SET declared = true, declared_capacity = p_capacities[i],
             declared_max_hold_ms = p_max_holds[i], declared_per_key = p_per_keys[i], declared_share = p_shares[i]
         WHERE id = l.id;
+        IF l.share_override = '' AND l.declared_share::text IS DISTINCT FROM p_shares[i] THEN
+            PERFORM limits_restart_turns(l.id);  -- keys.restart_turns: the share in force switched
+        END IF;
         woken := woken || limits_sync_one(
             l.id, v_locked, v_old, 'declared', p_actor, p_now, p_reservation_ms, p_owed_after_ms
         );
@@ -1495,6 +1596,7 @@ DECLARE
     v_need integer := cardinality(p_names);
     v_keyed integer;
     v_grouped integer := (cardinality(p_names) > 1)::integer;
+    v_pass bigint;
     settled record;
     i integer;
 BEGIN
@@ -1568,13 +1670,21 @@ BEGIN
             FOR i IN 1 .. v_need LOOP
                 v_keyed := (p_keys[i] <> '')::integer;
                 SELECT * INTO l FROM limits_limit WHERE id = v_mine[i];
+                v_pass := NULL;
+                IF limits_is_fair(l) THEN  -- keys.grant_busy: its key enters the turns, takes one
+                    INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at)
+                    SELECT l.id, p_keys[i], 0, 0, 0, v_now WHERE p_keys[i] <> ''
+                    ON CONFLICT (limit_id, key) DO NOTHING;
+                    PERFORM limits_enter_turns(l.id, p_keys[i]);
+                    v_pass := limits_take_turn(l, p_keys[i]);
+                END IF;
                 v_slot := limits_new_slot_id();
                 INSERT INTO limits_slot (
                     id, limit_id, run_id, request, label, key, group_size, state, granted_at, confirmed_at,
-                    expires_at, freed_by
+                    expires_at, freed_by, fair_pass
                 ) VALUES (
                     v_slot, l.id, p_run, p_request, p_label, p_keys[i], v_need, 'busy', v_now, v_now,
-                    v_now + limits_max_hold(l), ''
+                    v_now + limits_max_hold(l), '', v_pass
                 );
                 UPDATE limits_limit
                 SET busy_count = busy_count + 1, keyed_busy_count = keyed_busy_count + v_keyed
@@ -1604,6 +1714,15 @@ BEGIN
         deadline := v_now + p_timeout_ms * interval '1 millisecond';
         FOR i IN 1 .. v_size LOOP
             v_keyed := (p_keys[i] <> '')::integer;
+            SELECT * INTO l FROM limits_limit WHERE id = v_mine[i];
+            v_pass := NULL;
+            IF limits_is_fair(l) THEN  -- keys.join: a key that had nothing enters the turns
+                INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at)
+                SELECT l.id, p_keys[i], 0, 0, 0, v_now WHERE p_keys[i] <> ''
+                ON CONFLICT (limit_id, key) DO NOTHING;
+                PERFORM limits_enter_turns(l.id, p_keys[i]);
+                v_pass := limits_fair_pass(l.id, p_keys[i]);
+            END IF;
             UPDATE limits_limit
             SET next_position = next_position + 1, waiting_count = waiting_count + 1,
                 keyed_waiting_count = keyed_waiting_count + v_keyed,
@@ -1611,10 +1730,11 @@ BEGIN
             WHERE id = v_mine[i]
             RETURNING * INTO l;
             INSERT INTO limits_queueentry (
-                limit_id, run_id, request, label, key, group_size, position, state, enqueued_at, deadline, timeout_ms
+                limit_id, run_id, request, label, key, group_size, position, state, enqueued_at, deadline, timeout_ms,
+                fair_pass
             ) VALUES (
                 l.id, p_run, p_request, p_label, p_keys[i], v_size, l.next_position - 1, 'waiting', v_now, deadline,
-                p_timeout_ms
+                p_timeout_ms, v_pass
             );
             IF p_keys[i] <> '' THEN
                 INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at, head)
@@ -1732,10 +1852,11 @@ BEGIN
     UPDATE limits_queueentry SET state = 'granted', finished_at = p_now WHERE id = e.id AND state = 'waiting';
     INSERT INTO limits_slot (
         id, limit_id, run_id, request, label, key, group_size, state, queue_entry_id, granted_at,
-        reserved_until, expires_at, freed_by
+        reserved_until, expires_at, freed_by, fair_pass
     ) VALUES (
         limits_new_slot_id(), l.id, e.run_id, e.request, e.label, e.key, e.group_size, 'reserved', e.id, p_now,
-        p_now + p_reservation_ms * interval '1 millisecond', p_now + limits_max_hold(l), ''
+        p_now + p_reservation_ms * interval '1 millisecond', p_now + limits_max_hold(l), '',
+        limits_take_turn(l, e.key)  -- SPEC 13.2: a fair limit's grant takes the key's turn
     );
     UPDATE limits_limit
     SET waiting_count = waiting_count - 1, keyed_waiting_count = keyed_waiting_count - v_keyed,
@@ -1754,7 +1875,7 @@ $$;
 
 -- keys._Grant._fair_stream (SPEC 13.2), a fair limit's next entry: among the keys with a waiting
 -- entry whose pool has room, first those holding fewer than their min, then the smallest in use /
--- weight, ties to the oldest head; that key's oldest entry not dealt with yet (p_dealt), not behind
+-- weight, ties to the smallest pass (the key's turns), then to the oldest head; that key's oldest entry not dealt with yet (p_dealt), not behind
 -- an owed run (p_owed) and with room for a whole run under the box's base (p_base). The no-key
 -- pool's entries up to p_nokey_after were dealt with in this grant (limits_grant's v_nokey_after).
 --
@@ -1774,8 +1895,9 @@ LANGUAGE plpgsql STABLE SET enable_seqscan = off SET enable_bitmapscan = off SET
 DECLARE
     k record;
     v_head bigint;
-    b_has_min boolean;  -- the best so far: holds its min (in use >= min), in use / weight, its entry's position
+    b_has_min boolean;  -- the best so far: holds its min (in use >= min), in use / weight, pass, its entry's position
     b_share numeric;
+    b_pass bigint;
     b_head bigint;
 BEGIN
     IF lim.waiting_count > lim.keyed_waiting_count AND limits_pool_room(lim, '') THEN
@@ -1788,18 +1910,19 @@ BEGIN
         LIMIT 1;
         b_has_min := true;
         b_share := (lim.busy_count + lim.reserved_count - lim.keyed_busy_count - lim.keyed_reserved_count)::numeric;
+        b_pass := lim.nokey_fair_pass;
     END IF;
     FOR k IN
         SELECT lk.key, lk.busy_count + lk.reserved_count >= lk.minimum AS has_min,
-               (lk.busy_count + lk.reserved_count)::numeric / lk.weight AS share, lk.head,
+               (lk.busy_count + lk.reserved_count)::numeric / lk.weight AS share, lk.fair_pass, lk.head,
                lk.busy_count + lk.reserved_count < coalesce(lk.pool_override, lim.per_key_override, lim.declared_per_key)
                IS NOT false AS room
         FROM limits_limitkey lk
         WHERE lk.limit_id = lim.id AND lk.head IS NOT NULL  -- waiting_count > 0, bar the keys dealt with
         ORDER BY lk.limit_id, lk.busy_count + lk.reserved_count >= lk.minimum,
-                 (lk.busy_count + lk.reserved_count)::numeric / lk.weight, lk.head
+                 (lk.busy_count + lk.reserved_count)::numeric / lk.weight, lk.fair_pass, lk.head
     LOOP
-        EXIT WHEN b_head IS NOT NULL AND (k.has_min, k.share, k.head) >= (b_has_min, b_share, b_head);
+        EXIT WHEN b_head IS NOT NULL AND (k.has_min, k.share, k.fair_pass, k.head) >= (b_has_min, b_share, b_pass, b_head);
         CONTINUE WHEN NOT k.room OR k.head > p_owed;
         SELECT h.position INTO v_head FROM limits_queueentry h
         WHERE h.limit_id = lim.id AND h.key = k.key AND h.key <> '' AND h.state = 'waiting'
@@ -1807,9 +1930,11 @@ BEGIN
           AND limits_whole_run_room(lim, h.request, p_base)
         ORDER BY h.position
         LIMIT 1;
-        IF v_head IS NOT NULL AND (b_head IS NULL OR (k.has_min, k.share, v_head) < (b_has_min, b_share, b_head)) THEN
+        IF v_head IS NOT NULL
+           AND (b_head IS NULL OR (k.has_min, k.share, k.fair_pass, v_head) < (b_has_min, b_share, b_pass, b_head)) THEN
             b_has_min := k.has_min;
             b_share := k.share;
+            b_pass := k.fair_pass;
             b_head := v_head;
         END IF;
     END LOOP;
