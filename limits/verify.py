@@ -39,10 +39,11 @@ k. the box (SPEC 12): a, d and f hold it to its ceiling and to the base per work
    declared one it was created with);
 l. fair shares (SPEC 13.6), on a limit whose share is fair now: no single run was granted from
    the queue while a run of another key that could have been served stood before it in the
-   order of 13.2, and no capacity was left free while a run that could have been granted
-   waited; judged only since the last change of the limit's share, weights, mins, pool sizes or
-   declared values (`fair_since`), and silent where the rows cannot tell (`unfair_grants` says
-   what it leaves out).
+   order of 13.2 (with the keys' passes: the turns, replayed from the pass each slot and entry
+   keeps), no key's grant was ranked at another pass than its turns add up to, and no capacity
+   was left free while a run that could have been granted waited; judged only since the last
+   change of the limit's share, weights, mins, pool sizes or declared values (`fair_since`), and
+   silent where the rows cannot tell (`unfair_grants` says what it leaves out).
 
 Why timestamps are enough: every change to a limit's slots and queue happens under that limit's
 row lock, and every service reads the clock *after* taking the lock (tests/services/
@@ -80,7 +81,7 @@ from django.db import connection, transaction
 from django.db.models import Max, Min, Q
 
 from limits.config import BOX_NAME
-from limits.engine.keys import OWED_AFTER_MS
+from limits.engine.keys import OWED_AFTER_MS, PASS_STRIDE, stride
 from limits.engine.results import WHOLE_RUN_SUFFIX
 from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot
 from stackbone.plumbing import clock as box_clock
@@ -189,6 +190,7 @@ class History:
                 "ends_with_run",
                 "key",
                 "group_size",
+                "fair_pass",
             )
         )
         entries = list(
@@ -206,6 +208,7 @@ class History:
                 "key",
                 "group_size",
                 "passed_over_at",
+                "fair_pass",
             )
         )
         events = list(
@@ -726,7 +729,11 @@ class History:
         2. (a) Each single run granted from the queue at t, of key K, is judged against every
            other key J with a candidate that waited across t (queued before t, still waiting
            after it) and room in its pool: J stood before K when (J under its min, J's busy +
-           reserved / weight, its oldest candidate's position) sorts before K's. Grants, frees
+           reserved / weight, its pass, its oldest candidate's position) sorts before K's. K's
+           pass is the one its slot was ranked at; J's is its turns replayed (`Turns`): the pass
+           its latest entry joined with or its latest grant was ranked at plus its stride.
+           (c) Each grant of K was ranked at the pass K's turns add up to, and a key that had
+           nothing held or waiting joined at the smallest pass of the keys active then. Grants, frees
            and joins that share an instant cannot be ordered, so J is counted with all its
            grants at t and none of its frees, K with all its frees at t and none of its grants,
            and K's tie with its oldest entry waiting at t: a grant is reported only when no
@@ -747,6 +754,8 @@ class History:
         - the paused spans (grants in them are j's; capacity is free by design);
         - grants at once (b of the queue order: no run may wait then);
         - within one key, arrival order (f);
+        - a key's pass where its turns are unknown (no grant or join of it replayed since
+          `fair_since`): the tie on the pass is let be, and (c) is not judged for it;
         - everything before `fair_since`: a share switched from fifo, or weights, mins, pool
           sizes changed during the history, leave only the period since the last change."""
         if not self.limit.is_fair:
@@ -764,7 +773,18 @@ FAIR_SETTINGS = (
     AuditEvent.Action.BOX,
 )
 ENDS, GRANTS, FREES, JOINS, LEAVES, MARKS = range(6)  # the kinds of a replay's events
-type Rank = tuple[bool, float, int]  # a key's place in SPEC 13.2's order (_FairReplay.rank)
+type Rank = tuple[bool, float, int, int]  # a key's place in SPEC 13.2's order (_FairReplay.rank)
+UNKNOWN_PASS = 2**63  # a pass the rows cannot tell: after every known one, and never judged
+
+
+def stands_before(rival: Rank, mine: Rank) -> bool:
+    """Whether `rival` comes first in 13.2's order, where the rows can tell: a tie in (under
+    min, share) with a pass unknown on either side is let be."""
+    if rival[:2] != mine[:2]:
+        return rival[:2] < mine[:2]
+    if UNKNOWN_PASS in (rival[2], mine[2]):
+        return False
+    return rival[2:] < mine[2:]
 
 
 class _FairReplay:
@@ -801,6 +821,7 @@ class _FairReplay:
         self.left: set[int] = set()
         self.candidates: dict[str, list[tuple[int, int]]] = defaultdict(list)
         self.ended: set[int] = set()
+        self.passes: dict[str, int] = {}  # each key's pass replayed (absent: unknown)
         self.version: Counter[str] = Counter()
         self.servable: set[str] = set()  # keys with a candidate and room in their pool
         self.order: list[tuple[Rank, int, str]] = []  # (13.2 order, version, key)
@@ -810,12 +831,15 @@ class _FairReplay:
     def weight(self, key: str) -> int:
         return self.weights.get(key, 1) if key else 1
 
-    def rank(self, key: str, level: int, position: int) -> Rank:
-        """(holding its min, busy + reserved / weight, its head's position): smallest first.
-        The share as a float, as limits_grant has it: two different shares of at most 100,000
-        slots over weights of at most 100 differ far beyond a double's rounding."""
+    def rank(self, key: str, level: int, position: int, fair_pass: int | None = None) -> Rank:
+        """(holding its min, busy + reserved / weight, its pass, its head's position): smallest
+        first. The share as a float, as limits_grant has it: two different shares of at most
+        100,000 slots over weights of at most 100 differ far beyond a double's rounding. The pass
+        its turns replayed unless given (UNKNOWN_PASS where the rows cannot tell)."""
         minimum = self.minimums.get(key, 0) if key else 0
-        return level >= minimum, level / self.weight(key), position
+        if fair_pass is None:
+            fair_pass = self.passes.get(key, UNKNOWN_PASS)
+        return level >= minimum, level / self.weight(key), fair_pass, position
 
     def has_room(self, key: str, level: int) -> bool:
         size = self.sizes.get(key, self.per_key) if key else self.per_key
@@ -931,10 +955,13 @@ class _FairReplay:
                 self.ended.update(ends)
                 for key in {self.entries[i]["key"] for i in ends}:
                     self.refresh(key)
-            # 2. (a) the single runs granted from the queue at t
+            # 2. (a) the single runs granted from the queue at t, (c) the passes they were ranked at
             if judged and grants:
                 found.extend(self.judge_grants(at, by_kind))
+            if judged and (grants or joins):
+                found.extend(self.judge_turns(at, grants, joins, frees, leaves))
             # 3. the instant's changes
+            self.take_turns(grants, joins, counted=at > self.since)
             touched: set[str] = set()
             for i in grants:
                 key = self.slots[i]["key"]
@@ -987,21 +1014,96 @@ class _FairReplay:
         untouched = self.first(touched)
         if untouched is not None:
             rivals.append((*untouched, self.level[untouched[1]]))
+        latest = self.turns_after(by_kind[GRANTS], by_kind[JOINS])
         for key in touched:
             head = self.head(key)
             fullest = self.level[key] + granted_at_t[key]
             if head is not None and self.has_room(key, fullest):
-                rivals.append((self.rank(key, fullest, head[0]), key, fullest))
+                furthest = max(self.passes.get(key, UNKNOWN_PASS), latest.get(key, -1))
+                rivals.append((self.rank(key, fullest, head[0], furthest), key, fullest))
         rivals.sort()
         found = []
         for slot, i in judged:
             key, entry = slot["key"], self.entries[i]
             oldest = [entry["position"], self.oldest_waiting(key), joined_at_t.get(key)]
             emptiest = max(self.level[key] - freed_at_t[key], 0)
-            mine = self.rank(key, emptiest, min(p for p in oldest if p is not None))
-            rival = next((other for other in rivals if other[1] != key), None)
-            if rival is not None and rival[0] < mine:
+            ranked = UNKNOWN_PASS if slot["fair_pass"] is None else slot["fair_pass"]
+            mine = self.rank(key, emptiest, min(p for p in oldest if p is not None), ranked)
+            rival = next((other for other in rivals if other[1] != key and stands_before(other[0], mine)), None)
+            if rival is not None:
                 found.append(self.unfair_text(at, entry, key, emptiest, *rival))
+        return found
+
+    # the turns (13.2's pass), replayed from the pass each slot and entry keeps
+
+    def turns_after(self, grants: Sequence[int], joins: Sequence[int]) -> dict[str, int]:
+        """Each key's pass after these grants and joins of one instant, as far as they tell: the
+        largest of its grants' ranked pass + its stride and its entries' joining pass (the events
+        of one instant cannot be ordered; a pass only grows within one transaction)."""
+        found: dict[str, int] = {}
+        for i in grants:
+            slot = self.slots[i]
+            if slot["fair_pass"] is not None:
+                after = slot["fair_pass"] + stride(self.weight(slot["key"]))
+                found[slot["key"]] = max(found.get(slot["key"], after), after)
+        for i in joins:
+            entry = self.entries[i]
+            if entry["fair_pass"] is not None:
+                found[entry["key"]] = max(found.get(entry["key"], entry["fair_pass"]), entry["fair_pass"])
+        return found
+
+    def take_turns(self, grants: Sequence[int], joins: Sequence[int], *, counted: bool) -> None:
+        """Apply an instant's grants and joins to the keys' passes. Before `fair_since` a grant's
+        stride may be another weight's: the key's pass is unknown after it, until it joins again
+        or a later grant tells."""
+        after = self.turns_after(grants, joins)
+        for i in grants:
+            key = self.slots[i]["key"]
+            if not counted or self.slots[i]["fair_pass"] is None:
+                self.passes.pop(key, None)
+        for key, value in after.items():
+            if counted or key in {self.entries[i]["key"] for i in joins}:
+                self.passes[key] = value
+
+    def judge_turns(
+        self, at: dt.datetime, grants: Sequence[int], joins: Sequence[int], frees: Sequence[int], leaves: Sequence[int]
+    ) -> list[str]:
+        """(c): a key's grants at t were ranked at the pass its turns add up to (several at one
+        instant: its stride apart, from there), where nothing else of that key happens at t; a
+        lone join at t of a key that had nothing held or waiting entered at the smallest pass of
+        the keys active then (0 if none), where all their passes are known."""
+        found: list[str] = []
+        joined = {self.entries[i]["key"] for i in joins}
+        by_key: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+        for i in grants:
+            if self.slots[i]["fair_pass"] is not None:
+                by_key[self.slots[i]["key"]].append(self.slots[i])
+        for key, slots in by_key.items():
+            expected = self.passes.get(key)
+            if expected is None or key in joined:
+                continue
+            for slot in sorted(slots, key=itemgetter("fair_pass")):
+                if slot["fair_pass"] != expected:
+                    found.append(
+                        f"{self.name}: fair share: {slot['id']} ({slot['run_id']}) of key {_shown(key)} granted at "
+                        f"{_iso(at)} at pass {_turns(slot['fair_pass'])} where its turns add up to {_turns(expected)}"
+                    )
+                    break
+                expected += stride(self.weight(key))
+        if len(joins) == 1 and not (grants or frees or leaves):
+            entry = self.entries[joins[0]]
+            key = entry["key"]
+            idle = self.level[key] == 0 and self.oldest_waiting(key) is None
+            others = {k for k, level in self.level.items() if level > 0 and k != key}
+            others |= {k for k in self.waiting if k != key and self.oldest_waiting(k) is not None}
+            if idle and entry["fair_pass"] is not None and all(k in self.passes for k in others):
+                lowest = min((self.passes[k] for k in others), default=0)
+                if entry["fair_pass"] != lowest:
+                    found.append(
+                        f"{self.name}: fair share: #{entry['position']} ({entry['run_id']}) of key {_shown(key)} "
+                        f"joined at {_iso(at)} at pass {_turns(entry['fair_pass'])}, not at the smallest pass of "
+                        f"the keys active then ({_turns(lowest)})"
+                    )
         return found
 
     def unfair_text(
@@ -1021,6 +1123,7 @@ class _FairReplay:
             f"{self.name}: fair share: #{entry['position']} ({entry['run_id']}) of key {_shown(key)} granted at "
             f"{_iso(at)} while key {_shown(other)} stood before it ({who} waited; in use / weight "
             f"{other_level}/{self.weight(other)} against {level}/{self.weight(key)})"
+            + ("" if rank[2] == UNKNOWN_PASS else f", its pass {_turns(rank[2])} turns")
         )
 
     def left_free_text(self, at: dt.datetime, free: int, capacity: int) -> str:
@@ -1079,6 +1182,11 @@ def _unmarked_before(group_entry: Mapping[str, Any], granted: Mapping[str, Any],
 
 def _iso(moment: dt.datetime) -> str:
     return moment.isoformat()
+
+
+def _turns(fair_pass: int) -> str:
+    """A pass as turns (13.2: one grant of weight 1 is one turn)."""
+    return "unknown" if fair_pass == UNKNOWN_PASS else f"{fair_pass / PASS_STRIDE:.4g}"
 
 
 def _shown(key: str) -> str:

@@ -16,6 +16,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from limits import services
+from limits.engine.keys import PASS_STRIDE
 from limits.models import AuditEvent, Limit, QueueEntry, Slot
 from limits.verify import History, _FairReplay, verify
 from tests.factories import declare, holders
@@ -173,16 +174,28 @@ def test_a_grant_to_a_key_while_a_key_first_in_the_fair_order_waited_is_a_violat
     assert "while key 'b' stood before it (#1 (run-b0) waited; in use / weight 0/1 against 1/1)" in found[0]
 
 
-def tie(limit: Limit, *, b_first: bool) -> None:
+def tie(limit: Limit, *, b_first: bool, b_pass: int = 2) -> None:
     """Capacity 3: a holds a0 and a1, b holds b9; b0 (key b) and a2 (key a) queue, in the order
-    given; a0 is released and a2 granted: a and b hold 1 each, the tie goes to the older run."""
+    given; a0 is released and a2 granted: a and b hold 1 each. Their passes (in turns) as the
+    engine keeps them: a's 2 after its two grants, b's `b_pass` after b9; at a tie in the pass
+    too, the older run's key goes first."""
     t = timezone.now()
-    raw_slot(limit, "a0", t, key="a", state="released", freed_at=t + dt.timedelta(seconds=2))
-    raw_slot(limit, "a1", t, key="a", state="released", freed_at=t + dt.timedelta(seconds=4))
-    raw_slot(limit, "b9", t, key="b", state="released", freed_at=t + dt.timedelta(seconds=4))
+    s = PASS_STRIDE
+    raw_slot(limit, "a0", t, key="a", state="released", freed_at=t + dt.timedelta(seconds=2), fair_pass=0)
+    raw_slot(limit, "a1", t, key="a", state="released", freed_at=t + dt.timedelta(seconds=4), fair_pass=s)
+    raw_slot(
+        limit, "b9", t, key="b", state="released", freed_at=t + dt.timedelta(seconds=4), fair_pass=(b_pass - 1) * s
+    )
     queued = {}
     for run in ("b0", "a2") if b_first else ("a2", "b0"):
-        queued[run] = raw_entry(limit, run, t + dt.timedelta(seconds=1), key=run[0], state="cancelled")
+        queued[run] = raw_entry(
+            limit,
+            run,
+            t + dt.timedelta(seconds=1),
+            key=run[0],
+            state="cancelled",
+            fair_pass=(2 if run[0] == "a" else b_pass) * s,
+        )
     QueueEntry.objects.filter(id=queued["b0"].id).update(finished_at=t + dt.timedelta(seconds=3))
     QueueEntry.objects.filter(id=queued["a2"].id).update(state="granted", finished_at=t + dt.timedelta(seconds=2))
     raw_slot(
@@ -194,6 +207,7 @@ def tie(limit: Limit, *, b_first: bool) -> None:
         state="released",
         confirmed_at=t + dt.timedelta(seconds=2),
         freed_at=t + dt.timedelta(seconds=4),
+        fair_pass=2 * s,
     )
 
 
@@ -208,6 +222,45 @@ def test_a_tie_goes_to_the_key_whose_oldest_run_came_first(clock, b_first: bool)
         assert "key 'b' stood before it (#1 (run-b0) waited; in use / weight 1/1 against 1/1)" in found[0]
     else:
         assert found == []
+
+
+def test_a_tie_in_the_share_goes_to_the_smaller_pass_before_the_older_run(clock) -> None:
+    """SPEC 13.2 as amended: a holds 1 and b holds 1, a's run is older, but b has had fewer turns
+    (pass 1 against a's 2): a2's grant passed b over. Before the amendment this was the rule."""
+    limit = fair(capacity=3)
+    clock.advance(seconds=1)
+    tie(limit, b_first=False, b_pass=1)
+    found = violations("fair")
+    assert len(found) == 1 and "#1 (run-a2) of key 'a'" in found[0], found
+    assert "key 'b' stood before it" in found[0] and "its pass 1 turns" in found[0]
+
+
+def test_a_grant_ranked_at_a_pass_its_turns_do_not_add_up_to_is_a_violation(clock) -> None:
+    """(c): the pass a grant was ranked at is the key's turns so far; a grant that skipped a
+    stride (a key charged less than its turns) is reported."""
+    fair(capacity=1)
+    take("a0", "a")
+    clock.advance(seconds=1)
+    take("a1", "a")
+    take("b0", "b")
+    clock.advance(seconds=1)
+    release("a0")  # a1 and b0 tie on share and pass; a1 is older
+    confirm_reserved({"a1": "a", "b0": "b"})
+    assert fair_violations() == []
+    Slot.objects.filter(limit__name="fair", request="a1").update(fair_pass=0)
+    found = fair_violations()
+    assert any("(a1) of key 'a' granted at" in v and "at pass 0 where its turns add up to 1" in v for v in found), found
+
+
+def test_a_key_that_had_nothing_joins_at_the_smallest_pass_of_the_active_keys(clock) -> None:
+    fair(capacity=1)
+    take("a0", "a")
+    clock.advance(seconds=1)
+    take("b0", "b")  # a alone is active, at pass 1: b joins at 1
+    assert fair_violations() == []
+    QueueEntry.objects.filter(limit__name="fair", request="b0").update(fair_pass=0)
+    found = fair_violations()
+    assert any("(b0) of key 'b' joined at" in v and "not at the smallest pass" in v for v in found), found
 
 
 @pytest.mark.parametrize("excuse", ["a under its min", "b's pool full", "b0 a group", "b0 past its deadline"])
