@@ -5,12 +5,20 @@ Pure functions, no Django: the CLI's renderer imports them without settings. The
 take come from limits.selectors (a run's places, `queue_etas`) and the grant rates from
 limits.insights.eta_rates (the last minute's grants, else the per-minute rollup the sweep writes;
 the rule is grant_rate below).
+
+On a fair limit a place is a place in the order the grant will serve the queue (SPEC 13.7):
+`fair_order` below walks it, from figures limits.selectors reads (and limits.engine.keys
+.why_waiting, for the key that is next).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
 UNKNOWN = "unknown"
 RECENT_WINDOW_S = 60  # the grants of the last minute, read from the slots...
@@ -101,3 +109,129 @@ def place_words(place: int, total: int, *, approximate: bool = False) -> str:
 
 def _nearest(seconds: int, unit: int) -> int:
     return max((seconds + unit // 2) // unit, 1)
+
+
+# --- a fair limit's order (SPEC 13.2, 13.7) ------------------------------------------------------
+
+FAIR_ORDER = "fair"  # a queue listed in the order of SPEC 13.2 (the API's `order`)
+ARRIVAL_ORDER = "arrival"  # first come, first served
+
+
+def fair_share_sql(vendor: str) -> str:
+    """A key row's (busy + reserved) / weight in SQL, as SPEC 13.2 ranks the keys: on PostgreSQL
+    the expression of the index limitkey_fair_order (numeric, so a page reads the keys along it),
+    on SQLite a real (its NUMERIC keeps whole numbers whole, and would divide them whole)."""
+    if vendor == "postgresql":
+        return "((busy_count + reserved_count)::numeric / weight)"
+    return "(CAST(busy_count + reserved_count AS REAL) / weight)"
+
+
+@dataclass(slots=True)
+class FairKey:
+    """One key of a fair limit as its grant ranks it (SPEC 13.2), as `fair_order` walks it: `in_use`
+    (busy + reserved), `weight`, `minimum`, `pool` (its pool size in force; None: only the total),
+    `fair_pass` and `stride` (what one grant adds to the pass), `waiting` (its runs waiting, from
+    its counter) and `heads`: the positions of its first waiting runs that were read, in arrival
+    order; `floor` is a position no unread run of it comes before (the last read one + 1)."""
+
+    key: str
+    in_use: int
+    weight: int
+    minimum: int
+    pool: int | None
+    fair_pass: int
+    stride: int
+    waiting: int
+    heads: list[int] = field(default_factory=list)
+    floor: int = 0
+    taken: int = 0  # its runs the walk granted
+
+    @property
+    def servable(self) -> bool:
+        """A run of it waits (not yet granted by the walk) and its pool has room."""
+        return self.taken < self.waiting and (self.pool is None or self.in_use < self.pool)
+
+    @property
+    def head(self) -> int | None:
+        """The position of its next run in the walk; None when that run was not read."""
+        return self.heads[self.taken] if self.taken < len(self.heads) else None
+
+    def rank(self) -> tuple[bool, Fraction, int, int]:
+        """SPEC 13.2's order: under its min first, then (busy + reserved) / weight, then the pass,
+        then the oldest run (for a run not read, `floor`: no read run of another key that ties
+        with it is placed after it by mistake, as the walk stops when it comes up)."""
+        head = self.head
+        at = max(self.floor, self.heads[-1] + 1 if self.heads else 0) if head is None else head
+        return (self.in_use >= self.minimum, Fraction(self.in_use, self.weight), self.fair_pass, at)
+
+
+@dataclass(frozen=True, slots=True)
+class FairWalk:
+    """What `fair_order` found: `order`, the (key, position) of each run it granted, in order; the
+    keys as they stand after those grants (`keys`: their passes, in use and runs taken); and
+    `short`, the key whose next run came up unread (then the walk stopped there: read more of that
+    key's runs and walk again)."""
+
+    order: list[tuple[str, int]]
+    keys: dict[str, FairKey]
+    short: str | None = None
+
+
+def fair_order(keys: Mapping[str, FairKey], *, room: int, frees: Sequence[str], rows: int) -> FairWalk:
+    """The order in which a fair limit's grant will serve its waiting runs if nothing else changes
+    (SPEC 13.7), up to `rows` runs. The model, step by step:
+
+    1. While the limit has room (`room`: its capacity less its slots in use; a paused limit as if
+       resumed), the next slot goes to the key first in the order of SPEC 13.2 among the keys with
+       a run waiting and room in their pool: under its min first, then the smallest (busy +
+       reserved) / weight, then the smallest pass, then the oldest run. That key's next run in
+       arrival order is served; its in use grows by one and its pass by its stride.
+    2. Without room, or without a key that can be served, a slot frees: the one held longest, as
+       max hold takes them back (`frees`: the keys of the slots in use, oldest grant first; then
+       the walk's own grants, in order). Its key's in use drops by one.
+    3. It stops after `rows` runs, when nothing is left to free, or when a key's next run comes up
+       unread (`FairWalk.short`).
+
+    Runs of several limits are placed as if their other limits had room, and an owed run (10.4) as
+    any other; their reasons say what stops them. `keys` are not changed (the walk works on
+    copies)."""
+    walked = {name: replace(key, heads=list(key.heads)) for name, key in keys.items()}
+    versions = dict.fromkeys(walked, 0)
+    ready: list[tuple[tuple[bool, Fraction, int, int], int, str]] = []
+
+    def push(key: FairKey) -> None:
+        versions[key.key] += 1
+        if key.servable:
+            heapq.heappush(ready, (key.rank(), versions[key.key], key.key))
+
+    for key in walked.values():
+        push(key)
+    held, own = deque(frees), deque[str]()
+    order: list[tuple[str, int]] = []
+    while len(order) < rows:
+        best = None
+        while room > 0 and ready:
+            _, version, name = heapq.heappop(ready)
+            if version == versions[name] and walked[name].servable:
+                best = walked[name]
+                break
+        if best is None:
+            if not held and not own:
+                break
+            freed = walked.get(held.popleft() if held else own.popleft())
+            room += 1
+            if freed is not None and freed.in_use > 0:
+                freed.in_use -= 1
+                push(freed)
+            continue
+        head = best.head
+        if head is None:
+            return FairWalk(order, walked, short=best.key)
+        order.append((best.key, head))
+        best.taken += 1
+        best.in_use += 1
+        best.fair_pass += best.stride
+        room -= 1
+        own.append(best.key)
+        push(best)
+    return FairWalk(order, walked)

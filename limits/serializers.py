@@ -20,7 +20,7 @@ from django.db.models import QuerySet
 
 from limits.engine.results import Reason
 from limits.models import ForgottenLimit, Limit, LimitKey, QueueEntry, Slot
-from limits.selectors import fair_share, fair_weights
+from limits.selectors import fair_share, fair_weights, turns
 
 Groups = Mapping[str, list[str]]
 
@@ -127,15 +127,19 @@ def queue_entry_summary(
     *,
     eta_seconds: int | None = None,
     reason: Reason | None = None,
+    estimated: bool = False,
 ) -> dict[str, object]:
     """A waiting run as the CLI and the API print it; `position` is 1 for the head of the queue
-    (of the key's queue, when the list is filtered by key). `group` names the limits the run
+    (of the key's queue, when the list is filtered by key): on a fair limit the queue is in the
+    order the grant will serve it (SPEC 13.7), and `position_estimated` is true past the runs
+    walked exactly (limits.selectors.fair_queue_rows). `group` names the limits the run
     waits for together (from entry_groups) when it waits for several. `eta_seconds` is its
     estimated wait in this limit's queue (limits.selectors.queue_etas, the rule in limits.eta),
     null when unknown (the limit granted nothing in the last 10 minutes). `reason` says why it
     waits (SPEC 6.5, limits.services.why_waiting): {code, text, limit[, key][, owed_run]}."""
     return {
         "position": position,
+        "position_estimated": estimated,
         "run": entry.run_id,
         "label": entry.label,
         "key": entry.key or None,
@@ -170,7 +174,9 @@ def pool_size(limit: Limit, pool_override: int | None) -> int | None:
 def key_summary(limit: Limit, key: LimitKey, weights: int | None = None) -> dict[str, object]:
     """One key's pool under a limit: `busy`, `reserved` and `in_use` as a limit's; its `weight`
     and `min` (SPEC 13.1) and, on a fair limit, its `fair_share` of the capacity given `weights`
-    (selectors.fair_weights; null on a fifo limit or for a key neither holding nor waiting)."""
+    (selectors.fair_weights; null on a fifo limit or for a key neither holding nor waiting) and
+    its `pass`, its place in the limit's turns (SPEC 13.2), in turns to two decimals
+    (selectors.turns; null where `fair_share` is)."""
     active = key.in_use > 0 or key.waiting_count > 0
     return {
         "key": key.key,
@@ -184,6 +190,7 @@ def key_summary(limit: Limit, key: LimitKey, weights: int | None = None) -> dict
         "weight": key.weight,
         "min": key.minimum,
         "fair_share": fair_share(limit, weight=key.weight, active=active, weights=weights),
+        "pass": turns(key.fair_pass) if weights is not None and active else None,
     }
 
 
@@ -210,6 +217,7 @@ def no_key_summary(limit: Limit, weights: int | None = None) -> dict[str, object
         "weight": 1,
         "min": 0,
         "fair_share": fair_share(limit, weight=1, active=busy + reserved + waiting > 0, weights=weights),
+        "pass": turns(limit.nokey_fair_pass) if weights is not None and busy + reserved + waiting > 0 else None,
     }
 
 

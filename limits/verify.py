@@ -821,7 +821,8 @@ class _FairReplay:
         self.left: set[int] = set()
         self.candidates: dict[str, list[tuple[int, int]]] = defaultdict(list)
         self.ended: set[int] = set()
-        self.passes: dict[str, int] = {}  # each key's pass replayed (absent: unknown)
+        self.passes: dict[str, int] = {}  # each key's pass replayed (absent: `unset`)
+        self.unset: int | None = None  # the pass of a key not replayed yet: unknown, or 0 after a switch
         self.version: Counter[str] = Counter()
         self.servable: set[str] = set()  # keys with a candidate and room in their pool
         self.order: list[tuple[Rank, int, str]] = []  # (13.2 order, version, key)
@@ -838,7 +839,8 @@ class _FairReplay:
         its turns replayed unless given (UNKNOWN_PASS where the rows cannot tell)."""
         minimum = self.minimums.get(key, 0) if key else 0
         if fair_pass is None:
-            fair_pass = self.passes.get(key, UNKNOWN_PASS)
+            known = self.known_pass(key)
+            fair_pass = UNKNOWN_PASS if known is None else known
         return level >= minimum, level / self.weight(key), fair_pass, position
 
     def has_room(self, key: str, level: int) -> bool:
@@ -928,6 +930,7 @@ class _FairReplay:
         owed, next_owed = self.owed_spans(), 0
         owed_until: list[dt.datetime] = []  # a heap of the ends of the owed spans begun
         left_free = False
+        started = False
         for at, instant in groupby(self.events(), key=itemgetter(0)):
             ends: list[int] = []
             grants: list[int] = []
@@ -949,6 +952,9 @@ class _FairReplay:
                 next_owed += 1
             while owed_until and owed_until[0] < at:
                 heapq.heappop(owed_until)
+            if at > self.since and not started:
+                self.start_judging()
+                started = True
             judged = at > self.since and not owed_until
             # 1. waits that end at t
             if ends:
@@ -1019,7 +1025,8 @@ class _FairReplay:
             head = self.head(key)
             fullest = self.level[key] + granted_at_t[key]
             if head is not None and self.has_room(key, fullest):
-                furthest = max(self.passes.get(key, UNKNOWN_PASS), latest.get(key, -1))
+                known = self.known_pass(key)
+                furthest = max(UNKNOWN_PASS if known is None else known, latest.get(key, -1))
                 rivals.append((self.rank(key, fullest, head[0], furthest), key, fullest))
         rivals.sort()
         found = []
@@ -1065,13 +1072,40 @@ class _FairReplay:
             if counted or key in {self.entries[i]["key"] for i in joins}:
                 self.passes[key] = value
 
+    def known_pass(self, key: str) -> int | None:
+        return self.passes.get(key, self.unset)
+
+    def start_judging(self) -> None:
+        """At `fair_since`: the passes replayed before it may be another period's. A switch to
+        fair starts every key's turns at 0 (keys.restart_turns); any other change leaves them
+        unknown until each key's next grant or join tells."""
+        last = (
+            AuditEvent.objects.filter(limit__name=self.name, action__in=FAIR_SETTINGS, at=self.since)
+            .order_by("-id")
+            .values_list("action", flat=True)
+            .first()
+        )
+        self.passes.clear()
+        self.unset = 0 if last == AuditEvent.Action.SHARE else None
+
+    def lowest_active_pass(self, key: str) -> int | None:
+        """The smallest pass of the keys other than `key` holding or waiting now (0 if none),
+        None where one of them has a pass the rows cannot tell."""
+        others = {k for k, level in self.level.items() if level > 0 and k != key}
+        others |= {k for k in self.waiting if k != key and self.oldest_waiting(k) is not None}
+        passes = [self.known_pass(k) for k in others]
+        if None in passes:
+            return None
+        return min((p for p in passes if p is not None), default=0)
+
     def judge_turns(
         self, at: dt.datetime, grants: Sequence[int], joins: Sequence[int], frees: Sequence[int], leaves: Sequence[int]
     ) -> list[str]:
         """(c): a key's grants at t were ranked at the pass its turns add up to (several at one
         instant: its stride apart, from there), where nothing else of that key happens at t; a
-        lone join at t of a key that had nothing held or waiting entered at the smallest pass of
-        the keys active then (0 if none), where all their passes are known."""
+        key that had nothing held or waiting first entered the turns (a grant at once does too)
+        at the smallest pass of the keys active then (0 if none), judged where nothing else
+        happens at t and all their passes are known; a lone join at t likewise."""
         found: list[str] = []
         joined = {self.entries[i]["key"] for i in joins}
         by_key: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
@@ -1079,7 +1113,10 @@ class _FairReplay:
             if self.slots[i]["fair_pass"] is not None:
                 by_key[self.slots[i]["key"]].append(self.slots[i])
         for key, slots in by_key.items():
-            expected = self.passes.get(key)
+            expected = self.known_pass(key)
+            if self.level[key] == 0 and self.oldest_waiting(key) is None:  # it enters the turns
+                alone = len(by_key) == 1 and not (joins or frees or leaves)
+                expected = self.lowest_active_pass(key) if alone else None
             if expected is None or key in joined:
                 continue
             for slot in sorted(slots, key=itemgetter("fair_pass")):
@@ -1094,16 +1131,13 @@ class _FairReplay:
             entry = self.entries[joins[0]]
             key = entry["key"]
             idle = self.level[key] == 0 and self.oldest_waiting(key) is None
-            others = {k for k, level in self.level.items() if level > 0 and k != key}
-            others |= {k for k in self.waiting if k != key and self.oldest_waiting(k) is not None}
-            if idle and entry["fair_pass"] is not None and all(k in self.passes for k in others):
-                lowest = min((self.passes[k] for k in others), default=0)
-                if entry["fair_pass"] != lowest:
-                    found.append(
-                        f"{self.name}: fair share: #{entry['position']} ({entry['run_id']}) of key {_shown(key)} "
-                        f"joined at {_iso(at)} at pass {_turns(entry['fair_pass'])}, not at the smallest pass of "
-                        f"the keys active then ({_turns(lowest)})"
-                    )
+            lowest = self.lowest_active_pass(key)
+            if idle and entry["fair_pass"] is not None and lowest is not None and entry["fair_pass"] != lowest:
+                found.append(
+                    f"{self.name}: fair share: #{entry['position']} ({entry['run_id']}) of key {_shown(key)} "
+                    f"joined at {_iso(at)} at pass {_turns(entry['fair_pass'])}, not at the smallest pass of "
+                    f"the keys active then ({_turns(lowest)})"
+                )
         return found
 
     def unfair_text(

@@ -48,7 +48,7 @@ from stackbone.plumbing.access import (
 LIMITS_PER_PAGE = 100
 SEARCH_MAX_LENGTH = 64
 SLOTS_PER_PAGE = 50
-QUEUE_PER_PAGE = 50
+QUEUE_PER_PAGE = selectors.FAIR_EXACT_ROWS  # 50: a fair queue's first page is walked exactly, as the run page's places
 KEYS_PER_PAGE = 25
 KEY_FILTER_MAX_LENGTH = 128
 ACTIVITY_SIZE = 20
@@ -557,7 +557,7 @@ def _live_context(
     here = replace(here, slots=slots.number, queue=queue.number, keys=keys.number)
     selectors.with_group_partners(limit, slots.items)
     selectors.with_group_partners(limit, queue.items)
-    selectors.with_reasons(limit, queue.items)
+    selectors.with_reasons(limit, queue)
     no_key = selectors.no_key_pool(limit, weights) if keys.number == 1 and not here.key_filter else None
     box_base = None if limit.is_box else getattr(limit, "box_base", None)  # read with the limit
     return {

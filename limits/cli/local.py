@@ -68,15 +68,27 @@ class LocalBackend:
                 total_slots, total_queue = counters.in_use, counters.waiting_count
         if cut is not None:
             slot_rows, queue_rows = slot_rows[: cut + 1], queue_rows[: cut + 1]  # one more tells if there are more
-        slot_list, entry_list = list(slot_rows), list(queue_rows)
+        slot_list, entry_list = list(slot_rows), list[Any]()
+        exact, walked = None, None  # a fair limit's queue (SPEC 13.7): in the order it is served
+        if limit.is_fair and key is None and total_queue:
+            shown = selectors.FAIR_EXACT_MAX if cut is None else cut + 1
+            fair = selectors.fair_queue_rows(limit, exact=shown, offset=0, size=None if cut is None else shown)
+            entry_list, exact, walked = fair.items, fair.exact, {limit.id: fair.next_key}
+        else:
+            entry_list = list(queue_rows)
         slot_groups, entry_groups = serializers.slot_groups(slot_list), serializers.entry_groups(entry_list)
         bound = limit.is_workflow_bound or limit.is_box  # slots held while a run executes: no expiry
         slots = [serializers.slot_summary(slot, slot_groups, bound=bound) for slot in slot_list]
         etas = selectors.queue_etas(limit, entry_list, first_place=None if key is not None else 1)
-        reasons = services.why_waiting(entry_list)
+        reasons = services.why_waiting(entry_list, next_keys=walked)
         queue = [
             serializers.queue_entry_summary(
-                entry, index + 1, entry_groups, eta_seconds=eta, reason=reasons.get(entry.id)
+                entry,
+                index + 1,
+                entry_groups,
+                eta_seconds=eta,
+                reason=reasons.get(entry.id),
+                estimated=exact is not None and index + 1 > exact,
             )
             for index, (entry, eta) in enumerate(zip(entry_list, etas, strict=True))
         ]

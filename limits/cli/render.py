@@ -222,6 +222,14 @@ def _share(value: object) -> str:
     return f"{value:g}"
 
 
+def _turns(value: object) -> str:
+    """A key's pass in turns, to two decimals ('3.50'); '-' for a key neither holding nor waiting
+    (or from an installation from before the pass)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "-"
+    return f"{value:.2f}"
+
+
 def _pool_figures(pool: dict[str, Any]) -> str:
     """'2/3 in use (1 reserved), 4 waiting' for a key's pool; without a pool size, '2 in use, ...'."""
     text = f"{in_use(pool)}/{pool['pool']} in use" if pool["pool"] is not None else f"{in_use(pool)} in use"
@@ -271,6 +279,8 @@ def render_slots(io: Streams, view: SlotsView) -> None:
     io.out(printable(header))
     if view.key is not None:
         io.out(printable(f"key {view.key['key']}: {_pool_figures(view.key)}"))
+    if limit.get("share") == "fair" and view.queue:  # .get: an installation from before fair shares
+        io.out(FAIR_QUEUE_NOTE)
     io.out()
     bound = is_bound(limit) or is_box(limit)  # its slots last as long as their run: no EXPIRES IN
     if view.slots:
@@ -315,7 +325,7 @@ def render_slots(io: Streams, view: SlotsView) -> None:
         extra, cells = _extra_columns(view.queue, keys=view.key is None)
         rows = [
             [
-                str(entry["position"]),
+                _position(entry),
                 entry["run"],
                 entry["label"] or "-",
                 *more,
@@ -333,12 +343,27 @@ def render_slots(io: Streams, view: SlotsView) -> None:
         io.out("no runs queued" if bound else "no runs waiting")
     if view.more_queue:
         io.out(f"… and {view.more_queue} more {'queued' if bound else 'waiting'}")
+    if any(entry.get("position_estimated") for entry in view.queue):
+        io.out("~ estimated: past the first runs, the order follows the keys' turns (it may change)")
+
+
+FAIR_QUEUE_NOTE = (
+    "fair shares between keys: the key holding least of its share is served next; keys take turns. "
+    "The queue is listed in the order it is served: the first run gets the next free slot"
+)
+
+
+def _position(entry: dict[str, Any]) -> str:
+    """A queue row's position; '~51' when it is an estimate (a fair limit's queue past the runs
+    walked exactly, SPEC 13.7). .get: an installation from before fair queues."""
+    return ("~" if entry.get("position_estimated") else "") + str(entry["position"])
 
 
 def render_keys(io: Streams, view: KeysView) -> None:
     """The limit's figures, its keys busiest first (IN USE counts busy and reserved slots, NOTES
     the reserved ones; POOL is the key's pool size, '-' when only the total applies; OVERRIDE an
-    operator's size for that key), and the pool of runs without a key."""
+    operator's size for that key; on a fair limit WEIGHT, MIN, FAIR SHARE and PASS, its place in
+    the turns), and the pool of runs without a key."""
     limit = view.limit
     header = f"{limit['name']}: {in_use(limit)}/{limit['capacity']} in use, {limit['waiting']} waiting, "
     if limit.get("per_key") is None:
@@ -356,13 +381,14 @@ def render_keys(io: Streams, view: KeysView) -> None:
             row = [key["key"], str(in_use(key)), "-" if key["pool"] is None else str(key["pool"])]
             if fair:
                 row += [str(key.get("weight", 1)), str(key.get("min", 0)), _share(key.get("fair_share"))]
+                row.append(_turns(key.get("pass")))
             row += [
                 str(key["waiting"]),
                 "-" if key["pool_override"] is None else str(key["pool_override"]),
                 f"{key['reserved']} reserved" if key["reserved"] else "",
             ]
             rows.append(row)
-        headers = ["KEY", "IN USE", "POOL", *(["WEIGHT", "MIN", "FAIR SHARE"] if fair else []), "WAITING"]
+        headers = ["KEY", "IN USE", "POOL", *(["WEIGHT", "MIN", "FAIR SHARE", "PASS"] if fair else []), "WAITING"]
         for line in table([*headers, "OVERRIDE", "NOTES"], rows):
             io.out(line)
     elif view.key is not None:
@@ -377,4 +403,6 @@ def render_keys(io: Streams, view: KeysView) -> None:
         io.out()
         share = view.no_key.get("fair_share") if fair else None
         note = f", fair share {_share(share)} (weight 1)" if share is not None else ""
+        if share is not None and view.no_key.get("pass") is not None:
+            note += f", pass {_turns(view.no_key.get('pass'))}"
         io.out(f"without a key: {_pool_figures(view.no_key)}{note}")

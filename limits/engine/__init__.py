@@ -1,4 +1,4 @@
-"""The engine: every write to limits, slots and the queue (SPEC sections 2-5).
+"""The engine: every write to limits, slots and the queue (SPEC sections 2-5 and 9-13).
 
 - `slots`: the workflow-facing operations (acquire, acquire_group, confirm, release, end_run,
   tie_to_run);
@@ -64,7 +64,7 @@ from limits.engine.rules import (
     SWEEP_ACTOR,
     SYSTEM_ACTOR,
 )
-from limits.engine.slots import acquire, acquire_group, confirm, end_run, release, tie_to_run
+from limits.engine.slots import acquire, acquire_group, confirm, end_run, release, release_slots, tie_to_run
 from limits.engine.sweeper import HISTORY_BATCH, history_retention_ms, sweep
 
 __all__ = [
@@ -103,6 +103,7 @@ __all__ = [
     "pause_limit",
     "resume_limit",
     "release",
+    "release_slots",
     "set_box",
     "set_capacity",
     "set_max_hold",

@@ -50,6 +50,8 @@ REASONS = {
     "key_pool_full": "its key's pool is full",
     "group_limit_full": "another limit of its group is full",
     "held_for_owed": "capacity is held for an owed run",
+    # SPEC 13.7: a full fair limit serves another key's run first
+    "fair_turn": "other keys hold less of their share and are served first",
     "next": "next in line: granted at the next hand-over",
     # SPEC 12: the box's run concurrency, said of the box whichever limit's queue shows the run
     "box_full": "the box is full: as many runs execute as its ceiling allows (base x burst)",
@@ -64,6 +66,7 @@ _PARTNER = {  # what stops the other limit of a group, said of that limit
     "limit_paused": "is paused",
     "key_pool_full": "has its key's pool full",
     "held_for_owed": "holds capacity for an owed run",
+    "fair_turn": "serves other keys first",
 }
 
 

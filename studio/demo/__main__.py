@@ -20,7 +20,8 @@ base 6, burst 1.5, so at most 9 runs execute and the rest queue): the box's swee
 in the broker's queue) must not be stuck behind the demo's runs on a slow machine.
 
 - fair shares (SPEC 13) on `tenant-jobs`: acme floods it from the start, three small tenants join
-  within 11 s and get their share as slots free (studio/demo/load.py, which a test drives).
+  within 11 s and get their share as slots free; two newcomers join after 22 s, more keys than
+  slots, and are served in turn within one hold (studio/demo/load.py, which a test drives).
 """
 
 from __future__ import annotations

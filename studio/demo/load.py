@@ -2,15 +2,22 @@
 (studio/demo/__main__.py) that a test drives on its own clock (tests/test_demo.py).
 
 `tenant-jobs` has capacity 5 and `share: fair`. acme floods it from the start, keeping 10 jobs
-waiting or holding a slot; globex, initech and hooli join after 5, 8 and 11 s and keep 2, 3 and
-2, each a little more than its share. initech's weight is 2, set at the demo's start as an
-operator would (`services.set_weight`, audited). A job is a `tenant_job` run that takes a slot
-under its tenant's key and keeps it after the run; the job goes on elsewhere and, 20-40 s later,
-gives its slot back through the API (`services.release`, no run: the demo's worker has little
-to spare). Nothing is taken back (13.3): acme holds all 5 slots at first, then each slot freed
-goes to the tenant holding least for its weight, so within the first minute the Keys panel shows
-each tenant at its fair share (5 x weight / 5: 1, 1, 2 and 1) while acme waits for its own,
-the box's run concurrency declared (tests/test_demo.py plays it: the shares even out by 41 s).
+waiting or holding a slot; globex, initech and hooli join after 5, 8 and 11 s and keep 3, 4 and
+3, a backlog each beyond its share. initech's weight is 2, set at the demo's start as an operator
+would (`services.set_weight`, audited). A job is a `tenant_job` run that takes a slot under its
+tenant's key and keeps it after the run; the job goes on elsewhere and, 10-20 s later, gives its
+slot back through the API (`services.release`, no run: the demo's worker has little to spare).
+Nothing is taken back (13.3): acme holds all 5 slots at first, then each slot freed goes to the
+tenant holding least for its weight, so within 20 s the Keys panel shows each tenant at its fair
+share (5 x weight / 5: 1, 1, 2 and 1) while acme waits for its own.
+
+Then two newcomers, umbrella and stark, join after 22 and 25 s (2 jobs each): now six keys of
+weight 7 share 5 slots, more keys than slots, and the keys take turns (13.2, stride scheduling):
+a newcomer enters the turns beside the others, not behind their backlogs, and is served within one
+hold of the first slot freed after it arrives, while the tenants that were there before wait
+their turn; the Keys panel shows fair shares below one slot (5 / 7) and the keys' passes moving on.
+The box's run concurrency is declared. tests/test_demo.py plays it: the shares even out by 20 s,
+the newcomers are served within one hold, and by 45 s every tenant has had its turn.
 """
 
 from __future__ import annotations
@@ -27,10 +34,21 @@ FAIR_LIMIT = "tenant-jobs"
 FLOODER = "acme"
 # Each tenant of tenant-jobs: seconds into the demo before its first job, and how many of its
 # jobs it keeps waiting or holding a slot.
-TENANTS = {FLOODER: (0.0, 10), "globex": (5.0, 2), "initech": (8.0, 3), "hooli": (11.0, 2)}
+TENANTS = {
+    FLOODER: (0.0, 10),
+    "globex": (5.0, 3),
+    "initech": (8.0, 4),
+    "hooli": (11.0, 3),
+    # The newcomers: they join once the others are at their shares, with backlogs queued before them.
+    "umbrella": (22.0, 2),
+    "stark": (25.0, 2),
+}
+NEWCOMERS = ("umbrella", "stark")
 WEIGHTS = {"initech": 2}
 FLOOD_PER_TICK = 2  # acme's jobs started at once while it has fewer than it keeps
-JOB_HOLD = (20.0, 40.0)  # seconds a job keeps its slot: long, so the jobs cost the worker little
+# Seconds a job keeps its slot: long enough that the jobs cost the worker little (a run about every
+# 3 s), short enough that the turns show within the first minute.
+JOB_HOLD = (10.0, 20.0)
 ACTOR = "stackbone dev --demo"
 ENDED = ("completed", "failed", "cancelled")
 

@@ -4,7 +4,8 @@ from limits.config import define_workspace
 # account waits while the others go on. The box runs at most 9 runs at once (base 6 x burst 1.5),
 # no workflow more than 6 (SPEC 12): the demo's arrivals keep it full, so its queue moves.
 # tenant-jobs shares its 5 slots fairly between tenants (SPEC 13): one floods it, three small ones
-# still get their share as slots free (studio/demo/load.py; initech's weight is 2).
+# still get their share as slots free, then two newcomers make six keys for 5 slots and the keys
+# take turns, a newcomer served within one hold (studio/demo/load.py; initech's weight is 2).
 workspace = define_workspace(
     limits={
         "voice-calls": {"capacity": 20, "max_hold": "45s"},

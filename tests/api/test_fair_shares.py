@@ -1,7 +1,9 @@
 """SPEC 13.5 in the JSON API (issue 28): POST <name>/share/, <name>/weight/ and <name>/min/, the
-share on a limit's row and the weight, min and fair share on each key's. A bad value is a 400
-naming the field and changes nothing; writes need limits.operate_limit; the keys page reads the
-weights with one aggregate query, whatever the number of keys."""
+share on a limit's row and the weight, min, fair share and pass on each key's. A bad value is a
+400 naming the field and changes nothing; writes need limits.operate_limit; the keys page reads
+the weights with one aggregate query, whatever the number of keys. SPEC 13.7 (issue 43): a fair
+queue is answered in the order it is served, exact on the first page and estimated past it, with
+why each run waits, in a constant number of queries."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from limits.models import AuditEvent, Limit, LimitKey
+from limits.models import AuditEvent, Limit, LimitKey, Slot
 from limits.services import acquire
 from tests.api.conftest import Api, operator, reader
 from tests.cli.conftest import seed_fair
@@ -127,3 +129,73 @@ def test_writes_need_the_operate_permission_and_a_known_limit(fair, ops, viewer,
     assert (missing.status_code, missing.json()["field"]) == (404, "limit")
     assert Api(operator("other")[1]).client.get(f"/api/limits/tenant-jobs/{path}").status_code in (401, 405)
     _nothing_changed()
+
+
+def test_keys_rows_carry_each_keys_pass_in_turns(fair, viewer) -> None:
+    """acme's four grants took it four turns on; globex, initech and the runs without a key
+    entered the turns at its pass (SPEC 13.2)."""
+    answer = viewer.get("tenant-jobs/keys/").json()
+    assert {row["key"]: row["pass"] for row in answer["keys"]} == {"acme": 4.0, "globex": 4.0, "initech": 4.0}
+    assert answer["no_key"]["pass"] == 4.0
+
+
+# --- the queue of a fair limit (SPEC 13.7) --------------------------------------------------------
+
+
+def test_a_fair_queue_is_answered_in_the_order_it_is_served(fair, ops, viewer) -> None:
+    """The first row is the run the next freed slot goes to: releasing the oldest slot grants it.
+    The others say they wait for their turn."""
+    answer = viewer.get("tenant-jobs/queue/").json()
+    assert answer["order"] == "fair"
+    rows = answer["queue"]
+    assert [(row["position"], row["run"], row["position_estimated"]) for row in rows] == [
+        (1, "r7", False),
+        (2, "r8", False),
+        (3, "r9", False),
+        (4, "r5", False),
+        (5, "r6", False),
+    ]
+    assert [row["reason"]["code"] for row in rows] == ["limit_full", "fair_turn", "fair_turn", "fair_turn", "fair_turn"]
+    assert rows[2]["reason"]["text"] == "other keys hold less of their share and are served first"
+    oldest = Slot.objects.filter(limit__name="tenant-jobs", state="busy").order_by("granted_at", "id").first()
+    assert ops.post(f"slots/{oldest.id}/release/").json()["released"] is True
+    assert Slot.objects.get(limit__name="tenant-jobs", state="reserved").run_id == rows[0]["run"]
+    assert [row["run"] for row in viewer.get("tenant-jobs/queue/").json()["queue"]] == ["r8", "r9", "r5", "r6"]
+
+
+def test_pages_of_a_fair_queue_are_exact_first_then_estimated_without_a_run_twice(fair, viewer) -> None:
+    first, second, third = (viewer.get("tenant-jobs/queue/", page=n, size=2).json() for n in (1, 2, 3))
+    assert [row["position_estimated"] for row in first["queue"]] == [False, False]
+    assert [(row["position"], row["position_estimated"]) for row in second["queue"]] == [(3, True), (4, True)]
+    runs = [row["run"] for page in (first, second, third) for row in page["queue"]]
+    assert sorted(runs) == ["r5", "r6", "r7", "r8", "r9"] and runs[:2] == ["r7", "r8"]
+    assert first["has_next"] and not third["has_next"]
+
+
+def test_a_fifo_queue_is_answered_in_arrival_order(viewer) -> None:
+    from tests.cli.conftest import seed_tenants
+
+    seed_tenants()
+    answer = viewer.get("voice-calls/queue/").json()
+    assert answer["order"] == "arrival"
+    assert [(row["run"], row["position_estimated"]) for row in answer["queue"]] == [("r3", False), ("r6", False)]
+
+
+def test_a_fair_queue_page_costs_the_same_queries_with_few_keys_or_many(fair, viewer) -> None:
+    """The page reads the keys that can come up on it (along limitkey_fair_order on PostgreSQL)
+    and their first runs, never every key or every run."""
+
+    def queries(page: int) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert viewer.get("tenant-jobs/queue/", page=page, size=10).status_code == 200
+        return len(captured)
+
+    def tenants(start: int, count: int) -> None:
+        for n in range(start, start + count):
+            for i in range(2):
+                acquire("tenant-jobs", run_id=f"t{n}-{i}", key=f"tenant-{n:04}", timeout="1h")
+
+    tenants(0, 20)
+    few = queries(1), queries(3)
+    tenants(20, 300)
+    assert (queries(1), queries(3)) == few

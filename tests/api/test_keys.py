@@ -82,6 +82,7 @@ def test_keys_are_listed_busiest_first_with_the_pool_without_a_key(tenants, view
             "weight": 1,
             "min": 0,
             "fair_share": None,  # a fifo limit (SPEC 13.5)
+            "pass": None,  # a fifo limit: no turns (SPEC 13.2)
         },
         {
             "key": "globex",
@@ -95,6 +96,7 @@ def test_keys_are_listed_busiest_first_with_the_pool_without_a_key(tenants, view
             "weight": 1,
             "min": 0,
             "fair_share": None,  # a fifo limit (SPEC 13.5)
+            "pass": None,  # a fifo limit: no turns (SPEC 13.2)
         },
     ]
     assert (answer["no_key"]["key"], answer["no_key"]["busy"], answer["no_key"]["pool"]) == (None, 1, 2)
@@ -131,6 +133,7 @@ def test_a_key_overridden_before_any_run_used_it_is_listed(tenants, ops) -> None
         "weight": 1,
         "min": 0,
         "fair_share": None,  # a fifo limit (SPEC 13.5)
+        "pass": None,  # a fifo limit: no turns (SPEC 13.2)
     }
 
 

@@ -1,4 +1,4 @@
-"""python -m tests.bench [--quick] [--processes 32] [--only 1,2,...] [--limited-runs N] [--chart PATH] [--keep-db]
+"""python -m tests.bench [--quick] [--processes 32] [--only 1,2,...] [--fair-parts turns] [--chart PATH] [--keep-db]
 
 Runs the benchmark scenarios against PostgreSQL + Redis (DATABASE_URL, CELERY_BROKER_URL) in a
 database of its own (<name>_bench, created, migrated and dropped), and prints one markdown table
@@ -24,6 +24,8 @@ from tests.bench.common import (
     log,
     machine,
 )
+
+FAIR_PARTS = ("flood", "hot", "keys", "turns")  # scenario 14's parts, in the order they run
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -98,6 +100,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="scenario 14: keys waiting in the key-choice measure (default 10000, quick 1000; 0 skips it)",
     )
     parser.add_argument(
+        "--fair-parts",
+        default=",".join(FAIR_PARTS),
+        help="scenario 14: which of its parts run: flood (the issue's simulation), hot (the keyed hot loop), "
+        "keys (the key choice at scale), turns (six tenants on 4 slots take turns); default all. Scenario 1, "
+        "the reference of flood and hot, runs only with one of them",
+    )
+    parser.add_argument(
         "--whole-wake",
         action="store_true",
         help="in scenario 3, no 150 s cap on the wake after the sweep's commit",
@@ -117,6 +126,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.fair_keys = 1_000 if args.quick else 10_000
     args.sweep = [int(n) for n in args.sweep.split(",") if n.strip()]
     args.only = {int(n) for n in args.only.split(",") if n.strip()}
+    args.fair_parts = {p.strip() for p in args.fair_parts.split(",") if p.strip()}
+    unknown = args.fair_parts - set(FAIR_PARTS)
+    if unknown:
+        parser.error(f"--fair-parts: unknown {', '.join(sorted(unknown))} (choose from {', '.join(FAIR_PARTS)})")
     return args
 
 

@@ -21,6 +21,14 @@ on one fair limit (and on a fifo limit with per_key 2, the same rows), the capac
 stream of releases each of which grants one waiting run (a release → the woken run confirms →
 the oldest busy slot is released next): ms per release that grants, per confirm; and EXPLAIN
 ANALYZE of the fair choice (limits_fair_next) and of its key scan.
+
+turns(): the keys take turns (issue 43, SPEC 13.2 amended: stride scheduling). One limit of
+capacity 4; six tenants with 20 runs each arrive oldest first (tenant 1's twenty, then tenant
+2's, ...: one process per tenant, each sending its runs once the one before has sent all of
+its), every run holds its slot 200 ms; the same load on a fair limit and on a fifo limit with
+per_key 2, in turn. The figures come from the rows: a run's arrival is its queue entry's
+enqueued_at (its slot's granted_at when it was granted at once), its grant the granted_at of the
+slot it confirmed, a release that slot's freed_at (the database's clock, as the engine stamps them).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import os
 import threading
 import time
 import uuid
+from bisect import bisect_right
 from typing import Any
 
 from tests.bench.common import percentile, psycopg_dsn
@@ -67,10 +76,20 @@ def plan(tag: str, flood: int = FLOOD, small: int = SMALL) -> list[list[tuple[st
 
 
 def _child(
-    limit: str, tag: str, owner: int, runs: list[tuple[str, str, float]], hold_ms: float, barrier: Any, out: Any
+    limit: str,
+    tag: str,
+    owner: int,
+    runs: list[tuple[str, str, float]],
+    hold_ms: float,
+    barrier: Any,
+    out: Any,
+    after: Any = None,
+    sent_all: Any = None,
 ) -> None:
     """One process's loop (see the module's docstring). Puts one dict on `out`: per run (key,
-    sent, busy, released) in wall-clock seconds; and the counts of stale wakes and re-polls."""
+    sent, busy, released) in wall-clock seconds; and the counts of stale wakes and re-polls.
+    `after`: an event the process waits for before it sends its first run (the process before
+    it has sent all of its); `sent_all`: the event it sets once it has sent all of its runs."""
     try:
         import django
 
@@ -104,6 +123,8 @@ def _child(
         holding: list[tuple[float, str, list[str]]] = []
         stale = repolls = 0
         barrier.wait(timeout=180)
+        if after is not None:  # nothing of this process's is in the system before its turn
+            after.wait(timeout=600)
         start = time.time()
         heard = time.monotonic()
 
@@ -133,6 +154,8 @@ def _child(
                 run_id, _, _ = pending.pop()
                 sent[run_id] = now
                 take(run_id)
+                if not pending and sent_all is not None:
+                    sent_all.set()
             # Between two submissions too: the wakes that came meanwhile (a woken run confirms
             # without waiting for its process to send all its runs), then the releases due.
             due = [holding[0][0] - now] if holding else []
@@ -164,6 +187,8 @@ def _child(
         import traceback
 
         out.put({"error": traceback.format_exc() or repr(error)})
+        if sent_all is not None:  # the processes chained after this one go on, and end
+            sent_all.set()
 
 
 class _Counters:
@@ -196,15 +221,22 @@ class _Counters:
                     self.samples.append((time.time(), int(row[0]), int(row[1]), int(row[2])))
 
 
-def simulate(limit: str, capacity: int = 10, hold_ms: float = HOLD_MS, flood: int = FLOOD) -> dict[str, Any]:
-    """The load on `limit`; the figures of one sitting (see summarize)."""
-    tag = uuid.uuid4().hex[:6]
-    owners = plan(tag, flood)
+def _drive(
+    limit: str, tag: str, owners: list[list[tuple[str, str, float]]], hold_ms: float, *, chained: bool = False
+) -> tuple[list[dict[str, Any]], float, list[tuple[float, int, int, int]]]:
+    """One process per owner, started together (a barrier), each running `_child` over its runs;
+    `chained`: each owner sends its first run once the one before has sent all of its. Returns
+    the processes' outcomes, the wall-clock start and the limit's counters sampled meanwhile."""
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(len(owners) + 1)
     out = ctx.Queue()
+    sent_all = [ctx.Event() for _ in owners]
     children = [
-        ctx.Process(target=_child, args=(limit, tag, owner, runs, hold_ms, barrier, out))
+        ctx.Process(
+            target=_child,
+            args=(limit, tag, owner, runs, hold_ms, barrier, out),
+            kwargs={"after": sent_all[owner - 1] if chained and owner else None, "sent_all": sent_all[owner]},
+        )
         for owner, runs in enumerate(owners)
     ]
     for child in children:
@@ -222,10 +254,17 @@ def simulate(limit: str, capacity: int = 10, hold_ms: float = HOLD_MS, flood: in
     failed = [o["error"] for o in outcomes if "error" in o]
     if failed:
         raise RuntimeError(f"a fair-share process failed: {failed[0]}")
+    return outcomes, start, counters.samples
+
+
+def simulate(limit: str, capacity: int = 10, hold_ms: float = HOLD_MS, flood: int = FLOOD) -> dict[str, Any]:
+    """The load on `limit`; the figures of one sitting (see summarize)."""
+    tag = uuid.uuid4().hex[:6]
+    outcomes, start, samples = _drive(limit, tag, plan(tag, flood), hold_ms)
     runs: dict[str, tuple[str, float, float, float]] = {}
     for outcome in outcomes:
         runs.update(outcome["runs"])
-    figures = summarize(runs, counters.samples, start, capacity, hold_ms)
+    figures = summarize(runs, samples, start, capacity, hold_ms)
     figures["stale"] = sum(o["stale"] for o in outcomes)
     figures["repolls"] = sum(o["repolls"] for o in outcomes)
     return figures
@@ -276,6 +315,168 @@ def summarize(
         "a_per_s": len(flood) / (max(v[3] for v in flood) - start) if flood else float("nan"),
         "a_per_s_during": a_during / (small_to - small_from) if small_to > small_from else float("nan"),
         "busy_during": sum(busy_during) / len(busy_during) if busy_during else float("nan"),
+    }
+
+
+# --- the keys take turns (issue 43) -----------------------------------------------------------------
+
+TURN_CAPACITY = 4  # the capacity of the two limits of turns() (tests.bench.workspace)
+TURN_TENANTS = 6
+TURN_RUNS = 20  # each tenant's
+
+
+def turns_plan(tag: str, tenants: int = TURN_TENANTS, runs: int = TURN_RUNS) -> list[list[tuple[str, str, float]]]:
+    """The runs of turns(): tenant n (key "t<n>", 1 to `tenants`) owned by process n - 1; all sent
+    from the start, each process after the one before (turns() chains them)."""
+    return [[(f"fs-{tag}-p{t}-t{t + 1}-{i}", f"t{t + 1}", 0.0) for i in range(runs)] for t in range(tenants)]
+
+
+def turns(
+    limit: str,
+    capacity: int = TURN_CAPACITY,
+    hold_ms: float = HOLD_MS,
+    tenants: int = TURN_TENANTS,
+    runs: int = TURN_RUNS,
+) -> dict[str, Any]:
+    """The load of turns() on `limit` (see the module's docstring); the figures of
+    summarize_turns, from the slot and queue rows, and the processes' own counts."""
+    tag = uuid.uuid4().hex[:6]
+    outcomes, start, _ = _drive(limit, tag, turns_plan(tag, tenants, runs), hold_ms, chained=True)
+    grants, lapsed = turn_rows(f"fs-{tag}-")
+    figures = summarize_turns(grants, capacity, hold_ms)
+    figures["lapsed"] = lapsed
+    figures["stale"] = sum(o["stale"] for o in outcomes)
+    figures["repolls"] = sum(o["repolls"] for o in outcomes)
+    held = [released - busy for o in outcomes for _, _, busy, released in o["runs"].values()]
+    figures["hold_p95"] = 1000 * percentile(held, 95)
+    return figures
+
+
+def turn_rows(prefix: str) -> tuple[dict[str, tuple[str, float, float, float]], int]:
+    """The runs whose id starts with `prefix`, from the rows: run id -> (key, arrived, granted,
+    released) in seconds (the database's clock). Arrived: its first queue entry's enqueued_at,
+    or the granted_at of its first slot if that came first (granted at once); granted: the
+    granted_at of the slot it confirmed; released: that slot's freed_at. And how many slots were
+    granted and never confirmed (a reservation that lapsed: its run was queued again)."""
+    from django.db.models import Min
+
+    from limits.models import QueueEntry, Slot
+
+    queued = dict(
+        QueueEntry.objects.filter(run_id__startswith=prefix)
+        .values("run_id")
+        .annotate(first=Min("enqueued_at"))
+        .values_list("run_id", "first")
+    )
+    first_slot: dict[str, float] = {}
+    held: dict[str, tuple[str, float, float]] = {}
+    lapsed = 0
+    slots = Slot.objects.filter(run_id__startswith=prefix).values_list(
+        "run_id", "key", "granted_at", "confirmed_at", "freed_at"
+    )
+    for run_id, key, granted_at, confirmed_at, freed_at in slots:
+        granted = granted_at.timestamp()
+        first_slot[run_id] = min(granted, first_slot.get(run_id, granted))
+        if confirmed_at is None:
+            lapsed += 1
+            continue
+        if freed_at is None:
+            raise RuntimeError(f"{run_id}: its slot was never released")
+        held[run_id] = (key, granted, freed_at.timestamp())
+    grants = {}
+    for run_id, (key, granted, released) in held.items():
+        arrived = min(first_slot[run_id], queued[run_id].timestamp() if run_id in queued else first_slot[run_id])
+        grants[run_id] = (key, arrived, granted, released)
+    return grants, lapsed
+
+
+def summarize_turns(runs: dict[str, tuple[str, float, float, float]], capacity: int, hold_ms: float) -> dict[str, Any]:
+    """runs: id -> (key, arrived, granted, released), s. Per tenant (key), in ms:
+    - arrived: when its first run arrived, from the load's first arrival;
+    - first: its first grant, from its arrival; first_release: the first release (of any run)
+      after it arrived, from its arrival; after_release: its first grant from that release
+      (negative: granted before any release, at once); ahead: the grants to other tenants
+      between its arrival and its first grant (a count);
+    - gap: the largest gap between two of its grants while it waited (its next run had arrived by
+      the earlier grant); gap_grants: the most grants to other tenants within such a gap;
+    - without: the longest it waited without a grant, its first wait (arrival to first grant) and
+      the gaps; without_grants: the same in grants to others (ahead and gap_grants).
+    The target, in holds: every after_release at most one hold; every without at most (competing
+    keys / capacity + 1) holds, the competing keys being the tenants of the load. Judged three
+    ways: in holds of `hold_ms` (first_met, gap_met); in holds as the slots were held (held_ms:
+    the mean of granted -> released, from the rows; the owner loops' wake, confirm and own delays
+    make it longer than hold_ms on a busy machine: first_met_held, gap_met_held); and in grants,
+    whatever the machine's pace (capacity grants a hold: after the first release, the grants of
+    the capacity next releases come within one hold, so at most `capacity` grants to others
+    before a first grant; in (keys / capacity + 1) holds, keys + capacity releases, so at most
+    keys + capacity - 1 grants to others while waiting: first_met_grants, gap_met_grants)."""
+    releases = sorted(released for _, _, _, released in runs.values())
+    granted_all = sorted((granted, key) for key, _, granted, _ in runs.values())
+    start = min(arrived for _, arrived, _, _ in runs.values())
+    keys = sorted({key for key, _, _, _ in runs.values()}, key=lambda k: (len(k), k))
+    tenants: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        arrivals = sorted(arrived for k, arrived, _, _ in runs.values() if k == key)
+        grants = sorted(granted for k, _, granted, _ in runs.values() if k == key)
+        arrived = arrivals[0]
+        release = next((r for r in releases if r > arrived), float("inf"))
+        waited = [
+            (grants[i], grants[i + 1])
+            for i in range(len(grants) - 1)
+            if bisect_right(arrivals, grants[i]) > i + 1  # its next run waited at the earlier grant
+        ]
+        gaps = [later - earlier for earlier, later in waited]
+
+        def others(after: float, before: float, key: str = key) -> int:
+            return sum(1 for at, k in granted_all if after < at < before and k != key)
+
+        ahead = others(arrived, grants[0])
+        gap_grants = max((others(earlier, later) for earlier, later in waited), default=0)
+        first = grants[0] - arrived
+        tenants[key] = {
+            "arrived": 1000 * (arrived - start),
+            "first": 1000 * first,
+            "first_release": 1000 * (release - arrived),
+            "after_release": 1000 * (grants[0] - release),
+            "ahead": ahead,
+            "gap": 1000 * max(gaps, default=0.0),
+            "gap_grants": gap_grants,
+            "without": 1000 * max([first, *gaps]),
+            "without_grants": max(ahead, gap_grants),
+        }
+    held_ms = 1000 * sum(released - granted for _, _, granted, released in runs.values()) / len(runs)
+    per_bound = len(keys) / capacity + 1
+
+    def met(hold: float) -> tuple[bool, bool]:
+        return (
+            all(t["after_release"] <= hold for t in tenants.values()),
+            all(t["without"] <= per_bound * hold for t in tenants.values()),
+        )
+
+    first_met, gap_met = met(hold_ms)
+    first_met_held, gap_met_held = met(held_ms)
+    most_without = len(keys) + capacity - 1
+    end = max(releases)
+    return {
+        "n": len(runs),
+        "keys": len(keys),
+        "tenants": tenants,
+        "holds_bound": per_bound,
+        "bound_ms": per_bound * hold_ms,
+        "held_ms": held_ms,
+        "first_met": first_met,
+        "gap_met": gap_met,
+        "first_met_held": first_met_held,
+        "gap_met_held": gap_met_held,
+        "most_without_grants": most_without,
+        "first_met_grants": all(t["ahead"] <= capacity for t in tenants.values()),
+        "gap_met_grants": all(t["without_grants"] <= most_without for t in tenants.values()),
+        "first_max": max(t["first"] for t in tenants.values()),
+        "after_release_max": max(t["after_release"] for t in tenants.values()),
+        "gap_max": max(t["gap"] for t in tenants.values()),
+        "without_max": max(t["without"] for t in tenants.values()),
+        "seconds": end - start,
+        "ideal_s": len(runs) * hold_ms / 1000 / capacity,
     }
 
 

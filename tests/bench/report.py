@@ -30,6 +30,9 @@ def table(machine: dict[str, str], rows: list[Row], args: argparse.Namespace, se
         flags.append(f"--hold {args.hold:g}")
     if args.only != set(range(1, 15)):
         flags.append("--only " + ",".join(str(n) for n in sorted(args.only)))
+    parts = getattr(args, "fair_parts", None)
+    if 14 in args.only and parts is not None and parts != {"flood", "hot", "keys", "turns"}:
+        flags.append("--fair-parts " + ",".join(p for p in ("flood", "hot", "keys", "turns") if p in parts))
     mode = " ".join(flags) or "full"
     head = (
         f"Machine: {machine['cores']} cores, PostgreSQL {machine['postgres']} "

@@ -15,9 +15,11 @@ from tests.bench.common import bench_database_url, create_database, drop_databas
 from tests.bench.report import Row, verdict
 from tests.bench.workspace import (
     FAIR,
+    FAIR_TURNS,
     FAIR_WIDE,
     FIFO_PER_KEY,
     FIFO_PLAIN,
+    FIFO_TURNS,
     FIFO_WIDE,
     GROUP_A,
     GROUP_B,
@@ -44,12 +46,14 @@ def run_all(args: argparse.Namespace) -> list[Row]:
     process of its own; the idle sweep again on big tables."""
     rows: list[Row] = []
     memory: list[Row] = []
-    if args.only & {1, 5, 7, 8, 14}:
+    fair_parts: set[str] = getattr(args, "fair_parts", {"flood", "hot", "keys", "turns"}) if 14 in args.only else set()
+    one: dict[str, Any] | None = None
+    if args.only & {1, 5, 7, 8} or fair_parts & {"flood", "hot"}:  # scenario 1: the reference of 14's flood, hot
         hot_rows, one = hot_limits(args)
         rows += hot_rows
         rows += keyed_and_groups(args, one)
-        if 14 in args.only:
-            rows += fair_shares(args, one)
+    if 14 in args.only:
+        rows += fair_shares(args, one)
     swept: dict[str, dict[int, dict[str, Any]]] = {}
     if 10 in args.only:
         hot_rows, swept = hot_path(args)
@@ -249,14 +253,18 @@ FAIR_LOADS = (
 )
 
 
-def fair_shares(args: argparse.Namespace, one: dict[str, Any]) -> list[Row]:
-    """The issue's simulation on the three limits in turn (tests.bench.fair.simulate), the hot loop
-    of scenario 7 on each (a key drawn from 5, beside scenario 1 of this run), and the key choice
-    at 10,000 waiting keys on a fair limit and a fifo limit with per_key 2."""
+def fair_shares(args: argparse.Namespace, one: dict[str, Any] | None) -> list[Row]:
+    """The parts of scenario 14 that `--fair-parts` names (all by default), in this order: the
+    issue's simulation on the three limits in turn (tests.bench.fair.simulate), the hot loop of
+    scenario 7 on each (a key drawn from 5, beside scenario 1 of this run: `one`), the key choice
+    at 10,000 waiting keys on a fair limit and a fifo limit with per_key 2, and the turns of six
+    tenants on 4 slots (issue 43, fair against fifo with per_key 2); then verify."""
+    parts: set[str] = getattr(args, "fair_parts", {"flood", "hot", "keys", "turns"})
     rows: list[Row] = []
     flood = 200 if args.quick else fair.FLOOD
     hold = fair.HOLD_MS
-    for limit, label in FAIR_LOADS:
+    for limit, label in FAIR_LOADS if "flood" in parts else ():
+        assert one is not None
         log(f"scenario 14: capacity 10, {label}: A floods {flood}, B-E send {fair.SMALL} each, hold {hold:g} ms")
         got = fair.simulate(limit, flood=flood)
         log(
@@ -284,7 +292,8 @@ def fair_shares(args: argparse.Namespace, one: dict[str, Any]) -> list[Row]:
                 verdict(target_ok),
             )
         )
-    for limit, label in FAIR_LOADS:
+    for limit, label in FAIR_LOADS if "hot" in parts else ():
+        assert one is not None
         log(f"scenario 14: hot loop, {label}, keys from 5, {args.processes} processes")
         hot = load.repeat(
             load.Load("keyed", (limit,), args.processes, args.seconds, keys=5, hold_ms=args.hold), args.runs
@@ -298,7 +307,7 @@ def fair_shares(args: argparse.Namespace, one: dict[str, Any]) -> list[Row]:
                 f"{hot['median'] / one['median']:.2f}",
             )
         )
-    keys = args.fair_keys
+    keys = args.fair_keys if "keys" in parts else 0
     releases = 50 if args.quick else 300
     for limit, label in ((FAIR_WIDE, "fair"), (FIFO_WIDE, "fifo, per_key 2")) if keys else ():
         tag = uuid.uuid4().hex[:6]
@@ -332,6 +341,8 @@ def fair_shares(args: argparse.Namespace, one: dict[str, Any]) -> list[Row]:
                 ),
             )
         )
+    if "turns" in parts:
+        rows.append(fair_turns())
     from limits import verify
 
     checked = verify.verify()
@@ -346,6 +357,81 @@ def fair_shares(args: argparse.Namespace, one: dict[str, Any]) -> list[Row]:
         )
     )
     return rows
+
+
+def fair_turns() -> Row:
+    """Issue 43's row: six tenants with 20 runs each arrive oldest first on 4 slots, 200 ms holds
+    (tests.bench.fair.turns), on a fair limit and, as the reference, on a fifo limit with per_key
+    2 (the same load, the same run). Each tenant's first grant from its arrival, against the first
+    release after it arrived; the largest gap between two of its grants while it waits. The
+    target: every first grant within one hold of that release, no waiting tenant more than
+    (competing keys / capacity + 1) holds without a grant. The met column judges it in holds of
+    200 ms; the figures also in holds as the slots were really held (granted → freed, from the
+    rows) and in grants, whatever the machine's pace (tests.bench.fair.summarize_turns)."""
+    hold = fair.HOLD_MS
+    got: dict[str, dict[str, Any]] = {}
+    for limit, label in ((FAIR_TURNS, "fair"), (FIFO_TURNS, "fifo, per_key 2")):
+        log(
+            f"scenario 14: turns, capacity {fair.TURN_CAPACITY}, {label}: {fair.TURN_TENANTS} tenants x "
+            f"{fair.TURN_RUNS} runs arriving oldest first, hold {hold:g} ms"
+        )
+        figures = got[limit] = fair.turns(limit)
+        for key, tenant in figures["tenants"].items():
+            log(
+                f"    {key}: arrived {tenant['arrived']:.0f} ms in; first grant {tenant['first']:.0f} ms after, "
+                f"{tenant['after_release']:+.0f} ms from the first release after it arrived, {tenant['ahead']} grants "
+                f"to others between; largest gap between two grants while waiting {tenant['gap']:.0f} ms "
+                f"({tenant['gap_grants']} grants to others); longest without a grant {tenant['without']:.0f} ms"
+            )
+        log(
+            f"    {figures['n']} runs in {figures['seconds']:.1f} s (ideal {figures['ideal_s']:.1f}); slots held "
+            f"(granted → freed) mean {figures['held_ms']:.0f} ms, busy → released p95 {figures['hold_p95']:.0f} ms; "
+            f"lapsed reservations {figures['lapsed']}, stale wakes {figures['stale']}, re-polls "
+            f"{figures['repolls']}; target met: {_met(figures)}"
+        )
+    fair_figures, fifo_figures = got[FAIR_TURNS], got[FIFO_TURNS]
+    bound = fair_figures["holds_bound"]
+    return Row(
+        f"14. Turns (issue 43): capacity {fair.TURN_CAPACITY}, fair, {fair.TURN_TENANTS} tenants x {fair.TURN_RUNS} "
+        f"runs arriving oldest first (tenant 1's, then tenant 2's, ...; a process each), each holds {hold:g} ms "
+        "(acquire(key=tenant) → hold → release, LISTEN/NOTIFY wake; times from the slot rows)",
+        _turns(fair_figures) + f"; target met: {_met(fair_figures)}",
+        "fifo, per_key 2, same load: " + _turns(fifo_figures) + f"; target met: {_met(fifo_figures)}",
+        f"{fair_figures['without_max'] / fifo_figures['without_max']:.2f}",
+        f"first grant ≤ first release after arriving + 1 hold ({hold:g} ms); ≤ {fair.TURN_TENANTS} / "
+        f"{fair.TURN_CAPACITY} + 1 = {bound:g} holds ({bound * hold:.0f} ms) without a grant",
+        verdict(fair_figures["first_met"] and fair_figures["gap_met"]),
+    )
+
+
+def _turns(figures: dict[str, Any]) -> str:
+    tenants = figures["tenants"]
+
+    def each(field: str, sign: str = "") -> str:
+        return " / ".join(f"{t[field]:{sign},.0f}" for t in tenants.values())
+
+    return (
+        f"tenants 1-{len(tenants)} arrived at {each('arrived')} ms; first grant after arriving: {each('first')} ms, "
+        f"from the first release after it arrived: {each('after_release', '+')} ms, grants to other tenants "
+        f"between its arrival and its first grant: {each('ahead')}; largest gap between two grants "
+        f"while waiting: {each('gap')} ms, grants to others within it: {each('gap_grants')}; longest without a "
+        f"grant (first wait included): {each('without')} ms; "
+        f"slots held (granted → freed) mean {figures['held_ms']:.0f} ms; all {figures['n']} in "
+        f"{figures['seconds']:.1f} s (ideal {figures['ideal_s']:.1f})"
+    )
+
+
+def _met(figures: dict[str, Any]) -> str:
+    def yes(ok: bool) -> str:
+        return "yes" if ok else "no"
+
+    return (
+        f"in {fair.HOLD_MS:g} ms holds, first grants {yes(figures['first_met'])}, gaps {yes(figures['gap_met'])}; "
+        f"in holds as held ({figures['held_ms']:.0f} ms), first grants {yes(figures['first_met_held'])}, gaps "
+        f"{yes(figures['gap_met_held'])}; in grants (≤ {fair.TURN_CAPACITY} to others before a first grant, "
+        f"≤ {figures['most_without_grants']} while waiting), first grants {yes(figures['first_met_grants'])}, gaps "
+        f"{yes(figures['gap_met_grants'])}"
+    )
 
 
 def _hold(args: argparse.Namespace) -> str:

@@ -25,6 +25,10 @@ FIFO_PER_KEY = "bench-fifo-per-key"
 FIFO_PLAIN = "bench-fifo-plain"
 FAIR_WIDE = "bench-fair-wide"
 FIFO_WIDE = "bench-fifo-wide"
+# Scenario 14's turns (issue 43, SPEC 13.2 amended): six tenants on 4 slots, fair against fifo
+# with per_key 2.
+FAIR_TURNS = "bench-fair-turns"
+FIFO_TURNS = "bench-fifo-turns"
 
 workspace = define_workspace(
     limits={
@@ -43,5 +47,7 @@ workspace = define_workspace(
         FIFO_PLAIN: {"capacity": 10, "max_hold": "1h"},
         FAIR_WIDE: {"capacity": 10, "share": "fair", "max_hold": "1h"},
         FIFO_WIDE: {"capacity": 10, "per_key": 2, "max_hold": "1h"},
+        FAIR_TURNS: {"capacity": 4, "share": "fair", "max_hold": "1h"},
+        FIFO_TURNS: {"capacity": 4, "per_key": 2, "max_hold": "1h"},
     }
 )

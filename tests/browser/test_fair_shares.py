@@ -1,9 +1,11 @@
 """SPEC 13.5 in a real Chromium at 1280 px and on a 390 px phone (issue 28): the Keys panel of a
-fair limit shows in use / pool, weight, min, fair share and waiting per key, right and inside
+fair limit shows in use / pool, weight, min, fair share, pass and waiting per key, right and inside
 its box, whatever the key (a 128-character one is cut in its cell, whole in its title); an
 operator sets a key's weight and sees the fair shares follow, types a bad weight or min and
 sees the message by that field with nothing changed, and switches the limit to fifo and back
-in the edit panel, the fair columns leaving and coming back. The view tests
+in the edit panel, the fair columns leaving and coming back. SPEC 13.7 (issue 43): the queue
+says how the limit shares, lists its runs in the order they will be served and says why the
+others wait their turn. The view tests
 (tests/views/test_fair_shares.py) hold the HTML and the messages; this holds what a user sees."""
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 URL = "/studio/limits/tenant-jobs/"
 LONG_KEY = "tenant-" + "w" * (KEY_MAX_LENGTH - len("tenant-"))
-COLUMNS = ["Key", "In use / pool", "Weight", "Min", "Fair share", "Waiting", "Pool size"]
+COLUMNS = ["Key", "In use / pool", "Weight", "Min", "Fair share", "Pass", "Waiting", "Pool size"]
+TURN = "Other keys hold less of their share and are served first"
 
 
 @pytest.fixture
@@ -116,11 +119,14 @@ def _read_the_fair_columns(page: Page, width: int) -> None:
     expect(keys.locator("tbody tr")).to_have_count(4)  # (no key), then busiest first
     if width > 600:
         assert [" ".join(t.split()) for t in keys.locator("thead th").all_inner_texts()] == [c.upper() for c in COLUMNS]
+    # Passes: acme's four grants took it four turns on; the long key and globex entered at its
+    # pass and took one grant each; the run without a key entered at the smallest, acme's.
     assert _cells(_row(page, "acme")) == {
         "In use / pool": "4 / 4",
         "Weight": "1",
         "Min": "0",
         "Fair share": "1.5",
+        "Pass": "4.00",
         "Waiting": "3",
         "Pool size": "",
     }
@@ -129,14 +135,16 @@ def _read_the_fair_columns(page: Page, width: int) -> None:
         "Weight": "1",
         "Min": "0",
         "Fair share": "1.5",
+        "Pass": "5.00",
         "Waiting": "1",
         "Pool size": "",
     }
     no_key = _cells(keys.locator("tr.no-key"))
-    assert (no_key["In use / pool"], no_key["Weight"], no_key["Fair share"], no_key["Waiting"]) == (
+    assert (no_key["In use / pool"], no_key["Weight"], no_key["Fair share"], no_key["Pass"], no_key["Waiting"]) == (
         "0 / 4",
         "1 (fixed)",
         "1.5",
+        "4.00",
         "1",
     )
     # The long key is cut in its cell and whole in its title; its row's fields are labelled.
@@ -147,6 +155,30 @@ def _read_the_fair_columns(page: Page, width: int) -> None:
     _fits(page, width)
     SCREENSHOTS.mkdir(exist_ok=True)
     keys.screenshot(path=str(SCREENSHOTS / f"limit-fair-keys-{width}.png"))
+    _read_the_fair_queue(page, width)
+
+
+def _read_the_fair_queue(page: Page, width: int) -> None:
+    """SPEC 13.7: the queue's header says how the limit shares; its rows come in the order they
+    will be served: the run without a key first (it holds nothing), waiting only for the limit;
+    the others, globex's among them, for their turn. Each row (a card on a phone) inside the
+    page."""
+    queue = page.locator("#queue")
+    queue.scroll_into_view_if_needed()
+    expect(queue.locator("#queue-note")).to_contain_text(
+        "Fair shares between keys: the key holding least of its share is served next; keys take turns."
+    )
+    rows = queue.locator("tbody tr")
+    expect(rows).to_have_count(6)
+    first = rows.first
+    expect(first.locator("td.position")).to_have_text("1")
+    expect(first.locator("td.cell-run")).to_contain_text("plain-1")
+    expect(first.locator("td[data-label='Why']")).to_have_text("The limit is full")
+    globex = rows.filter(has=page.locator("td.cell-run", has_text="globex-1"))
+    expect(globex.locator("td[data-label='Why']")).to_have_text(TURN)
+    _inside(globex.locator("td[data-label='Why']"), "#queue", "the reason in its row")
+    assert _width(page) <= width
+    queue.screenshot(path=str(SCREENSHOTS / f"limit-fair-queue-{width}.png"))
 
 
 def _set_weights_and_mins(page: Page, width: int) -> None:

@@ -21,7 +21,9 @@ with keys and several limits per acquisition (issue 13):
    with a key, whose guarded step writes to a side file when it really starts and ends;
    `chaos_fair` on the fair limit `guarded-fair` (SPEC 13): a flooding tenant's runs in bursts
    of FLOOD_BURST, and small tenants' runs (a weight of 2, a min of 1, a pool of 1) between
-   them; and, at the start of the load, `--long-runs` runs of `chaos_with_limit` over
+   them, and once (issue 43's fault run, after TURN_AT of the runs) the fair limit paused while
+   TURN_FLOOD runs of the flood and TURN_RUNS of each of ten tenants, one of weight 3, join its
+   queue, then resumed; and, at the start of the load, `--long-runs` runs of `chaos_with_limit` over
    `guarded-long` whose step lasts longer than a run's lease (31-34 s), the first advance of
    each sent to a worker ahead, behind or on time in turn, while the load sends a duplicate
    advance of each every 3 s (a redelivered message: it must find the lease taken).
@@ -37,8 +39,11 @@ with keys and several limits per acquisition (issue 13):
    more of one key than its pool, nor outside the granted interval of each of their slots, nor
    without a slot of every limit they asked for, and every grant of a group gave all its slots;
    on the fair limit, the same from the side files, no small tenant timed out while the flood
-   was served, and the figures of how the flood and the small tenants were served
-   (fair_figures);
+   was served, no grant out of SPEC 13.2's order (with the keys' turns), no turn that does not
+   add up, no tenant served three turns while a competing one got fewer than two, and the
+   figures of how the flood and the small tenants were served (fair_figures); in the fault run,
+   while all eleven competed, the flood's share of the grants within 1.5 / 11 and the weight-3
+   tenant's at least twice a weight-1 tenant's (fault_run_figures);
    while `guarded-work` was paused, its guarded steps under way never outnumbered the slots it
    held when the pause began, and none ran in a slot granted during the pause;
    the box's run concurrency (SPEC 12; tests/chaos/workspace.py declares a base and a burst that
@@ -97,6 +102,24 @@ FAIR_WORKFLOW = "chaos_fair"  # tests/chaos/workflows.py: a tenant's guarded wor
 FLOOD = "flood"  # the tenant that floods the fair limit, FLOOD_BURST runs at once
 FLOOD_BURST = 8
 SMALL_TENANTS = ("small-1", "small-2", "small-3", None)  # None: runs without a key, a key of their own
+# Issue 43's fault run inside the load, once: the fair limit paused, TURN_FLOOD runs of the flood
+# and then TURN_RUNS runs of each of ten tenants (in rounds, `heavy`, of weight 3, last in each)
+# join its queue, and it is resumed: eleven keys on a capacity of 4, so most grants are ties in
+# share that the turns decide (fault_run_figures).
+TURN_TENANTS = (*(f"light-{i}" for i in range(1, 10)), "heavy")
+TURN_HEAVY = "heavy"
+TURN_RUNS = 6
+TURN_FLOOD = 16
+# Sent once this share of the load's runs has started: after the planned Redis and PostgreSQL
+# restarts (15-85 % of the expected load), so that the shares it measures, which assume holds of
+# about one length, can be judged; worker kills and cut connections go on while its runs join.
+TURN_AT = 0.86
+TURN_JOIN_S = 20.0  # the longest the fair limit stays paused, once they are all sent, while they join its queue
+TURN_SEND_S = 60.0  # the longest their sending may take (start_run: 0.1-0.5 s each on a loaded machine)
+TURN_TIMEOUT = "110s"  # below the owed delay (SPEC 10.4: 2 minutes), so 13.2's order holds throughout
+TURN_STEP_S = (0.3, 1.0)  # their guarded steps: shorter than the others', so the shape drains sooner
+STRETCHED_HOLD_S = 10.0  # a hold this long among them (a worker killed in its step): shares not judged
+TURN_MIN_GRANTS = 16  # fewer grants while all eleven competed: too few to judge shares by
 RECONNECT_GRACE_S = 60  # a worker back on Redis within this takes a task (worker_figures)
 STALL_SECONDS = 120.0  # the load gives up when no run could be started for this long
 LONG_LIMIT = "guarded-long"  # tests/chaos/workspace.py: the long steps' limit
@@ -656,6 +679,14 @@ class Load:
         self.long_runs: dict[str, float] = {}  # run id -> the skew of the worker its first advance went to
         self.duplicates = 0
         self.last_duplicates = 0.0
+        # Issue 43's fault run: its runs in the order they are sent, how many were, and its phase
+        # (planned, joining: the fair limit paused while they join its queue, done).
+        self.turn_plan = [(FLOOD, i) for i in range(TURN_FLOOD)]
+        self.turn_plan += [(tenant, i) for i in range(TURN_RUNS) for tenant in TURN_TENANTS]
+        self.turn_runs: list[str] = []
+        self.turn_phase = "planned"
+        self.turn_paused_at = self.turn_resume_at = 0.0
+        self.turn_paused_s = 0.0
 
     def run(self) -> None:
         began = next_start = last_started = time.monotonic()
@@ -664,6 +695,7 @@ class Load:
             if self.long_plan and now - began >= self.long_plan[0][0]:
                 self.guard(self.start_long)
             self.guard(self.duplicate_long)
+            self.guard(self.fault_run)
             if now >= next_start:
                 self.guard(self.start_one)
                 next_start += self.rng.expovariate(self.args.rate)
@@ -741,6 +773,69 @@ class Load:
             run = start_run(FAIR_WORKFLOW, fair)
             self.started[run.workflow] += 1
             self.recent = [*self.recent[-200:], run.id]
+
+    def fault_run(self) -> None:
+        """Issue 43's fault run, once the load has started TURN_AT of its runs: pause the fair
+        limit, send the flood's TURN_FLOOD runs and then the ten tenants' in rounds, and resume
+        it once all of them wait in its queue (at most TURN_JOIN_S after the last was sent; with
+        the runs sent by then once TURN_SEND_S + TURN_JOIN_S went by since the pause): every key
+        has joined when the first slot is granted, as in the issue, and the box's start of ~80
+        runs does not spread their arrivals over the grants. A failed call (an outage) is tried
+        again at the next step, where it stopped; `end_fault_run` resumes the limit whatever
+        happens."""
+        from limits import services
+        from limits.models import QueueEntry
+        from studio.workflows import start_run
+
+        done = sum(self.started[w] for w in self.started if w != "call_ended")
+        if self.turn_phase == "planned" and done >= TURN_AT * self.args.runs:
+            services.pause_limit(FAIR_LIMIT, actor="chaos-load")
+            self.turn_phase, self.turn_paused_at = "joining", time.monotonic()
+            self.turn_resume_at = self.turn_paused_at + TURN_JOIN_S + TURN_SEND_S
+            log(f"fault run: paused {FAIR_LIMIT}; sending {len(self.turn_plan)} runs of 11 tenants")
+        if self.turn_phase != "joining":
+            return
+        if len(self.turn_runs) < len(self.turn_plan):
+            while len(self.turn_runs) < len(self.turn_plan) and time.monotonic() < self.turn_resume_at:
+                key, i = self.turn_plan[len(self.turn_runs)]
+                seconds = round(self.rng.uniform(*TURN_STEP_S), 3)
+                turn = {"label": f"turn-{key}-{i}", "seconds": seconds, "timeout": TURN_TIMEOUT, "key": key}
+                run = start_run(FAIR_WORKFLOW, turn)
+                self.started[run.workflow] += 1
+                self.turn_runs.append(run.id)
+            self.turn_resume_at = min(self.turn_resume_at, time.monotonic() + TURN_JOIN_S)
+        joined = QueueEntry.objects.filter(limit__name=FAIR_LIMIT, run_id__in=self.turn_runs, state="waiting")
+        if joined.values("run_id").distinct().count() >= len(self.turn_runs) or time.monotonic() >= self.turn_resume_at:
+            self.end_fault_run()
+
+    def finish_fault_run(self, until: float) -> None:
+        """Once the load has sent its runs: let the fault run's runs join (bounded by TURN_JOIN_S
+        from its pause), then resume the fair limit (tried until `until`)."""
+        while self.turn_phase == "joining" and time.monotonic() < self.turn_resume_at:
+            self.guard(self.fault_run)
+            time.sleep(0.2)
+        self.end_fault_run(until)
+
+    def end_fault_run(self, until: float = 0.0) -> None:
+        """Resume the fair limit if the fault run paused it; tried again until `until` (a limit
+        left paused would strand its runs)."""
+        from django.db import connections
+
+        from limits import services
+
+        while self.turn_phase == "joining":
+            try:
+                services.resume_limit(FAIR_LIMIT, actor="chaos-load")
+            except Exception as error:
+                if time.monotonic() >= until:
+                    raise
+                log(f"fault run: resume failed: {type(error).__name__}: {error}")
+                connections.close_all()
+                time.sleep(1)
+                continue
+            self.turn_paused_s = round(time.monotonic() - self.turn_paused_at, 1)
+            self.turn_phase = "done"
+            log(f"fault run: resumed {FAIR_LIMIT} after {self.turn_paused_s} s ({len(self.turn_runs)} runs sent)")
 
     def start_long(self) -> None:
         """A with_limit run over `guarded-long` whose step outlasts a run's lease, its first
@@ -1267,13 +1362,15 @@ def box_rows_figures() -> dict[str, Any]:
 
 def setup_fair() -> None:
     """The fair limit's tenants before the load (SPEC 13.1, set as an operator would): small-1 has
-    a min of 1, small-2 a weight of 2, small-3 a pool of 1; the flood and the runs without a key
-    keep weight 1, min 0 and no pool. Nothing changes them afterwards."""
+    a min of 1, small-2 a weight of 2, small-3 a pool of 1, and the fault run's `heavy` a weight
+    of 3; the flood, the fault run's other tenants and the runs without a key keep weight 1, min
+    0 and no pool. Nothing changes them afterwards (the fault run's pause changes no rule)."""
     from limits import services
 
     services.set_min(FAIR_LIMIT, 1, key="small-1", actor="chaos")
     services.set_weight(FAIR_LIMIT, 2, key="small-2", actor="chaos")
     services.set_per_key(FAIR_LIMIT, 1, key="small-3", actor="chaos")
+    services.set_weight(FAIR_LIMIT, 3, key=TURN_HEAVY, actor="chaos")
 
 
 def fair_figures(
@@ -1291,19 +1388,31 @@ def fair_figures(
       granted during one of them.
 
     - `fair_order_jumps`: grants to a tenant while another stood before it in 13.2's order with
-      room in its pool (tests/concurrency/checks.py, fair_rule_violations, the order alone). Every
-      wait here is a group with the box (SPEC 12.2: a run waits for a limit and a box slot
-      together), all of one workflow, so a grant to one shows the box had room for the others.
-      A group is granted in the fair limit's order since 2026-12-05 (keys._Grant.
-      _left_to_fairness; 25 jumps in 600 runs before); 0 since, in CI's invocation with Redis and
-      PostgreSQL restarts too (2026-12-06). `limits verify` leaves groups out of its fair check:
-      this is where the order of groups on a fair limit is checked against the real load.
+      room in its pool (tests/concurrency/checks.py, fair_rule_violations, the order alone): as
+      amended by issue 43, ties in share go to the smaller pass (the key whose turn it is), the
+      granted key's pass read from its slot (the pass its grant was ranked at), the waiting key's
+      replayed from the pass its slots and entries keep. Every wait here is a group with the box
+      (SPEC 12.2: a run waits for a limit and a box slot together), all of one workflow, so a
+      grant to one shows the box had room for the others. A group is granted in the fair limit's
+      order since 2026-12-05 (keys._Grant._left_to_fairness; 25 jumps in 600 runs before); 0
+      since, in CI's invocation with Redis and PostgreSQL restarts too (2026-12-06). `limits
+      verify` leaves groups out of its fair check: this is where the order of groups on a fair
+      limit is checked against the real load;
+    - `fair_turn_errors`: turns that do not add up (fair_pass_violations: a grant ranked at
+      another pass than its tenant's, a tenant entering at another than the smallest active
+      pass, a pass kept that its grants do not add up to), groups included;
+    - `fair_interleaving`: a tenant served three turns (3 x its weight grants) while another
+      competing tenant got fewer than two (fair_interleaving: competing where the turns promise
+      it, holding no more of its share and not ahead in the turns).
 
-    Fails the run when a grant jumped 13.2's order, when a small tenant's wait timed out while
-    the flood was granted slots during it (starved by the flood), and when no small tenant ever
-    waited behind the flood's backlog (the figures proved nothing)."""
+    Fails the run when a grant jumped 13.2's order, when the turns do not add up, when a tenant
+    was served three turns while a competing one got fewer than two, when a small tenant's wait
+    timed out while the flood was granted three turns or more than that tenant during it
+    (starved by the flood: with turns the flood rightly gets its own while others wait, so a
+    wait that timed out in an outage, while every key got its turns, is no starvation), and when
+    no small tenant ever waited behind the flood's backlog (the figures proved nothing)."""
     from limits.models import Limit, LimitKey, QueueEntry, Slot
-    from tests.concurrency.checks import fair_rule_violations
+    from tests.concurrency.checks import fair_interleaving, fair_pass_violations, fair_rule_violations
 
     limit = Limit.objects.filter(name=FAIR_LIMIT).first()
     if limit is None:
@@ -1327,6 +1436,10 @@ def fair_figures(
     grants = Counter(shown(slot["key"]) for slot in slots)
     granted_at = {slot["queue_entry_id"]: slot["granted_at"] for slot in slots if slot["queue_entry_id"]}
     flood_grants = sorted(slot["granted_at"] for slot in slots if slot["key"] == FLOOD)
+    tenant_grants: dict[str, list[Any]] = {}
+    for slot in sorted(slots, key=lambda slot: slot["granted_at"]):
+        tenant_grants.setdefault(slot["key"], []).append(slot["granted_at"])
+    weights = dict(LimitKey.objects.filter(limit=limit).values_list("key", "weight"))
     entries = list(
         QueueEntry.objects.filter(limit=limit).values("id", "run_id", "key", "enqueued_at", "finished_at", "state")
     )
@@ -1348,10 +1461,13 @@ def fair_figures(
         jumped = bisect.bisect_left(flood_grants, ended) - bisect.bisect_right(flood_grants, began)
         ahead += jumped == 0
         most = max(most, jumped)
-        if entry["state"] == "timed_out" and jumped:
+        mine = tenant_grants.get(entry["key"], [])
+        served = bisect.bisect_left(mine, ended) - bisect.bisect_right(mine, began)
+        if entry["state"] == "timed_out" and jumped - served / weights.get(entry["key"], 1) >= 3:
             problems.append(
                 f"{entry['run_id']} of {shown(entry['key'])} timed out on {FAIR_LIMIT} at {_hms(ended.timestamp())} "
-                f"while the flood was granted {jumped} slot(s) during its wait"
+                f"while the flood was granted {jumped} slot(s) during its wait and its tenant {served}: three turns "
+                "or more ahead of it"
             )
     if not behind:
         problems.append(f"no small tenant waited behind the flood on {FAIR_LIMIT}: the fair figures proved nothing")
@@ -1365,6 +1481,12 @@ def fair_figures(
         log(f"fair order: {jump}")
     if jumps:
         problems.append(f"{len(jumps)} grant(s) on {FAIR_LIMIT} jumped SPEC 13.2's order, the first: {jumps[0]}")
+    turn_errors = fair_pass_violations(FAIR_LIMIT)
+    if turn_errors:
+        problems.append(f"{len(turn_errors)} turn(s) on {FAIR_LIMIT} do not add up, the first: {turn_errors[0]}")
+    unmixed = fair_interleaving(FAIR_LIMIT)
+    if unmixed:
+        problems.append(f"{len(unmixed)} tenant(s) on {FAIR_LIMIT} were not interleaved, the first: {unmixed[0]}")
     figures = {
         "fair_grants": dict(sorted(grants.items())),
         "fair_peak_executing": (
@@ -1375,7 +1497,74 @@ def fair_figures(
             f"{ahead} of {behind} served before the flood's next slot (at most {most} flood slots during one)"
         ),
         "fair_order_jumps": len(jumps),
+        "fair_turn_errors": len(turn_errors),
+        "fair_interleaving": len(unmixed),
     }
+    return figures, problems
+
+
+def fault_run_figures(sent: int = 0, paused_s: float = 0.0) -> tuple[dict[str, Any], list[str]]:
+    """Issue 43's fault run on the fair limit (`Load.fault_run`: the flood and ten tenants, one of
+    weight 3, eleven keys on a capacity of 4), measured from the rows while all eleven competed
+    (tests/concurrency/checks.py, fair_contest: from the first instant at which each had a run
+    waiting until `heavy` had none left waiting):
+
+    - the flood's share of the grants must stay within 1.5 x 1 / (number of keys): it gets its
+      turn like the others and no more (before the amendment it kept one of the 4 slots, 25 %);
+    - `heavy` (weight 3) must get at least twice the grants of a weight-1 tenant (the mean of the
+      nine), about three times (before: the same as theirs). Capacity 4 among eleven keys: a key
+      holding one slot stands behind every key holding none, so weight shows as being served
+      again at once after each release (one slot held, about 3.3 times a light tenant's grants
+      in the hold model; a check above would fail on noise, not on a rule);
+    - the interleaving of the tenants is fair_figures' `fair_interleaving`, over the whole load.
+
+    The two shares assume holds of about one length, as the issue's hold model does: SPEC 13.2
+    counts grants, not time held, so a tenant whose slot was held far longer (a worker SIGKILLed
+    in its step holds it until the run's lease lapses, ~30 s) catches up its turns afterwards.
+    When one of the eleven held a slot live in the window longer than STRETCHED_HOLD_S, or the
+    window has fewer than TURN_MIN_GRANTS grants, the shares are reported and not judged (the
+    order, the turns and the interleaving are judged whatever the holds). Fails the run when a
+    judged share is out of bounds, and when the shape never formed (the figures proved nothing)."""
+    from tests.concurrency.checks import fair_contest
+
+    keys = [FLOOD, *TURN_TENANTS]
+    contest = fair_contest(FAIR_LIMIT, keys, until=TURN_HEAVY)
+    if not contest:
+        return {"fault_run": f"{sent} runs sent; the eleven tenants never all waited"}, [
+            f"issue 43's fault run never formed on {FAIR_LIMIT} (the flood and ten tenants waiting at once): "
+            "its figures proved nothing"
+        ]
+    grants, total = contest["grants"], contest["total"]
+    lights = [grants[tenant] for tenant in TURN_TENANTS if tenant != TURN_HEAVY]
+    light = sum(lights) / len(lights)
+    share, bound = grants[FLOOD] / total if total else 0.0, 1.5 / len(keys)
+    ratio = grants[TURN_HEAVY] / light if light else float("inf")
+    longest, holder = contest["longest_hold"]
+    seconds = (contest["end"] - contest["start"]).total_seconds()
+    figures = {
+        "fault_run": (
+            f"{sent} runs sent, paused {paused_s} s while they joined; all eleven competed {seconds:.1f} s: "
+            f"{total} grants ({dict(sorted(grants.items()))}), the longest hold {longest} s ({holder})"
+        ),
+        "fault_run_flood_share": f"{share:.3f} (bound {bound:.3f} = 1.5 / {len(keys)} keys)",
+        "fault_run_heavy_against_light": f"{ratio:.2f} ({grants[TURN_HEAVY]} against {light:.2f}; at least 2)",
+    }
+    problems: list[str] = []
+    if longest > STRETCHED_HOLD_S or total < TURN_MIN_GRANTS:
+        why = f"a hold of {longest} s ({holder})" if longest > STRETCHED_HOLD_S else f"{total} grants"
+        figures["fault_run_judged"] = f"no: {why} (the shares assume the hold model)"
+        return figures, problems
+    figures["fault_run_judged"] = "yes"
+    if share > bound:
+        problems.append(
+            f"the flood got {grants[FLOOD]} of {total} grants ({share:.3f}) while all eleven tenants competed on "
+            f"{FAIR_LIMIT}: more than 1.5 / {len(keys)} = {bound:.3f} (issue 43: its turn and no more)"
+        )
+    if ratio < 2:
+        problems.append(
+            f"{TURN_HEAVY} (weight 3) got {grants[TURN_HEAVY]} grants against {light:.2f} for a weight-1 tenant while "
+            f"all eleven competed on {FAIR_LIMIT}: {ratio:.2f} times, not about three (issue 43)"
+        )
     return figures, problems
 
 
@@ -1632,6 +1821,7 @@ def main(argv: list[str] | None = None) -> int:
     began, began_wall = time.monotonic(), time.time()
     figures: dict[str, Any] = {"seed": seed}
     problems: list[str] = []
+    load: Load | None = None
     try:
         box.start_web()
         for _ in range(args.workers):
@@ -1651,6 +1841,7 @@ def main(argv: list[str] | None = None) -> int:
         skewed = f" + 2 with clocks {args.skew:+g} s and {-args.skew:+g} s" if args.skew else ""
         log(f"load: {args.runs} runs at ~{args.rate}/s, {args.workers} workers{skewed}, web on port {port}")
         load.run()
+        load.finish_fault_run(until=time.monotonic() + TURN_JOIN_S + 90)
         load_seconds = time.monotonic() - began
         chaos.stopping.set()
         killer.stopping.set()
@@ -1691,6 +1882,8 @@ def main(argv: list[str] | None = None) -> int:
         problems += box_problems
         fair, fair_problems = fair_figures(records, args.clock_tolerance, died)
         problems += fair_problems
+        fault, fault_problems = fault_run_figures(len(load.turn_runs), load.turn_paused_s)
+        problems += fault_problems
         if not chaos.figures.pauses:
             problems.append(f"the chaos never paused {PAUSED_LIMIT}: the pause checks proved nothing")
         clock, clock_problems = clocks.clock_figures(records, executions_of(records, died), args.clock_tolerance)
@@ -1720,6 +1913,7 @@ def main(argv: list[str] | None = None) -> int:
                 **guarded,
                 **boxed,
                 **fair,
+                **fault,
                 **skews,
                 **clock,
                 "clock_tolerance_s": args.clock_tolerance,
@@ -1741,6 +1935,9 @@ def main(argv: list[str] | None = None) -> int:
         for line, count in errors.most_common(8):
             log(f"{count:5d} x {line}")
     finally:
+        if load is not None:
+            with contextlib.suppress(Exception):
+                load.end_fault_run(until=time.monotonic() + 30)
         box.stop_all()
     figures["seconds"] = round(time.monotonic() - began)
     report(figures, problems)

@@ -1,7 +1,7 @@
 """The chaos run's checks of the real concurrency of guarded work (issues 11 and 13) and of the fair
-limit's tenants (issue 28), and of its checks in the database's time (tests/chaos/clocks.py, the
-clock-skew finding), on hand-made side files, slot rows and probe lives: each check must catch
-the violation it is there for."""
+limit's tenants (issue 28; their turns and issue 43's fault run), and of its checks in the
+database's time (tests/chaos/clocks.py, the clock-skew finding), on hand-made side files, slot
+rows and probe lives: each check must catch the violation it is there for."""
 
 from __future__ import annotations
 
@@ -14,13 +14,18 @@ from typing import Any
 
 import pytest
 
-from limits.models import AuditEvent, Limit, QueueEntry, Slot
+from limits.engine.keys import PASS_STRIDE
+from limits.models import AuditEvent, Limit, LimitKey, QueueEntry, Slot
 from limits.services import set_per_key
 from tests.chaos import clocks
 from tests.chaos.__main__ import (
+    FLOOD,
+    TURN_HEAVY,
+    TURN_TENANTS,
     ChaosFigures,
     box_figures,
     fair_figures,
+    fault_run_figures,
     guarded_figures,
     pause_figures,
     worker_figures,
@@ -267,10 +272,20 @@ def fair(clock) -> Limit:
 
 
 def fair_run(
-    limit: Limit, run_id: str, key: str, granted: float | None, freed: float | None, enqueued: float | None = None
+    limit: Limit,
+    run_id: str,
+    key: str,
+    granted: float | None,
+    freed: float | None,
+    enqueued: float | None = None,
+    *,
+    joined: float | None = None,
+    ranked: float | None = None,
 ) -> str | None:
     """A run of `key` on the fair limit: its wait from `enqueued` (none: granted at once) until its
-    grant at `granted` (None: it timed out at `freed`), and its slot until `freed`."""
+    grant at `granted` (None: it timed out at `freed`), and its slot until `freed`. `joined`: its
+    key's pass when it joined, `ranked`: the pass its grant was ranked at, in turns (none: not
+    kept, as before SPEC 13.2's turns)."""
     entry = None
     if enqueued is not None:
         ended = granted if granted is not None else freed
@@ -285,6 +300,7 @@ def fair_run(
             finished_at=at(ended) if ended is not None else None,
             deadline=at(enqueued + 90),
             timeout_ms=90_000,
+            fair_pass=None if joined is None else round(joined * PASS_STRIDE),
         )
     if granted is None:
         return None
@@ -298,8 +314,17 @@ def fair_run(
         granted_at=at(granted),
         expires_at=at(granted + 120),
         freed_at=at(freed) if freed is not None else None,
+        fair_pass=None if ranked is None else round(ranked * PASS_STRIDE),
     )
     return row.id
+
+
+def keeps(limit: Limit, **passes: float) -> None:
+    """The pass (in turns) each key keeps on its row, as the engine leaves it."""
+    for key, value in passes.items():
+        LimitKey.objects.update_or_create(
+            limit=limit, key=key.replace("_", "-"), defaults={"fair_pass": round(value * PASS_STRIDE)}
+        )
 
 
 def fair_steps(folder: Path, *executions: tuple[str, str | None, str, float, float]) -> Records:
@@ -344,25 +369,48 @@ def test_a_small_tenant_served_before_the_floods_backlog_passes_and_shows(fair, 
 
 
 def test_a_small_tenant_that_timed_out_while_the_flood_was_served_is_caught(fair, tmp_path: Path) -> None:
+    """small-2 waits from 1.0 until it times out at 3.5, holding nothing, while the flood is granted
+    three slots: three turns ahead of it (with turns the flood gets its own while others wait)."""
     fair_run(fair, "flood_a", "flood", 0, 2.0)
     fair_run(fair, "flood_b", "flood", 0, 3.0)
-    fair_run(fair, "flood_c", "flood", 2.0, 4.0, enqueued=0.5)
+    fair_run(fair, "flood_c", "flood", 2.0, 3.1, enqueued=0.5)
     fair_run(fair, "flood_d", "flood", 3.0, 5.0, enqueued=0.5)
+    fair_run(fair, "flood_e", "flood", 3.1, 5.0, enqueued=0.5)
     fair_run(fair, "small_a", "small-2", None, 3.5, enqueued=1.0)  # starved: timed out
 
     figures, problems = fair_figures(Records(tmp_path), tolerance=0.05)
 
     assert problems[0] == (
-        "small_a of small-2 timed out on guarded-fair at 08:00:03.500 while the flood was granted 2 slot(s) "
-        "during its wait"
+        "small_a of small-2 timed out on guarded-fair at 08:00:03.500 while the flood was granted 3 slot(s) "
+        "during its wait and its tenant 0: three turns or more ahead of it"
     )
-    assert problems[1].startswith("2 grant(s) on guarded-fair jumped SPEC 13.2's order, the first: ")
-    assert len(problems) == 2
+    assert problems[1].startswith("3 grant(s) on guarded-fair jumped SPEC 13.2's order, the first: ")
+    assert problems[2].startswith(
+        "1 tenant(s) on guarded-fair were not interleaved, the first: guarded-fair: key 'flood' served 3 times"
+    )
+    assert len(problems) == 3
     assert (
         figures["fair_small_behind_flood"]
-        == "0 of 1 served before the flood's next slot (at most 2 flood slots during one)"
+        == "0 of 1 served before the flood's next slot (at most 3 flood slots during one)"
     )
-    assert figures["fair_order_jumps"] == 2  # the flood at 1, then at 1 again, while small-2 waited at 0
+    assert figures["fair_order_jumps"] == 3  # the flood at 1 each time, while small-2 waited at 0
+    assert figures["fair_interleaving"] == 1  # and three times while small-2 got none
+
+
+def test_a_small_tenant_that_timed_out_while_every_tenant_got_its_turns_is_no_starvation(fair, tmp_path: Path) -> None:
+    """An outage: small-1's third run times out while the flood got two turns and small-1 two
+    during its wait (its other runs): the flood was not ahead of it."""
+    fair_run(fair, "flood_a", "flood", 0, 1.0)
+    fair_run(fair, "small_a", "small-1", 0, 1.0)
+    fair_run(fair, "flood_b", "flood", 1.0, 2.0, enqueued=0.5)
+    fair_run(fair, "small_b", "small-1", 1.0, 2.0, enqueued=0.6)
+    fair_run(fair, "flood_c", "flood", 2.0, 3.0, enqueued=0.5)
+    fair_run(fair, "small_c", "small-1", 2.0, 3.0, enqueued=0.6)
+    fair_run(fair, "small_d", "small-1", None, 2.9, enqueued=0.7)  # timed out (an outage, say)
+
+    _, problems = fair_figures(Records(tmp_path), tolerance=0.05)
+
+    assert problems == []
 
 
 def test_no_small_tenant_behind_the_flood_proves_nothing(fair, tmp_path: Path) -> None:
@@ -397,6 +445,216 @@ def test_two_steps_of_a_tenant_with_a_pool_of_one_on_the_fair_limit_are_caught(f
 
     assert figures["guarded_max_per_key"] == {"guarded-fair": "2 (pools small-3 1; 1 time(s) over)"}
     assert problems == ["2 guarded steps of guarded-fair key 'small-3' ran at once at 08:00:01.050: pool 1"]
+
+
+# --- the fair limit's turns (SPEC 13.2 amended, issue 43) -----------------------------------------
+
+
+def taking_turns(limit: Limit, *, flood_first: bool = False, flood_c_ranked: float = 2) -> None:
+    """Capacity 2: small-2 holds one slot throughout (granted at once at pass 0); the flood holds
+    the other from 0.1 (it entered at small-2's pass, 1) and queues flood_c at 0.5 (its pass 2);
+    small-1 arrives at 1.0 with nothing held (it enters at the smallest active pass, 1). When the
+    flood's slot frees at 2.0 both hold nothing: small-1's turn (pass 1) comes before the flood's
+    (2). `flood_first`: the flood is served then anyway."""
+    fair_run(limit, "small_2", "small-2", 0, 9.0, ranked=0)
+    fair_run(limit, "flood_a", "flood", 0.1, 2.0, ranked=1)
+    first, second = (3.5, 2.0) if flood_first else (2.0, 3.5)
+    fair_run(limit, "small_1", "small-1", first, first + 1.5, enqueued=1.0, joined=1, ranked=1)
+    fair_run(limit, "flood_c", "flood", second, second + 1.5, enqueued=0.5, joined=2, ranked=flood_c_ranked)
+    keeps(limit, small_2=1, flood=flood_c_ranked + 1, small_1=2)
+
+
+def test_tenants_taking_their_turns_pass(fair, tmp_path: Path) -> None:
+    taking_turns(fair)
+
+    figures, problems = fair_figures(Records(tmp_path), tolerance=0.05)
+
+    assert problems == []
+    assert (figures["fair_order_jumps"], figures["fair_turn_errors"], figures["fair_interleaving"]) == (0, 0, 0)
+
+
+def test_a_grant_to_the_flood_before_the_turn_of_a_tenant_holding_as_little_is_caught(fair, tmp_path: Path) -> None:
+    """Both hold nothing: the share ties, and the flood (pass 2) jumped small-1's turn (pass 1).
+    Before the amendment a tie went to the oldest run, the flood's: no jump then."""
+    taking_turns(fair, flood_first=True)
+
+    figures, problems = fair_figures(Records(tmp_path), tolerance=0.05)
+
+    assert figures["fair_order_jumps"] == 1
+    assert problems[0].startswith("1 grant(s) on guarded-fair jumped SPEC 13.2's order, the first: ")
+    assert "of key 'small-1' waited ahead of it in the turns (its pass 1 against 2) (SPEC 13.2)" in problems[0]
+    assert figures["fair_turn_errors"] == 0
+
+
+def test_a_grant_ranked_at_a_pass_its_turns_do_not_add_up_to_is_caught(fair, tmp_path: Path) -> None:
+    taking_turns(fair, flood_c_ranked=3)  # a turn too late: the flood's pass was 2
+
+    figures, problems = fair_figures(Records(tmp_path), tolerance=0.05)
+
+    assert figures["fair_turn_errors"] == 1
+    assert problems == [
+        "1 turn(s) on guarded-fair do not add up, the first: guarded-fair: slot "
+        f"{Slot.objects.get(run_id='flood_c').id} of key 'flood' granted at {at(3.5).isoformat()} ranked at pass 3, "
+        "where its turns add up to 2 (SPEC 13.2)"
+    ]
+
+
+def interleaved(limit: Limit, order: list[str]) -> None:
+    """Capacity 2, small-2 holding one slot throughout (pass 0, then 1): the flood and small-1 each
+    queue three runs at 0.5 and 0.6 (both entering at pass 1, holding nothing) and are served
+    one at a time in `order`, at 1, 2, 3, ... for 0.9 s each."""
+    fair_run(limit, "small_2", "small-2", 0, 20.0, ranked=0)
+    turns = {"flood": 1, "small-1": 1}
+    for i, key in enumerate(order):
+        served = order[:i].count(key)
+        enqueued = 0.5 if key == "flood" else 0.6
+        fair_run(limit, f"{key}-{served}", key, 1 + i, 1.9 + i, enqueued=enqueued, joined=1, ranked=turns[key])
+        turns[key] += 1
+    keeps(limit, small_2=1, flood=turns["flood"], small_1=turns["small-1"])
+
+
+def test_tenants_served_in_turn_pass_the_interleaving(fair, tmp_path: Path) -> None:
+    interleaved(fair, ["flood", "small-1", "flood", "small-1", "flood", "small-1"])
+
+    figures, problems = fair_figures(Records(tmp_path), tolerance=0.05)
+
+    assert problems == []
+    assert figures["fair_interleaving"] == 0
+
+
+def test_a_tenant_served_three_times_while_a_competing_one_is_served_once_is_caught(fair, tmp_path: Path) -> None:
+    interleaved(fair, ["flood", "small-1", "flood", "flood", "small-1", "small-1"])
+
+    figures, problems = fair_figures(Records(tmp_path), tolerance=0.05)
+
+    assert figures["fair_interleaving"] == 1
+    assert (
+        "1 tenant(s) on guarded-fair were not interleaved, the first: guarded-fair: key 'flood' served 3 times from "
+        f"{at(1).isoformat()} to {at(4).isoformat()} while key 'small-1' competed throughout and was served 1 "
+        "time(s) (issue 43: keys take turns)"
+    ) in problems
+    assert figures["fair_order_jumps"] == 1  # the flood's third grant (pass 3) before small-1's turn (2)
+
+
+# Issue 43's fault run (fault_run_figures) on hand-made rows: each run of the flood and of the ten
+# tenants waits from 0.1 and is granted in the order given, one every 0.1 s from 1.0.
+LIGHTS = [tenant for tenant in TURN_TENANTS if tenant != TURN_HEAVY]
+ROUND = [FLOOD, *LIGHTS[:2], TURN_HEAVY, *LIGHTS[2:5], TURN_HEAVY, *LIGHTS[5:], TURN_HEAVY]  # 3 turns of heavy
+
+
+def fault_run(limit: Limit, order: list[str], stretched: str | None = None) -> None:
+    for i, key in enumerate(order):
+        hold = 31.0 if key == stretched and order.index(key) == i else 0.35
+        fair_run(limit, f"{key}-{order[:i].count(key)}", key, 1 + i / 10, 1 + i / 10 + hold, enqueued=0.1)
+
+
+def test_the_fault_runs_shape_served_in_turns_passes(fair) -> None:
+    fault_run(fair, ROUND * 2)
+
+    figures, problems = fault_run_figures(sent=26, paused_s=3.0)
+
+    assert problems == []
+    assert figures["fault_run_flood_share"] == "0.077 (bound 0.136 = 1.5 / 11 keys)"
+    assert figures["fault_run_heavy_against_light"] == "3.00 (6 against 2.00; at least 2)"
+    assert figures["fault_run_judged"] == "yes"
+
+
+def test_a_flood_served_more_than_its_turn_is_caught(fair) -> None:
+    """The flood wins one grant in four (it kept one of the 4 slots, before the amendment)."""
+    others = [key for key in ROUND if key != FLOOD]
+    order = [key for i in range(0, len(others) * 2, 3) for key in [FLOOD, *(others * 2)[i : i + 3]]]
+    fault_run(fair, order)
+
+    _, problems = fault_run_figures()
+
+    assert len(problems) == 1 and problems[0].startswith("the flood got 8 of 32 grants (0.250)"), problems
+
+
+def test_a_tenant_of_weight_3_served_like_the_others_is_caught(fair) -> None:
+    fault_run(fair, [FLOOD, *LIGHTS, TURN_HEAVY] * 2)
+
+    figures, problems = fault_run_figures()
+
+    assert figures["fault_run_heavy_against_light"] == "1.00 (2 against 2.00; at least 2)"
+    assert problems == [
+        "heavy (weight 3) got 2 grants against 2.00 for a weight-1 tenant while all eleven competed on guarded-fair: "
+        "1.00 times, not about three (issue 43)"
+    ]
+
+
+def test_the_fault_runs_shares_are_not_judged_after_a_stretched_hold(fair) -> None:
+    """light-1's first slot held 31 s (its worker killed in the step): its turns would catch up
+    afterwards, so the shares are reported, not judged."""
+    fault_run(fair, [FLOOD, *LIGHTS, TURN_HEAVY] * 2, stretched="light-1")
+
+    figures, problems = fault_run_figures()
+
+    assert problems == []
+    assert figures["fault_run_judged"] == "no: a hold of 31.0 s (light-1) (the shares assume the hold model)"
+
+
+def test_a_fault_run_that_never_formed_proves_nothing(fair) -> None:
+    fault_run(fair, [FLOOD, *LIGHTS])  # heavy never came
+
+    figures, problems = fault_run_figures(sent=10)
+
+    assert figures == {"fault_run": "10 runs sent; the eleven tenants never all waited"}
+    assert problems == [
+        "issue 43's fault run never formed on guarded-fair (the flood and ten tenants waiting at once): "
+        "its figures proved nothing"
+    ]
+
+
+def test_the_fault_run_pauses_the_fair_limit_until_its_runs_have_joined(fair, monkeypatch) -> None:
+    """Load.fault_run: once TURN_AT of the runs have started, the fair limit is paused, the
+    flood's runs and then the ten tenants' in rounds (heavy last in each) are sent, and the
+    limit is resumed once all of them wait in its queue; a run that never joins holds it paused
+    at most TURN_JOIN_S after the last was sent."""
+    import argparse
+    import random
+
+    from studio import workflows
+    from tests.chaos import __main__ as chaos
+
+    sent: list[dict[str, Any]] = []
+
+    def start_run(workflow: str, input: dict[str, Any]) -> SimpleNamespace:
+        sent.append(input)
+        return SimpleNamespace(id=f"turn-run-{len(sent)}", workflow=workflow)
+
+    def join(*indexes: int) -> None:
+        for i in indexes:
+            fair_run(fair, f"turn-run-{i}", sent[i - 1]["key"], None, None, enqueued=5.0)
+            QueueEntry.objects.filter(run_id=f"turn-run-{i}").update(state="waiting", finished_at=None)
+
+    monkeypatch.setattr(workflows, "start_run", start_run)
+    load = chaos.Load(random.Random(1), argparse.Namespace(runs=100, rate=8.0))
+    load.started["place_call"] = 85
+    load.fault_run()
+    assert load.turn_phase == "planned" and not sent  # below 86 % of the runs
+    load.started["place_call"] = 86
+    load.fault_run()
+
+    assert load.turn_phase == "joining" and Limit.objects.get(name="guarded-fair").paused_at is not None
+    assert [run["key"] for run in sent[:17]] == [FLOOD] * 16 + ["light-1"]
+    assert [run["key"] for run in sent[16:26]] == list(TURN_TENANTS) and sent[-1]["key"] == TURN_HEAVY
+    assert len(sent) == 76 and {run["timeout"] for run in sent} == {"110s"}
+    join(*range(1, 76))
+    load.fault_run()
+    assert load.turn_phase == "joining"  # one still on its way
+    join(76)
+    load.fault_run()
+    assert load.turn_phase == "done" and Limit.objects.get(name="guarded-fair").paused_at is None
+    assert load.started["chaos_fair"] == 76
+
+    late = chaos.Load(random.Random(1), argparse.Namespace(runs=100, rate=8.0))
+    late.started["place_call"] = 90
+    monkeypatch.setattr(chaos, "TURN_JOIN_S", 0.3)
+    late.fault_run()
+    assert late.turn_phase == "joining"
+    late.finish_fault_run(until=time.monotonic() + 5)  # the load ended; none of its runs joins
+    assert late.turn_phase == "done" and Limit.objects.get(name="guarded-fair").paused_at is None
+    assert 0.3 <= late.turn_paused_s < 5
 
 
 def test_a_worker_that_took_no_task_after_a_redis_restart_fails_the_run(tmp_path: Path) -> None:

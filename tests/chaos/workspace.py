@@ -13,8 +13,10 @@ chaos driver pauses `guarded-work` now and then (SPEC 5.6).
 tenants, one flooding it in bursts and small ones arriving now and then
 (tests/chaos/workflows.py, chaos_fair); the chaos run gives one small tenant a weight of 2, one a
 min of 1 and one a pool of 1 before the load (__main__.setup_fair), and no operator changes it
-afterwards. Capacity 3: a burst of the flood fills it and queues, so the small tenants that
-arrive meanwhile wait behind the flood's backlog, and the fair order decides.
+afterwards. Capacity 4: a burst of the flood fills it and queues, so the small tenants that
+arrive meanwhile wait behind the flood's backlog, and the fair order decides. Once in the load
+it takes issue 43's fault run (__main__.Load.fault_run): the flood and ten more tenants, one of
+weight 3, all queued at once: eleven keys on 4 slots, where the keys' turns (13.2's pass) decide.
 
 `guarded-long` takes the chaos run's long steps (`chaos_with_limit`, 31-34 s: longer than a run's
 lease, 30 s), some run by the workers whose clock is 10 minutes ahead or behind: room for all of
@@ -45,7 +47,7 @@ workspace = define_workspace(
         "guarded-work": {"capacity": 2, "max_hold": "2m"},
         "guarded-keyed": {"capacity": 2, "max_hold": "2m", "per_key": 1},
         "guarded-long": {"capacity": 6, "max_hold": "10m"},
-        "guarded-fair": {"capacity": 3, "max_hold": "2m", "share": "fair"},
+        "guarded-fair": {"capacity": 4, "max_hold": "2m", "share": "fair"},
     },
     run_concurrency={"base": BOX_BASE, "burst": BOX_BURST},
 )

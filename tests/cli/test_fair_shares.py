@@ -1,7 +1,8 @@
-"""SPEC 13.5 in the CLI (issue 28): `share`, `weight --key`, `min --key`, and the weight, min and
-fair share of each key in `keys` and the share in `list`, on this installation, with their --json
-and exit codes (0 done; 1 unknown limit; 2 a bad value: one line naming the field, nothing
-changed)."""
+"""SPEC 13.5 in the CLI (issue 28): `share`, `weight --key`, `min --key`, and the weight, min,
+fair share and pass of each key in `keys` and the share in `list`, on this installation, with
+their --json and exit codes (0 done; 1 unknown limit; 2 a bad value: one line naming the field,
+nothing changed). SPEC 13.7 (issue 43): `slots` lists a fair limit's queue in the order it is
+served, says so, and says why a run whose key is not next waits."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import json
 
 import pytest
 
-from limits.models import AuditEvent, Limit, LimitKey
+from limits.cli.render import FAIR_QUEUE_NOTE
+from limits.models import AuditEvent, Limit, LimitKey, Slot
 from tests.cli.conftest import run_cli, seed_fair
 from tests.factories import declare
 
@@ -41,15 +43,32 @@ def _keys_json(*argv: str) -> dict:
 # --- keys and list --------------------------------------------------------------------------------
 
 
-def test_keys_json_rows_carry_weight_min_and_fair_share(fair) -> None:
+def test_keys_json_rows_carry_weight_min_fair_share_and_pass(fair) -> None:
     answer = _keys_json()
     rows = {row["key"]: row for row in answer["keys"]}
-    assert {key: (row["weight"], row["min"], row["fair_share"]) for key, row in rows.items()} == {
-        "acme": (1, 0, 1.0),
-        "globex": (1, 0, 1.0),
-        "initech": (1, 0, 1.0),
+    assert {key: (row["weight"], row["min"], row["fair_share"], row["pass"]) for key, row in rows.items()} == {
+        "acme": (1, 0, 1.0, 4.0),
+        "globex": (1, 0, 1.0, 4.0),
+        "initech": (1, 0, 1.0, 4.0),
     }
-    assert (answer["no_key"]["weight"], answer["no_key"]["min"], answer["no_key"]["fair_share"]) == (1, 0, 1.0)
+    no_key = answer["no_key"]
+    assert (no_key["weight"], no_key["min"], no_key["fair_share"], no_key["pass"]) == (1, 0, 1.0, 4.0)
+
+
+def test_a_keys_pass_is_in_turns_to_two_decimals() -> None:
+    """Each grant adds 1 / weight of a turn to its key's pass; a key that had nothing enters at
+    the smallest pass of the keys holding or waiting (SPEC 13.2)."""
+    declare(jobs={"capacity": 4, "max_hold": "1m", "share": "fair"})
+    run_cli("weight", "jobs", "3", "--key", "acme")
+    from limits.services import acquire
+
+    acquire("jobs", run_id="a1", key="acme")  # 0 + 1/3
+    acquire("jobs", run_id="g1", key="globex")  # enters at 1/3, + 1
+    answer = json.loads(run_cli("keys", "jobs", "--json").out)
+    assert {row["key"]: row["pass"] for row in answer["keys"]} == {"acme": 0.33, "globex": 1.33}
+    assert answer["no_key"]["pass"] is None  # no run without a key holds or waits
+    rows = {line.split()[0]: line.split() for line in run_cli("keys", "jobs").out.splitlines()[3:5]}
+    assert (rows["acme"][6], rows["globex"][6]) == ("0.33", "1.33")
 
 
 def test_a_heavier_key_gets_a_larger_fair_share(fair) -> None:
@@ -90,15 +109,17 @@ def test_the_keys_table_of_a_fair_limit_shows_weight_min_and_fair_share(fair) ->
         "MIN",
         "FAIR",
         "SHARE",
+        "PASS",
         "WAITING",
         "OVERRIDE",
         "NOTES",
     ]
     rows = {line.split()[0]: line.split() for line in lines[3:6]}
-    assert rows["acme"] == ["acme", "4", "-", "1", "0", "0.67", "2", "-"]
-    assert rows["globex"] == ["globex", "0", "-", "3", "0", "2", "1", "-"]
-    assert rows["initech"] == ["initech", "0", "-", "1", "2", "0.67", "1", "-"]
-    assert lines[-1] == "without a key: 0 in use, 1 waiting, fair share 0.67 (weight 1)"
+    # acme's four grants took it four turns on; the others entered the turns at its pass.
+    assert rows["acme"] == ["acme", "4", "-", "1", "0", "0.67", "4.00", "2", "-"]
+    assert rows["globex"] == ["globex", "0", "-", "3", "0", "2", "4.00", "1", "-"]
+    assert rows["initech"] == ["initech", "0", "-", "1", "2", "0.67", "4.00", "1", "-"]
+    assert lines[-1] == "without a key: 0 in use, 1 waiting, fair share 0.67 (weight 1), pass 4.00"
 
 
 def test_list_shows_the_share(fair) -> None:
@@ -198,3 +219,70 @@ def test_weight_and_min_need_a_good_key(fair, verb, capsys) -> None:
     bad = run_cli(verb, "tenant-jobs", "2", "--key", "a\x07b")
     assert (bad.code, bad.err) == (2, "error: key must not contain control characters\n")
     _nothing_changed()
+
+
+# --- the queue of a fair limit (SPEC 13.7) --------------------------------------------------------
+
+
+def _queue_lines(*argv: str) -> list[list[str]]:
+    lines = run_cli("slots", "tenant-jobs", *argv).out.splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith("POSITION"))
+    return [line.split()[:4] for line in lines[start + 1 :] if line and not line.startswith(("…", "~ "))]
+
+
+def test_slots_lists_a_fair_queue_in_the_order_it_is_served_and_says_why(fair) -> None:
+    """acme holds all four slots: globex, initech and the run without a key come before acme's
+    own two (ties at the same pass go to the oldest run); the first is only waiting for the limit,
+    the others for their turn. Releasing the oldest slot grants the first row."""
+    result = run_cli("slots", "tenant-jobs")
+    assert result.code == 0, result.err
+    assert FAIR_QUEUE_NOTE in result.out.splitlines()
+    assert "First come" not in result.out
+    assert _queue_lines() == [
+        ["1", "r7", "-", "globex"],
+        ["2", "r8", "-", "initech"],
+        ["3", "r9", "-", "-"],
+        ["4", "r5", "-", "acme"],
+        ["5", "r6", "-", "acme"],
+    ]
+    rows = {line.split()[1]: line for line in result.out.splitlines() if line[:1].isdigit()}
+    assert rows["r7"].endswith("the limit is full")
+    for run in ("r8", "r9", "r5", "r6"):
+        assert rows[run].endswith("other keys hold less of their share and are served first"), rows[run]
+    queue = json.loads(run_cli("slots", "tenant-jobs", "--json").out)["queue"]
+    assert [(row["position"], row["run"], row["position_estimated"]) for row in queue][:2] == [
+        (1, "r7", False),
+        (2, "r8", False),
+    ]
+    assert [row["reason"]["code"] for row in queue] == ["limit_full", *["fair_turn"] * 4]
+    assert queue[1]["reason"] == {
+        "code": "fair_turn",
+        "text": "other keys hold less of their share and are served first",
+        "limit": "tenant-jobs",
+        "key": "initech",
+    }
+
+    oldest = Slot.objects.filter(limit__name="tenant-jobs", state="busy").order_by("granted_at", "id").first()
+    assert run_cli("release", oldest.id, "--yes").code == 0
+    assert Slot.objects.get(limit__name="tenant-jobs", state="reserved").run_id == "r7"
+    assert [row[1] for row in _queue_lines()] == ["r8", "r9", "r5", "r6"]
+
+
+def test_rows_past_the_walked_ones_are_marked_estimated(fair, monkeypatch) -> None:
+    from limits import selectors
+
+    monkeypatch.setattr(selectors, "FAIR_EXACT_MAX", 3)
+    result = run_cli("slots", "tenant-jobs")
+    assert [line[0] for line in _queue_lines()] == ["1", "2", "3", "~4", "~5"]
+    assert result.out.splitlines()[-1].startswith("~ estimated: past the first runs")
+    queue = json.loads(run_cli("slots", "tenant-jobs", "--json").out)["queue"]
+    assert [row["position_estimated"] for row in queue] == [False, False, False, True, True]
+    # --rows N walks its N (and one more) exactly.
+    assert _queue_lines("--rows", "2") == [["1", "r7", "-", "globex"], ["2", "r8", "-", "initech"]]
+
+
+def test_a_fifo_queue_keeps_its_header_and_arrival_order(fair) -> None:
+    run_cli("share", "tenant-jobs", "fifo")
+    out = run_cli("slots", "tenant-jobs").out
+    assert FAIR_QUEUE_NOTE not in out
+    assert [row[1] for row in _queue_lines()] == ["r5", "r6", "r7", "r8", "r9"]

@@ -1,6 +1,7 @@
-"""SPEC 13.5 with `--agent <id>` (issue 28): `share`, `weight`, `min` and the fair shares of
-`keys` against a second running installation (pytest-django's live_server) through the JSON
-API: the same output, --json and exit codes as locally, audited as the token's owner."""
+"""SPEC 13.5 with `--agent <id>` (issue 28): `share`, `weight`, `min` and the fair shares and
+passes of `keys`, and (13.7, issue 43) a fair queue in the order it is served, against a second
+running installation (pytest-django's live_server) through the JSON API: the same output, --json
+and exit codes as locally, audited as the token's owner."""
 
 from __future__ import annotations
 
@@ -31,7 +32,13 @@ def box(live_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [("keys", "tenant-jobs"), ("keys", "tenant-jobs", "--key", "acme"), ("slots", "tenant-jobs", "--key", "globex")],
+    [
+        ("keys", "tenant-jobs"),
+        ("keys", "tenant-jobs", "--key", "acme"),
+        ("slots", "tenant-jobs", "--key", "globex"),
+        ("slots", "tenant-jobs"),  # SPEC 13.7: the queue in the order it is served, and why
+        ("slots", "tenant-jobs", "--rows", "2"),
+    ],
 )
 def test_fair_shares_through_an_agent_match_the_local_output(box, argv) -> None:
     run_cli("weight", "tenant-jobs", "3", "--key", "acme")

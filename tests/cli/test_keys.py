@@ -23,6 +23,7 @@ KEY_ROW_KEYS = {"key", "busy", "reserved", "in_use", "waiting", "pool", "pool_ov
     "weight",
     "min",
     "fair_share",
+    "pass",
 }
 
 
@@ -101,6 +102,7 @@ def test_keys_json_has_a_row_per_key_and_no_key_as_null(tenants) -> None:
         "weight": 1,
         "min": 0,
         "fair_share": None,  # a fifo limit (SPEC 13.5)
+        "pass": None,  # a fifo limit: no turns (SPEC 13.2)
     }
     assert [row["key"] for row in payload["keys"]] == ["acme", "globex"]
     assert payload["no_key"] == {
@@ -115,6 +117,7 @@ def test_keys_json_has_a_row_per_key_and_no_key_as_null(tenants) -> None:
         "weight": 1,
         "min": 0,
         "fair_share": None,  # a fifo limit (SPEC 13.5)
+        "pass": None,  # a fifo limit: no turns (SPEC 13.2)
     }
 
 
@@ -375,6 +378,7 @@ def test_per_key_of_one_key_json_prints_the_key_as_in_keys(tenants) -> None:
         "weight": 1,
         "min": 0,
         "fair_share": None,  # a fifo limit (SPEC 13.5)
+        "pass": None,  # a fifo limit: no turns (SPEC 13.2)
     }
     keys = json.loads(run_cli("keys", "voice-calls", "--json").out)["keys"]
     assert any(row["key"] == "initech" and row["pool_override"] == 4 for row in keys)

@@ -115,6 +115,7 @@ def test_slots_json_lists_slots_busy_first_then_the_queue_in_order(calls) -> Non
     assert payload["queue"] == [
         {
             "position": 1,
+            "position_estimated": False,  # first come, first served: every place is exact
             "run": "r4",
             "label": "call-4",
             "key": None,

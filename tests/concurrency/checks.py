@@ -9,13 +9,15 @@ import datetime as dt
 import re
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from operator import itemgetter
 from typing import Any
 
 from django.db.models import Max
 
+from limits.engine.keys import OWED_AFTER_MS, PASS_STRIDE, stride
 from limits.models import AuditEvent, Limit, LimitKey, QueueEntry, Slot
 
 FOREVER = dt.datetime.max.replace(tzinfo=dt.UTC)
@@ -271,12 +273,21 @@ def crossing_at_once(clients: list[dict[str, Any]]) -> dict[str, int]:
 
 ENQUEUE, FINISH = 3, 4  # beside SIZE, FREE, GRANT: a fair limit's replay
 # The audited changes after which a fair limit's past grants cannot be judged by today's values
-# (a release or a sweep's expiry changes no rule).
+# (a release, a sweep's expiry, a max hold, a pause or a resume changes no rule of 13.2's order).
 RULE_CHANGES = [
     action
     for action in AuditEvent.Action.values
-    if action not in (AuditEvent.Action.RELEASE, AuditEvent.Action.EXPIRE, AuditEvent.Action.MAX_HOLD)
+    if action
+    not in (
+        AuditEvent.Action.RELEASE,
+        AuditEvent.Action.EXPIRE,
+        AuditEvent.Action.MAX_HOLD,
+        AuditEvent.Action.PAUSE,
+        AuditEvent.Action.RESUME,
+    )
 ]
+OWED_AFTER = dt.timedelta(milliseconds=OWED_AFTER_MS)
+type Order = tuple[bool, Fraction]  # a key's place in 13.2's order before the pass (_Fair.order)
 
 
 @dataclass
@@ -289,6 +300,7 @@ class Instant:
     frees: Counter[str]
     waiting: dict[int, dict[str, Any]]
     arrivals: list[dict[str, Any]]
+    leaves: set[int]  # the entries that stop waiting at this instant (granted, timed out, ...)
 
     def after(self) -> Counter[str]:
         """The levels once every change of this instant is made."""
@@ -296,6 +308,18 @@ class Instant:
         level.subtract(self.frees)
         level.update(slot["key"] for slot in self.grants)
         return level
+
+    def waiting_after(self) -> set[str]:
+        """The keys with a run waiting once every change of this instant is made."""
+        entries = [*self.waiting.values(), *self.arrivals]
+        return {entry["key"] for entry in entries if entry["id"] not in self.leaves}
+
+    def active_before(self) -> set[str]:
+        """The keys holding or waiting just before this instant (SPEC 13.2's active keys)."""
+        return {key for key, held in self.level.items() if held > 0} | {e["key"] for e in self.waiting.values()}
+
+    def active_after(self) -> set[str]:
+        return {key for key, held in self.after().items() if held > 0} | self.waiting_after()
 
 
 @dataclass
@@ -305,10 +329,13 @@ class _Fair:
     of the limit, `since`: no past values are kept)."""
 
     name: str
+    is_fair: bool
     capacity: int
     per_key: int | None
-    rows: dict[str, Any]  # key -> its LimitKey row (weight, minimum, pool_override)
+    nokey_pass: int  # the no-key runs' pass stored on the limit
+    rows: dict[str, Any]  # key -> its LimitKey row (weight, minimum, pool_override, fair_pass)
     since: dt.datetime | None
+    paused: list[tuple[dt.datetime, dt.datetime]]  # [pause, resume) spans from the audit
     slots: list[Any]  # the slot rows, as dicts
     entries: list[Any]  # the queue entry rows, as dicts
 
@@ -316,30 +343,96 @@ class _Fair:
     def load(cls, name: str) -> _Fair:
         limit = Limit.objects.get(name=name)
         rows = {row.key: row for row in LimitKey.objects.filter(limit=limit)}
-        since = AuditEvent.objects.filter(limit=limit, action__in=RULE_CHANGES).aggregate(last=Max("at"))["last"]
-        slots = list(Slot.objects.filter(limit=limit).values("id", "key", "granted_at", "freed_at", "queue_entry_id"))
-        entries = list(
-            QueueEntry.objects.filter(limit=limit).values(
-                "id", "run_id", "key", "position", "enqueued_at", "finished_at", "deadline", "state"
+        audit = AuditEvent.objects.filter(limit=limit)
+        since = audit.filter(action__in=RULE_CHANGES).aggregate(last=Max("at"))["last"]
+        paused: list[tuple[dt.datetime, dt.datetime]] = []
+        began: dt.datetime | None = None
+        for action, at in audit.filter(action__in=["pause", "resume"]).order_by("at", "id").values_list("action", "at"):
+            if action == "pause":
+                began = began or at
+            elif began is not None:
+                paused.append((began, at))
+                began = None
+        if began is not None:
+            paused.append((began, FOREVER))
+        slots = list(
+            Slot.objects.filter(limit=limit).values(
+                "id", "run_id", "key", "granted_at", "freed_at", "queue_entry_id", "fair_pass"
             )
         )
-        return cls(name, limit.capacity, limit.per_key, rows, since, slots, entries)
+        entries = list(
+            QueueEntry.objects.filter(limit=limit).values(
+                "id",
+                "run_id",
+                "key",
+                "position",
+                "enqueued_at",
+                "finished_at",
+                "deadline",
+                "state",
+                "passed_over_at",
+                "fair_pass",
+            )
+        )
+        return cls(
+            name,
+            limit.is_fair,
+            limit.capacity,
+            limit.per_key,
+            limit.nokey_fair_pass,
+            rows,
+            since,
+            paused,
+            slots,
+            entries,
+        )
+
+    def judged(self, at: dt.datetime) -> bool:
+        """After the last audited change of the limit's rules (the values in force now held)."""
+        return self.since is None or at > self.since
+
+    def is_paused(self, at: dt.datetime) -> bool:
+        return any(paused <= at < resumed for paused, resumed in self.paused)
 
     def size(self, key: str) -> int | None:
         row = self.rows.get(key) if key else None
         return row.pool_override if row is not None and row.pool_override is not None else self.per_key
 
-    def order(self, key: str, level: int) -> tuple[bool, Fraction]:
-        """SPEC 13.2's place of a key holding `level` slots: below its min first, then the
-        smallest level / weight (the no-key pool: weight 1, min 0)."""
+    def weight(self, key: str) -> int:
+        row = self.rows.get(key) if key else None
+        return 1 if row is None else int(row.weight)
+
+    def stride(self, key: str) -> int:
+        """What one grant adds to the key's pass (SPEC 13.2: 1 / weight of a turn)."""
+        return stride(self.weight(key))
+
+    def stored_pass(self, key: str) -> int:
+        row = self.rows.get(key) if key else None
+        return self.nokey_pass if not key else (0 if row is None else int(row.fair_pass))
+
+    def order(self, key: str, level: int) -> Order:
+        """SPEC 13.2's place of a key holding `level` slots, before the pass: below its min first,
+        then the smallest level / weight (the no-key pool: weight 1, min 0)."""
         row = self.rows.get(key) if key else None
         weight, minimum = (row.weight, row.minimum) if row is not None else (1, 0)
         return (level >= minimum, Fraction(level, weight))
 
+    def owed_waiting(self, at: dt.datetime) -> bool:
+        """Whether an owed run (10.4, 13.4: passed over and waiting longer than the owed delay)
+        may have waited at `at`: it comes first on every limit it needs, whatever 13.2 says."""
+        if "_owed" not in self.__dict__:
+            self.__dict__["_owed"] = [
+                (max(entry["passed_over_at"], entry["enqueued_at"] + OWED_AFTER), entry["finished_at"] or FOREVER)
+                for entry in self.entries
+                if entry["passed_over_at"] is not None
+            ]
+        return any(began <= at <= ended for began, ended in self.__dict__["_owed"])
+
     def instants(self) -> Iterator[Instant]:
         """Per instant, in order: the levels (busy + reserved) per key just before it, the grants
-        and frees at it, the entries waiting just before it and those enqueued at it. The levels
-        and the waiting entries are the replay's own, changed after each yield."""
+        and frees at it, the entries waiting just before it, those enqueued at it and those that
+        stop waiting at it. The levels and the waiting entries are the replay's own, changed
+        after each yield."""
         moments: dict[dt.datetime, list[tuple[int, Any]]] = defaultdict(list)
         for slot in self.slots:
             moments[slot["granted_at"]].append((GRANT, slot))
@@ -356,13 +449,47 @@ class _Fair:
             grants = [item for kind, item in happened if kind == GRANT]
             frees = Counter(item["key"] for kind, item in happened if kind == FREE)
             arrivals = [item for kind, item in happened if kind == ENQUEUE]
-            yield Instant(at, level, grants, frees, waiting, arrivals)
+            leaves = {item["id"] for kind, item in happened if kind == FINISH}
+            yield Instant(at, level, grants, frees, waiting, arrivals, leaves)
             level.subtract(frees)
             level.update(slot["key"] for slot in grants)
             waiting.update((entry["id"], entry) for entry in arrivals)
-            for kind, item in happened:
-                if kind == FINISH:
-                    waiting.pop(item["id"], None)
+            for entry_id in leaves:
+                waiting.pop(entry_id, None)
+
+
+class _Turns:
+    """Each key's pass (SPEC 13.2) over time, as the rows after `since` tell it: a slot keeps the
+    pass its grant was ranked at (so the key's pass after it is that plus its stride), an entry
+    the pass its key had when it joined. Before `since` (a weight changed, the share switched) a
+    pass is unknown, and so it stays until a later row of the key tells it."""
+
+    def __init__(self, fair: _Fair) -> None:
+        events: dict[str, list[tuple[dt.datetime, int]]] = defaultdict(list)
+        for slot in fair.slots:
+            if slot["fair_pass"] is not None and fair.judged(slot["granted_at"]):
+                events[slot["key"]].append((slot["granted_at"], slot["fair_pass"] + fair.stride(slot["key"])))
+        for entry in fair.entries:
+            if entry["fair_pass"] is not None and fair.judged(entry["enqueued_at"]):
+                events[entry["key"]].append((entry["enqueued_at"], entry["fair_pass"]))
+        self.times: dict[str, list[dt.datetime]] = {}
+        self.values: dict[str, list[int]] = {}
+        for key, mine in events.items():
+            mine.sort()
+            self.times[key] = [at for at, _ in mine]
+            self.values[key] = [value for _, value in mine]
+
+    def after(self, key: str, at: dt.datetime) -> int | None:
+        """The key's pass once every change of instant `at` and before it is made (of one
+        instant's, the largest: within one transaction a pass only grows); None when no row of
+        the key tells it."""
+        found = bisect_right(self.times.get(key, []), at)
+        return self.values[key][found - 1] if found else None
+
+
+def _turns(fair_pass: int | None) -> str:
+    """A pass in turns (13.2: one grant of weight 1 is one turn)."""
+    return "unknown" if fair_pass is None else f"{fair_pass / PASS_STRIDE:.4g}"
 
 
 def _still_waiting(entry: dict[str, Any], at: dt.datetime) -> bool:
@@ -371,50 +498,75 @@ def _still_waiting(entry: dict[str, Any], at: dt.datetime) -> bool:
     return (entry["finished_at"] is None or entry["finished_at"] > at) and entry["deadline"] > at
 
 
+def _rivals(fair: _Fair, turns: _Turns, moment: Instant) -> dict[str, tuple[Order, int | None, dict[str, Any]]]:
+    """The keys with a run that waited across this instant with room in its pool, each at its
+    highest place the instant allows: all its grants of the instant made and none of its frees
+    (its order, its pass after them, its oldest such run)."""
+    gained = Counter(slot["key"] for slot in moment.grants)
+    found: dict[str, tuple[Order, int | None, dict[str, Any]]] = {}
+    for entry in sorted(moment.waiting.values(), key=itemgetter("position")):
+        key = entry["key"]
+        if key in found or not _still_waiting(entry, moment.at):
+            continue
+        most = moment.level[key] + gained[key]
+        size = fair.size(key)
+        if size is None or most < size:
+            found[key] = (fair.order(key, most), turns.after(key, moment.at), entry)
+    return found
+
+
 def fair_rule_violations(name: str, *, idle: bool = True) -> list[str]:
-    """SPEC 13.2 and 13.6 on a fair limit, from its rows (after its last audited change: the
-    weights, mins and pool sizes in force now are the ones judged by):
+    """SPEC 13.2 (as amended by issue 43: keys take turns) and 13.6 on a fair limit, from its rows
+    (after its last audited change: the weights, mins and pool sizes in force now are the ones
+    judged by):
 
     - order: no slot was granted to a key K while a run of another key J waited (through that
       instant, its deadline to come) whose pool had room and whose place in 13.2's order was
-      strictly before K's: J below its min and K not, or both alike and J's (busy + reserved) /
-      weight smaller. At one instant the order of frees and grants is unknown: K is judged at
-      its lowest level then (every free of K at that instant first, none of its grants), J at
-      its highest (all its grants first, no free), so only a certain jump is reported; ties
-      (decided by arrival) are let be;
+      strictly before K's: J below its min and K not; or both alike and J's (busy + reserved) /
+      weight smaller; or those alike too and J's pass smaller than the pass K's grant was ranked
+      at (Slot.fair_pass): J's turn came first. J's pass is replayed from the rows (_Turns: the
+      pass its latest entry joined with, or its latest grant was ranked at plus its stride). At
+      one instant the order of frees and grants is unknown: K is judged at its lowest level then
+      (every free of K at that instant first, none of its grants), J at its highest (all its
+      grants first, no free) and at its largest pass, so only a certain jump is reported; ties
+      on the pass (decided by arrival), and passes the rows cannot tell (before the last rule
+      change, or NULL), are let be;
     - no idle capacity (unless `idle` is False): once an instant's changes are all made, busy +
-      reserved below the capacity while a run waited (enqueued by then, deadline to come) whose
-      key's pool had room.
+      reserved below the capacity, the limit not paused, while a run waited (enqueued by then,
+      deadline to come) whose key's pool had room.
 
-    Every wait counts as one that could be served: no groups and no owed runs in the fair stress
-    test (one limit per acquisition, so 10.4 never applies). The chaos run judges the order alone
-    (`idle=False`): its waits are groups with the box (SPEC 12.2), all of one workflow, so a grant
-    to one of them shows the box had room for the others, but a full box may leave the limit's
-    capacity free."""
+    No instant at which an owed run (10.4) may have waited is judged: it comes first (13.4).
+    Every other wait counts as one that could be served: no groups in the fair stress test (one
+    limit per acquisition). The chaos run judges the order alone (`idle=False`): its waits are
+    groups with the box (SPEC 12.2), all of one workflow, so a grant to one of them shows the box
+    had room for the others, but a full box may leave the limit's capacity free."""
     fair = _Fair.load(name)
+    turns = _Turns(fair)
     violations: list[str] = []
     for moment in fair.instants():
         at, level, frees = moment.at, moment.level, moment.frees
-        if fair.since is not None and at <= fair.since:
+        if not fair.judged(at) or fair.owed_waiting(at):
             continue
-        gained = Counter(slot["key"] for slot in moment.grants)
+        rivals = _rivals(fair, turns, moment) if moment.grants else {}
         for slot in moment.grants:
-            key = slot["key"]
+            key, ranked = slot["key"], slot["fair_pass"]
             mine = fair.order(key, level[key] - frees[key])
-            for entry in moment.waiting.values():
-                other = entry["key"]
-                if other == key or not _still_waiting(entry, at):
+            for other, (theirs, their_pass, entry) in rivals.items():
+                if other == key:
                     continue
-                most = level[other] + gained[other]
-                size = fair.size(other)
-                if (size is None or most < size) and fair.order(other, most) < mine:
-                    violations.append(
-                        f"{name}: slot {slot['id']} granted to key {key!r} at {at.isoformat()} while "
-                        f"#{entry['position']} of key {other!r} waited ahead of it (SPEC 13.2)"
-                    )
-                    break
+                if theirs < mine:
+                    why = ""
+                elif theirs == mine and None not in (their_pass, ranked) and their_pass < ranked:
+                    why = f" in the turns (its pass {_turns(their_pass)} against {_turns(ranked)})"
+                else:
+                    continue
+                violations.append(
+                    f"{name}: slot {slot['id']} granted to key {key!r} at {at.isoformat()} while "
+                    f"#{entry['position']} of key {other!r} waited ahead of it{why} (SPEC 13.2)"
+                )
+                break
         after = moment.after()
-        if not idle or after.total() >= fair.capacity:
+        if not idle or after.total() >= fair.capacity or fair.is_paused(at):
             continue
         for entry in [*moment.waiting.values(), *moment.arrivals]:
             size = fair.size(entry["key"])
@@ -427,6 +579,212 @@ def fair_rule_violations(name: str, *, idle: bool = True) -> list[str]:
     return violations
 
 
+def fair_pass_violations(name: str) -> list[str]:
+    """SPEC 13.2's turns as the rows keep them, after the last audited change of the limit's rules
+    (weights and the share in force now; earlier passes are unknown, and a key's is known again
+    from its first grant or join after it):
+
+    - a key's grants are ranked at the pass its turns add up to: the one before plus one stride
+      (PASS_STRIDE // weight) per grant since, so while the key stays active (holding or
+      waiting) the passes its slots keep step by exactly its stride;
+    - an entry joins at its key's pass then (QueueEntry.fair_pass: the pass before or after one
+      of the key's grants of the same instant);
+    - a key that starts holding or waiting when it had nothing held or waiting enters at the
+      smallest pass among the other keys holding or waiting (0 if none): between the smallest it
+      could have been at that instant (any other key that was active before or after it, at its
+      pass before or after it) and the smallest it certainly was (the keys active throughout and
+      untouched by the instant);
+    - the pass stored with each key (LimitKey.fair_pass; the no-key runs' on the limit) is the one
+      its turns add up to at the end."""
+    fair = _Fair.load(name)
+    if not fair.is_fair:
+        return []
+    known: dict[str, int] = {}
+    violations: list[str] = []
+    for moment in fair.instants():
+        at = moment.at
+        grants_of: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        joins_of: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for slot in moment.grants:
+            if slot["fair_pass"] is not None:
+                grants_of[slot["key"]].append(slot)
+        for entry in moment.arrivals:
+            if entry["fair_pass"] is not None:
+                joins_of[entry["key"]].append(entry)
+        changed = set(grants_of) | set(joins_of)
+        if not fair.judged(at):
+            for key in changed:
+                known.pop(key, None)
+            continue
+        before, entering = dict(known), {}
+        active = moment.active_before()
+        for key in changed:
+            step = fair.stride(key)
+            grants = sorted(grants_of[key], key=itemgetter("fair_pass"))
+            values = [slot["fair_pass"] for slot in grants] + [entry["fair_pass"] for entry in joins_of[key]]
+            base = before.get(key) if key in active else None
+            if key not in active:
+                entering[key] = min(values)
+            if base is None:
+                base = min(values)
+            expected = base
+            for slot in grants:
+                if slot["fair_pass"] != expected:
+                    violations.append(
+                        f"{name}: slot {slot['id']} of key {key!r} granted at {at.isoformat()} ranked at pass "
+                        f"{_turns(slot['fair_pass'])}, where its turns add up to {_turns(expected)} (SPEC 13.2)"
+                    )
+                expected = slot["fair_pass"] + step
+            allowed = {base + i * step for i in range(len(grants) + 1)}
+            for entry in joins_of[key]:
+                if entry["fair_pass"] not in allowed:
+                    violations.append(
+                        f"{name}: #{entry['position']} of key {key!r} joined at {at.isoformat()} with pass "
+                        f"{_turns(entry['fair_pass'])}, where its key's pass was {_turns(base)} (SPEC 13.2)"
+                    )
+            known[key] = expected
+        if entering:
+            violations.extend(_entering_violations(name, moment, entering, before, known))
+    for key, value in sorted(known.items()):
+        if fair.stored_pass(key) != value:
+            violations.append(
+                f"{name}: key {key!r} keeps pass {_turns(fair.stored_pass(key))}, where its turns add up "
+                f"to {_turns(value)} (SPEC 13.2)"
+            )
+    return violations
+
+
+def _entering_violations(
+    name: str, moment: Instant, entering: dict[str, int], before: dict[str, int], after: dict[str, int]
+) -> list[str]:
+    """A key that had nothing held or waiting entered the turns at the smallest pass of the other
+    keys active then (0 if none), as far as one instant's unordered events let the rows tell."""
+    active_before, active_after = moment.active_before(), moment.active_after()
+    touched = {slot["key"] for slot in moment.grants} | set(moment.frees)
+    touched |= {entry["key"] for entry in moment.arrivals}
+    touched |= {entry["key"] for entry in moment.waiting.values() if entry["id"] in moment.leaves}
+    violations = []
+    for key, value in entering.items():
+        possibly = (active_before | active_after) - {key}
+        certainly = (active_before & active_after) - touched - {key}
+        passes = {other: {p for p in (before.get(other), after.get(other)) if p is not None} for other in possibly}
+        known = [p for other in possibly for p in passes[other]]
+        low = min(known) if known and all(passes.values()) else 0
+        sure = [min(passes[other]) for other in certainly if passes[other]]
+        high: int | None = None  # None: the rows cannot bound it from above
+        if sure:
+            high = min(sure)
+        elif not certainly and all(passes.values()):
+            high = max([0, *known])
+        if not possibly:
+            low = high = 0
+        if value < low or (high is not None and value > high):
+            violations.append(
+                f"{name}: key {key!r} entered the turns at {moment.at.isoformat()} at pass {_turns(value)}, "
+                f"not the smallest pass of the keys active then ({_turns(low)} to {_turns(high)}) (SPEC 13.2)"
+            )
+    return violations
+
+
+def fair_interleaving(name: str) -> list[str]:
+    """Issue 43's interleaving, where the turns promise it: no key K served three turns (3 ×
+    its weight grants in a row of its own, ranked at passes its stride apart: it stayed in the
+    turns) while another key J competed throughout and was served fewer than two turns (2 × its
+    weight grants) from the first of them to the last. For weight 1 both: no tenant served three
+    times while another competing tenant waits and is served fewer than two times.
+
+    J competes at a grant of K when it waited across it with room in its pool and stood no later
+    than K by (under its min, (busy + reserved) / weight), judged at J's highest place and K's
+    lowest at that instant (J holding more of its share is rightly served after K); and, at the
+    first of the window, J was not ahead of K in the turns (its pass at most the one K's grant
+    was ranked at: a key served more turns before, or one that just caught up turns it missed
+    while holding a slot long, waits its due). Passes the rows cannot tell count as not ahead.
+    Within those bounds stride scheduling keeps the two within one turn of each other, so a
+    window found here is a grant out of 13.2's order that the single-grant check may also see.
+    After the last audited change of the limit's rules only; grants at an instant at which an
+    owed run (10.4) may have waited are left out (it comes first, 13.4), and a window over them
+    breaks where its passes no longer step by the stride."""
+    fair = _Fair.load(name)
+    turns = _Turns(fair)
+    grants: dict[str, list[tuple[dt.datetime, int | None, dict[str, int | None]]]] = defaultdict(list)
+    for moment in fair.instants():
+        if not moment.grants or not fair.judged(moment.at) or fair.owed_waiting(moment.at):
+            continue
+        rivals = _rivals(fair, turns, moment)
+        for slot in moment.grants:
+            key = slot["key"]
+            mine = fair.order(key, moment.level[key] - moment.frees[key])
+            competing = {other: found[1] for other, found in rivals.items() if other != key and found[0] <= mine}
+            grants[key].append((moment.at, slot["fair_pass"], competing))
+    served = {key: [at for at, _, _ in own] for key, own in grants.items()}
+    violations = []
+    for key, own in sorted(grants.items()):
+        size, step = 3 * fair.weight(key), fair.stride(key)
+        reported: set[str] = set()
+        for first in range(len(own) - size + 1):
+            window = own[first : first + size]
+            passes = [ranked for _, ranked, _ in window]
+            if None not in passes and any(b - a != step for a, b in zip(passes, passes[1:], strict=False)):
+                continue  # the key left the turns and entered again in between: not one stretch
+            began, ranked, at_first = window[0]
+            ended = window[-1][0]
+            common = set(at_first).intersection(*(other for _, _, other in window[1:])) - reported
+            for other in sorted(common):
+                their_pass = at_first[other]
+                if their_pass is not None and ranked is not None and their_pass > ranked:
+                    continue  # ahead in the turns when the window began: K's grants were due
+                theirs = served.get(other, [])
+                count = bisect_right(theirs, ended) - bisect_left(theirs, began)
+                if count < 2 * fair.weight(other):
+                    reported.add(other)
+                    violations.append(
+                        f"{name}: key {key!r} served {size} times from {began.isoformat()} to {ended.isoformat()} "
+                        f"while key {other!r} competed throughout and was served {count} time(s) (issue 43: "
+                        "keys take turns)"
+                    )
+    return violations
+
+
+def fair_contest(name: str, keys: Sequence[str], until: str) -> dict[str, Any]:
+    """What happened while `keys` all competed on a fair limit (issue 43's fault run): from the
+    first instant at which every one of them had a run waiting, until `until` (one of them) had
+    none left waiting. The grants in that window by key ('' shown as '(no key)'), and the longest
+    slot any of `keys` held that was live in it, with its key: the measures of the fault run
+    (the flood's share, a weight-3 key's grants against a weight-1 key's) assume holds of about
+    one length, as SPEC 13.2 counts grants, not time held: a hold stretched far beyond the
+    others' (a worker killed in its step) makes that key catch up its turns afterwards. Empty
+    when the keys never all competed."""
+    fair = _Fair.load(name)
+    wanted = set(keys)
+    start: dt.datetime | None = None
+    end: dt.datetime | None = None
+    grants: Counter[str] = Counter()
+    for moment in fair.instants():
+        if start is None:
+            if not wanted <= {entry["key"] for entry in moment.waiting.values()}:
+                continue
+            start = moment.at
+        grants.update(slot["key"] or "(no key)" for slot in moment.grants)
+        if until not in moment.waiting_after():
+            end = moment.at
+            break
+    if start is None or end is None:
+        return {}
+    longest, holder = 0.0, ""
+    for slot in fair.slots:
+        if slot["key"] in wanted and slot["granted_at"] <= end and (slot["freed_at"] or FOREVER) >= start:
+            held = ((slot["freed_at"] or end) - slot["granted_at"]).total_seconds()
+            if held > longest:
+                longest, holder = held, slot["key"]
+    return {
+        "start": start,
+        "end": end,
+        "grants": grants,
+        "total": sum(grants.values()),
+        "longest_hold": (round(longest, 2), holder),
+    }
+
+
 def fair_figures(name: str, flood: str) -> dict[str, Any]:
     """What a load did on a fair limit, by key ('' shown as '(no key)'): slots granted; waits of
     the runs granted from the queue (p50 and longest, ms); slots held on average over the load
@@ -434,8 +792,11 @@ def fair_figures(name: str, flood: str) -> dict[str, Any]:
     backlog: of their waits that began while runs of `flood` were already waiting, how many were
     granted before any further slot went to `flood` (SPEC 13.2 serves a key holding less per
     weight first, whatever the backlog's age), and the most slots `flood` got during one such
-    wait."""
+    wait; and how many grants the turns decided (`decided_by_turns`: another key waited across
+    the grant with room in its pool at the same place by min and share, so the pass, or on a tie
+    of the pass the arrival, chose between them)."""
     fair = _Fair.load(name)
+    turns = _Turns(fair)
 
     def shown(key: str) -> str:
         return key or "(no key)"
@@ -448,7 +809,12 @@ def fair_figures(name: str, flood: str) -> dict[str, Any]:
             waits[shown(entry["key"])].append((granted_at[entry["id"]] - entry["enqueued_at"]).total_seconds())
     held: dict[str, float] = defaultdict(float)
     first = previous = None
+    by_turns = 0
     for moment in fair.instants():
+        rivals = _rivals(fair, turns, moment) if moment.grants else {}
+        for slot in moment.grants:
+            mine = fair.order(slot["key"], moment.level[slot["key"]] - moment.frees[slot["key"]])
+            by_turns += any(other != slot["key"] and found[0] == mine for other, found in rivals.items())
         if previous is not None:
             span = (moment.at - previous).total_seconds()
             for key, count in moment.level.items():
@@ -478,4 +844,5 @@ def fair_figures(name: str, flood: str) -> dict[str, Any]:
         "waits_behind_flood_backlog": behind,
         "served_before_flood_again": ahead,
         "most_flood_grants_in_one_wait": most,
+        "decided_by_turns": by_turns,
     }

@@ -12,10 +12,14 @@ import pytest
 from django.db.models import F
 from django.utils import timezone
 
-from limits.models import AuditEvent, Limit, QueueEntry, Slot
-from limits.services import acquire, acquire_group, release, set_min, set_per_key, set_weight
+from limits.engine.keys import PASS_STRIDE
+from limits.models import AuditEvent, Limit, LimitKey, QueueEntry, Slot
+from limits.services import acquire, acquire_group, pause_limit, release, resume_limit, set_min, set_per_key, set_weight
 from tests.concurrency.checks import (
+    fair_contest,
     fair_figures,
+    fair_interleaving,
+    fair_pass_violations,
     fair_rule_violations,
     outcome_violations,
     owed_jumps,
@@ -26,6 +30,8 @@ from tests.conftest import requires_postgres
 from tests.factories import declare
 
 pytestmark = [requires_postgres, pytest.mark.django_db]
+
+S = PASS_STRIDE  # one turn (SPEC 13.2: one grant of weight 1)
 
 
 @pytest.fixture
@@ -190,10 +196,14 @@ def freed(slot: Slot, at: dt.datetime) -> None:
     Limit.objects.filter(id=slot.limit_id).update(busy_count=F("busy_count") - 1)
 
 
-def granted(limit: Limit, request: str, key: str, enqueued: dt.datetime, at: dt.datetime) -> Slot:
-    """A run of `key` that waited from `enqueued` and was granted a slot at `at`."""
-    entry = raw_entry(limit, request, enqueued, key=key, state="granted", finished_at=at)
-    return raw_slot(limit, request, at, key=key, queue_entry=entry)
+def granted(
+    limit: Limit, request: str, key: str, enqueued: dt.datetime, at: dt.datetime, fair_pass: int | None = None
+) -> Slot:
+    """A run of `key` that waited from `enqueued` (joining at `fair_pass`, in turns) and was
+    granted a slot at `at` (ranked at that pass)."""
+    ranked = None if fair_pass is None else int(fair_pass * S)
+    entry = raw_entry(limit, request, enqueued, key=key, state="granted", finished_at=at, fair_pass=ranked)
+    return raw_slot(limit, request, at, key=key, queue_entry=entry, fair_pass=ranked)
 
 
 def test_a_fair_limit_served_through_the_services_passes(shared, clock) -> None:
@@ -295,3 +305,191 @@ def test_changes_before_the_last_audited_one_are_not_judged(shared, clock) -> No
     set_weight("shared", 3, key="heavy")  # the weights of the past are not kept
 
     assert fair_rule_violations("shared") == []
+
+
+# --- fair turns (SPEC 13.2 amended, issue 43): passes in the order, the turns, the interleaving ----
+
+
+@pytest.fixture
+def pair(clock):
+    """A fair limit of capacity 1 (keys at 0 held tie on the share: the pass decides)."""
+    limit = declare(pair={"capacity": 1, "max_hold": "10m", "share": "fair"})["pair"]
+    clock.advance(seconds=1)
+    return limit
+
+
+def served_in_turns(clock: Any, name: str, arrivals: list[tuple[str, int]]) -> list[str]:
+    """The hold model through the services, each call 10 ms after the last: the runs of each key
+    arrive (key, how many), then the oldest busy slot is released and what it reserves is
+    confirmed (its run asks again), until none waits. The keys in grant order."""
+    keys: dict[str, str] = {}
+    for key, count in arrivals:
+        for i in range(count):
+            run = f"{key}-{i}"
+            keys[run] = key
+            clock.advance(seconds=0.01)
+            acquire(name, run_id=run, request=run, key=key, timeout="1h")
+    while True:
+        clock.advance(seconds=0.01)
+        for run, request in Slot.objects.filter(limit__name=name, state="reserved").values_list("run_id", "request"):
+            assert acquire(name, run_id=run, request=request, key=keys[run], timeout="1h").state == "busy"
+        if not QueueEntry.objects.filter(limit__name=name, state="waiting").exists():
+            break
+        oldest = Slot.objects.filter(limit__name=name, state="busy").order_by("confirmed_at", "id").first()
+        assert oldest is not None
+        clock.advance(seconds=0.01)
+        release(oldest.id)
+    return [
+        keys[run]
+        for run in Slot.objects.filter(limit__name=name).order_by("granted_at", "id").values_list("run_id", flat=True)
+    ]
+
+
+def test_keys_taking_turns_through_the_services_pass_every_fair_check(clock) -> None:
+    """The fault run's shape, small: capacity 2, a flood queued first, then five tenants, one of
+    weight 3. Nothing is reported, and while they all compete the flood gets about its turn."""
+    declare(turns={"capacity": 2, "max_hold": "10m", "share": "fair"})
+    set_weight("turns", 3, key="heavy")
+    tenants = ["heavy", "t1", "t2", "t3", "t4"]
+    order = served_in_turns(clock, "turns", [("flood", 14), *((tenant, 6) for tenant in tenants)])
+
+    assert fair_rule_violations("turns") == []
+    assert fair_pass_violations("turns") == []
+    assert fair_interleaving("turns") == []
+    seen = fair_contest("turns", ["flood", *tenants], until="heavy")
+    window = seen["grants"]
+    assert seen["total"] == sum(window.values()) >= 10, (seen, order)
+    assert window["flood"] / seen["total"] <= 1.5 / 6, (seen, order)
+    assert window["heavy"] >= 2 * max(window[t] for t in tenants[1:]), (seen, order)
+    assert seen["longest_hold"][1] in {"flood", *tenants}
+
+
+def test_a_grant_to_a_key_whose_turn_had_not_come_is_caught(pair, clock) -> None:
+    """Both keys hold nothing when the slot frees: the one with the smaller pass goes first. 'a'
+    joined at pass 1 (its entry keeps it); 'b' was ranked at pass 2."""
+    held = raw_slot(pair, "x1", moved(0), key="x", fair_pass=0)
+    waiting = raw_entry(pair, "a1", moved(1), key="a", fair_pass=S)
+    freed(held, moved(2))
+    granted(pair, "b1", "b", moved(1.5), moved(2), fair_pass=2)
+
+    found = fair_rule_violations("pair")
+
+    assert len(found) == 1, found
+    assert (
+        f"#{waiting.position} of key 'a' waited ahead of it in the turns (its pass 1 against 2) (SPEC 13.2)" in found[0]
+    )
+
+
+def test_a_tie_on_the_pass_or_a_pass_the_rows_cannot_tell_is_let_be(pair, clock) -> None:
+    held = raw_slot(pair, "x1", moved(0), key="x", fair_pass=0)
+    raw_entry(pair, "a1", moved(1), key="a", fair_pass=2 * S)  # as b: a tie, decided by arrival
+    raw_entry(pair, "c1", moved(1), key="c")  # joined before the passes were kept (NULL)
+    freed(held, moved(2))
+    granted(pair, "b1", "b", moved(1.5), moved(2), fair_pass=2)
+
+    assert fair_rule_violations("pair") == []
+
+
+def test_a_rivals_pass_is_replayed_from_its_grants(pair, clock) -> None:
+    """'a' was served at pass 0 (its pass is 1 after it) and waits again: 'b' ranked at 1 ties,
+    ranked at 2 jumps a's turn."""
+    first = granted(pair, "a1", "a", moved(0), moved(0.5), fair_pass=0)
+    raw_entry(pair, "a2", moved(0.2), key="a", fair_pass=0)
+    freed(first, moved(1))
+    tie = granted(pair, "b1", "b", moved(0.3), moved(1), fair_pass=1)
+    assert fair_rule_violations("pair", idle=False) == []
+    freed(tie, moved(2))
+    granted(pair, "b2", "b", moved(0.4), moved(2), fair_pass=2)
+
+    found = fair_rule_violations("pair", idle=False)
+
+    assert len(found) == 1 and "of key 'a' waited ahead of it in the turns (its pass 1 against 2)" in found[0]
+
+
+def test_turns_that_do_not_add_up_are_caught(pair, clock) -> None:
+    served_in_turns(clock, "pair", [("a", 3), ("b", 2)])
+    assert fair_pass_violations("pair") == []
+    slot = Slot.objects.filter(limit=pair, key="a").order_by("granted_at").last()
+    assert slot is not None and slot.fair_pass == 2 * S
+    Slot.objects.filter(id=slot.id).update(fair_pass=3 * S)  # a grant ranked a turn too late
+
+    found = fair_pass_violations("pair")
+
+    assert any(
+        f"slot {slot.id} of key 'a' granted at" in f and "ranked at pass 3, where its turns add up to 2" in f
+        for f in found
+    ), found
+    assert any("key 'a' keeps pass 3, where its turns add up to 4" in f for f in found), found
+
+
+def test_a_key_entering_at_another_than_the_smallest_active_pass_is_caught(pair, clock) -> None:
+    served_in_turns(clock, "pair", [("a", 3), ("b", 1)])
+    entry = QueueEntry.objects.get(limit=pair, key="b")
+    assert entry.fair_pass == S  # b had nothing: it entered at a's pass (a held its first slot)
+    QueueEntry.objects.filter(id=entry.id).update(fair_pass=0)  # at the back of... no: ahead of a
+
+    found = fair_pass_violations("pair")
+
+    assert any(
+        "key 'b' entered the turns at" in f and "at pass 0, not the smallest pass of the keys active then (1 to 1)" in f
+        for f in found
+    ), found
+
+
+def test_a_pass_stored_on_the_key_that_its_turns_do_not_add_up_to_is_caught(pair, clock) -> None:
+    served_in_turns(clock, "pair", [("a", 2), ("b", 2)])
+    assert fair_pass_violations("pair") == []
+    LimitKey.objects.filter(limit=pair, key="b").update(fair_pass=0)
+
+    assert fair_pass_violations("pair") == ["pair: key 'b' keeps pass 0, where its turns add up to 3 (SPEC 13.2)"]
+
+
+def test_a_key_served_three_times_while_a_competing_key_is_served_once_is_caught(pair, clock) -> None:
+    """Capacity 1, k and j waiting from 0 with three runs each, both at pass 0: k, j, k, k. k's
+    three grants (ranked 0, 1, 2) span one of j's, which competed throughout (holding nothing,
+    not ahead in the turns when they began)."""
+    for i in range(3):
+        raw_entry(pair, f"k{i}", moved(0), key="k", fair_pass=0, state="granted", finished_at=moved(9))
+    waits = [raw_entry(pair, f"j{i}", moved(0), key="j", fair_pass=0) for i in range(3)]
+    k = [raw_slot(pair, f"k{i}", moved(at), key="k", fair_pass=i * S) for i, at in enumerate([1, 3, 4])]
+    j = raw_slot(pair, "j0", moved(2), key="j", fair_pass=0)
+    QueueEntry.objects.filter(id=waits[0].id).update(state="granted", finished_at=moved(2))
+    freed(k[0], moved(1.9))
+    freed(j, moved(2.9))
+    freed(k[1], moved(3.9))
+
+    found = fair_interleaving("pair")
+
+    assert found == [
+        f"pair: key 'k' served 3 times from {moved(1).isoformat()} to {moved(4).isoformat()} while key 'j' "
+        "competed throughout and was served 1 time(s) (issue 43: keys take turns)"
+    ]
+    assert any(
+        "of key 'j' waited ahead of it in the turns (its pass 1 against 2)" in f
+        for f in fair_rule_violations("pair", idle=False)
+    )
+
+
+def test_three_grants_of_a_key_behind_in_the_turns_or_holding_less_are_due(pair, clock) -> None:
+    """k served three times in a row while j waited: j had been served two turns more before (its
+    pass 2 against k's 0) and its grants come once k caught up."""
+    raw_entry(pair, "j-wait", moved(0), key="j", fair_pass=2 * S)
+    for i, at in enumerate([1, 2, 3]):
+        slot = granted(pair, f"k{i}", "k", moved(0.5), moved(at), fair_pass=i)
+        freed(slot, moved(at + 0.9))
+
+    assert fair_interleaving("pair") == []
+    assert fair_rule_violations("pair", idle=False) == []
+
+
+def test_the_contest_window_runs_from_all_waiting_until_the_key_named_has_none(clock) -> None:
+    declare(turns={"capacity": 1, "max_hold": "10m", "share": "fair"})
+    limit = Limit.objects.get(name="turns")
+    raw_slot(limit, "x0", moved(0), key="x")  # holds the slot from before: the longest hold
+    pause_limit("turns")
+    resume_limit("turns")  # no rule of the order changes: nothing is left unjudged
+    for key in ("a", "b"):
+        raw_entry(limit, f"{key}-wait", moved(1), key=key, state="granted", finished_at=moved(3 if key == "a" else 5))
+    seen = fair_contest("turns", ["a", "b"], until="a")
+    assert (seen["start"], seen["end"], seen["total"]) == (moved(3), moved(3), 0)
+    assert fair_contest("turns", ["a", "c"], until="a") == {}

@@ -14,9 +14,12 @@ or while a slot is reserved for them, timeouts, max-hold expiries and two sweeps
 
 With keys and groups (SPEC 9, 10) also: a key pool above its size, a group held or reserved in
 part while it waits, a younger run granted while an owed one waits, a deadlock, and a wait that
-never ends once the load stops. On a fair limit (SPEC 13, the last test) also: a grant to a key
-while a key before it in the fair order waited, and capacity left free while a run that could
-be granted waited.
+never ends once the load stops. On a fair limit (SPEC 13, the last two tests) also: a grant to a
+key while a key before it in the fair order waited (SPEC 13.2 as amended by issue 43: ties in
+share go to the key whose turn it is, the smaller pass), turns that do not add up (a grant ranked
+at another pass than its key's, a key entering at another than the smallest active pass), a key
+served three turns while a competing key got fewer than two, and capacity left free while a run
+that could be granted waited.
 
 The invariants are checked twice: by a monitor process that samples every limit, key pool and
 group in one snapshot while the load runs, and from the history rows once it has ended
@@ -40,6 +43,8 @@ from limits.models import Limit, LimitKey, QueueEntry, Slot
 from limits.verify import all_violations, verify
 from tests.concurrency.checks import (
     fair_figures,
+    fair_interleaving,
+    fair_pass_violations,
     fair_rule_violations,
     figures,
     outcome_violations,
@@ -329,8 +334,10 @@ def test_a_fair_limit_serves_small_keys_beside_a_flooding_one_under_six_processe
     - a key pool above its size, or the limit above its capacity;
     - a slot granted to a key while a run of another key that came before it in SPEC 13.2's
       order waited with room in its pool (below its min first, then the smallest (busy +
-      reserved) / weight): so the flooding key is never granted ahead of a small key holding
-      less per weight, however old the flood's backlog;
+      reserved) / weight, then the smallest pass): so the flooding key is never granted ahead
+      of a small key holding less per weight, however old the flood's backlog;
+    - a key's turns that do not add up (fair_pass_violations) or a key served three turns while
+      another competed and got fewer than two (fair_interleaving);
     - capacity left free while a run that could be granted waited (13.6);
     - a waiting run that starves once the load stops.
     And the outcome must show it (fair_figures): the small keys wait less than the flood, and
@@ -367,6 +374,8 @@ def test_a_fair_limit_serves_small_keys_beside_a_flooding_one_under_six_processe
         "counters": counters_differ("shared"),
         "pools": pool_overruns("shared"),
         "fair": fair_rule_violations("shared"),
+        "turns": fair_pass_violations("shared"),
+        "interleaving": fair_interleaving("shared"),
         "outcomes": outcome_violations(clients),
         "left": [f"{live} live slot(s) and {waiting} waiting entries once quiet"] if live or waiting else [],
     }
@@ -379,3 +388,83 @@ def test_a_fair_limit_serves_small_keys_beside_a_flooding_one_under_six_processe
     assert all(waits[key][0] < waits["flood"][0] for key in FAIR_SMALL if key in waits), seen
     assert seen["waits_behind_flood_backlog"] >= 5, seen
     assert seen["served_before_flood_again"] * 2 > seen["waits_behind_flood_backlog"], seen
+
+
+# Issue 43's shape under real concurrency: more keys than slots, so most grants are ties in share
+# (keys holding nothing) that the turns decide. One process floods; five play five keys each
+# (taken in turn, one run per key at a time at most three in flight), arriving 5-60 ms after their
+# last call ended. Weights 2 and 3 on some keys, one key with a min of 1, one with a pool of 1.
+TURN_KEYS = [f"k{i:02d}" for i in range(25)]
+TURN_TENANTS: list[dict[str, Any]] = [
+    {"keys": ["flood"], "in_flight": 8, "think": [0, 0]},
+    *({"keys": TURN_KEYS[i::5], "in_flight": 3, "think": [0.005, 0.06]} for i in range(5)),
+]
+TURN_WEIGHTS = {"k00": 3, "k01": 2, "k07": 3, "k12": 2, "k18": 2}
+
+
+def test_a_fair_limit_takes_turns_across_many_keys_under_six_processes(tmp_path: Path) -> None:
+    """SPEC 13.2 as amended (issue 43) under real concurrency: a fair limit of capacity 4 (max hold
+    500 ms) shared by 26 keys, one flooding it (8 acquire calls always in flight), 25 coming and
+    going from five processes, five of them of weight 2 or 3, one with a min of 1, one with a
+    pool of 1. Runs end while they wait or right when reserved, some time out, a few holds outlast
+    the max hold, two sweeps run.
+
+    What must never happen (from the rows once quiet, beside the monitor's samples):
+    - more slots in use than the capacity, a key pool above its size (pool_overruns), counters
+      that differ from the rows, or anything left waiting or reserved once quiet;
+    - a grant to a key while a key before it in 13.2's order waited with room in its pool: under
+      its min, then the smaller (busy + reserved) / weight, then the smaller pass (its turn),
+      checked by limits.verify and by fair_rule_violations, which both replay each key's pass
+      from the rows;
+    - turns that do not add up (fair_pass_violations): a grant ranked at another pass than its
+      key's (the one before plus PASS_STRIDE // weight per grant since: while a key stays active
+      the passes its slots keep step by exactly its stride), an entry joining at another pass
+      than its key's, a key that had nothing held or waiting entering at another than the
+      smallest pass of the keys active then, a key keeping another pass than its grants add up to;
+    - a key served three turns while another key competed throughout and got fewer than two
+      (fair_interleaving);
+    - capacity left free while a run that could be granted waited (13.6);
+    - what the clients were told differing from the rows, or a wait that starves once the load
+      stops.
+    And it must have been the turns that decided: most grants were ties in share with another
+    waiting key.
+    """
+    declare(turns={"capacity": 4, "max_hold": "500ms", "share": "fair"})
+    for key, weight in TURN_WEIGHTS.items():
+        services.set_weight("turns", weight, key=key, actor="stress")
+    services.set_min("turns", 1, key="k03", actor="stress")
+    services.set_per_key("turns", 1, key="k04", actor="stress")
+    results = run_load(
+        tmp_path,
+        ["turns"],
+        role="tenant",
+        min_ops=JUGGLER_MIN_OPERATIONS,
+        extra={"fair": "turns", "drain": DRAIN_SECONDS},
+        each=TURN_TENANTS,
+        drain=DRAIN_SECONDS,
+    )
+    services.sweep()  # whatever expired or timed out after the clients stopped
+    seen = fair_figures("turns", "flood")
+    print("fair turns stress figures:", json.dumps(seen, sort_keys=True))
+    clients, monitor = results["clients"], results["monitor"]
+    live = Slot.objects.filter(state__in=["busy", "reserved"]).count()
+    waiting = QueueEntry.objects.filter(state="waiting").count()
+    found = {
+        "deadlocks": [d for worker in clients + results["sweepers"] for d in worker["deadlocks"]],
+        "monitor": monitor["violations"],
+        "told": [p for client in clients for p in client["problems"]],
+        "starved": [s for client in clients for s in client["starved"]],
+        "verify": verify().violations,
+        "counters": counters_differ("turns"),
+        "pools": pool_overruns("turns"),
+        "order": fair_rule_violations("turns"),
+        "turns": fair_pass_violations("turns"),
+        "interleaving": fair_interleaving("turns"),
+        "outcomes": outcome_violations(clients),
+        "left": [f"{live} live slot(s) and {waiting} waiting entries once quiet"] if live or waiting else [],
+    }
+    found = {kind: violations[:10] for kind, violations in found.items() if violations}
+    assert found == {}, (results["seed"], monitor["violation_count"], found)
+    assert monitor["samples"] > 20 and monitor["peak"]["turns"] == 4, monitor
+    granted = sum(seen["grants"].values())
+    assert len(seen["grants"]) >= 20 and seen["decided_by_turns"] * 2 > granted, seen

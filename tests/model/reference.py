@@ -12,6 +12,8 @@ one pass over the waiting runs in arrival order; a run is granted when every lim
 room in its total and in the run's key pool and no owed run older than it waits on any of them;
 a younger run granted a slot of a limit passes over every older run waiting on it whose key pool
 there had room; a run passed over that has waited more than 2 minutes is owed, on all its limits.
+A fair limit (13.2) picks among its keys by (under min, in use / weight, pass, oldest head), and
+the model keeps each key's pass (its turns) by the rules of 13.2 as the engine counts them.
 
 Where the spec is silent the model follows the engine's documented choices, each marked
 "Engine choice" below: which limits an operation settles (the limits it touches and the other
@@ -22,6 +24,7 @@ runs requeued together, and what a replayed request answers.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -32,6 +35,9 @@ OWED_AFTER = timedelta(minutes=2)  # 10.4: passed over and waiting more than thi
 DEFAULT_TIMEOUT_MS = 24 * 60 * 60 * 1000  # 3.3
 HISTORY_RETENTION = timedelta(days=7)  # docs/engine.md "History" (STACKBONE_HISTORY_RETENTION default)
 LIVE = ("reserved", "busy")
+# Engine choice (limits.engine.keys.PASS_STRIDE): 13.2's turn in whole pass units, lcm(1..20), so
+# a grant adds PASS_STRIDE // weight and both engine tracks (and this model) add the same integers.
+PASS_STRIDE = 232_792_560
 UNCHANGED = object()  # an operator action that leaves a value as it is
 
 
@@ -103,6 +109,7 @@ class MEntry:
     state: str = "waiting"
     finished_at: datetime | None = None
     passed_over_at: datetime | None = None  # 10.4; the same on every entry of one waiting run
+    fair_pass: int | None = None  # 13.2: its key's pass when it joined (requeued: when it came back); None: fifo
 
 
 @dataclass
@@ -123,6 +130,7 @@ class MSlot:
     group_size: int = 1
     ends_with_run: bool = False  # with_limit's slot (2.5): freed when its run ends
     engine_id: str | None = None  # the engine's id for the same slot, once matched
+    fair_pass: int | None = None  # 13.2: its key's pass the grant was ranked at (before its stride); None: fifo
 
     @property
     def live(self) -> bool:
@@ -181,6 +189,10 @@ class Model:
     key_weights: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # 13.1: (weight, min)
     whole_runs_held_back: int = 0  # 12.3: times a whole run found its limit at the base (statistics)
     fair_reordered: int = 0  # 13.2: a fair limit chose another key's run than its oldest (statistics)
+    # 13.2: each key's pass on a limit, (limit, '') the no-key runs'; absent: 0 (no turn taken yet,
+    # or the turns restarted by a switch between fifo and fair).
+    passes: dict[tuple[str, str], int] = field(default_factory=dict)
+    turns_seen: Counter[str] = field(default_factory=Counter)  # 13.2: where the turns were in play (statistics)
     next_arrival: int = 1
 
     # --- what the engine's counters must say --------------------------------------------------
@@ -224,12 +236,17 @@ class Model:
         return room
 
     def plain(self, name: str) -> bool:
-        """Limit.is_plain: no per_key in force and no keyed or group entry waiting: the case of one
-        pool and no groups (its replays answer without `slots`)."""
+        """Limit.is_plain: no per_key in force, not fair (its grants take turns, 13.2) and no keyed
+        or group entry waiting: the case of one pool and no groups (its replays answer without
+        `slots`)."""
         limit = self.limits.get(name)
         if limit is None:
             return True
-        return limit.per_key is None and all(e.key == "" and e.group_size == 1 for e in self.waiting(name))
+        return (
+            limit.per_key is None
+            and limit.share != "fair"
+            and all(e.key == "" and e.group_size == 1 for e in self.waiting(name))
+        )
 
     def waiting_of(self, request: str) -> list[MEntry]:
         return sorted((e for e in self.entries if e.request == request and e.state == "waiting"), key=self._order)
@@ -467,6 +484,8 @@ class Model:
         locked = self._lock([name])
         old = limit.share
         limit.share_override = value or ""
+        if limit.share != old:
+            self._restart_turns(name)
         self._settle_all(locked, now)
         new = f"{limit.share} (declared)" if value is None else limit.share
         self.audit.append(("share", actor, name, None, old, new, now, ""))
@@ -528,6 +547,8 @@ class Model:
             after = (True, capacity, max_hold_ms, per_key, share)
             if before == after:
                 continue
+            if not limit.share_override and limit.declared_share != share:
+                self._restart_turns(name)  # the share in force switches
             (
                 limit.declared,
                 limit.declared_capacity,
@@ -731,7 +752,9 @@ class Model:
     def _busy_slot(
         self, limit: MLimit, run_id: str, request: str, label: str, key: str, size: int, now: datetime
     ) -> MSlot:
-        """2.2: a busy slot at once, no queue entry."""
+        """2.2: a busy slot at once, no queue entry. On a fair limit its key enters the turns if it
+        had nothing there, then takes a turn (13.2)."""
+        self._enter_turns(limit, key)
         slot = MSlot(
             limit.name,
             run_id,
@@ -744,6 +767,7 @@ class Model:
             confirmed_at=now,
             key=key,
             group_size=size,
+            fair_pass=self._take_turn(limit, key),
         )
         self.slots.append(slot)
         self._touch(limit.name, key)
@@ -782,6 +806,7 @@ class Model:
                 now,
                 original.deadline,
                 original.timeout_ms,
+                requeued=True,
             )
         if state == "lapsed":
             self.tally.lapsed += len(reserved)
@@ -797,7 +822,15 @@ class Model:
         now: datetime,
         deadline: datetime,
         timeout_ms: int,
+        *,
+        requeued: bool = False,
     ) -> MEntry:
+        """A run joins the end of a limit's queue. On a fair limit its key enters the turns if it
+        had nothing held or waiting there (13.2); engine choice: not a run `requeued` after its
+        reservation was taken back (its key went straight from reserved to waiting), and a requeue
+        takes no turn."""
+        if not requeued:
+            self._enter_turns(limit, key)
         entry = MEntry(
             limit.name,
             limit.next_position,
@@ -810,6 +843,7 @@ class Model:
             key,
             size,
             self.next_arrival,
+            fair_pass=self.fair_pass(limit.name, key) if limit.share == "fair" else None,
         )
         limit.next_position += 1
         self.next_arrival += 1
@@ -867,7 +901,8 @@ class Model:
         is silent): plain limits first, their heads in queue order; then one stream per limit, a
         fifo limit's waiting runs in queue order (read in one batch, as the engine's scan does), a
         fair limit's chosen again after each one is dealt with (the keys under their min first,
-        then the smallest in use / weight, ties to the oldest head; within a key arrival order),
+        then the smallest in use / weight, ties to the smallest pass, then to the oldest head;
+        within a key arrival order; each grant moves its key's pass on, so the next choice reads it),
         merged by arrival. A group met in one stream is left, undecided, to another of its limits
         that is fair when an older run of its key waits there that this settle has not dealt
         with (within a key, arrival order), or when it was met on a fifo limit and is not owed
@@ -907,8 +942,12 @@ class Model:
                 first: dict[str, MEntry] = {}
                 for e in waiting:  # in position order
                     first.setdefault(e.key, e)
-                entry = min(first.values(), key=lambda e: (*self.fair_rank(name, e.key), e.position))
+                ranks = {k: self.fair_rank(name, k) for k in first}
+                entry = min(first.values(), key=lambda e: (*ranks[e.key], e.position))
                 self.fair_reordered += entry.position != waiting[0].position  # a younger key's turn
+                by_share = min(first.values(), key=lambda e: (*ranks[e.key][:2], e.position))
+                if by_share is not entry:  # 13.2 as amended: the turns, not arrival, broke a tie
+                    self.turns_seen["a tie went to the smaller pass"] += 1
                 seen.add(entry.arrival)
                 return entry
             if not batches.get(name):
@@ -965,11 +1004,59 @@ class Model:
                 if e.limit in names:
                     blocked.setdefault(e.limit, []).append(e)
 
-    def fair_rank(self, limit: str, key: str) -> tuple[bool, Fraction]:
-        """13.2: (holding at least its min, in use / weight) of one key of a fair limit."""
+    def fair_rank(self, limit: str, key: str) -> tuple[bool, Fraction, int]:
+        """13.2: (holding at least its min, in use / weight, pass) of one key of a fair limit."""
         weight, minimum = self.key_weights.get((limit, key), (1, 0)) if key else (1, 0)
         in_use = self.pool_in_use(limit, key)
-        return (in_use >= minimum, Fraction(in_use, weight))
+        return (in_use >= minimum, Fraction(in_use, weight), self.fair_pass(limit, key))
+
+    # --- 13.2: a fair limit's turns (stride scheduling) -------------------------------------------
+
+    def fair_pass(self, limit: str, key: str) -> int:
+        """The key's pass on the limit ('' the no-key runs'): its place in the limit's turns."""
+        return self.passes.get((limit, key), 0)
+
+    def weight(self, limit: str, key: str) -> int:
+        """13.1: the key's weight (the no-key runs are one key of weight 1)."""
+        return self.key_weights.get((limit, key), (1, 0))[0] if key else 1
+
+    def _active_keys(self, limit: str) -> set[str]:
+        """The keys holding (busy or reserved) or waiting on the limit, '' for the no-key runs."""
+        return {s.key for s in self.live(limit)} | {e.key for e in self.waiting(limit)}
+
+    def _enter_turns(self, limit: MLimit, key: str) -> None:
+        """13.2: a key of a fair limit that starts holding or waiting when it had nothing held or
+        waiting there enters the turns at the smallest pass among the other keys holding or
+        waiting (0 if none), so it neither jumps the whole line nor waits behind the backlog.
+        Before its slot or entry is counted."""
+        active = self._active_keys(limit.name)
+        if limit.share != "fair" or key in active:
+            return
+        entering = min((self.fair_pass(limit.name, k) for k in active), default=0)
+        if entering:
+            self.turns_seen["a key entered the turns above pass 0"] += 1
+        self.passes[(limit.name, key)] = entering
+
+    def _take_turn(self, limit: MLimit, key: str) -> int | None:
+        """13.2: a grant to the key of a fair limit (a reservation from the queue or a busy slot at
+        once) adds 1 / weight of a turn to its pass. The pass it was ranked at (the slot keeps
+        it); None on a fifo limit, whose passes stand still."""
+        if limit.share != "fair":
+            return None
+        ranked = self.fair_pass(limit.name, key)
+        weight = self.weight(limit.name, key)
+        self.passes[(limit.name, key)] = ranked + PASS_STRIDE // weight
+        if weight > 1:
+            self.turns_seen["a key of weight > 1 took a turn"] += 1
+        return ranked
+
+    def _restart_turns(self, name: str) -> None:
+        """Engine choice (docs/concurrency.md): a switch of the share in force between fifo and
+        fair (an operator's, or a deploy's while no override) starts every key's turns afresh, the
+        no-key runs' too: all at pass 0. A weight change keeps the pass."""
+        if any(value for (limit, _), value in self.passes.items() if limit == name):
+            self.turns_seen["a switch restarted the turns"] += 1
+        self.passes = {at: value for at, value in self.passes.items() if at[0] != name}
 
     def _reserve_marking(self, entries: list[MEntry], blocked: dict[str, list[MEntry]], now: datetime) -> None:
         """_reserve, marking as passed over (10.4) only the groups seen stopped on these limits
@@ -1013,6 +1100,7 @@ class Model:
                     reserved_until=now + RESERVATION,
                     key=entry.key,
                     group_size=entry.group_size,
+                    fair_pass=self._take_turn(limit, entry.key),
                 )
             )
         self.woken.append(entries[0].run_id)

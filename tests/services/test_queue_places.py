@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from limits import selectors, serializers, services
-from limits.models import Limit
+from limits.models import Limit, QueueEntry, Slot
 from tests.conftest import requires_postgres
 from tests.factories import declare, queue
 
@@ -204,3 +204,186 @@ def test_on_postgresql_no_count_of_a_place_reads_more_than_the_cap(gappy, monkey
         plan = [row[0] for row in cursor.fetchall()]
     scanned = [int(rows) for line in plan if "Scan" in line for rows in re.findall(r"actual time=\S+ rows=(\d+)", line)]
     assert scanned and max(scanned) <= 1000, "\n".join(plan)
+
+
+# --- a fair limit's queue in the order it is served (SPEC 13.7) ----------------------------------
+
+
+class Served:
+    """The hold model of limits.eta.fair_order: each turn releases the slot granted first (ties by
+    slot id, as the walk frees them) and confirms what that grant reserved; `order` lists the runs
+    granted from the queue, in order."""
+
+    def __init__(self, clock) -> None:
+        self.clock = clock
+        self.keys: dict[str, str | None] = {}
+        self.order: list[str] = []
+
+    def take(self, run: str, key: str | None) -> str:
+        self.keys[run] = key
+        return services.acquire("api", run_id=run, request=run, key=key, timeout="1h").state
+
+    def confirm(self) -> None:
+        for slot in Slot.objects.filter(limit__name="api", state="reserved").order_by("granted_at", "id"):
+            self.order.append(slot.run_id)
+            assert self.take(slot.run_id, self.keys[slot.run_id]) == "busy"
+
+    def turn(self) -> None:
+        self.clock.advance(seconds=1)
+        oldest = Slot.objects.filter(limit__name="api", state="busy").order_by("granted_at", "id").first()
+        assert oldest is not None
+        services.release(oldest.id)
+        self.confirm()
+
+
+def _fair_listing(rows: int = selectors.FAIR_EXACT_MAX) -> tuple[list[str], int]:
+    limit = Limit.objects.get(name="api")
+    found = selectors.fair_queue_rows(limit, exact=rows, offset=0, size=None)
+    return [entry.run_id for entry in found.items], found.exact
+
+
+def _drain(served: Served) -> None:
+    while QueueEntry.objects.filter(limit__name="api", state="waiting").exists():
+        served.turn()
+
+
+def test_a_fair_queue_is_listed_in_the_order_the_grant_serves_it(clock) -> None:
+    """The newcomer's scenario (capacity 4, per_key 2, paused, five runs for each of u1..u6,
+    resumed): the listing is the order the releases then grant the runs, one by one, u5 and u6
+    first; a fifo listing of the same queue would have put them last."""
+    declare(api={"capacity": 4, "max_hold": "1h", "per_key": 2, "share": "fair"})
+    services.pause_limit("api", actor="ops")
+    served = Served(clock)
+    for tenant in ["u1", "u2", "u3", "u4", "u5", "u6"]:
+        for i in range(5):
+            clock.advance(seconds=1)
+            assert served.take(f"{tenant}-{i}", tenant) == "waiting"
+    resumed, exact = _fair_listing()
+    services.resume_limit("api", actor="ops")
+    served.confirm()
+    listed, exact = _fair_listing()
+    assert resumed[:4] == sorted(served.order) == ["u1-0", "u2-0", "u3-0", "u4-0"]
+    # Which of the four slots granted at the resume frees first is their ids' order: the same
+    # runs come next, u5 and u6 first, but u1..u4 in the order their slots free.
+    assert resumed[4:6] == listed[:2] == ["u5-0", "u6-0"] and exact == 26
+    _drain(served)
+    assert served.order[4:] == listed
+
+
+def test_a_flood_and_a_heavy_key_are_listed_as_they_are_served(clock) -> None:
+    """One key floods, then ten keys arrive with four runs each, one of weight 3, one without a
+    key, and a key with a min of 1 that holds nothing: every run is listed in the order the grant
+    serves it, the flood getting its turn among the others."""
+    declare(api={"capacity": 4, "max_hold": "1h", "share": "fair"})
+    services.set_weight("api", 3, key="heavy", actor="ops")
+    services.set_min("api", 1, key="t-7", actor="ops")
+    served = Served(clock)
+    for i in range(30):
+        clock.advance(seconds=1)
+        served.take(f"flood-{i}", "flood")
+    served.confirm()
+    for i in range(4):
+        for tenant in [*(f"t-{n}" for n in range(8)), "heavy", None]:
+            clock.advance(seconds=1)
+            served.take(f"{tenant or 'none'}-{i}", tenant)
+    listed, exact = _fair_listing()
+    assert exact == len(listed) == 66
+    assert listed.index("flood-4") < listed.index("t-0-1")  # the flood gets its turn
+    _drain(served)
+    assert served.order == listed
+
+
+def test_the_first_page_is_exact_and_the_rest_estimated_without_a_run_twice(clock) -> None:
+    declare(api={"capacity": 2, "max_hold": "1h", "share": "fair"})
+    served = Served(clock)
+    for i in range(3):
+        for tenant in ["a", "b", "c", "d"]:
+            clock.advance(seconds=1)
+            served.take(f"{tenant}-{i}", tenant)
+    served.confirm()
+    limit = Limit.objects.get(name="api")
+    whole, exact = _fair_listing()
+    assert exact == 10
+    pages = [selectors.queue_page(limit, number=n, size=4) for n in (1, 2, 3)]
+    assert [page.estimated_after for page in pages] == [4, 4, 4]
+    listed = [entry.run_id for page in pages for entry in page.items]
+    assert sorted(listed) == sorted(whole) and listed[:4] == whole[:4]
+    assert [(row.place, row.estimated) for row in pages[1].numbered] == [(5, True), (6, True), (7, True), (8, True)]
+    # a and b were served first, so c and d entered at their pass (a turn): c-0 and d-0 first.
+    assert listed[:4] == ["c-0", "d-0", "a-1", "b-1"]
+    # Past the first page, by turns: each key's next run a turn apart, arrival breaking ties.
+    assert listed[4:] == ["c-1", "d-1", "a-2", "b-2", "c-2", "d-2"] == whole[4:]
+
+
+@requires_postgres
+def test_on_postgresql_a_fair_page_reads_its_keys_along_limitkey_fair_order(clock) -> None:
+    """5,000 keys with two runs waiting each (inserted in bulk, then ANALYZE): the first page's
+    walk reads its keys along limitkey_fair_order and their runs along queue_waiting_by_key,
+    never a scan of the keys or of the queue."""
+    limit = declare(api={"capacity": 4, "max_hold": "1h", "share": "fair"})["api"]
+    for n in range(4):
+        services.acquire("api", run_id=f"h{n}", key=f"hold-{n}")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, weight, minimum,
+                                         head, fair_pass, created_at)
+            SELECT %s, 'k-' || g, 0, 0, 2, 1, 0, 1000 + 2 * g, 0, now() FROM generate_series(1, 5000) AS g
+            """,
+            [limit.id],
+        )
+        cursor.execute(
+            """
+            INSERT INTO limits_queueentry (limit_id, run_id, request, label, position, key, group_size, state,
+                                           enqueued_at, deadline, timeout_ms)
+            SELECT %s, 'k' || g || '-' || i, 'k' || g || '-' || i, '', 1000 + 2 * g + i, 'k-' || g, 1, 'waiting',
+                   now(), now() + interval '1 day', 86400000
+            FROM generate_series(1, 5000) AS g, generate_series(0, 1) AS i
+            """,
+            [limit.id],
+        )
+        cursor.execute(
+            "UPDATE limits_limit SET waiting_count = 10000, keyed_waiting_count = 10000, next_position = 20000"
+            " WHERE id = %s",
+            [limit.id],
+        )
+        cursor.execute("ANALYZE limits_limitkey")
+        cursor.execute("ANALYZE limits_queueentry")
+    limit.refresh_from_db()
+    with CaptureQueriesContext(connection) as captured:
+        head = selectors.fair_head(limit, 50)
+    assert [entry.run_id for entry in head.entries[:3]] == ["k1-0", "k2-0", "k3-0"]
+    plans = {}
+    for query in captured.captured_queries:
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN " + query["sql"])
+            plans[query["sql"]] = "\n".join(row[0] for row in cursor.fetchall())
+    keys_plan = next(plan for sql, plan in plans.items() if "FROM limits_limitkey" in sql)
+    runs_plan = next(plan for sql, plan in plans.items() if "FROM limits_queueentry" in sql)
+    assert "limitkey_fair_order" in keys_plan, keys_plan
+    assert "queue_waiting_by_key" in runs_plan, runs_plan
+    for plan in plans.values():
+        assert not re.search(r"Seq Scan on limits_(limitkey|queueentry)", plan), plan
+
+
+@pytest.mark.parametrize(("tenants", "exact"), [(["a", "b", "c", "d", None], 3), ([*"abcdefgh", None], 2)])
+def test_a_runs_place_on_its_page_is_its_place_in_the_fair_listing(clock, monkeypatch, tenants, exact) -> None:
+    """The run page (waits_of_run) places a run of a fair queue where the listing does: exactly
+    among the runs walked, by the same turns past them (estimated, and said so), also for keys
+    the walk never read (their turns summed from their rows)."""
+    monkeypatch.setattr(selectors, "FAIR_EXACT_ROWS", exact)
+    declare(api={"capacity": 2, "max_hold": "1h", "share": "fair"})
+    served = Served(clock)
+    for i in range(3):
+        for tenant in tenants:
+            clock.advance(seconds=1)
+            served.take(f"{tenant or 'none'}-{i}", tenant)
+    served.confirm()
+    limit = Limit.objects.get(name="api")
+    listing = selectors.fair_queue_rows(limit, exact=exact, offset=0, size=None)
+    places = {}
+    for entry in listing.items:
+        (wait,) = selectors.waits_of_run(entry.run_id)
+        places[entry.run_id] = (wait.place, wait.place_approximate)  # type: ignore[attr-defined]
+    expected = {entry.run_id: (index + 1, index >= exact) for index, entry in enumerate(listing.items)}
+    assert places == expected

@@ -355,3 +355,23 @@ def test_a_fifo_limit_is_not_judged_by_the_fair_check(clock) -> None:
     left_free(limit)
     tie(limit, b_first=True)
     assert fair_violations() == []
+
+
+def test_a_key_that_had_nothing_and_is_granted_at_once_enters_the_turns_first(clock) -> None:
+    """A grant at once to a key with nothing held or waiting is ranked at the smallest active
+    pass (it entered the turns), not at the pass its earlier turns added up to: no violation
+    (a hot loop of acquire at once and release showed 196 false ones before)."""
+    fair(capacity=2)
+    take("a0", "a")
+    take("a1", "a")  # a: 2 turns
+    clock.advance(seconds=1)
+    release("a0")
+    release("a1")
+    clock.advance(seconds=1)
+    take("b0", "b")  # nobody active: b enters at 0, 1 turn after its grant
+    clock.advance(seconds=1)
+    take("a2", "a")  # a had nothing: it enters at b's pass (1), not at its own 2
+    assert Slot.objects.get(limit__name="fair", request="a2").fair_pass == PASS_STRIDE
+    assert fair_violations() == []
+    Slot.objects.filter(limit__name="fair", request="a2").update(fair_pass=2 * PASS_STRIDE)
+    assert any("(a2) of key 'a' granted at" in v for v in fair_violations())
