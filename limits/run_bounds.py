@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 
 from limits import services
 from limits.config import (
@@ -55,11 +56,17 @@ from limits.config import (
     check_name,
 )
 from limits.durations import MAX_DURATION_MS
-from limits.models import Limit, QueueEntry
+from limits.engine import server
+from limits.engine.keys import OWED_AFTER_MS
+from limits.models import LABEL_MAX_LENGTH, Limit, QueueEntry
 from stackbone.runs import runtime
-from stackbone.runs.models import Run
+from stackbone.runs.models import Run, new_run_id
 
 MAX_NAMED_LIMITS = 2
+BOX_NAMED = (
+    "'box' is the box's run concurrency, not a named limit: every run holds it while the workspace "
+    "declares run_concurrency"
+)
 QUEUE_TIMEOUT_MS = MAX_DURATION_MS  # a queued run waits as long as the longest wait there is: 30 days
 CONCURRENCY_FIELDS = frozenset({"total", "per_key"})
 START_REQUEST_SUFFIX = services.WHOLE_RUN_SUFFIX  # the acquisition of a run's bounds: "<run id>:start"
@@ -134,10 +141,11 @@ def _in_packages(module: str, packages: tuple[str, ...]) -> bool:
 
 def bounds_for_run(workflow_name: str, limits: object = None, concurrency_key: object = None) -> tuple[list[str], str]:
     """The limits a run of this workflow holds (its own bound first, then the named limits: the
-    decorator's, or `limits` given at start), and its key ('' for none). Checked at start: an
-    unknown or undeclared limit, more than two named limits, or a bad key is a WorkflowError."""
-    bounds = _declared.get(workflow_name, Bounds(None, None, ()))
-    named = bounds.limits if limits is None else _named_limits(workflow_name, limits)
+    decorator's, or `limits` given at start; then the box while it is declared), and its key (''
+    for none). Checked at start: an unknown or undeclared limit, more than two named limits, or a
+    bad key is a WorkflowError. The Python rules' start (SQLite); PostgreSQL's is start_on_server."""
+    bounds, declared = start_bounds(workflow_name, limits)
+    named = bounds[1:] if declared.has_own_bound else bounds
     if named:
         found = dict(Limit.objects.filter(name__in=named).values_list("name", "declared"))
         for name in named:
@@ -145,17 +153,105 @@ def bounds_for_run(workflow_name: str, limits: object = None, concurrency_key: o
                 raise _error(workflow_name, f"unknown limit {name!r}")
             if not found[name]:
                 raise _error(workflow_name, f"limit {name!r} is no longer declared in the workspace")
-    key = ""
-    if concurrency_key is not None:
-        try:
-            key = check_key(concurrency_key)
-        except ValueError as error:
-            raise _error(workflow_name, f"concurrency_key: {error}") from None
-    own = [bound_name(workflow_name)] if bounds.has_own_bound else []
-    if own:
-        services.ensure_workflow_bound(own[0], bounds.total, bounds.per_key)  # SPEC 11.6
+    key = run_key(workflow_name, concurrency_key)
+    if declared.has_own_bound:
+        services.ensure_workflow_bound(bounds[0], declared.total, declared.per_key)  # SPEC 11.6
     box = [BOX_NAME] if Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True).exists() else []
-    return own + list(named) + box, key
+    return bounds + box, key
+
+
+def start_bounds(workflow_name: str, limits: object = None) -> tuple[list[str], Bounds]:
+    """The bounds a run of this workflow holds, without the box: its own bound first, then the
+    named limits (the decorator's, or `limits` given at start), their form checked here; whether
+    they exist is the start's to find (limits_start_runs, or bounds_for_run)."""
+    bounds = _declared.get(workflow_name, Bounds(None, None, ()))
+    named = bounds.limits if limits is None else _named_limits(workflow_name, limits)
+    own = [bound_name(workflow_name)] if bounds.has_own_bound else []
+    return own + list(named), bounds
+
+
+def run_key(workflow_name: str, concurrency_key: object, field: str = "concurrency_key") -> str:
+    """A run's concurrency key as checked at start ('' for None); a bad one is a WorkflowError
+    naming `field`."""
+    if concurrency_key is None:
+        return ""
+    try:
+        return check_key(concurrency_key)
+    except ValueError as error:
+        raise _error(workflow_name, f"{field}: {error}") from None
+
+
+def start_on_server(
+    wf: runtime.Workflow, prepared: Sequence[tuple[Any, str]], keys: Sequence[str], limits: object
+) -> list[Run] | None:
+    """limits.runs.start_runs on PostgreSQL: the runs written and their bounds acquired in one
+    call (limits_start_runs; SPEC 11.2, 11.3, 11.6, 12.2), the runs it started published and the
+    runs it woke woken after commit. A missing own bound (11.6) is synced and the call made
+    again; an unknown or undeclared named limit is the WorkflowError bounds_for_run words. None:
+    the case is the Python rules' (nothing was written)."""
+    bounds, declared = start_bounds(wf.name, limits)
+    ids = [new_run_id() for _ in prepared]
+    label = wf.name[:LABEL_MAX_LENGTH]
+    for attempt in (1, 2):
+        try:
+            problem, bad_name, statuses, held, created, woken = server.start_runs(
+                ids,
+                wf.name,
+                [input for input, _ in prepared],
+                [reference for _, reference in prepared],
+                list(keys),
+                bounds,
+                label,
+                QUEUE_TIMEOUT_MS,
+                OWED_AFTER_MS,
+            )
+        except DatabaseError as error:
+            if getattr(error.__cause__, "sqlstate", None) == "LMSTR":  # a limit undeclared mid-batch
+                raise _error(wf.name, f"the batch was refused, nothing started: {error.__cause__}") from None
+            raise
+        if problem is None:
+            break
+        own = bounds[0] if declared.has_own_bound else None
+        if problem in ("unknown", "undeclared") and own is not None and bad_name == own and attempt == 1:
+            services.ensure_workflow_bound(own, declared.total, declared.per_key)
+            continue
+        if problem == "unknown":
+            raise _error(wf.name, f"unknown limit {bad_name!r}")
+        if problem == "undeclared":
+            raise _error(wf.name, f"limit {bad_name!r} is no longer declared in the workspace")
+        return None
+    else:  # pragma: no cover - the bound was just synced
+        return None
+    server.wake_on_commit(woken)
+    runs = [
+        runtime.loaded_run(
+            id=run_id,
+            workflow=wf.name,
+            input=input,
+            status=status,
+            output=None,
+            error="",
+            suspended=status == Run.Status.QUEUED,
+            waiting_for=runtime.START_GATE if status == Run.Status.QUEUED else "",
+            wait_deadline=None,
+            bounds=held,
+            concurrency_key=key,
+            reference=reference,
+            lease_owner="",
+            lease_until=None,
+            dispatched_at=created if status == Run.Status.PENDING else None,
+            created_at=created,
+            started_at=None,
+            finished_at=None,
+            updated_at=created,
+        )
+        for run_id, (input, reference), key, status in zip(ids, prepared, keys, statuses, strict=True)
+    ]
+    runtime.dispatch_on_commit([run.id for run in runs if run.status == Run.Status.PENDING])
+    if runtime.advanced_inline():
+        for run in runs:
+            run.refresh_from_db()
+    return runs
 
 
 def box_place(run_id: str, request: str, *, run: tuple[str, Sequence[str]] | None = None) -> services.BoxPlace | None:
@@ -247,6 +343,8 @@ def _named_limits(workflow_name: str, limits: object) -> tuple[str, ...]:
             raise _error(workflow_name, f"limits: {error}") from None
         if name.startswith(BOUND_PREFIX):
             raise _error(workflow_name, f"limits: {name!r} is a workflow's own bound, not a named limit")
+        if name == BOX_NAME:  # issue 45: it was held twice, once named and once as the box
+            raise _error(workflow_name, f"limits: {BOX_NAMED}")
     return tuple(limits)
 
 

@@ -18,15 +18,19 @@ Cap whole runs (SPEC 11, limits/run_bounds.py)::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any, overload
 
+from django.db import transaction
+
 from limits import run_bounds
+from limits.engine import server
 from stackbone.runs import runtime
 from stackbone.runs.models import Run
 from stackbone.runs.runtime import StepError, Workflow, WorkflowError, cancel_run, step
 
-__all__ = ["StepError", "WorkflowError", "cancel_run", "start_run", "step", "workflow"]
+__all__ = ["StepError", "WorkflowError", "cancel_run", "start_run", "start_runs", "step", "workflow"]
 
 
 @overload
@@ -84,10 +88,63 @@ def start_run(
     `limits`) makes the run wait 'queued' until every bound has room (SPEC 11.2, 11.3):
     `concurrency_key` picks the per-key pool of each bound; `limits` replaces the workflow's named
     limits for this run (`[]`: only its own bound)."""
+    keys: list[str | None] | None = None if concurrency_key is None else [concurrency_key]
+    return _start(wf, [input], keys, limits, batch=False)[0]
+
+
+def start_runs(
+    wf: Workflow | str,
+    inputs: Sequence[Any],
+    concurrency_keys: Sequence[str | None] | None = None,
+    limits: list[str] | None = None,
+) -> list[Run]:
+    """Start many runs of one workflow at once: created in one transaction, their bounds taken in
+    the order given (trigger order, SPEC 11.3), published after commit; the runs come back in
+    that order. `concurrency_keys`: one per input (None for a run without a key), or None;
+    `limits` as for start_run, for every run. A bad input or key refuses the whole batch with its
+    index named (`inputs[3]: ...`), and nothing is written."""
+    if isinstance(inputs, str | bytes | Mapping) or not isinstance(inputs, Sequence):
+        raise WorkflowError("inputs must be a list of inputs, one per run")
+    if concurrency_keys is not None and (
+        isinstance(concurrency_keys, str | bytes) or not isinstance(concurrency_keys, Sequence)
+    ):
+        raise WorkflowError("concurrency_keys must be a list, one key (or None) per input")
+    if concurrency_keys is not None and len(concurrency_keys) != len(inputs):
+        raise WorkflowError(
+            f"concurrency_keys must have one key per input: {len(concurrency_keys)} keys for {len(inputs)} inputs"
+        )
+    if not inputs:
+        return []
+    return _start(wf, list(inputs), None if concurrency_keys is None else list(concurrency_keys), limits, batch=True)
+
+
+def _start(
+    wf: Workflow | str, inputs: list[Any], keys: list[str | None] | None, limits: object, *, batch: bool
+) -> list[Run]:
+    """start_run and start_runs: everything checked before anything is written; on PostgreSQL one
+    engine call for the lot (run_bounds.start_on_server), else the Python rules, run by run in
+    one transaction."""
     workflow_name = wf.name if isinstance(wf, Workflow) else wf
-    if isinstance(workflow_name, str):
-        runtime.get_workflow(workflow_name)  # an unknown workflow is its own clear error
-        bounds, key = run_bounds.bounds_for_run(workflow_name, limits, concurrency_key)
-        if bounds:
-            return runtime.start_run(wf, input, bounds=bounds, concurrency_key=key)
-    return runtime.start_run(wf, input)
+    if not isinstance(workflow_name, str):
+        raise WorkflowError("start_run takes a @workflow function or its registered name")
+    registered = runtime.get_workflow(workflow_name)  # an unknown workflow is its own clear error
+    prepared = [
+        runtime.prepared_input(registered, input, f"inputs[{i}]" if batch else "the input")
+        for i, input in enumerate(inputs)
+    ]
+    checked = [
+        run_bounds.run_key(workflow_name, key, f"concurrency_keys[{i}]" if batch else "concurrency_key")
+        for i, key in enumerate(keys or [None] * len(inputs))
+    ]
+    run_bounds.start_bounds(workflow_name, limits)  # the named limits' form, before any query
+    if server.available():
+        started = run_bounds.start_on_server(registered, prepared, checked, limits)
+        if started is not None:
+            return started
+    # Checked, and the workflow's own bound synced if missing (11.6), before the batch's transaction.
+    bounds, _ = run_bounds.bounds_for_run(workflow_name, limits)
+    with transaction.atomic() if batch else nullcontext():
+        return [
+            runtime.start_run(registered, input, bounds=bounds or None, concurrency_key=key if bounds else "")
+            for input, key in zip(inputs, checked, strict=True)
+        ]

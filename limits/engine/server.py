@@ -117,6 +117,18 @@ def release(slot_id: str, reservation_ms: int, owed_after_ms: int, actor: str | 
     return outcome == "released", woken
 
 
+def release_slots(
+    slot_ids: list[str], reservation_ms: int, owed_after_ms: int, actor: str | None = None
+) -> tuple[list[bool], list[str]]:
+    """limits_release_slots: several slots freed under one set of locks and one grant (a
+    with_limits block's release): (released, each in the order given; the runs to wake)."""
+    released, woken = _call(
+        "SELECT released, woken FROM limits_release_slots(%s::text[], %s, %s, %s, %s)",
+        [slot_ids, clock.param(), reservation_ms, owed_after_ms, actor],
+    )
+    return list(released), woken
+
+
 def end_run(run_id: str, reservation_ms: int, owed_after_ms: int) -> tuple[int, list[str]]:
     """limits_end_run: the run's waits cancelled, its reservations and tied busy slots freed, the
     capacity granted: (entries and slots ended, the runs to wake)."""
@@ -300,6 +312,43 @@ def acquire_group(
         limits=tuple(names),
         key=key,
     )
+
+
+def start_runs(
+    ids: list[str],
+    workflow: str,
+    inputs: list[Any],
+    references: list[str],
+    keys: list[str],
+    limits: list[str],
+    label: str,
+    timeout_ms: int,
+    owed_after_ms: int,
+) -> tuple[str | None, str | None, list[str], list[str], datetime, list[str]]:
+    """limits_start_runs: the runs created and their start acquisitions taken in order, in one
+    call (issue 44). (problem, bad_name, statuses, bounds, created, woken): a problem ('unknown',
+    'undeclared', 'slow') means nothing was written. The runs it woke are not woken here."""
+    from psycopg.types.json import Jsonb  # psycopg: PostgreSQL only
+
+    row = _call(
+        "SELECT problem, bad_name, statuses, bounds, created, woken FROM limits_start_runs("
+        "%s::text[], %s, %s::jsonb[], %s::text[], %s::text[], %s::text[], %s, %s, %s, %s, %s)",
+        [
+            ids,
+            workflow,
+            [Jsonb(value) for value in inputs],
+            references,
+            keys,
+            limits,
+            label,
+            timeout_ms,
+            clock.param(),
+            RESERVATION_MS,
+            owed_after_ms,
+        ],
+    )
+    problem, bad_name, statuses, bounds, created, woken = row
+    return problem, bad_name, statuses or [], bounds or [], created, woken or []
 
 
 def _refuse(outcome: str, name: str) -> None:

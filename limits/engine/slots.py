@@ -379,25 +379,48 @@ def release(slot_id: str, *, actor: str | None = None) -> bool:
         released, woken = server.release(slot_id, RESERVATION_MS, keys.OWED_AFTER_MS, actor)
         rules.wake_on_commit(woken)
         return released
+    return release_slots([slot_id], actor=actor)[0]
+
+
+def release_slots(slot_ids: list[str], *, actor: str | None = None) -> list[bool]:
+    """`release` of several slots at once (a with_limits block's, issue 44): every limit they
+    belong to locked once, with their groups' other limits, in id order; each slot freed as
+    `release` frees it; the freed capacity granted once over them all, so a group waiting for the
+    same limits is granted in this transaction. Each answer as `release`'s, in the order given
+    (a slot named twice is released once)."""
+    ids = [slot_id if isinstance(slot_id, str) and is_storable_text(slot_id) else "" for slot_id in slot_ids]
+    if server.available():
+        released, woken = server.release_slots(ids, RESERVATION_MS, keys.OWED_AFTER_MS, actor)
+        rules.wake_on_commit(woken)
+        return released
     with transaction.atomic(savepoint=False):
-        found = _locked_slot(slot_id)
-        if found is None or not found[0].is_live:
-            return False
-        slot, locked = found
-        limit, changes = slot.limit, Changes()
-        now = rules.clock_all(locked)
-        if slot.state == Slot.State.RESERVED:  # the run goes back to the queue, a group's whole (10.2)
-            reserved = [s for s in keys.group_slots(slot.request, locked) if s.state == Slot.State.RESERVED]
-            keys.lapse(reserved, now, changes, state=Slot.State.RELEASED, freed_by=actor or "")
-        else:
-            Slot.objects.filter(id=slot.id).update(state=Slot.State.RELEASED, freed_at=now, freed_by=actor or "")
-            keys.count_slots_freed(limit, [slot])
+        limit_ids = set(Slot.objects.filter(id__in=ids).values_list("limit_id", flat=True))
+        if not limit_ids:
+            return [False] * len(ids)
+        locked = keys.lock(limit_ids)
+        now, changes = rules.clock_all(locked), Changes()
+        answers = []
+        for slot_id in ids:
+            slot = Slot.objects.select_related("queue_entry").filter(id=slot_id).first()
+            if slot is None or not slot.is_live:
+                answers.append(False)
+                continue
+            slot.limit = locked[slot.limit_id]
+            if slot.state == Slot.State.RESERVED:  # the run goes back to the queue, a group's whole (10.2)
+                reserved = [s for s in keys.group_slots(slot.request, locked) if s.state == Slot.State.RESERVED]
+                keys.lapse(reserved, now, changes, state=Slot.State.RELEASED, freed_by=actor or "")
+            else:
+                Slot.objects.filter(id=slot.id).update(state=Slot.State.RELEASED, freed_at=now, freed_by=actor or "")
+                keys.count_slots_freed(slot.limit, [slot])
+            if actor is not None:
+                rules.audit(
+                    slot.limit, actor, AuditEvent.Action.RELEASE, now, slot_id=slot.id, old=slot.state, new="released"
+                )
+            answers.append(True)
         rules.settle_all(locked, now, changes)
         rules.save_all(locked)
-        if actor is not None:
-            rules.audit(limit, actor, AuditEvent.Action.RELEASE, now, slot_id=slot.id, old=slot.state, new="released")
         rules.wake_on_commit(changes.woken)
-        return True
+        return answers
 
 
 def tie_to_run(slot_id: str, run_id: str) -> bool:

@@ -365,7 +365,7 @@ BEGIN
 END
 $$;
 
--- Hand free capacity to the queue (SPEC 3.3-3.4): time out the waits past their deadline, then
+-- Hand free capacity to the queue (SPEC 3.3, 3.5): time out the waits past their deadline, then
 -- reserve a slot for each run at the head, in queue order, while busy + reserved < capacity.
 -- The caller holds the limit's lock and has written its counters; this writes them again.
 CREATE OR REPLACE FUNCTION limits_settle(
@@ -641,6 +641,69 @@ BEGIN
         VALUES (v_now, coalesce(nullif(p_actor, ''), 'system'), 'release', v_limit, p_slot, '', v_state, 'released');
     END IF;
     outcome := 'released';
+END
+$$;
+
+-- limits.engine.slots.release_slots (issue 44): several slots freed at once, a with_limits block's
+-- release, as limits_release frees each (a reservation's run back to the end of its queues, a
+-- group's whole; a busy slot released on its own), under one set of locks (every limit of the
+-- slots, with their groups' other limits, in id order) and one grant over them all, so a group
+-- waiting for the same limits is granted in this call. released: each slot's answer, in the
+-- order given (a slot named twice: released once); woken: the runs to wake.
+CREATE OR REPLACE FUNCTION limits_release_slots(
+    p_slots text[], p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint, p_actor text,
+    OUT released boolean[], OUT woken text[]
+)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
+DECLARE
+    v_ids bigint[];
+    v_id bigint;
+    v_now timestamptz;
+    s record;
+    l limits_limit;
+    i integer;
+BEGIN
+    released := '{}';
+    woken := '{}';
+    v_ids := ARRAY(SELECT DISTINCT limit_id FROM limits_slot WHERE id = ANY (p_slots));
+    FOREACH v_id IN ARRAY v_ids LOOP
+        IF EXISTS (SELECT 1 FROM limits_limit WHERE id = v_id AND group_waiting_count > 0)
+           OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_id AND state = 'reserved' AND group_size > 1) THEN
+            v_ids := v_ids || limits_partners(v_id);
+        END IF;
+    END LOOP;
+    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
+        v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
+    END LOOP;
+    FOR i IN 1 .. coalesce(cardinality(p_slots), 0) LOOP
+        SELECT id, limit_id, state, key, request INTO s FROM limits_slot
+        WHERE id = p_slots[i] AND state IN ('busy', 'reserved');
+        IF NOT FOUND THEN
+            released := released || false;
+            CONTINUE;
+        END IF;
+        IF s.state = 'reserved' THEN
+            PERFORM limits_take_back(s.request, v_now, 'released', coalesce(p_actor, ''));
+        ELSE
+            UPDATE limits_slot SET state = 'released', freed_at = v_now, freed_by = coalesce(p_actor, '')
+            WHERE id = s.id AND state = 'busy';
+            UPDATE limits_limit
+            SET busy_count = busy_count - 1, keyed_busy_count = keyed_busy_count - (s.key <> '')::integer
+            WHERE id = s.limit_id;
+            IF s.key <> '' THEN
+                UPDATE limits_limitkey SET busy_count = busy_count - 1 WHERE limit_id = s.limit_id AND key = s.key;
+            END IF;
+        END IF;
+        IF p_actor IS NOT NULL THEN  -- rules.audit (5.5)
+            INSERT INTO limits_auditevent (at, actor, action, limit_id, slot_id, key, old_value, new_value)
+            VALUES (v_now, coalesce(nullif(p_actor, ''), 'system'), 'release', s.limit_id, s.id, '', s.state, 'released');
+        END IF;
+        released := released || true;
+    END LOOP;
+    IF cardinality(v_ids) > 0 THEN
+        UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);  -- rules.clock_all
+        SELECT g.woken INTO woken FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms) g;
+    END IF;
 END
 $$;
 
@@ -1459,7 +1522,7 @@ BEGIN
 END
 $$;
 
--- Acquire (SPEC 2.2-2.4, 3.1): a request already holding a live slot answers it (confirming a
+-- Acquire (SPEC 2.2, 2.3, 3.1): a request already holding a live slot answers it (confirming a
 -- reservation in time); a new request on a declared limit is granted a busy slot when nobody
 -- waits and a slot is free, or joins the end of the queue when every slot is taken. A limit that
 -- is not plain (per_key, keyed or group entries waiting), or whose queue a settle is due on, is
@@ -1766,6 +1829,76 @@ BEGIN
         woken := '{}';
         RETURN;
     END;
+END
+$$;
+
+-- limits.runs.start_runs (SPEC 11.2, 11.3, 12.2; issue 44): runs of one workflow created and their
+-- start acquisitions taken in the order given (trigger order), in one call. Each run's bounds are
+-- p_limits (its workflow's own bound first, then its named limits) and, while the box is
+-- declared, the box (its workflow's pool); each acquisition is limits_acquire_group's, request
+-- '<run id>:start', the run's key on every limit. A run whose bounds all had room starts
+-- 'pending' (its slots busy and tied to it: ending the run frees them); the others wait 'queued'.
+-- A run without bounds and no box is created 'pending'. Refusals (a limit unknown or undeclared:
+-- bad_name; 'slow': the Python rules) are answered for the first run before anything is written;
+-- a later run refused (a limit undeclared meanwhile) raises LMSTR, so nothing of the batch stays.
+-- statuses: each run's; bounds: what every run holds (stored on it); woken: other runs to wake.
+CREATE OR REPLACE FUNCTION limits_start_runs(
+    p_ids text[], p_workflow text, p_inputs jsonb[], p_references text[], p_keys text[], p_limits text[],
+    p_label text, p_timeout_ms bigint, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    OUT problem text, OUT bad_name text, OUT statuses text[], OUT bounds text[], OUT created timestamptz,
+    OUT woken text[]
+)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
+DECLARE
+    v_box boolean := EXISTS (SELECT 1 FROM limits_limit WHERE name = 'box' AND kind = 'box' AND declared);
+    v_keys text[];
+    g record;
+    i integer;
+BEGIN
+    created := coalesce(p_now, statement_timestamp());  -- the run layer's time (clock.expression)
+    woken := '{}';
+    bounds := p_limits || CASE WHEN v_box THEN ARRAY['box'] ELSE '{}'::text[] END;
+    IF cardinality(bounds) = 0 THEN
+        INSERT INTO studio_run (
+            id, workflow, input, status, error, suspended, waiting_for, bounds, concurrency_key, reference,
+            lease_owner, dispatched_at, created_at, updated_at
+        )
+        SELECT r.id, p_workflow, r.input, 'pending', '', false, '', '[]'::jsonb, r.key, r.reference, '', created,
+               created, created
+        FROM unnest(p_ids, p_inputs, p_references, p_keys) AS r (id, input, reference, key);
+        statuses := array_fill('pending'::text, ARRAY[cardinality(p_ids)]);
+        RETURN;
+    END IF;
+    statuses := '{}';
+    FOR i IN 1 .. cardinality(p_ids) LOOP
+        v_keys := array_fill(p_keys[i], ARRAY[cardinality(p_limits)])
+                  || CASE WHEN v_box THEN ARRAY[left(p_workflow, 128)] ELSE '{}'::text[] END;  -- run_bounds._box_place
+        SELECT * INTO g FROM limits_acquire_group(
+            bounds, p_ids[i], p_ids[i] || ':start', p_label, v_keys, p_timeout_ms, p_now, p_reservation_ms,
+            p_owed_after_ms, v_box
+        );
+        IF g.outcome NOT IN ('busy', 'waiting') THEN
+            IF i = 1 THEN
+                problem := g.outcome;
+                bad_name := g.bad_name;
+                RETURN;
+            END IF;
+            RAISE EXCEPTION 'run % of the batch: % %', i, g.outcome, coalesce(g.bad_name, '') USING ERRCODE = 'LMSTR';
+        END IF;
+        IF g.outcome = 'busy' THEN  -- run_bounds._tie: held for the whole run
+            UPDATE limits_slot SET ends_with_run = true WHERE id = ANY (g.slot_ids) AND state = 'busy';
+        END IF;
+        woken := woken || g.woken;
+        INSERT INTO studio_run (
+            id, workflow, input, status, error, suspended, waiting_for, bounds, concurrency_key, reference,
+            lease_owner, dispatched_at, created_at, updated_at
+        ) VALUES (
+            p_ids[i], p_workflow, p_inputs[i], CASE WHEN g.outcome = 'busy' THEN 'pending' ELSE 'queued' END, '',
+            g.outcome <> 'busy', CASE WHEN g.outcome = 'busy' THEN '' ELSE 'start' END, to_jsonb(bounds), p_keys[i],
+            p_references[i], '', CASE WHEN g.outcome = 'busy' THEN created END, created, created
+        );
+        statuses := statuses || CASE WHEN g.outcome = 'busy' THEN 'pending' ELSE 'queued' END;
+    END LOOP;
 END
 $$;
 

@@ -4,13 +4,15 @@ acquire_slots/with_limits over several limits, the hook step's name, waiting hol
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from limits import services
 from limits.models import Slot
 from limits.verify import verify
 from limits.workflow import acquire_slot, acquire_slots, release_slot, with_limits
-from studio.models import Run
-from studio.runs.runtime import advance
+from stackbone.models import Run, Step
+from stackbone.runs.runtime import advance
 from studio.workflows import start_run, step, workflow
 from tests.factories import assert_counters_match_rows, declare, holders, queue
 
@@ -84,3 +86,51 @@ def test_bad_keys_and_limit_lists_fail_the_run_with_a_clear_error(limits) -> Non
     assert Run.objects.get(id=run.id).status == "failed"
     assert "control characters" in (Run.objects.get(id=run.id).error or "")
     assert not Slot.objects.exists()
+
+
+def test_a_with_limits_block_gives_its_slots_back_in_one_step_and_grants_a_waiting_group(limits, no_worker) -> None:
+    """Issue 44: the slots of a with_limits block go back together, one recorded step and one
+    engine call, which grants the run waiting for the same two limits (it was one release_slot
+    step per slot, each locking both limits, the first unable to grant the group)."""
+    blocker = services.acquire("voice-calls", run_id="blocker").slot_id
+    first = start_run(both_limits, {"account": "acme"})
+    second = start_run(both_limits, {"account": "other"})
+    assert advance(first.id) == "suspended" and advance(second.id) == "suspended"
+    services.release(blocker)  # first is granted both; second waits behind it for voice-calls
+    assert queue("voice-calls") == [second.id]
+    with CaptureQueriesContext(connection) as queries:
+        assert advance(first.id) == "completed"
+    assert [s.name for s in Run.objects.get(id=first.id).steps][-2:] == ["call", "release_slots"]
+    if connection.vendor == "postgresql":
+        released = [q["sql"] for q in queries if "limits_release" in q["sql"]]
+        assert len(released) == 1 and "limits_release_slots" in released[0], released
+    assert holders("voice-calls") == [(second.id, "reserved")] and holders("partner-api") == [(second.id, "reserved")]
+    assert advance(second.id) == "completed"
+    assert verify().ok, verify().violations
+    assert_counters_match_rows("partner-api")
+    assert_counters_match_rows("voice-calls")
+
+
+def test_a_run_that_recorded_its_releases_one_by_one_replays_them_one_by_one(limits, no_worker) -> None:
+    """A run recorded by the release before issue 44 (a release_slot step per slot) replays the
+    older way: no 'the workflow is not deterministic' on replay."""
+    run = start_run(both_limits, {"account": "acme"})
+    assert advance(run.id) == "completed"
+    steps = Step.objects.filter(run_id=run.id).order_by("seq")
+    release = steps.get(name="release_slots")
+    slot_ids = [slot.id for slot in Slot.objects.filter(run_id=run.id).order_by("limit__name")]
+    # As the older release recorded it: one step per slot, then the run is replayed from there.
+    Step.objects.filter(id=release.id).update(name="release_slot", result={"released": True})
+    Step.objects.create(
+        run_id=run.id,
+        seq=release.seq + 1,
+        name="release_slot",
+        kind="step",
+        status="completed",
+        result={"released": True},
+        started_at=release.started_at,
+        finished_at=release.finished_at,
+    )
+    Run.objects.filter(id=run.id).update(status="running", output=None, finished_at=None)
+    assert advance(run.id) == "completed", Run.objects.get(id=run.id).error
+    assert len(slot_ids) == 2

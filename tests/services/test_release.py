@@ -93,3 +93,19 @@ def test_releasing_a_reservation_sends_its_run_to_the_end_of_the_queue(one) -> N
     assert queue("one") == ["r2"]
     assert services.acquire("one", run_id="r2", request=reserved.request).deadline == deadline
     assert_counters_match_rows("one")
+
+
+def test_release_slots_frees_each_as_release_does_and_grants_once(clock) -> None:
+    """Issue 44: several slots given back in one call, each answered as release answers it, in the
+    order given; a group waiting for both limits is granted by it; an operator's is audited."""
+    declare(a={"capacity": 1, "max_hold": "1h"}, b={"capacity": 1, "max_hold": "1h"})
+    held = services.acquire_group(["a", "b"], run_id="r1", request="q1")
+    waiting = services.acquire_group(["b", "a"], run_id="r2", request="q2")
+    assert waiting.state == "waiting"
+    ids = [slot_id for _, slot_id in held.slots]
+    assert services.release_slots([ids[0], "slot_unknown", ids[1], ids[0]], actor="ops") == [True, False, True, False]
+    assert holders("a") == [("r2", "reserved")] and holders("b") == [("r2", "reserved")]
+    assert AuditEvent.objects.filter(action="release", actor="ops").count() == 2
+    assert services.release_slots([]) == []
+    assert_counters_match_rows("a")
+    assert_counters_match_rows("b")
