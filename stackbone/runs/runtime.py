@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, OperationalError, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Coalesce
 
@@ -172,10 +172,39 @@ def workflow(fn: Callable[[Any], Any] | None = None, *, name: str | None = None,
 
 def get_workflow(name: str) -> Workflow:
     discover()
+    found = _registry.get(name)
+    if found is None:
+        found = _registered_by_its_module(name)
+    if found is None:
+        raise WorkflowError(UNKNOWN_WORKFLOW.format(name=name))
+    return found
+
+
+def _registered_by_its_module(name: str) -> Workflow | None:
+    """A workflow named by its module path (`billing.tasks.send_invoice`: a django.tasks task,
+    limits.django_tasks) registers when its module is imported, which a worker may not have done:
+    import that module and look again. Only a module of the project's own packages (its installed
+    apps' and its settings'), never whatever a run row or a start request names."""
+    module, _, attribute = name.rpartition(".")
+    if not module or not attribute or module.split(".")[0] not in _project_packages():
+        return None
     try:
-        return _registry[name]
-    except KeyError:
-        raise WorkflowError(UNKNOWN_WORKFLOW.format(name=name)) from None
+        importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name is not None and (module == error.name or module.startswith(f"{error.name}.")):
+            return None  # no such module: an unknown workflow, not a broken one
+        raise
+    return _registry.get(name)
+
+
+def _project_packages() -> set[str]:
+    from django.apps import apps
+
+    packages = {config.name.split(".")[0] for config in apps.get_app_configs()}
+    settings_module = getattr(settings, "SETTINGS_MODULE", None)
+    if settings_module:
+        packages.add(settings_module.split(".")[0])
+    return packages
 
 
 def workflow_names() -> list[str]:
@@ -240,6 +269,17 @@ def lock_own_run(ctx: RunContext) -> None:
     otherwise stop advancing (it was cancelled or taken over)."""
     if not statements.renew_own_lease(ctx.run_id, ctx.owner, LEASE, clock.param()):
         raise LeaseLost(ctx.run_id)
+
+
+def next_recorded_name() -> str | None:
+    """The name the current run recorded for its next call, None outside a run or when that call
+    was not recorded yet: a caller that changed how it records something (several steps become
+    one) replays a run recorded the older way the older way."""
+    ctx = _current.get()
+    if ctx is None or ctx.in_step:
+        return None
+    step = ctx.recorded.get(ctx.seq + 1)
+    return None if step is None else step.name
 
 
 def recorded_step(ctx: RunContext, seq: int, name: str) -> Step | None:
@@ -412,6 +452,37 @@ def start_run(
 START_GATE = "start"  # what a queued run waits on: its bounds (SPEC 11.3)
 
 
+def prepared_input(wf: Workflow, input: Any, what: str = "the input") -> tuple[Any, str]:
+    """A run's input as its row keeps it (None: {}; what JSON cannot keep is a WorkflowError
+    naming `what`) and its reference (reference_of)."""
+    input = {} if input is None else input
+    _check_json(input, what)
+    return json.loads(json.dumps(input)), reference_of(wf, input)
+
+
+def loaded_run(**fields: Any) -> Run:
+    """A Run holding `fields` as its row has them, without reading it back (a writer that knows
+    every column it wrote: limits' start of a batch)."""
+    run = Run(**fields)
+    run._state.adding = False
+    run._state.db = DEFAULT_DB_ALIAS
+    return run
+
+
+def dispatch_on_commit(run_ids: list[str]) -> None:
+    """Publish these runs' advance tasks once the transaction commits (at once outside one)."""
+    if run_ids:
+        _dispatch_on_commit(run_ids)
+
+
+def advanced_inline() -> bool:
+    """Whether a dispatch runs the advance in this process before it returns (Celery's eager
+    mode, as tests use it): a start then returns its runs as read after that advance."""
+    from celery import current_app
+
+    return bool(current_app.conf.task_always_eager)
+
+
 def cancel_run(run_id: str) -> bool:
     """Cancel a pending or running run. Whoever holds something for it hears of it in the same
     transaction (run_ended: the limits engine takes it out of every queue and frees what ends with
@@ -554,7 +625,8 @@ def _pass_the_start_gate(run: Run, owner: str) -> str:
         locked = Run.objects.select_for_update().filter(id=run.id, lease_owner=owner, status=Run.Status.QUEUED).first()
         if locked is None:
             return "wait"  # cancelled meanwhile: nothing to start
-        answers = [answer for _receiver, answer in run_starting.send(sender=Run, run=locked)]
+        # A queued run without bounds (one deferred to its start time, start_run_at) has nothing to confirm.
+        answers = [answer for _receiver, answer in run_starting.send(sender=Run, run=locked)] if locked.bounds else []
         failure = next((answer for answer in answers if answer not in ("start", "wait")), None)
         if failure is not None:
             return str(failure)
@@ -597,7 +669,8 @@ def recover() -> int:
        dispatch is older than 30 s: dispatch again.
     2. Suspended runs whose wait is over but were not woken: their deadline passed more than
        30 s ago (the sweep has timed the wait out), or a layer above says so (find_stuck_waits:
-       the limits engine reserved a slot for them): wake them.
+       the limits engine reserved a slot for them), or a deferred run's time has come
+       (start_run_at; its countdown message was lost, or never sent): wake them.
 
     Every "due" here is in the database's time (stackbone.plumbing.clock), read once.
     """
@@ -612,7 +685,7 @@ def recover() -> int:
     if ids:
         Run.objects.filter(id__in=ids).update(dispatched_at=now)
         _dispatch(ids)
-    over = Q(wait_deadline__lt=stale)
+    over = Q(wait_deadline__lt=stale) | Q(waiting_for=DEFERRED, wait_deadline__lte=now)  # start_run_at: due now
     for _receiver, run_ids in find_stuck_waits.send(sender=Run, now=now):
         over |= Q(id__in=run_ids)
     stuck = list(
@@ -622,6 +695,94 @@ def recover() -> int:
     )
     woken = wake(stuck) if stuck else 0
     return len(ids) + woken
+
+
+# --- deferred starts (django.tasks' run_after, SPEC 15.4) ------------------------------------------
+
+DEFERRED = "run_after"  # what a deferred run waits on: its start time, kept as its wait_deadline
+START_DEFERRED = "studio.tasks.start_deferred_run"
+COUNTDOWN_WITHIN = timedelta(minutes=10)  # nearer starts get a countdown message; later ones wait for recovery
+
+
+def start_run_at(
+    wf: Workflow | str,
+    input: Any = None,
+    *,
+    not_before: datetime,
+    bounds: list[str] | None = None,
+    concurrency_key: str = "",
+) -> Run:
+    """Create a run that starts at `not_before`, never earlier, and durably: a row, not a message.
+
+    1. The run is created queued and suspended on DEFERRED, its wait_deadline the start time: no
+       advance takes a suspended run, so nothing can run it early.
+    2. After commit, a start due within COUNTDOWN_WITHIN gets a countdown message
+       (start_deferred_run), which wakes the run once the database's clock has reached its time.
+    3. recover() (every 15 s, and at every worker's start) wakes any deferred run whose time has
+       passed, so a lost message, a broker or worker restart, or a start days away is started
+       within one pass.
+    4. Woken, it passes the start gate as a queued run does: with `bounds` it takes its place in
+       their queues then (run_starting, in the order such runs arrive), or starts if they have
+       room; without, it starts.
+    """
+    name = wf.name if isinstance(wf, Workflow) else wf
+    if not isinstance(name, str):
+        raise WorkflowError("start_run_at takes a @workflow function or its registered name")
+    registered = get_workflow(name)
+    input = {} if input is None else input
+    _check_json(input, "the input")
+    now = clock.expression()
+    with transaction.atomic():
+        run = Run.objects.create(
+            workflow=name,
+            input=input,
+            status=Run.Status.QUEUED,
+            suspended=True,
+            waiting_for=DEFERRED,
+            wait_deadline=not_before,
+            bounds=list(bounds or []),
+            concurrency_key=concurrency_key,
+            reference=reference_of(registered, input),
+            created_at=now,
+            updated_at=now,
+        )
+        transaction.on_commit(lambda: _count_down_to(run.id, not_before))
+    run.refresh_from_db()
+    return run
+
+
+def start_if_due(run_id: str) -> bool:
+    """The countdown message of a deferred run: wake it if its time has come on the database's
+    clock. One that arrives early (the sending host's clock ahead of the database's) counts down
+    again for the rest. False for a run already started, cancelled or gone."""
+    due = (
+        Run.objects.filter(id=run_id, status=Run.Status.QUEUED, suspended=True, waiting_for=DEFERRED)
+        .values_list("wait_deadline", flat=True)
+        .first()
+    )
+    if due is None:
+        return False
+    if due > clock.now():
+        _count_down_to(run_id, due)
+        return False
+    return wake([run_id]) == 1
+
+
+def _count_down_to(run_id: str, moment: datetime) -> None:
+    """Send start_deferred_run for `moment` (counted on the database's clock) if it is within
+    COUNTDOWN_WITHIN. Never raises: recovery starts the run if no message does. In Celery's eager
+    mode (no worker; a countdown would run at once, and again) only a start already due is sent."""
+    from celery import current_app
+
+    left = moment - clock.now()
+    if left > COUNTDOWN_WITHIN or (left > ZERO and current_app.conf.task_always_eager):
+        return
+    try:
+        _task(START_DEFERRED).apply_async((run_id,), countdown=max(left.total_seconds(), 0.0))
+    except Exception as error:
+        logger.warning(
+            "could not send the start of %s (%s: %s); recovery starts it", run_id, type(error).__name__, error
+        )
 
 
 def _dispatch_on_commit(run_ids: list[str]) -> None:

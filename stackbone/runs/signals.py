@@ -12,7 +12,8 @@ run_queued(sender=Run, run): a run with bounds (SPEC 11) was created queued, ins
 run_starting(sender=Run, run): a worker is about to start a queued run that was woken, inside a
     transaction that holds the run's row lock. Each receiver answers "start" (its bounds are
     confirmed for the run), "wait" (not yet: the run goes back to waiting) or an error message
-    (the run fails before its first step).
+    (the run fails before its first step). Not sent for a queued run without bounds (one
+    deferred to its start time, runtime.start_run_at): it starts.
 """
 
 from django.dispatch import Signal

@@ -39,6 +39,12 @@ def advance_runs(run_ids: list[str]) -> None:
         runtime.advance(run_id)
 
 
+@shared_task(name="studio.tasks.start_deferred_run", ignore_result=True, **RETRY_ON_OUTAGE)
+def start_deferred_run(run_id: str) -> None:
+    """A deferred run's countdown (runtime.start_run_at): wake it when its time has come."""
+    runtime.start_if_due(run_id)
+
+
 @shared_task(name="studio.tasks.recover_runs", ignore_result=True)
 def recover_runs() -> None:
     count = runtime.recover()
