@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import csrf_protect
 
@@ -38,6 +40,7 @@ from limits.printable import printable
 from stackbone.plumbing.access import OPERATE_LIMIT, actor
 
 SEARCH_MAX_LENGTH = 200  # the longest text any admin searches (a label)
+BAD_SELECTED = "the selected row {value!r} is not the id of a {name}: nothing done"
 NO_MAX_HOLD = "—"  # a workflow's own bound: a run holds its slot until it ends
 
 if TYPE_CHECKING:  # the stubs' generic classes, which are not subscriptable at run time
@@ -101,6 +104,20 @@ class EscapedTextAdmin(BoundedSearchAdmin):
     text. list_display, list_display_links, fields and readonly_fields name the fields themselves."""
 
     escaped_fields: ClassVar[tuple[str, ...]] = ()
+
+    def response_action(self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any) -> Any:
+        """A selected row that is no id of this model (a hand-made POST, `_selected_action=abc` for
+        a limit's numeric id) is a 400 that says so, as Studio's forms answer bad input; Django
+        would pass it to the query, and answer 500 (issue 45)."""
+        pk = self.model._meta.pk
+        for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+            try:
+                if pk is not None:
+                    pk.to_python(value)
+            except ValidationError:
+                name = self.model._meta.verbose_name
+                return HttpResponseBadRequest(BAD_SELECTED.format(value=printable(value), name=name), "text/plain")
+        return super().response_action(request, queryset, *args, **kwargs)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

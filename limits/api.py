@@ -14,9 +14,11 @@ Writes go through limits.services with the actor `api:<username>`.
     GET  /api/limits/<name>/                        limit
     GET  /api/limits/<name>/slots/?page=1&size=100  {"limit", "key", "slots", "page", "size", "total", "has_next",
          "now"}
-    GET  /api/limits/<name>/queue/?page=1&size=100  {"limit", "key", "queue", "page", ...}; positions count from 1
-         (both take &key=K: only that key's rows; queue positions then count within the key's queue);
-         each row's eta_seconds is its estimated wait (limits.eta), null when unknown
+    GET  /api/limits/<name>/queue/?page=1&size=100  {"limit", "key", "order", "queue", "page", ...}; positions
+         count from 1 (both take &key=K: only that key's rows; queue positions then count within the key's
+         queue); each row's eta_seconds is its estimated wait (limits.eta), null when unknown. On a fair
+         limit ("order": "fair", else "arrival") the queue is in the order the grant will serve it (SPEC
+         13.7): exact for the first `size` runs, estimated past them (each row's "position_estimated")
     GET  /api/limits/<name>/keys/?page=1&size=100   {"limit", "per_key", "key", "search", "keys", "no_key",
          "page", ...}; busiest first; &key=K: only that key; &search=S: keys containing S (any case)
     GET  /api/limits/slots/<slot_id>/               slot, with its "limit"
@@ -70,7 +72,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from limits import selectors, serializers, services, workers
+from limits import eta, selectors, serializers, services, workers
 from limits.config import KEY_MAX_LENGTH, check_key
 from limits.engine.operator_actions import NO_BOX
 from limits.forget import forget_limit
@@ -298,23 +300,34 @@ def limit_queue(request: ApiRequest, name: str) -> JsonResponse:
     limit = _limit(name)
     offset = (page - 1) * size
     rows: list[QueueEntry] = []
+    exact: int | None = None  # a fair limit's: positions past it are estimated (SPEC 13.7)
+    walked: dict[int, str | None] | None = None  # a fair limit's: the key next (the first row's)
     if key is not None:
         keyed = serializers.key_queue_rows(limit, key, offset=offset, size=size)
         rows, total = keyed.items, keyed.total
     else:
         total = limit.waiting_count
         if offset < total:
-            rows = selectors.queue_page(limit, number=page, size=size).items
+            found = selectors.queue_page(limit, number=page, size=size)
+            rows, exact = found.items, found.estimated_after
+            walked = {limit.id: found.next_key} if exact is not None else None
     groups = serializers.entry_groups(rows)
-    etas = selectors.queue_etas(limit, rows, first_place=None if key is not None else offset + 1)
-    reasons = services.why_waiting(rows)
+    first = None if key is not None else offset + 1
+    etas = selectors.queue_etas(limit, rows, first_place=first, key_offset=offset)
+    reasons = services.why_waiting(rows, next_keys=walked)
     queue = [
         serializers.queue_entry_summary(
-            entry, offset + index + 1, groups, eta_seconds=eta, reason=reasons.get(entry.id)
+            entry,
+            offset + index + 1,
+            groups,
+            eta_seconds=seconds,
+            reason=reasons.get(entry.id),
+            estimated=exact is not None and offset + index + 1 > exact,
         )
-        for index, (entry, eta) in enumerate(zip(rows, etas, strict=True))
+        for index, (entry, seconds) in enumerate(zip(rows, etas, strict=True))
     ]
-    return _page_answer(limit, "queue", queue, page, size, total, {"key": key})
+    order = eta.FAIR_ORDER if limit.is_fair else eta.ARRIVAL_ORDER
+    return _page_answer(limit, "queue", queue, page, size, total, {"key": key, "order": order})
 
 
 @csrf_exempt

@@ -12,8 +12,8 @@ busy, reserved and in use mean what they mean everywhere (SPEC 6.5): confirmed s
 handed out and not yet confirmed, and both. stackbone_limit_paused is 1 while an operator has
 paused the limit (SPEC 5.6), read from the same row: no query more.
 
-The workers (WorkersCollector, limits.workers): one more query, the runs no worker has started,
-and Celery's inspect of the workers alive, asked at most every 10 s per web process.
+The workers (WorkersCollector, limits.workers): two more queries, the runs waiting for a worker,
+and the workers' own reports of what they run (stackbone.plumbing.worker_beat).
 
 The histogram counts every grant: a slot granted at once is an observation of 0 s, so its
 _count equals grants_total. The limit page also shows the runs that waited alone; from here,
@@ -158,13 +158,13 @@ class LimitsCollector(Collector):
 
 
 class WorkersCollector(Collector):
-    """The second ceiling (limits.workers): the Celery workers that answered (asked at most every
-    10 s per web process, never longer than 3 s), and the runs no worker has started yet."""
+    """The second ceiling (limits.workers): the Celery workers alive, as each reported itself, and
+    the runs waiting for a worker."""
 
     def collect(self) -> Iterator[Metric]:
         found = workers.alive()
         pending = workers.pending(box_clock.display_now())
-        count = GaugeMetricFamily("stackbone_workers", "Celery workers that answered the last inspect.")
+        count = GaugeMetricFamily("stackbone_workers", "Celery workers alive, as each last reported itself.")
         count.add_metric([], float(len(found.workers)))
         labels = ["worker", "host", "pool"]
         concurrency = GaugeMetricFamily(
@@ -175,11 +175,13 @@ class WorkersCollector(Collector):
             label = [worker.name, worker.host, worker.pool]
             concurrency.add_metric(label, float(worker.concurrency))
             busy.add_metric(label, float(worker.busy))
-        runs = GaugeMetricFamily("stackbone_runs_pending", "Runs no worker has started yet (status pending).")
+        runs = GaugeMetricFamily(
+            "stackbone_runs_pending", "Runs waiting for a worker: a worker may move them now, and none holds them."
+        )
         runs.add_metric([], float(pending.runs))
         oldest = GaugeMetricFamily(
             "stackbone_runs_pending_oldest_seconds",
-            "How long the oldest pending run has waited for a worker, since it was created (0: none waits).",
+            "How long the oldest run waiting for a worker has waited, since it was sent to the workers (0: none).",
         )
         oldest.add_metric([], pending.oldest_seconds or 0.0)
         yield from (count, concurrency, busy, runs, oldest)

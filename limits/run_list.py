@@ -1,4 +1,4 @@
-"""Runs as the Runs screen (limits.runs_screen), `stackbone runs` (studio.runs_cli) and the JSON
+"""Runs as the Runs screen (limits.runs_screen), `stackbone runs` (limits.cli.runs) and the JSON
 API (limits.runs_api, /api/runs/) see them: a page of runs, newest first, filtered and searched
 in a constant number of queries at any number of runs; starting and cancelling one with the
 checks they all share; and the answers the CLI's --json and the API both print (*_answer). A
@@ -13,21 +13,25 @@ index that yields its rows in page order (stackbone/migrations/0005_run_list_ind
     ?status=           run_by_status       (status, created_at, id)
     ?workflow=         run_by_workflow     (workflow, created_at, id)
 
-    ?key=              run_by_key          (concurrency_key, created_at, id), keyed runs only
+    ?key=              run_by_key          (concurrency_key, created_at, id), keyed runs only,
+                       and runkey_by_key   (key, run_id): the keys runs took slots under
     ?q= (a reference)  run_by_reference    (reference, created_at, id), runs with one only
 
-A page is at most nine queries: with "waiting for", the limit's id and its queue's run ids (two,
+A page is at most ten queries: with "waiting for", the limit's id and its queue's run ids (two,
 see _waiting_for); with a search, whether it is a run's whole id, and if not its matches (three,
 search_matches); when those narrow the runs to a known few,
-their (created_at, id) keys (one, by primary key); then the page of runs (two with a key, below),
-the waits of its runs and the slots they hold (each through a partial index on run_id).
+their (created_at, id) keys (one, by primary key); then the page of runs (three with a key,
+below), the waits of its runs, the slots they hold (each through a partial index on run_id) and
+the keys they took (by run_id).
 
-?key= (a tenant's runs) matches a run whose concurrency key it is, or that holds a live slot or
-waits in a queue under that key now (a key taken inside the body). The page reads the two apart
+?key= (a tenant's runs) matches a run whose concurrency key it is, that took a slot under that key
+inside its body (with_limit, acquire_slot: kept with the run, stackbone.runs.models.RunKey, issue
+45), or that holds a live slot or waits in a queue under that key now. The page reads them apart
 and merges them (_key_parts): the runs of that concurrency key from run_by_key, in page order,
-stopping after a page; and the few with live work under the key, through the keyed slots' and
-waiting entries' partial indexes, by primary key. One OR of the two made PostgreSQL walk every
-run newest first (69 ms at 200,000 runs for a key with 10 of them; docs/performance.md).
+stopping after a page; the runs that took the key, through runkey_by_key; and the few with live
+work under the key, through the keyed slots' and waiting entries' partial indexes, by primary
+key. One OR of them made PostgreSQL walk every run newest first (69 ms at 200,000 runs for a key
+with 10 of them; docs/performance.md).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from limits import run_bounds
-from limits.config import check_key
+from limits.config import BOX_NAME, check_key
 from limits.models import LIVE_SLOT_STATES, Limit, QueueEntry, Slot, is_storable_text
 from limits.run_values import FINISHED, check_input
 from limits.run_values import RunsError as RunsError
@@ -50,7 +54,7 @@ from limits.run_values import parse_input as parse_input
 from limits.services import why_waiting
 from stackbone.plumbing import clock as box_clock
 from stackbone.runs import runtime
-from stackbone.runs.models import Run
+from stackbone.runs.models import Run, RunKey
 
 RUNS_PER_PAGE = 50
 STATUSES: tuple[str, ...] = tuple(status.value for status in Run.Status)
@@ -64,8 +68,9 @@ SEARCH_SCANNED = 5_000  # matching run ids a label search reads before it pages 
 UNKNOWN_WORKFLOW = "unknown workflow {name!r} (known: {known})"
 NO_WORKFLOWS = "none: no module in STACKBONE_WORKFLOWS registers one"
 KEY_WITHOUT_BOUNDS = (
-    "key: workflow {name!r} caps no runs (no @workflow(concurrency=...) or limits=...), so a concurrency "
-    "key means nothing for it; put a key its body reads into the input instead"
+    "key: workflow {name!r} caps no runs (no @workflow(concurrency=...) or limits=...; the box's run "
+    "concurrency takes no key), so a concurrency key means nothing for it; put a key its body reads into "
+    "the input instead (a key its body takes a slot under finds the run by that key)"
 )
 BAD_STATUS = "status must be one of {statuses}, not {value!r}"
 UNKNOWN_RUN = "unknown run {run_id!r}"
@@ -99,7 +104,8 @@ def workflow_hints() -> dict[str, str]:
 def check_start(workflow: str, key: str | None, limits: list[str] | None = None) -> str | None:
     """Refuse, before anything is created, an unknown workflow, bad `limits` (the named limits
     this run holds instead of the workflow's: SPEC 11.1), a bad key, or a key for a run without
-    bounds (start_run would drop it without a word). Returns the key."""
+    bounds of its own (start_run would drop it without a word; under the box's run concurrency,
+    whose pools are the workflows', it would keep it and limit nothing by it). Returns the key."""
     names = workflow_names()
     if workflow not in names:
         known = ", ".join(names) if names else NO_WORKFLOWS
@@ -121,7 +127,7 @@ def check_start(workflow: str, key: str | None, limits: list[str] | None = None)
             bounds, _key = run_bounds.bounds_for_run(workflow)
         except runtime.WorkflowError as error:
             raise RunsError(str(error), "workflow") from None
-    if not bounds:
+    if not [name for name in bounds if name != BOX_NAME]:
         raise RunsError(KEY_WITHOUT_BOUNDS.format(name=workflow), "key")
     return key
 
@@ -165,8 +171,8 @@ def get_run(run_id: str) -> Run | None:
 class RunFilter:
     """What the list shows: a status, a workflow, a limit the runs wait for, a search (a run's
     whole id, its reference exactly, or part of the label of a slot it holds or of a queue it
-    waits in, any case), a key (exact: the run's concurrency key, or the key of a slot it holds or
-    a queue it waits in)."""
+    waits in, any case), a key (exact: the run's concurrency key, a key it took a slot under, or
+    the key of a slot it holds or a queue it waits in)."""
 
     status: str = ""
     workflow: str = ""
@@ -221,11 +227,12 @@ class Cursor:
 
 @dataclass(slots=True)
 class RunRow:
-    """A run on a page, with the limits it waits for and the slots it holds."""
+    """A run on a page, with the limits it waits for, the slots it holds and the keys it took."""
 
     run: Run
     waits: list[QueueEntry] = field(default_factory=list)
     holds: list[Slot] = field(default_factory=list)
+    taken: list[str] = field(default_factory=list)
 
     @property
     def labels(self) -> list[str]:
@@ -234,10 +241,11 @@ class RunRow:
 
     @property
     def keys(self) -> list[str]:
-        """Its concurrency key, then the keys of the slots it holds and the queues it waits in (a
-        key taken inside the body, with_limit or acquire_slot); a finished run holds nothing, so
-        it shows its concurrency key only."""
-        keys = [self.run.concurrency_key] + [slot.key for slot in self.holds] + [entry.key for entry in self.waits]
+        """Its concurrency key, then the keys it took slots under inside its body (with_limit,
+        acquire_slot: kept after the slots are freed and the run ends), then those of the slots
+        it holds and the queues it waits in now."""
+        keys = [self.run.concurrency_key, *self.taken]
+        keys += [slot.key for slot in self.holds] + [entry.key for entry in self.waits]
         return list(dict.fromkeys(key for key in keys if key))
 
     @property
@@ -297,21 +305,32 @@ def _live_under_key(key: str) -> QuerySet[Any]:
     return slots.union(waits, all=True)
 
 
+def _taken_under_key(key: str) -> QuerySet[Any]:
+    """The run ids of the runs that took a slot under `key` (runkey_by_key), as a subquery."""
+    return RunKey.objects.filter(key=key).order_by().values("run_id")
+
+
 def _under_key(key: str) -> Q:
-    """Runs of a key: its concurrency key, or a live slot it holds or a queue it waits in under
-    that key; no query of its own. For a known few runs; a page of all runs reads the two parts
-    apart (_key_parts)."""
-    return Q(concurrency_key=key) | Q(id__in=_live_under_key(key))
+    """Runs of a key: its concurrency key, a key it took a slot under, or a live slot it holds or
+    a queue it waits in under that key; no query of its own. For a known few runs; a page of all
+    runs reads the parts apart (_key_parts)."""
+    return Q(concurrency_key=key) | Q(id__in=_taken_under_key(key)) | Q(id__in=_live_under_key(key))
 
 
 def _key_parts(query: QuerySet[Run], key: str) -> list[QuerySet[Run]]:
-    """The runs of `query` under `key`, in two disjoint parts that each yield a page in page
-    order without walking other runs: those of that concurrency key (run_by_key), and the others
-    holding a live slot or waiting under the key (a semi-join with the few live rows). Without a
-    key, the query itself."""
+    """The runs of `query` under `key`, in parts that each yield a page in page order without
+    walking other runs: those of that concurrency key (run_by_key); the others that took a slot
+    under the key (a semi-join with runkey_by_key); and the others holding a live slot or waiting
+    under the key now (a semi-join with the few live rows; mostly runs of the second part too,
+    which _first lists once). Without a key, the query itself."""
     if not key:
         return [query]
-    return [query.filter(concurrency_key=key), query.filter(id__in=_live_under_key(key)).exclude(concurrency_key=key)]
+    others = query.exclude(concurrency_key=key)
+    return [
+        query.filter(concurrency_key=key),
+        others.filter(id__in=_taken_under_key(key)),
+        others.filter(id__in=_live_under_key(key)),
+    ]
 
 
 def _first(parts: list[QuerySet[Run]], condition: Q, *, newest_first: bool, count: int) -> list[Run]:
@@ -320,6 +339,7 @@ def _first(parts: list[QuerySet[Run]], condition: Q, *, newest_first: bool, coun
     order = ("-created_at", "-id") if newest_first else ("created_at", "id")
     found = [run for part in parts for run in part.filter(condition).order_by(*order)[:count]]
     if len(parts) > 1:
+        found = list({run.id: run for run in found}.values())  # a run in two parts, once
         found.sort(key=lambda run: (run.created_at, run.id), reverse=newest_first)
     return found[:count]
 
@@ -457,7 +477,8 @@ def _window(
 
 
 def _with_limits(page: list[Run]) -> list[RunRow]:
-    """The page's runs with their waits and live slots: two queries, whatever the page size."""
+    """The page's runs with their waits, live slots and the keys they took: three queries,
+    whatever the page size."""
     rows = {run.id: RunRow(run) for run in page}
     if not rows:
         return []
@@ -473,6 +494,8 @@ def _with_limits(page: list[Run]) -> list[RunRow]:
         .order_by("granted_at", "id")
     ):
         rows[slot.run_id].holds.append(slot)
+    for run_id, key in RunKey.objects.filter(run_id__in=list(rows)).order_by("id").values_list("run_id", "key"):
+        rows[run_id].taken.append(key)
     return list(rows.values())
 
 
@@ -490,7 +513,8 @@ def _iso(moment: dt.datetime | None) -> str | None:
 
 def run_summary(row: RunRow) -> dict[str, Any]:
     """A run as `stackbone runs list --json` prints it. `key` is its concurrency key, "" for a run
-    without one; `keys` that and the keys of the slots it holds and the queues it waits in;
+    without one; `keys` that, the keys it took slots under (kept after it ends), and the keys of
+    the slots it holds and the queues it waits in;
     `reference` the value of its input's reference field ("" for none)."""
     run = row.run
     return {

@@ -1,17 +1,18 @@
 """The box's second ceiling: the Celery workers alive, and the runs waiting for one (issue 30).
 
 A limit of capacity 20 runs at most as many runs at once as the workers run tasks: with 2 worker
-processes, runs that hold its slots while they run never pass 2, and the rest sit `pending`.
+processes, runs that hold its slots while they run never pass 2, and the rest wait for a worker.
 Studio's Limits list (a panel), `stackbone workers` and `/metrics` show it from here:
 
-- `alive()`: the workers that answer Celery's remote control (`inspect().stats()`, then
-  `inspect().active()` of those that answered), each with its host, pool, concurrency and busy
-  processes. The broadcast waits ANSWER_SECONDS for answers, in a thread joined for at most
-  GIVE_UP_SECONDS (a broker that hangs never holds a page), and the answer is kept CACHE_SECONDS
-  per process, so a page or a scrape asks at most that often. A worker of the `solo` pool cannot
-  answer while it runs a task (its one thread is busy): it is missing from the list until then.
-- `pending()`: the runs no worker has started yet (status `pending`) and how long the oldest has
-  waited since it was created; one aggregate over the run_by_status index.
+- `alive()`: the workers alive, each as it reported itself (stackbone.plumbing.worker_beat: every
+  worker writes its host, pool, concurrency and the tasks it runs now, counted in its own main
+  process, within a second of a change and every 5 s), those that reported within ALIVE_SECONDS.
+  One query, nothing asked over the broker: right for every pool (prefork, threads, solo, which
+  cannot answer the broker while it runs a task), and never a wait for a page (issue 45).
+- `pending()`: the runs waiting for a worker: those a worker may move now (not suspended: pending,
+  woken from a wait, or queued and let through) that no worker holds (no live lease), and how
+  long the oldest has waited since it was sent to the workers; one aggregate over the
+  run_runnable index.
 - `bounded_by_workers(total)`: the declared limits whose capacity is more than the workers' total
   concurrency: while runs hold their slots as they run, the workers, not the limit, bound them.
 - `report()`: all three in the JSON shape of `stackbone workers --json` and of the API's
@@ -20,31 +21,29 @@ Studio's Limits list (a panel), `stackbone workers` and `/metrics` show it from 
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Min
+from django.db.models import Count, Min, Q
 from django.db.models.functions import Coalesce
 
+from limits.durations import format_duration
 from limits.models import Limit
 from stackbone.plumbing import clock as box_clock
+from stackbone.plumbing.models import WorkerBeat
+from stackbone.plumbing.worker_beat import ALIVE_SECONDS
 from stackbone.runs.models import Run
 
-ANSWER_SECONDS = 0.5
-GIVE_UP_SECONDS = 3.0
-CACHE_SECONDS = 10.0
 BOUNDED_SHOWN = 20
+CACHE_SECONDS = 0.0  # nothing is kept: each worker's report is at most a few seconds old already
+RUNNABLE = (Run.Status.QUEUED, Run.Status.PENDING, Run.Status.RUNNING)
 
 EAGER = "tasks run in the caller (CELERY_TASK_ALWAYS_EAGER): there are no workers"
 IN_PROCESS = "the broker is in-process (memory://): no worker can reach it"
-NO_ANSWER = "no answer from the broker within {seconds:g} s"
-BROKER_ERROR = "the broker cannot be asked: {error}"
-
-_lock = threading.Lock()
-_cache: tuple[float, Workers] | None = None
+NO_ANSWER = "no worker has reported in the last {seconds:g} s"
+LAST_SEEN = "; the last, {name}, {ago} ago"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +66,11 @@ class Worker:
 
 @dataclass(frozen=True, slots=True)
 class Workers:
-    """The workers that answered, and why none could when none did (`note`)."""
+    """The workers alive, and why there is none when there is none (`note`)."""
 
     workers: tuple[Worker, ...] = ()
     note: str = ""
-    asked_at: float = field(default_factory=time.time)  # Unix time of the question
+    asked_at: float = field(default_factory=time.time)  # Unix time of the read
 
     @property
     def concurrency(self) -> int:
@@ -102,25 +101,18 @@ class Bounded:
 
 
 def alive(*, fresh: bool = False) -> Workers:
-    """The workers alive, asked at most every CACHE_SECONDS in this process (`fresh`: ask now)."""
-    global _cache
-    with _lock:
-        if not fresh and _cache is not None and time.monotonic() - _cache[0] < CACHE_SECONDS:
-            return _cache[1]
-        found = ask()
-        _cache = (time.monotonic(), found)
-        return found
+    """The workers alive, as they reported themselves (`fresh` is accepted for the callers that
+    asked for a new answer when answers were kept: every read is fresh now)."""
+    return ask()
 
 
 def forget_answers() -> None:
-    """Drop the kept answer (tests, and a new broker)."""
-    global _cache
-    with _lock:
-        _cache = None
+    """Nothing is kept any more (each read is one query); kept for the callers that cleared it."""
 
 
 def ask() -> Workers:
-    """Ask the broker now which workers are alive, waiting at most GIVE_UP_SECONDS."""
+    """The workers that reported within ALIVE_SECONDS, by name; when none did, why (tasks run
+    eagerly, the broker is in-process, or no report: with the last one seen, if any)."""
     from celery import current_app
 
     conf = current_app.conf
@@ -128,43 +120,31 @@ def ask() -> Workers:
         return Workers(note=EAGER)
     if str(conf.broker_url or "").startswith("memory://"):
         return Workers(note=IN_PROCESS)
-    answer: dict[str, Workers] = {}
-    thread = threading.Thread(target=lambda: answer.update(found=_inspect(current_app)), daemon=True)
-    thread.start()
-    thread.join(GIVE_UP_SECONDS)
-    return answer.get("found") or Workers(note=NO_ANSWER.format(seconds=GIVE_UP_SECONDS))
-
-
-def _inspect(app: Any) -> Workers:
-    try:
-        stats: dict[str, Any] = app.control.inspect(timeout=ANSWER_SECONDS).stats() or {}
-        names = sorted(stats)
-        active: dict[str, Any] = {}
-        if names:  # only those that answered, so it returns as soon as they all have
-            inspector = app.control.inspect(timeout=ANSWER_SECONDS, destination=names, limit=len(names))
-            active = inspector.active() or {}
-    except Exception as error:  # a broker down or refusing: say so, never fail the page
-        return Workers(note=BROKER_ERROR.format(error=f"{type(error).__name__}: {error}"))
-    return Workers(tuple(_worker(name, stats[name], active.get(name)) for name in names))
-
-
-def _worker(name: str, stats: dict[str, Any], active: list[Any] | None) -> Worker:
-    pool = stats.get("pool") or {}
-    implementation = str(pool.get("implementation") or "")  # 'celery.concurrency.prefork:TaskPool'
-    kind = implementation.rpartition(":")[0].rpartition(".")[2] or "?"
-    concurrency = pool.get("max-concurrency")
-    return Worker(
-        name=name,
-        host=name.partition("@")[2] or str(stats.get("hostname") or name),
-        pool={"thread": "threads"}.get(kind, kind),
-        concurrency=concurrency if isinstance(concurrency, int) else 0,
-        busy=len(active or []),
+    rows = list(
+        WorkerBeat.objects.filter(beat_at__gte=box_clock.expression(-timedelta(seconds=ALIVE_SECONDS))).order_by("name")
     )
+    if rows:
+        found = (Worker(row.name, row.host, row.pool, row.concurrency, row.busy) for row in rows)
+        return Workers(tuple(found))
+    note = NO_ANSWER.format(seconds=ALIVE_SECONDS)
+    last = WorkerBeat.objects.order_by("-beat_at").values_list("name", "beat_at").first()
+    if last is not None:
+        ago = max(int((box_clock.display_now() - last[1]).total_seconds() * 1000), 0)
+        note += LAST_SEEN.format(name=last[0], ago=format_duration(ago) if ago >= 1000 else "under a second")
+    return Workers(note=note)
 
 
 def pending(now: datetime) -> Pending:
-    """The runs no worker has started yet, and how long (seconds) the oldest has waited."""
-    row = Run.objects.filter(status=Run.Status.PENDING).aggregate(runs=Count("id"), oldest=Min("created_at"))
+    """The runs waiting for a worker: not suspended (a worker may move them now: pending, woken
+    from a wait, or queued and let through by their bounds) and held by no worker (no lease, or a
+    lease past: its worker is gone), and how long (seconds) the oldest has waited since it was sent
+    to the workers."""
+    lease_live = Q(lease_until__isnull=False) & Q(lease_until__gt=box_clock.expression())
+    row = (
+        Run.objects.filter(status__in=RUNNABLE, suspended=False)
+        .exclude(lease_live)
+        .aggregate(runs=Count("id"), oldest=Min(Coalesce("dispatched_at", "created_at")))
+    )
     oldest = row["oldest"]
     return Pending(row["runs"], None if oldest is None else max((now - oldest).total_seconds(), 0.0))
 
@@ -172,7 +152,7 @@ def pending(now: datetime) -> Pending:
 def bounded_by_workers(total: int) -> list[Bounded]:
     """The declared limits (and workflows' bounds) of capacity above `total`, the workers' total
     concurrency, by name; at most BOUNDED_SHOWN + 1 (one more says there are more). None when no
-    worker answered (total 0): every limit would be, which says nothing."""
+    worker is alive (total 0): every limit would be, which says nothing."""
     if total <= 0:
         return []
     rows = (
@@ -186,8 +166,8 @@ def bounded_by_workers(total: int) -> list[Bounded]:
 
 
 def report(*, fresh: bool = False) -> dict[str, Any]:
-    """The workers alive (`fresh`: asked now, not from the kept answer), the runs pending for one
-    and the limits the workers bound, as `stackbone workers --json` prints them."""
+    """The workers alive, the runs waiting for one and the limits the workers bound, as
+    `stackbone workers --json` prints them (`fresh`: accepted, every read is fresh)."""
     found = alive(fresh=fresh)
     waiting = pending(box_clock.display_now())
     bounded = bounded_by_workers(found.concurrency)

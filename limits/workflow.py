@@ -19,7 +19,7 @@ from typing import Any
 from django.db import transaction
 
 from limits import run_bounds, services
-from stackbone.runs.models import Step
+from stackbone.runs.models import RunKey, Step
 from stackbone.runs.runtime import (
     RunContext,
     Suspend,
@@ -27,6 +27,7 @@ from stackbone.runs.runtime import (
     body_context,
     is_interruption,
     lock_own_run,
+    next_recorded_name,
     record_step,
     recorded_step,
     run_step,
@@ -102,9 +103,11 @@ def _acquire(
        box slot again (`run_bounds.box_place`). Timed out: record the hook step failed and raise
        SlotTimeoutError; under the box, only once the run holds a box slot again (the wait gave
        it back: `_box_slot_again`), else the run waits for one alone, its hook step still open.
-    Steps 2 and 3 are one transaction, under the run's lease. With ends_with_run (with_limit,
-    with_limits), the busy slots are tied to the run in that same transaction
-    (services.tie_to_run): if the run ends before the work gives them back, ending it frees them.
+    Steps 2 and 3 are one transaction, under the run's lease; a grant under a key also keeps the
+    key with the run (RunKey), so the run is found by it after the slot is freed and it ends.
+    With ends_with_run (with_limit, with_limits), the busy slots are tied to the run in that same
+    transaction (services.tie_to_run): if the run ends before the work gives them back, ending it
+    frees them.
     """
     ctx = body_context("acquire_slots" if many else "acquire_slot")
     seq = ctx.next_seq()
@@ -139,6 +142,8 @@ def _acquire(
             result: dict[str, Any] = {"slot_id": ids[0]}
             if many or key is not None:
                 result.update(slot_ids=ids, key=key)
+            if key is not None:  # the run is found by this key after the slot is freed and it ends
+                RunKey.objects.bulk_create([RunKey(run_id=ctx.run_id, key=key)], ignore_conflicts=True)
             record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.COMPLETED, result=result)
             return [SlotHandle(id=i, limiter=limit, key=key) for i, limit in zip(ids, limits, strict=True)]
         if outcome.state == "waiting":
@@ -254,7 +259,7 @@ def hold_slots(
     limits: list[str], timeout: int | str | None = None, label: str | None = None, key: str | None = None
 ) -> Iterator[list[SlotHandle]]:
     """`with hold_slots(["partner-api", "voice-calls"]) as slots:` — with_limits as a context
-    manager; the slots are given back by the rule of hold_slot, each as its own recorded step."""
+    manager; the slots are given back by the rule of hold_slot, together: one recorded step."""
     if isinstance(limits, str) or not isinstance(limits, list | tuple):
         raise services.LimitsError(services.BAD_LIMITS, field="limits")
     with _holding(list(limits), timeout=timeout, label=label, key=key, many=True) as slots:
@@ -270,8 +275,19 @@ def _holding(
         yield slots
     except Exception as error:
         if not is_interruption(error):
-            for slot in slots:
-                release_slot(slot.id)
+            _release_held(slots)
         raise
-    for slot in slots:
-        release_slot(slot.id)
+    _release_held(slots)
+
+
+def _release_held(slots: list[SlotHandle]) -> None:
+    """Give back a hold_slot(s) block's slots: one as release_slot; several as one recorded step
+    ("release_slots") and one engine call (services.release_slots: one set of locks, one grant),
+    unless the run recorded them one release_slot step each, before this release existed: its
+    replay goes on the older way."""
+    if len(slots) == 1 or next_recorded_name() == "release_slot":
+        for slot in slots:
+            release_slot(slot.id)
+        return
+    ids = [slot.id for slot in slots]
+    run_step("release_slots", lambda: {"released": services.release_slots(ids)}, atomic=True)

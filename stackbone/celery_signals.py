@@ -16,19 +16,25 @@ caller's transaction: its connections are the caller's, and are left alone.
 
 Clocks. Each worker and beat measures its host's clock against the database's at start and every
 5 minutes (stackbone.plumbing.clock: logged when off, shown on /healthz, /metrics and Studio).
+
+What each worker runs. Each worker reports itself (its pool, its concurrency, the tasks it runs
+now) from a thread of its main process, within a second of a change and every 5 s, and removes
+its report when it stops (stackbone.plumbing.worker_beat: the Workers panel, `stackbone workers`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from celery.signals import beat_init, task_postrun, task_prerun, worker_ready
+from celery.signals import beat_init, task_postrun, task_prerun, worker_ready, worker_shutdown
 
 
 def connect() -> None:
     task_prerun.connect(close_old_connections, dispatch_uid="stackbone-close-old-connections-prerun")
     task_postrun.connect(close_old_connections, dispatch_uid="stackbone-close-old-connections-postrun")
     worker_ready.connect(watch_the_workers_clock, dispatch_uid="stackbone-watch-workers-clock")
+    worker_ready.connect(report_what_the_worker_runs, dispatch_uid="stackbone-worker-beat")
+    worker_shutdown.connect(forget_the_worker, dispatch_uid="stackbone-worker-beat-stop")
     beat_init.connect(watch_the_beats_clock, dispatch_uid="stackbone-watch-beats-clock")
 
 
@@ -51,3 +57,15 @@ def watch_the_beats_clock(**kwargs: Any) -> None:
     from stackbone.plumbing import clock
 
     clock.watch("beat")
+
+
+def report_what_the_worker_runs(sender: Any = None, **kwargs: Any) -> None:
+    from stackbone.plumbing import worker_beat
+
+    worker_beat.start(sender)
+
+
+def forget_the_worker(sender: Any = None, **kwargs: Any) -> None:
+    from stackbone.plumbing import worker_beat
+
+    worker_beat.stop(sender)

@@ -1,4 +1,5 @@
-"""`stackbone dev`: the whole box on one machine.
+"""`stackbone dev`, the box's management command `dev` (studio/management/commands/dev.py; ./scripts/dev
+runs it): the whole box on one machine.
 
 1. Migrate (which syncs the declared limits) and make sure a local sign-in exists.
 2. Start the web server, one Celery worker and Celery beat (and, with --demo, a stream of
@@ -112,10 +113,14 @@ def worker_argv(python: str, level: str, concurrency: int) -> list[str]:
     return [python, "-m", "celery", "-A", "studio", "worker", f"--loglevel={level}", f"--concurrency={concurrency}"]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stackbone dev", description="Run the whole box: web, worker and beat.")
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:

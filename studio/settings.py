@@ -22,6 +22,8 @@ from django.utils.csp import CSP
 from kombu import Exchange, Queue
 
 from limits.beat import BEAT_SCHEDULE, MAINTENANCE_TASKS
+from stackbone.plumbing.embedded import TRANSPORT as EMBEDDED_TRANSPORT
+from stackbone.plumbing.embedded import filesystem_broker, sqlite_options
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STACKBONE_VAR_DIR", BASE_DIR / "var"))
@@ -141,14 +143,10 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # WAL lets readers run beside the writer; IMMEDIATE makes every transaction take the write
-    # lock at BEGIN, so writers serialize instead of failing to upgrade a read lock.
+    # The embedded default's options (stackbone/plumbing/embedded.py: WAL, IMMEDIATE, a 30 s wait
+    # for the write lock, a connection per request or task), as docs/embedding.md gives them.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"]["OPTIONS"] = {
-        "transaction_mode": "IMMEDIATE",
-        "timeout": 30,
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-    }
+    DATABASES["default"]["OPTIONS"] = sqlite_options()
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -204,18 +202,10 @@ STACKBONE_LOGIN_MAX_FAILURES_PER_ADDRESS = int(
 # --- Celery ---------------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL == "filesystem://":
-    CELERY_BROKER_TRANSPORT = "stackbone.plumbing.broker:Transport"  # kombu's filesystem transport, multi-process safe
-    _broker_dir = VAR_DIR / "broker"
-    for _sub in ("out", "processed", "control"):
-        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_broker_dir / "out"),
-        "data_folder_out": str(_broker_dir / "out"),
-        "processed_folder": str(_broker_dir / "processed"),
-        "control_folder": str(_broker_dir / "control"),
-        "store_processed": False,
-        "polling_interval": 0.1,
-    }
+    # The embedded broker (stackbone/plumbing/embedded.py): kombu's filesystem transport, made
+    # safe for several processes, in var/broker.
+    CELERY_BROKER_TRANSPORT = EMBEDDED_TRANSPORT
+    CELERY_BROKER_TRANSPORT_OPTIONS = filesystem_broker(VAR_DIR / "broker")
 elif CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://")):
     # kombu's Redis channel rotates its queues round robin by default; this reads them in a fixed
     # order, the maintenance queue first (stackbone/plumbing/broker.py).

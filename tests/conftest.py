@@ -120,7 +120,7 @@ def no_skew_banner_read() -> None:
     the tests of the banner itself drop it (tests/insights/test_clock_skew.py)."""
     from django.core.cache import cache
 
-    from studio.plumbing.clock import BANNER_CACHE_KEY
+    from stackbone.plumbing.clock import BANNER_CACHE_KEY
 
     cache.set(BANNER_CACHE_KEY, [], timeout=None)
 
@@ -128,7 +128,7 @@ def no_skew_banner_read() -> None:
 @pytest.fixture
 def no_worker() -> None:
     """Tasks go to an in-process memory broker that nobody consumes: runs move only when the
-    test calls studio.runs.runtime.advance(run_id), as if every worker were down."""
+    test calls stackbone.runs.runtime.advance(run_id), as if every worker were down."""
     use_broker("memory://", eager=False)
 
 

@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 from kombu import Connection, Consumer, Exchange, Queue
 
-from studio.plumbing.broker import Transport
+from stackbone.plumbing.broker import Transport
 
 PRODUCERS, CONSUMERS, PER_PRODUCER = 3, 3, 150
 

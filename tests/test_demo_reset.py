@@ -8,8 +8,8 @@ from django.utils import timezone
 
 from limits import services
 from limits.models import AuditEvent, QueueEntry, Slot
+from stackbone.models import Run
 from studio.demo.reset import ACTOR, reset_demo
-from studio.models import Run
 from tests.factories import assert_counters_match_rows, declare, holders, queue
 
 pytestmark = pytest.mark.django_db

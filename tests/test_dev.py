@@ -126,27 +126,27 @@ def test_quiet_logs_hide_good_requests_and_keep_failures() -> None:
 
 
 def test_dev_takes_verbose_and_reset_demo() -> None:
-    from studio.cli import build_parser
+    from studio.dev import build_parser
 
-    options = build_parser().parse_args(["dev", "--port", "9000", "--verbose", "--reset-demo"])
+    options = build_parser().parse_args(["--port", "9000", "--verbose", "--reset-demo"])
     assert (options.port, options.verbose, options.reset_demo, options.demo) == (9000, True, True, False)
-    quiet = build_parser().parse_args(["dev"])
+    quiet = build_parser().parse_args([])
     assert (quiet.verbose, quiet.reset_demo) == (False, False)
 
 
 def test_dev_takes_the_workers_concurrency(capsys) -> None:
     """Issue 30: the worker's processes are the box's second ceiling; `--concurrency N` sets them."""
     from studio import dev
-    from studio.cli import build_parser
+    from studio.dev import build_parser
 
-    options = build_parser().parse_args(["dev", "--demo", "--concurrency", "6"])
+    options = build_parser().parse_args(["--demo", "--concurrency", "6"])
     assert (options.concurrency, options.demo) == (6, True)
-    assert build_parser().parse_args(["dev"]).concurrency == dev.DEFAULT_CONCURRENCY == 2
+    assert build_parser().parse_args([]).concurrency == dev.DEFAULT_CONCURRENCY == 2
     argv = dev.worker_argv("python", "WARNING", options.concurrency)
     assert argv == ["python", "-m", "celery", "-A", "studio", "worker", "--loglevel=WARNING", "--concurrency=6"]
     for bad in ("0", "-1", "x"):
         with pytest.raises(SystemExit):
-            build_parser().parse_args(["dev", "--concurrency", bad])
+            build_parser().parse_args(["--concurrency", bad])
     assert "--concurrency must be a whole number of at least 1" in capsys.readouterr().err
 
 

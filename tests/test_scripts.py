@@ -100,7 +100,7 @@ def test_a_changed_pyproject_installs_again(project: Path) -> None:
 
 def real_copy(tmp_path: Path) -> Path:
     """The scripts beside a .venv made of links to the project's: the real python and stackbone,
-    with an install stamp of its own (current), so nothing is installed."""
+    with an install stamp of its own (current), so nothing is installed; and the box itself."""
     root = tmp_path / "real"
     shutil.copytree(ROOT / "scripts", root / "scripts")
     shutil.copy2(ROOT / "pyproject.toml", root / "pyproject.toml")
@@ -108,6 +108,8 @@ def real_copy(tmp_path: Path) -> Path:
     for entry in (ROOT / ".venv").iterdir():
         if not entry.name.startswith(".installed"):
             (root / ".venv" / entry.name).symlink_to(entry)
+    for name in ("manage.py", "studio"):  # the box beside its scripts, as in a checkout (never installed)
+        (root / name).symlink_to(ROOT / name)
     age(root / "pyproject.toml", 60)
     (root / ".venv" / ".installed-test").touch()
     return root

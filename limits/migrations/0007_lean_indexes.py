@@ -3,7 +3,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from studio.plumbing.migration_ops import drop_like_index
+from stackbone.plumbing.migration_ops import drop_like_index
 
 
 class Migration(migrations.Migration):

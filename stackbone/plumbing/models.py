@@ -1,5 +1,6 @@
-"""The plumbing's rows: failed sign-ins for the throttle (table studio_signinfailure), and each
-host's clock skew against the database (studio_clockskew)."""
+"""The plumbing's rows: failed sign-ins for the throttle (table studio_signinfailure), each
+host's clock skew against the database (studio_clockskew), and each Celery worker's own report of
+what it runs (studio_workerbeat)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,27 @@ class ClockSkew(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host} ({self.role}): {self.skew_seconds:+.1f} s"
+
+
+class WorkerBeat(models.Model):
+    """One Celery worker as it last reported itself (stackbone.plumbing.worker_beat): its pool, its
+    concurrency, and how many tasks it was running then, counted by the worker itself (the
+    requests it has accepted and not finished, in its main process, whatever the pool: prefork,
+    threads, solo). Written every few seconds, and within a second of a change, by a thread of the
+    worker; removed when the worker stops, and by the next report anywhere a day after a worker
+    vanished. `beat_at` and `started_at` are the database's time."""
+
+    name = models.CharField(max_length=255, unique=True, help_text="The worker's node name, celery@host.")
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    pool = models.CharField(max_length=32)
+    concurrency = models.PositiveIntegerField()
+    busy = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    beat_at = models.DateTimeField()
+
+    class Meta:
+        app_label = "studio"
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.busy} of {self.concurrency} busy ({self.pool})"

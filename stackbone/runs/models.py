@@ -123,3 +123,24 @@ class Step(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.name}"
+
+
+class RunKey(models.Model):
+    """A key a run took a slot under inside its body (`with_limit(..., key=...)`, `acquire_slot`,
+    `acquire_slots`), kept with the run after the slot is freed and the run has ended, so a
+    tenant's runs are found by key for as long as the runs are kept (the Runs screen's Key filter,
+    `stackbone runs list --key`, `/api/runs/?key=`). One row per run and key, written in the
+    transaction that grants the slot (limits.workflow); a run's concurrency key is its own column.
+    The run layer knows nothing of limits: to it a key is a name a run is found by."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="taken_keys", db_index=False)
+    key = models.CharField(max_length=128)
+
+    class Meta:
+        app_label = "studio"
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="runkey_one_per_run")]
+        # ?key=: the runs of a key (its rows, then the runs by primary key).
+        indexes = [models.Index(fields=["key", "run"], name="runkey_by_key")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.key}"

@@ -1,8 +1,8 @@
-"""Moved to stackbone.runs.tasks: this old path is that module itself (sys.modules)."""
+"""Moved to stackbone.runs.tasks: this old path warns (DeprecationWarning) and is that module itself."""
 
 import sys
 
-from stackbone.runs import tasks as _moved
 from stackbone.runs.tasks import *  # noqa: F403 - its names, for type checkers
+from studio._moved import moved
 
-sys.modules[__name__] = _moved
+sys.modules[__name__] = moved(__name__, "stackbone.runs.tasks")

@@ -20,10 +20,10 @@ from django.utils import timezone
 
 from limits import run_bounds, services
 from limits.cli import Streams
+from limits.cli import runs as runs_cli
 from limits.models import QueueEntry
 from limits.tokens import issue_token
-from studio import runs_cli
-from studio.models import Run
+from stackbone.models import Run
 from tests.api.conftest import operator, reader
 from tests.factories import declare
 
@@ -240,7 +240,7 @@ def test_list_pages_on_with_before(api) -> None:
         ({"size": "9" * 5000}, "size", "from 1 to 1000"),
         ({"key": "k" * 129}, "key", "key must be a string of 1 to 128"),
         ({"key": "a\x1bb"}, "key", "control characters"),
-        ({"workflow": "a\x00b"}, None, "NUL character"),  # refused before any view (studio.plumbing.middleware)
+        ({"workflow": "a\x00b"}, None, "NUL character"),  # refused before any view (stackbone.plumbing.middleware)
         ({"before": "run_nope"}, "before", "unknown run 'run_nope'"),
     ],
 )

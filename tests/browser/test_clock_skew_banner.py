@@ -10,8 +10,8 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from studio.plumbing.clock import BANNER_CACHE_KEY
-from studio.plumbing.models import ClockSkew
+from stackbone.plumbing.clock import BANNER_CACHE_KEY
+from stackbone.plumbing.models import ClockSkew
 from tests.browser.conftest import signed_in
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 
 from limits import services
 from limits.models import AuditEvent, Limit, Slot
-from studio.models import Run, Step
+from stackbone.models import Run, Step
 from tests.browser.conftest import SCREENSHOTS
 from tests.factories import declare, holders, queue
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from limits import services
-from studio.models import Run, Step
+from stackbone.models import Run, Step
 from tests.browser.conftest import SCREENSHOTS, signed_in
 from tests.conftest import Clock
 from tests.factories import declare, rolled_up_grants

@@ -14,7 +14,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from limits import services
-from studio.models import Run
+from stackbone.models import Run
 from tests.browser.conftest import SCREENSHOTS
 from tests.factories import declare
 

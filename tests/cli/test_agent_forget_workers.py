@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from limits import cli, workers
+from limits.cli import workers as workers_cli
 from limits.models import ForgottenLimit, Limit
 from limits.services import acquire, release
-from studio import workers_cli
 from tests.api.conftest import operator, reader
 from tests.cli.conftest import closed_port, run_cli, write_agents
 from tests.factories import declare

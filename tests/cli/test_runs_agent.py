@@ -19,9 +19,9 @@ from django.utils import timezone
 
 from limits import cli, services
 from limits.cli import Streams
+from limits.cli import runs as runs_cli
 from limits.models import QueueEntry
-from studio import runs_cli
-from studio.models import Run
+from stackbone.models import Run
 from tests.api.conftest import operator, reader
 from tests.api.test_runs import run_operator
 from tests.cli.conftest import closed_port, write_agents

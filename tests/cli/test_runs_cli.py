@@ -14,9 +14,9 @@ from django.utils import timezone
 
 from limits import run_bounds, run_list, services
 from limits.cli import Streams
+from limits.cli import runs as runs_cli
 from limits.models import QueueEntry
-from studio import runs_cli
-from studio.models import Run
+from stackbone.models import Run
 from tests.factories import declare
 
 pytestmark = pytest.mark.django_db

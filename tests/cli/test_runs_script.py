@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from studio.models import Run
+from stackbone.models import Run
 from tests.cli.test_script import assert_one_clean_line, database_url_of_the_tests, stackbone
 
 pytestmark = pytest.mark.django_db(transaction=True)

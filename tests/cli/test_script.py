@@ -51,7 +51,7 @@ def assert_one_clean_line(result: subprocess.CompletedProcess[str]) -> None:
 
 @pytest.mark.one_database  # never reaches the configured database (tests/conftest.py)
 def test_the_console_script_is_installed() -> None:
-    assert STACKBONE.exists(), "run `pip install -e .`: pyproject.toml declares stackbone = studio.cli:main"
+    assert STACKBONE.exists(), "run `pip install -e .`: pyproject.toml declares stackbone = limits.cli.script:main"
     result = stackbone("limits", "--help")
     assert result.returncode == 0
     for verb in ("list", "slots", "release", "capacity", "max-hold"):

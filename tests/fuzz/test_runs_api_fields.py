@@ -13,7 +13,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from limits import run_bounds
-from studio.models import Run
+from stackbone.models import Run
 from tests.api.test_runs import RunsApi, run_operator
 from tests.fuzz.conftest import fuzz, json_values, snapshot, text
 

@@ -11,8 +11,8 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from studio.plumbing import clock as box_clock
-from studio.plumbing.models import ClockSkew
+from stackbone.plumbing import clock as box_clock
+from stackbone.plumbing.models import ClockSkew
 from tests.insights.test_metrics import TOKEN, one, scrape
 from tests.views.conftest import make_user
 
@@ -51,7 +51,7 @@ def test_a_measurement_logs_a_warning_above_2_s_and_an_error_above_the_margin(ca
     for skew, level in ((0.5, None), (3.0, logging.WARNING), (-600.0, logging.ERROR)):
         monkeypatch.setattr(box_clock, "measure_skew", lambda skew=skew: skew)
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="studio.plumbing.clock"):
+        with caplog.at_level(logging.WARNING, logger="stackbone.plumbing.clock"):
             assert box_clock.check_skew("worker") == skew
         assert [record.levelno for record in caplog.records] == ([level] if level else [])
         assert ClockSkew.objects.get(host=box_clock.host_name(), role="worker").skew_seconds == skew

@@ -133,7 +133,7 @@ def test_the_workers_and_the_runs_pending_for_one(scraper, clock, monkeypatch) -
     import datetime as dt
 
     from limits import workers
-    from studio.models import Run
+    from stackbone.models import Run
 
     found = workers.Workers(
         (workers.Worker("celery@a", "a", "prefork", 4, 3), workers.Worker("celery@b", "b", "solo", 1, 0))

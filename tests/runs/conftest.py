@@ -15,12 +15,12 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from studio.models import Run
+from stackbone.models import Run
 from tests.conftest import use_broker
 
 
 class Worker:
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None = None, *, pool: str = "solo", concurrency: int = 1) -> None:
         self.lines: list[str] = []
         db = connection.settings_dict
         if connection.vendor == "sqlite":
@@ -34,7 +34,8 @@ class Worker:
             **(env or {}),
         }
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "studio", "worker", "--pool=solo", "--loglevel=INFO",
+            [sys.executable, "-m", "celery", "-A", "studio", "worker", f"--pool={pool}", f"--concurrency={concurrency}",
+             "--loglevel=INFO",
              "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"test-{uuid.uuid4().hex[:8]}@%h"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=settings.BASE_DIR,
         )  # fmt: skip

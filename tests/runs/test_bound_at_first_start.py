@@ -10,7 +10,7 @@ import pytest
 
 from limits import run_bounds, services
 from limits.models import Limit
-from studio.models import Run
+from stackbone.models import Run
 from studio.workflows import start_run, step, workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,8 +13,8 @@ from limits.config import ConfigError, define_workspace
 from limits.models import AuditEvent, Limit, QueueEntry, Slot
 from limits.verify import verify
 from limits.workflow import SlotTimeoutError, acquire_slot, release_slot
-from studio.models import Run
-from studio.runs.runtime import advance
+from stackbone.models import Run
+from stackbone.runs.runtime import advance
 from studio.workflows import cancel_run, start_run, step, workflow
 from tests.factories import assert_counters_match_rows, holders, queue
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from limits.models import Slot
-from studio.models import Run
-from studio.runs.runtime import advance, recover
+from stackbone.models import Run
+from stackbone.runs.runtime import advance, recover
 from studio.workflows import start_run
 from studio.workflows.calls import call_ended, place_call
 from tests.conftest import use_broker

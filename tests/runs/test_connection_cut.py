@@ -21,7 +21,7 @@ from django.db import connection
 
 import tests.runs.guarded  # noqa: F401 - registers test_guarded_step in this process too
 from limits.models import Slot
-from studio.models import Run
+from stackbone.models import Run
 from studio.workflows import start_run
 from tests.conftest import requires_postgres
 from tests.factories import assert_counters_match_rows, declare

@@ -21,10 +21,10 @@ from django.test import override_settings
 from limits import services
 from limits.models import QueueEntry, Slot
 from limits.verify import verify
-from studio.plumbing import clock
-from studio.plumbing.models import ClockSkew
-from studio.runs import runtime
-from studio.runs.models import Run, Step
+from stackbone.plumbing import clock
+from stackbone.plumbing.models import ClockSkew
+from stackbone.runs import runtime
+from stackbone.runs.models import Run, Step
 from tests.conftest import requires_postgres
 from tests.factories import declare
 

@@ -15,9 +15,9 @@ import time
 import pytest
 from django.utils import timezone
 
+from stackbone.models import Run
 from stackbone.runs import runtime
-from studio.models import Run
-from studio.runs.runtime import advance, recover
+from stackbone.runs.runtime import advance, recover
 from studio.workflows import start_run, step, workflow
 from tests.conftest import use_broker
 

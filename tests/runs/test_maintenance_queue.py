@@ -11,8 +11,8 @@ import pytest
 import tests.runs.paced  # noqa: F401 - registers test_paced_step in this process too
 from limits.models import SweepState
 from limits.tasks import sweep
+from stackbone.models import Run
 from studio.celery import app
-from studio.models import Run
 from studio.workflows import start_run
 from tests.runs.conftest import Worker, wait_for
 from tests.runs.paced import PACED

@@ -14,9 +14,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from limits import services
-from studio.runs import statements
-from studio.runs.models import Run, Step
-from studio.runs.runtime import LEASE, UNFINISHED, WAITING_STATUSES, advance
+from stackbone.runs import statements
+from stackbone.runs.models import Run, Step
+from stackbone.runs.runtime import LEASE, UNFINISHED, WAITING_STATUSES, advance
 from studio.workflows import start_run
 from tests.factories import declare
 
@@ -67,7 +67,7 @@ def test_an_advance_after_a_suspension_reads_the_recorded_steps(partner) -> None
     ]
 
 
-# --- studio.runs.statements, row for row against the ORM calls they stand for -------------------
+# --- stackbone.runs.statements, row for row against the ORM calls they stand for -------------------
 
 RUN_FIELDS = [f.name for f in Run._meta.concrete_fields if f.name != "id"]
 STEP_FIELDS = [f.attname for f in Step._meta.concrete_fields if f.name != "id"]

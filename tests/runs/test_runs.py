@@ -7,8 +7,8 @@ import pytest
 from limits import services
 from limits.models import QueueEntry, Slot
 from limits.workflow import SlotTimeoutError, acquire_slot, hold_slot, release_slot, with_limit
-from studio.models import Run
-from studio.runs.runtime import WorkflowError, advance, recover
+from stackbone.models import Run
+from stackbone.runs.runtime import WorkflowError, advance, recover
 from studio.workflows import StepError, cancel_run, start_run, step, workflow
 from studio.workflows.calls import call_ended, place_call
 from tests.factories import assert_counters_match_rows, declare, holders, queue

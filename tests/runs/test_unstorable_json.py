@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from studio.models import Run, Step
-from studio.runs import json_values
-from studio.runs.runtime import WorkflowError
+from stackbone.models import Run, Step
+from stackbone.runs import json_values
+from stackbone.runs.runtime import WorkflowError
 from studio.workflows import StepError, start_run, step, workflow
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,9 +13,9 @@ from limits import services
 from limits.models import Slot
 from limits.verify import verify
 from limits.workflow import acquire_slot, hold_slot
-from studio.models import Run
-from studio.runs import runtime
-from studio.runs.runtime import advance
+from stackbone.models import Run
+from stackbone.runs import runtime
+from stackbone.runs.runtime import advance
 from studio.workflows import cancel_run, start_run, step, workflow
 from tests.factories import assert_counters_match_rows, declare, holders, queue
 

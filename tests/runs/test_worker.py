@@ -11,7 +11,7 @@ import time_machine
 
 import tests.runs.guarded  # noqa: F401 - registers test_database_backend in this process too
 from limits import services
-from studio.models import Run
+from stackbone.models import Run
 from studio.workflows import start_run
 from tests.conftest import requires_postgres
 from tests.factories import assert_counters_match_rows, declare, holders, queue

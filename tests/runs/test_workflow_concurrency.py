@@ -13,8 +13,8 @@ import pytest
 from limits import run_bounds, services
 from limits.models import Limit, QueueEntry, Slot
 from limits.verify import verify
-from studio.models import Run, Step
-from studio.runs.runtime import WorkflowError, advance
+from stackbone.models import Run, Step
+from stackbone.runs.runtime import WorkflowError, advance
 from studio.workflows import cancel_run, start_run, step, workflow
 from tests.factories import assert_counters_match_rows, declare, holders, queue
 

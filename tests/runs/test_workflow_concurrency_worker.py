@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from limits import run_bounds, services
-from studio.models import Run
+from stackbone.models import Run
 from studio.workflows import start_run
 from tests.factories import assert_counters_match_rows, declare
 from tests.runs.conftest import Worker, status, wait_for

@@ -11,7 +11,7 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 from limits import services
-from studio.models import Run
+from stackbone.models import Run
 from tests.factories import declare
 
 pytest.importorskip("playwright.sync_api")

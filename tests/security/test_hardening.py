@@ -116,7 +116,7 @@ def test_hsts_preload_is_an_opt_in_and_so_is_password_reset() -> None:
 def run_id(busy_limit) -> str:
     from django.utils import timezone
 
-    from studio.models import Run
+    from stackbone.models import Run
 
     now = timezone.now()
     return Run.objects.create(workflow="place_call", created_at=now, updated_at=now).id

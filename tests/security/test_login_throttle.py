@@ -13,8 +13,8 @@ from django.contrib.auth.models import User
 from django.db import connections
 from django.test import Client
 
-from studio.models import SignInFailure
-from studio.plumbing.throttle import THROTTLED, keys_for
+from stackbone.models import SignInFailure
+from stackbone.plumbing.throttle import THROTTLED, keys_for
 from tests.conftest import requires_postgres
 
 pytestmark = pytest.mark.django_db

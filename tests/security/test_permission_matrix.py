@@ -37,7 +37,7 @@ from limits import services
 from limits.config import define_workspace
 from limits.models import ApiToken, AuditEvent, ForgottenLimit, Limit, LimitKey, QueueEntry, Slot
 from limits.tokens import issue_token
-from studio.models import Run
+from stackbone.models import Run
 from tests.factories import declare
 from tests.views.conftest import make_user
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from limits import services, tasks
 from limits.models import SweepState
-from studio.plumbing import clock
+from stackbone.plumbing import clock
 from tests.conftest import requires_postgres
 from tests.factories import declare
 

@@ -22,7 +22,7 @@ it sends each worker a sweep and a recovery (as beat would, with beat's options)
 advance of each run under way (a redelivered message), so whichever clock a worker has, it gets
 its chance to take back, time out, recover or take over.
 
-About 50 s: the long steps must outlast the run lease (30 s, studio.runs.runtime.LEASE), and no
+About 50 s: the long steps must outlast the run lease (30 s, stackbone.runs.runtime.LEASE), and no
 setting shortens the lease of a worker.
 """
 
@@ -37,8 +37,8 @@ from django.conf import settings
 from django.db import connection
 
 import tests.chaos.workflows  # noqa: F401 - registers the chaos workflows in this process too
+from stackbone.models import Run
 from studio.celery import app
-from studio.models import Run
 from studio.workflows import start_run
 from tests.chaos.__main__ import executions_of, guarded_figures
 from tests.chaos.clocks import clock_figures, drop_probe, first_advance_on, install_probe

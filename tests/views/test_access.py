@@ -9,7 +9,7 @@ from django.test import Client, RequestFactory
 from django.utils.html import escape
 
 from limits.models import AuditEvent, Limit, Slot
-from studio.plumbing.access import NEEDS_OPERATE_LIMIT, OPERATE_LIMIT, holds_permission
+from stackbone.plumbing.access import NEEDS_OPERATE_LIMIT, OPERATE_LIMIT, holds_permission
 from tests.views.conftest import make_user
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from limits import services
 from limits.admin import DateBoundsMixin
-from studio.models import Run
+from stackbone.models import Run
 from tests.factories import declare
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from limits import services
 from limits.models import LimitKey, QueueEntry, Slot
-from studio.models import Run, Step
+from stackbone.models import Run, Step
 from tests.factories import declare
 
 pytestmark = pytest.mark.django_db

@@ -95,3 +95,18 @@ def test_staff_without_the_operate_permission_get_no_action_and_change_nothing(t
     assert response.status_code in (200, 302)
     assert not Limit.objects.filter(paused_at__isnull=False).exists()
     assert _pauses() == []
+
+
+@pytest.mark.parametrize("selected", ["abc", "1.5", "", "\x1b[31m"])
+def test_a_selected_row_that_is_no_limit_id_is_a_400_and_changes_nothing(two_limits, admin_client, selected) -> None:
+    """Issue 45: a non-integer `_selected_action` (a hand-made POST) answered 500 from the query;
+    it is a 400 naming the value, as Studio's forms answer bad input, for both actions."""
+    for action in ("pause_selected", "resume_selected"):
+        data = {"action": action, "_selected_action": [str(two_limits[0].pk), selected]}
+        response = admin_client.post(CHANGELIST, data)
+        assert response.status_code == 400, response.content[:300]
+        assert response["Content-Type"].startswith("text/plain")
+        assert "is not the id of a limit: nothing done" in response.content.decode()
+        assert "\x1b" not in response.content.decode()
+    assert not Limit.objects.filter(paused_at__isnull=False).exists()
+    assert _pauses() == []

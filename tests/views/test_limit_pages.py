@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from limits import services
 from limits.config import define_workspace
 from limits.models import Limit, QueueEntry, Slot
-from studio.models import Run
+from stackbone.models import Run
 from tests.factories import declare
 
 pytestmark = pytest.mark.django_db

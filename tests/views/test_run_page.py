@@ -9,8 +9,8 @@ from django.utils import timezone
 from django.utils.html import escape
 
 from limits import services
-from studio.models import Run, Step
-from studio.plumbing.access import NEEDS_CANCEL_RUN
+from stackbone.models import Run, Step
+from stackbone.plumbing.access import NEEDS_CANCEL_RUN
 from tests.factories import holders, queue
 
 pytestmark = pytest.mark.django_db

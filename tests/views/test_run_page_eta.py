@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from limits import insights, selectors, services
 from limits.models import Limit
-from studio.models import Run, Step
+from stackbone.models import Run, Step
 from tests.factories import declare, rolled_up_grants
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from limits import services
-from studio.models import Run, Step
+from stackbone.models import Run, Step
 from tests.factories import declare
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from limits import run_list, services
-from studio.models import Run
+from stackbone.models import Run
 from tests.conftest import requires_postgres
 from tests.factories import declare
 from tests.views.test_runs_screen import URL, links, listed, make_run

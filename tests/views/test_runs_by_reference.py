@@ -19,9 +19,9 @@ from django.test.utils import CaptureQueriesContext
 
 from limits import run_list, services
 from limits.cli import Streams
-from studio import runs_cli
-from studio.models import Run
-from studio.runs import runtime
+from limits.cli import runs as runs_cli
+from stackbone.models import Run
+from stackbone.runs import runtime
 from studio.workflows import WorkflowError, start_run, workflow
 from tests.api.test_runs import RunsApi, run_operator
 from tests.conftest import requires_postgres
@@ -148,7 +148,7 @@ def test_a_hostile_reference_is_kept_as_given_found_exactly_and_shown_escaped(vi
 
 def test_text_a_database_cannot_hold_is_refused_with_the_input_and_finds_nothing() -> None:
     """NUL and a lone surrogate are refused in the whole input before anything is written
-    (studio.runs.json_values), so they never reach the reference; a search for them finds none."""
+    (stackbone.runs.json_values), so they never reach the reference; a search for them finds none."""
     for value in ("c\x00-42", "c-\ud800"):
         with pytest.raises(WorkflowError, match="the input"):
             start_run(call_by_reference, {"call_id": value})

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from limits import run_bounds, run_list, runs_screen, services
 from limits.models import QueueEntry
-from studio.models import Run
+from stackbone.models import Run
 from tests.conftest import requires_postgres
 from tests.factories import declare
 from tests.views.conftest import make_user

@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from limits import run_bounds, workers
 from limits.cli import Streams
-from studio import workers_cli
-from studio.models import Run
+from limits.cli import workers as workers_cli
+from stackbone.models import Run
 from tests.factories import declare
 from tests.runs.conftest import Worker, real_broker, wait_for  # noqa: F401 - real_broker is a fixture
 from tests.runs.conftest import workers as worker_processes  # noqa: F401 - a fixture
@@ -78,21 +78,21 @@ def test_the_panel_lists_the_workers_the_pending_runs_and_the_limits_they_bound(
     assert "celery@box-a" in rows[0] and "prefork" in rows[0] and "2 / 2" in rows[0]
     assert "2 of 3 worker processes busy." in panel
     pending = re.search(r'id="runs-pending">(.*?)</p>', panel, re.S)[1]
-    assert "<b>2</b> runs waiting for a worker (pending), the oldest for 2m 10s." in pending
+    assert "<b>2</b> runs waiting for a worker, the oldest for 2m 10s." in pending
     bounded = re.search(r'id="bounded-by-workers">(.*?)</div>', panel, re.S)[1]
     assert "the workers, not this limit, bound it" in bounded
     assert re.findall(r'<a href="[^"]+">([^<]+)</a> \(capacity (\d+)\)', bounded) == [
         ("voice-calls", "20"),
         ("workflow.sync_tenant", "100000"),
     ]  # partner-api's 3 is not above the workers' 3
-    assert "data-poll-while-visible" in panel and 'hx-trigger="every 10s' in panel
+    assert "data-poll-while-visible" in panel and 'hx-trigger="every 3s' in panel
 
 
 def test_a_panel_without_workers_says_why(answered, viewer_client) -> None:
     answered.workers = workers.Workers(note=workers.NO_ANSWER.format(seconds=3))
     declare(voice_calls={"capacity": 20, "max_hold": "45m"})
     panel = viewer_client.get(PANEL).content.decode()
-    assert "No worker answered: no answer from the broker within 3 s." in panel
+    assert f"No worker answered: {workers.NO_ANSWER.format(seconds=3)}." in panel
     assert "bounded-by-workers" not in panel  # with no worker, every limit would be: it says nothing
 
 
@@ -120,7 +120,7 @@ def test_stackbone_workers_prints_the_workers_pending_runs_and_bounded_limits(an
     assert lines[0].split() == ["WORKER", "HOST", "POOL", "CONCURRENCY", "BUSY"]
     assert lines[1].split() == ["celery@box-a", "box-a", "prefork", "2", "2"]
     assert lines[3] == "2 workers: 2 of 3 processes busy"
-    assert lines[4] == "1 run waiting for a worker (pending), the oldest for 1m 15s"
+    assert lines[4] == "1 run waiting for a worker, the oldest for 1m 15s"
     assert lines[5] == (
         "voice-calls: capacity 20 is more than the workers' 3 processes: the workers, not this limit, bound it"
     )

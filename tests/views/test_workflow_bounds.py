@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from limits import services
 from limits.models import AuditEvent, Limit, Slot
-from studio.models import Run
+from stackbone.models import Run
 from tests.factories import declare, holders, queue
 
 pytestmark = pytest.mark.django_db
