@@ -85,7 +85,7 @@ def measure(limit_name: str, handoffs: int, worker: Worker, warmup: int = 5) -> 
     passed to the engine, read before the call, so it measures nothing here.)"""
     from limits import services
     from limits.models import Limit, Slot
-    from studio.models import Run, Step
+    from stackbone.models import Run, Step
     from studio.workflows import start_run
 
     total = 1 + warmup + handoffs

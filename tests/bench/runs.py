@@ -31,7 +31,7 @@ def sync_bound(workflow_name: str) -> None:
 def measure(workflow_name: str, n: int, workers: list[Worker], make_input: Any = lambda i: {"n": i}) -> dict[str, Any]:
     from django.utils import timezone
 
-    from studio.runs.models import Run
+    from stackbone.runs.models import Run
     from studio.workflows import start_run
 
     cpu0 = cpu_split()
@@ -136,7 +136,7 @@ def limited(n: int, workers_count: int = 2, threads: int = 0) -> dict[str, Any]:
     from django.db.models import F
 
     from limits import verify
-    from studio.runs.models import Step
+    from stackbone.runs.models import Step
     from tests.bench.dbos_queue import release_to_next_start
     from tests.bench.handoff import purge_broker
 
@@ -185,7 +185,7 @@ def _phases(ids: list[str], in_flight: int, seconds: float) -> dict[str, float]:
     worker's span (started → finished) and its parts; and how busy the workers were (the sum of
     the spans ÷ (runs the workers can hold at once × the load's seconds)): the rest is the workers
     between two runs (taking the next task from the broker, loading the run)."""
-    from studio.runs.models import Run, Step
+    from stackbone.runs.models import Run, Step
 
     runs = {r.id: r for r in Run.objects.filter(id__in=ids).only("id", "started_at", "finished_at")}
     by_run: dict[str, dict[str, Step]] = {}

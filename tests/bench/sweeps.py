@@ -142,7 +142,7 @@ def delay_beside_runs(pending: int, samples: int = 5) -> dict[str, Any]:
 
     from limits.models import SweepState
     from limits.tasks import sweep
-    from studio.runs.models import Run
+    from stackbone.runs.models import Run
     from studio.workflows import start_run
     from tests.bench.handoff import Worker, purge_broker, wait_for
     from tests.bench.workflows import RUN_PLAIN

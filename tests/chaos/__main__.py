@@ -123,7 +123,7 @@ TURN_MIN_GRANTS = 16  # fewer grants while all eleven competed: too few to judge
 RECONNECT_GRACE_S = 60  # a worker back on Redis within this takes a task (worker_figures)
 STALL_SECONDS = 120.0  # the load gives up when no run could be started for this long
 LONG_LIMIT = "guarded-long"  # tests/chaos/workspace.py: the long steps' limit
-LONG_STEP = (31.0, 34.0)  # seconds: longer than a run's lease (30 s, studio.runs.runtime.LEASE)
+LONG_STEP = (31.0, 34.0)  # seconds: longer than a run's lease (30 s, stackbone.runs.runtime.LEASE)
 DUPLICATE_EVERY = 3.0  # seconds between two duplicate advances of each long run
 SKEW_ROLES = ("behind", "ahead", "on-time")  # whose worker the long runs' first advances go to, in turn
 
@@ -858,7 +858,7 @@ class Load:
         that holds it or of the one that takes the duplicate."""
         from celery import current_app
 
-        from studio.models import Run
+        from stackbone.models import Run
 
         if not self.long_runs or time.monotonic() - self.last_duplicates < DUPLICATE_EVERY:
             return
@@ -886,7 +886,7 @@ class Load:
         return workflow, {**guarded, "limits": limits, "key": key}
 
     def cancel_one(self, cancel_run: Any) -> None:
-        from studio.models import Run
+        from stackbone.models import Run
 
         waiting = list(
             Run.objects.filter(id__in=self.recent, status__in=["running", "queued"], suspended=True).values_list(
@@ -898,7 +898,7 @@ class Load:
 
     def follow_up(self) -> None:
         """Calls and sessions that finished with a slot get a `call_ended` run after their hold."""
-        from studio.models import Run
+        from stackbone.models import Run
         from studio.workflows import start_run
 
         now = time.monotonic()
@@ -926,7 +926,7 @@ def quiet(load: Load) -> dict[str, int]:
     from django.db.models import Sum
 
     from limits.models import Limit
-    from studio.models import Run
+    from stackbone.models import Run
 
     counts = Counter(Run.objects.exclude(status__in=FINISHED).values_list("status", flat=True))
     totals = Limit.objects.aggregate(reserved=Sum("reserved_count"), waiting=Sum("waiting_count"))
@@ -965,7 +965,7 @@ def wait_for_quiet(load: Load, timeout: float, supervise: Any) -> tuple[bool, fl
 def outcomes() -> tuple[Counter[str], list[str]]:
     """Each run's outcome, and the problems: runs stranded (not finished) or failed for a reason
     other than a slot timeout."""
-    from studio.models import Run
+    from stackbone.models import Run
 
     counts: Counter[str] = Counter()
     problems: list[str] = []

@@ -25,7 +25,7 @@ from limits.workflow import (
     with_limit,
     with_limits,
 )
-from studio.runs.runtime import current_run
+from stackbone.runs.runtime import current_run
 from studio.workflows import step, workflow
 from tests.chaos.records import now, record
 

@@ -88,6 +88,7 @@ def test_release_without_yes_refuses_when_stdin_is_not_a_terminal(calls) -> None
 @pytest.mark.parametrize(
     "database_url",
     [f"postgres://postgres@127.0.0.1:{closed_port()}/stackbone", "sqlite:////nonexistent-dir/stackbone.sqlite3"],
+    ids=["postgres", "sqlite"],  # the same ids in every process that collects them (pytest-xdist)
 )
 def test_an_unreachable_database_is_one_line_and_exit_1(database_url: str) -> None:
     result = stackbone("limits", "list", env={"DATABASE_URL": database_url})

@@ -14,8 +14,8 @@ import pytest
 from limits import services
 from limits.models import Slot
 from limits.workflow import acquire_slots, release_slot
-from studio.models import Run
-from studio.runs.runtime import advance
+from stackbone.models import Run
+from stackbone.runs.runtime import advance
 from studio.workflows import start_run, workflow
 from tests.factories import declare
 
