@@ -19,8 +19,8 @@ from django.conf import settings
 from limits.durations import DurationError, parse_duration
 
 NAME_RE = re.compile(r"[a-z0-9._-]{1,64}")
-MIN_CAPACITY = 1
-MAX_CAPACITY = 100_000
+MIN_CAPACITY = 1  # engine.sql: limits_min_capacity
+MAX_CAPACITY = 100_000  # engine.sql: limits_max_capacity
 LIMIT_FIELDS = frozenset({"capacity", "max_hold", "per_key", "share"})
 SHARES = ("fifo", "fair")  # SPEC 13.1: first come, first served (the default), or fair shares between keys
 MIN_WEIGHT, MAX_WEIGHT = 1, 100
@@ -80,8 +80,9 @@ class Workspace:
 
 
 def box_ceiling(base: int, burst: float) -> int:
-    """floor(base x burst): the runs the box executes at once (SPEC 12.2). One home; the box's
-    writers keep its capacity so (limits.engine.operator_actions)."""
+    """floor(base x burst): the runs the box executes at once (SPEC 12.2). One home in Python
+    (engine.sql: limits_box_ceiling); the box's writers keep its capacity so
+    (limits.engine.operator_actions)."""
     return int(base * burst + 1e-9)
 
 

@@ -106,6 +106,7 @@ from django.db.models.functions import Now
 
 from limits import eta
 from limits.models import (
+    CAPACITY_IN_FORCE_SQL,
     LIVE_SLOT_STATES,
     WAIT_BUCKETS_S,
     Limit,
@@ -284,7 +285,7 @@ def sample(minute: datetime) -> bool:
 _SAMPLE_SQL = f"""
     INSERT INTO {_MINUTE_TABLE} (limit_id, minute, busy, reserved, waiting, capacity, next_position,
                                  {", ".join(COUNT_FIELDS)})
-    SELECT id, %s, busy_count, reserved_count, waiting_count, coalesce(capacity_override, declared_capacity),
+    SELECT id, %s, busy_count, reserved_count, waiting_count, {CAPACITY_IN_FORCE_SQL},
            next_position, {", ".join("0" for _ in COUNT_FIELDS)}
     FROM {_LIMIT_TABLE}
     WHERE declared OR busy_count + reserved_count + waiting_count > 0

@@ -40,7 +40,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from limits import insights, workers
-from limits.models import WAIT_BUCKETS_S
+from limits.models import WAIT_BUCKETS_S, capacity_in_force
 from stackbone.plumbing import clock as box_clock
 
 RELEASE_CAUSES = (
@@ -78,9 +78,7 @@ class LimitsCollector(Collector):
         kinds: dict[str, str] = {}
         for name, kind, busy, reserved, waiting, capacity_override, declared_capacity, paused_at in limits:
             label, kinds[name] = [name, kind], kind
-            gauges["capacity"].add_metric(
-                label, float(capacity_override if capacity_override is not None else declared_capacity)
-            )
+            gauges["capacity"].add_metric(label, float(capacity_in_force(capacity_override, declared_capacity)))
             gauges["busy"].add_metric(label, float(busy))
             gauges["reserved"].add_metric(label, float(reserved))
             gauges["in_use"].add_metric(label, float(busy + reserved))

@@ -6,6 +6,7 @@ from typing import TypeGuard
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Coalesce
 
 from limits.config import KEY_MAX_LENGTH, MAX_CAPACITY, MIN_CAPACITY
 from limits.durations import MAX_DURATION_MS
@@ -37,6 +38,25 @@ def new_slot_id() -> str:
     it inserts slots set-based (rules.SQLITE_NEW_SLOT_ID, engine.sql's gen_random_uuid();
     tests/services/test_slot_ids.py holds them to SLOT_ID_FORMAT)."""
     return "slot_" + secrets.token_hex(16)
+
+
+# The capacity in force (SPEC 5.2): an operator's override wins over the declared value until it
+# is reset. One home in each dialect, held to one another and to engine.sql's limits_capacity by
+# tests/services/test_sql_file.py: `capacity_in_force` for values (Limit.capacity, /metrics),
+# CAPACITY_IN_FORCE in a query (the sweep's work, the workers' panel), CAPACITY_IN_FORCE_SQL in
+# raw SQL (the insights sample, on both databases).
+def capacity_in_force(override: int | None, declared: int) -> int:
+    return declared if override is None else override
+
+
+CAPACITY_IN_FORCE = Coalesce("capacity_override", "declared_capacity")
+CAPACITY_IN_FORCE_SQL = "coalesce(capacity_override, declared_capacity)"
+
+
+def pool_size(pool_override: int | None, per_key: int | None) -> int | None:
+    """A key's pool size in force (SPEC 9.1, 9.4): its own (LimitKey.pool_override), else its
+    limit's per_key; None when only the total applies. engine.sql: limits_pool_size."""
+    return per_key if pool_override is None else pool_override
 
 
 class LimitQuerySet(models.QuerySet["Limit"]):
@@ -179,7 +199,8 @@ class Limit(models.Model):
 
     @property
     def capacity(self) -> int:
-        return self.capacity_override if self.capacity_override is not None else self.declared_capacity
+        """The capacity in force (SPEC 5.2; engine.sql: limits_capacity)."""
+        return capacity_in_force(self.capacity_override, self.declared_capacity)
 
     @property
     def max_hold_ms(self) -> int:
@@ -211,7 +232,8 @@ class Limit(models.Model):
 
     @property
     def per_key(self) -> int | None:
-        """Each key's pool size in force (SPEC 9.1, 9.4), or None: the total alone applies."""
+        """Each key's pool size in force (SPEC 9.1, 9.4), or None: the total alone applies
+        (engine.sql: limits_per_key; a key's own size over it: `pool_size`)."""
         return self.per_key_override if self.per_key_override is not None else self.declared_per_key
 
     @property

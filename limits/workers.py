@@ -30,7 +30,7 @@ from django.db.models import Count, Min, Q
 from django.db.models.functions import Coalesce
 
 from limits.durations import format_duration
-from limits.models import Limit
+from limits.models import CAPACITY_IN_FORCE, Limit
 from stackbone.plumbing import clock as box_clock
 from stackbone.plumbing.models import WorkerBeat
 from stackbone.plumbing.worker_beat import ALIVE_SECONDS
@@ -157,7 +157,7 @@ def bounded_by_workers(total: int) -> list[Bounded]:
         return []
     rows = (
         Limit.objects.filter(declared=True)
-        .annotate(in_force=Coalesce("capacity_override", "declared_capacity"))
+        .annotate(in_force=CAPACITY_IN_FORCE)
         .filter(in_force__gt=total)
         .order_by("name")
         .values_list("name", "kind", "in_force")[: BOUNDED_SHOWN + 1]

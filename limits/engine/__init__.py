@@ -1,17 +1,25 @@
 """The engine: every write to limits, slots and the queue (SPEC sections 2-5 and 9-13).
 
+The public operations, each checking what callers pass in and then calling the database's engine:
+
 - `slots`: the workflow-facing operations (acquire, acquire_group, confirm, release, end_run,
   tie_to_run);
 - `operator_actions`: operator actions and deploys (set_capacity, set_max_hold, set_per_key,
   pause_limit, resume_limit, sync_workspace);
-- `sweeper`: the 15-second sweep and the history purge;
+- `sweeper`: the 15-second sweep and the history purge.
+
+The engines, chosen once per database (`engines`: the `Engine` behaviour and `engine()`):
+
+- `server`: PostgresEngine, each operation one call of a function of limits/sql/engine.sql;
+- `python` (with `python_operators`): PythonEngine, the Python track, the readable definition and
+  SQLite's engine, built on
 - `keys`: the grant rules, one Python track for every case (a plain limit is the case of one pool
-  and no groups): join, grant, time out, confirm, lapse, requeue;
-- `rules`: what every locked section shares (locks, clock, counters, audit, waking) and the
-  grant's home per dialect (`settle_all`: keys.settle, or limits_grant on PostgreSQL);
-- `server`: the PostgreSQL functions (limits/sql/engine.sql) behind one small interface; a case
-  a function does not handle answers NOT_HANDLED_HERE and the Python track goes on;
-- `errors`, `results`: LimitsError with its messages, and what operations answer.
+  and no groups): join, grant, time out, confirm, lapse, requeue; and
+- `rules`: what every locked section of the Python engine shares (locks, clock, counters, audit,
+  waking, the grant: `settle_all`);
+- `errors`, `refusals`, `results`, `woken`: LimitsError with its messages (an operator's refusals
+  under the lock, worded once for both engines), what operations answer, and the runs they woke
+  announced after commit.
 
 Each operation runs in one transaction that locks the rows of the limits it touches (``SELECT ...
 FOR NO KEY UPDATE`` on PostgreSQL; on SQLite every transaction is IMMEDIATE, so writers serialize).

@@ -8,7 +8,7 @@ from typing import Literal
 
 RESERVATION_MS = 2 * 60 * 1000  # SPEC 3.5
 # The acquisition of a run's bounds for its whole run (SPEC 11) has the request "<run id>:start"
-# (limits.run_bounds); under the box its slots of any limit but the box count against the base
+# (limits.runs.bounds); under the box its slots of any limit but the box count against the base
 # (SPEC 12.3: keys.whole_run_room).
 WHOLE_RUN_SUFFIX = ":start"
 DEFAULT_TIMEOUT_MS = 24 * 60 * 60 * 1000  # SPEC 3.3

@@ -1,6 +1,6 @@
 """What every locked section shares: taking the locks, the clock, writing the counters, the audit
-row, waking runs after commit, and the choice of the grant's home (`settle_all`: the rules of
-limits.engine.keys in Python, limits_grant on PostgreSQL).
+row, waking runs after commit, and the grant (`settle_all`: the rules of limits.engine.keys). The
+Python engine's (limits.engine.python); the PostgreSQL engine does all of it inside its functions.
 
 Every function here runs inside a transaction that holds the lock of the limit it is given
 (`locked_limit`, `locked_by_name`, or keys.lock: SELECT ... FOR NO KEY UPDATE in id order). The
@@ -14,12 +14,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db.models import F
-from django.db.models.functions import Coalesce
 
-from limits.engine import keys, server
+from limits.engine import keys, woken
 from limits.engine.errors import UNKNOWN_LIMIT, LimitsError
 from limits.engine.results import DEFAULT_TIMEOUT_MS, RESERVATION_MS, Changes
-from limits.models import AuditEvent, Limit, is_storable_text
+from limits.models import CAPACITY_IN_FORCE, AuditEvent, Limit, is_storable_text
 from stackbone.plumbing import clock as box_clock
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "RESERVATION_MS", "Changes"]  # their home is limits.engine.results
@@ -28,9 +27,8 @@ SYSTEM_ACTOR = "system"
 SWEEP_ACTOR = "sweep"
 DEPLOY_ACTOR = "deploy"
 
-# The capacity in force, as a database expression (Limit.capacity in Python; limits_capacity()
-# in engine.sql): an override wins over the declared value until it is reset (SPEC 5.2).
-EFFECTIVE_CAPACITY = Coalesce("capacity_override", "declared_capacity")
+# The capacity in force in a query (SPEC 5.2): its home is limits.models (CAPACITY_IN_FORCE).
+EFFECTIVE_CAPACITY = CAPACITY_IN_FORCE
 # Limit.room > 0 as a filter (with EFFECTIVE_CAPACITY aliased as effective_capacity).
 HAS_FREE_CAPACITY = {"effective_capacity__gt": F("busy_count") + F("reserved_count"), "paused_at__isnull": True}
 
@@ -68,32 +66,12 @@ def clock_all(locked: dict[int, Limit]) -> datetime:
 
 
 def settle_all(locked: dict[int, Limit], now: datetime, changes: Changes) -> None:
-    """Hand the free capacity of the locked limits to their queues: the grant rule, one home in
-    Python (limits.engine.keys.settle) and one function on PostgreSQL (limits_grant, one call for
-    the lot), so a group is granted on all its limits at once."""
+    """Hand the free capacity of the locked limits to their queues: the grant rule of
+    limits.engine.keys (`settle`) over them all, so a group is granted on all its limits at once.
+    The Python engine's grant; the PostgreSQL engine's is limits_grant, inside its functions."""
     if not any(limit.waiting_count for limit in locked.values()):
         return
-    if server.available():
-        _grant_on_server(locked, now, changes)
-    else:
-        keys.settle(locked, now, changes)
-
-
-def _grant_on_server(locked: dict[int, Limit], now: datetime, changes: Changes) -> None:
-    """keys.settle as limits_grant: the counters in memory are written first (the function reads
-    them from the rows) and read back after (it writes them), with the key pools' rows."""
-    save_all(locked)
-    timed_out, granted, woken = server.grant(sorted(locked), now, RESERVATION_MS, keys.OWED_AFTER_MS)
-    if timed_out or granted:
-        fields = [*COUNTER_FIELDS, *KEYED_COUNTER_FIELDS]
-        for row in Limit.objects.filter(id__in=list(locked)).values("id", *fields):
-            limit = locked[row["id"]]
-            for field in fields:
-                setattr(limit, field, row[field])
-            limit.__dict__.pop("_pools", None)  # read again from the rows when next needed
-    changes.timed_out += timed_out
-    changes.granted += granted
-    changes.woken.extend(woken)
+    keys.settle(locked, now, changes)
 
 
 def save_all(locked: dict[int, Limit]) -> None:
@@ -123,7 +101,7 @@ def save_counters(limit: Limit) -> None:
     limit.save(update_fields=COUNTER_FIELDS + KEYED_COUNTER_FIELDS)
 
 
-wake_on_commit = server.wake_on_commit  # announced after commit, never while a lock is held
+wake_on_commit = woken.wake_on_commit  # announced after commit, never while a lock is held
 
 
 def locked_limit(name: str) -> Limit:

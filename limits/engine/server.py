@@ -1,14 +1,14 @@
-"""The PostgreSQL fast path: the hot operations as database functions (limits/sql/engine.sql),
-one round trip each, the limit's row lock held inside the server only.
+"""The PostgreSQL engine (limits.engine.engines.Engine): each operation one call of a function
+of limits/sql/engine.sql, one round trip, the limit's row lock held inside the server only.
 
 Each function does the whole operation, in every case: keys, groups, owed runs, confirm, lapse,
 requeue, an earlier request's outcome (limits_previous), operators' changes, deploys, the sweep,
-and the refusals (an unknown or undeclared limit is answered, and worded here as the Python track
-words it). What the acquire functions still answer NOT_HANDLED_HERE, before changing anything, is
-a list of names that repeats a limit, which limits.engine.slots refuses before the call. The
-Python rules of limits.engine are the readable definition and SQLite's track; the SQL is
-PostgreSQL's, held to the same tests (tests/services and the model test run on both databases;
-tests/services/test_sql_file.py holds the database to the file).
+and the refusals, which `PostgresEngine` words as the Python engine (limits.engine.python) words
+them. Nothing is handed to the Python engine: limits_acquire_group's 'slow' answer is kept for a
+list of names that repeats a limit, which limits.engine.slots refuses before the call. The Python
+engine is the readable definition and SQLite's; this one is PostgreSQL's, held to the same tests
+(tests/services and the model test run on both databases; tests/services/test_sql_file.py holds
+the database to the file).
 
 Outside a caller's transaction a call is its own statement in autocommit: one round trip with
 its commit.
@@ -16,31 +16,32 @@ its commit.
 
 from __future__ import annotations
 
-import enum
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
 
+from limits.config import BOX_NAME, MAX_CAPACITY, Workspace, ceiling_problem
+from limits.durations import MAX_DURATION_MS
 from limits.engine.errors import UNDECLARED_LIMIT, UNKNOWN_LIMIT, LimitsError
-from limits.engine.results import RESERVATION_MS, Acquisition
-from limits.models import Limit
-from limits.signals import runs_woken
+from limits.engine.keys import OWED_AFTER_MS
+from limits.engine.refusals import (
+    BOUND_NAME_TAKEN,
+    BOX_LIMIT_TAKEN,
+    BOX_NAME_TAKEN,
+    NO_BOX,
+    NO_MAX_HOLD,
+    checked_minimum,
+    checked_per_key,
+)
+from limits.engine.results import RESERVATION_MS, Acquisition, SweepReport, SyncReport
+from limits.engine.woken import wake_on_commit
+from limits.models import Limit, is_storable_text
 from stackbone.plumbing import clock
 
-SLOW = "slow"  # the functions' answer for a case they leave to the Python rules
-
-
-class Answer(enum.Enum):
-    NOT_HANDLED_HERE = "not handled here: go on with the Python rules"
-
-
-NOT_HANDLED_HERE = Answer.NOT_HANDLED_HERE
-
-
-def available() -> bool:
-    """Whether the hot operations run as database functions (PostgreSQL)."""
-    return connection.vendor == "postgresql"
+SLOW = "slow"  # limits_acquire_group's answer for a list of names that repeats a limit
+__all__ = ["PostgresEngine", "start_runs", "wake_on_commit"]  # wake_on_commit: for limits.runs.bounds
 
 
 def _call(sql: str, params: list[Any]) -> tuple[Any, ...]:
@@ -64,254 +65,313 @@ def _call(sql: str, params: list[Any]) -> tuple[Any, ...]:
         return row
 
 
-def acquire(
-    limit_name: str, run_id: str, request: str, label: str, timeout_ms: int, owed_after_ms: int
-) -> Acquisition | Answer:
-    """limits_acquire: a new request granted at once or queued behind full capacity, or a request
-    that holds a live slot (a reservation in time is confirmed); on a limit that is not plain, or
-    with a settle due, limits_acquire_group's answer from the same call (the runs its grant woke
-    are woken on commit), and an earlier request's outcome (limits_previous: `answer_timeout_ms` its
-    timeout). An unknown or undeclared name raises the Python track's LimitsError."""
-    outcome, name, slot_id, deadline, woken, answer_timeout_ms, answer_key = _call(
-        "SELECT outcome, limit_name, slot_id, deadline, woken, answer_timeout_ms, answer_key"
-        " FROM limits_acquire(%s, %s, %s, %s, %s, %s, %s, %s)",
-        [limit_name, run_id, request, label, timeout_ms, clock.param(), RESERVATION_MS, owed_after_ms],
-    )
-    if outcome == SLOW:
-        return NOT_HANDLED_HERE
-    _refuse(outcome, name)
-    wake_on_commit(woken)
-    key = answer_key or ""  # an earlier request's (a group's, a key's): the rows say
-    if outcome == "busy":
-        return Acquisition("busy", name, request, slot_id=slot_id, key=key)
-    if outcome == "waiting" and answer_timeout_ms is None:  # a new request's wait
-        answer_timeout_ms = timeout_ms
-    return Acquisition(outcome, name, request, timeout_ms=answer_timeout_ms, deadline=deadline, key=key)
+_OPERATE = "SELECT outcome, woken, capacity FROM limits_operate(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+_DEPLOYED = "SELECT outcome, bad_name, created, updated, undeclared, woken FROM "
 
 
-def tie_to_run(slot_id: str, run_id: str) -> bool:
-    """limits_tie_to_run: mark a busy slot of the run as freed with it (False for a slot not busy
-    for that run, including one freed while the call waited for its row)."""
-    (tied,) = _call("SELECT limits_tie_to_run(%s, %s)", [slot_id, run_id])
-    return bool(tied)
+class PostgresEngine:
+    """limits.engine.engines.Engine on PostgreSQL. Each method is one call; the runs the call
+    woke are woken on commit; a refusal is the LimitsError the Python engine raises."""
 
+    starts_runs_in_one_call = True  # limits_start_runs (limits.runs.bounds.start_on_server)
 
-def confirm(slot_id: str, reservation_ms: int, owed_after_ms: int) -> tuple[bool, list[str]]:
-    """limits_confirm_or_lapse: (True, []) for reservations confirmed in time (a group's together);
-    (False, the runs its grant woke) for late ones, which lapse, or a slot not reserved."""
-    outcome, woken = _call(
-        "SELECT outcome, woken FROM limits_confirm_or_lapse(%s, %s, %s, %s)",
-        [slot_id, clock.param(), reservation_ms, owed_after_ms],
-    )
-    return outcome == "busy", woken
-
-
-def release(slot_id: str, reservation_ms: int, owed_after_ms: int, actor: str | None = None) -> tuple[bool, list[str]]:
-    """limits_release of a busy or reserved slot (a reservation's run goes back to the queue, a
-    group's whole), audited when an operator (`actor`) releases it, with the grant of the freed
-    capacity on every limit it locks: (released, the runs its settle woke)."""
-    outcome, woken = _call(
-        "SELECT outcome, woken FROM limits_release(%s, %s, %s, %s, %s)",
-        [slot_id, clock.param(), reservation_ms, owed_after_ms, actor],
-    )
-    return outcome == "released", woken
-
-
-def release_slots(
-    slot_ids: list[str], reservation_ms: int, owed_after_ms: int, actor: str | None = None
-) -> tuple[list[bool], list[str]]:
-    """limits_release_slots: several slots freed under one set of locks and one grant (a
-    with_limits block's release): (released, each in the order given; the runs to wake)."""
-    released, woken = _call(
-        "SELECT released, woken FROM limits_release_slots(%s::text[], %s, %s, %s, %s)",
-        [slot_ids, clock.param(), reservation_ms, owed_after_ms, actor],
-    )
-    return list(released), woken
-
-
-def end_run(run_id: str, reservation_ms: int, owed_after_ms: int) -> tuple[int, list[str]]:
-    """limits_end_run: the run's waits cancelled, its reservations and tied busy slots freed, the
-    capacity granted: (entries and slots ended, the runs to wake)."""
-    ended, woken = _call(
-        "SELECT ended, woken FROM limits_end_run(%s, %s, %s, %s)",
-        [run_id, clock.param(), reservation_ms, owed_after_ms],
-    )
-    return ended, woken
-
-
-def sweep(reservation_ms: int, owed_after_ms: int) -> tuple[int, int, int, int, int, list[str]]:
-    """The procedure limits_sweep: every limit with work swept (limits_sweep_limit, under its
-    locks and its groups' other limits'), one statement whatever their number. In autocommit
-    each limit's sweep commits before the next; in a transaction (a test's: the sweeper refuses
-    any other, as SQLite's durable transactions do) the caller's transaction holds them all.
-    (limits swept, expired, lapsed, timed out, granted, the runs to wake after the commit)."""
-    limits, expired, lapsed, timed_out, granted, woken = _call(
-        "CALL limits_sweep(%s, %s, %s, %s, NULL, NULL, NULL, NULL, NULL, NULL)",
-        [clock.param(), reservation_ms, owed_after_ms, connection.get_autocommit()],
-    )
-    return limits, expired, lapsed, timed_out, granted, woken
-
-
-def operate(
-    name: str,
-    action: str,
-    *,
-    value: int | None = None,
-    key: str | None = None,
-    paused: bool = False,
-    share: str | None = None,
-    base_given: bool = False,
-    burst: float | None = None,
-    burst_given: bool = False,
-    actor: str | None,
-    reservation_ms: int,
-    owed_after_ms: int,
-) -> tuple[str, list[str], int | None]:
-    """limits_operate: an operator's change of a limit, with its grant and audit row. `action`
-    'capacity', 'per_key' (with `key`: that key's pool size), 'max_hold' (ms), 'weight' or 'min'
-    (with `key`) sets `value`, None resets it; 'share' sets `share` ('fifo', 'fair'; None: the
-    declared one); 'pause' pauses (`paused` True) or resumes; 'box' sets the box's base (`value`,
-    when `base_given`) and burst (when `burst_given`). (outcome, the runs to wake, the capacity in
-    force): 'done'; 'same' for a pause that changes nothing; 'unknown' for no such limit (for
-    'box': no declared box); 'bound' for a max hold of a workflow's own bound; 'bad_per_key' for a
-    per_key outside 1..that capacity, 'bad_min' for a min outside 0..that capacity; 'bad_ceiling'
-    for a box whose base x burst would pass the largest capacity (that ceiling). Nothing changed
-    but for 'done'."""
-    outcome, woken, capacity = _call(
-        "SELECT outcome, woken, capacity FROM limits_operate(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        [
-            name,
-            action,
-            value,
-            key,
-            paused,
-            actor,
-            clock.param(),
-            reservation_ms,
-            owed_after_ms,
-            share,
-            base_given,
-            burst,
-            burst_given,
-        ],
-    )
-    return outcome, woken, capacity
-
-
-def sync_workspace(
-    limits: list[tuple[str, int, int, int | None, str]],
-    box: tuple[int, float, int] | None,
-    no_max_hold_ms: int,
-    actor: str,
-    reservation_ms: int,
-    owed_after_ms: int,
-) -> tuple[str, str | None, list[str], list[str], list[str], list[str]]:
-    """limits_sync_workspace: a deploy of the workspace config in one call. `limits`: (name,
-    capacity, max hold ms, per_key, share) in the order the report lists them; `box`: (base,
-    burst, ceiling), or None. (outcome, the name refused, created, updated, undeclared, the runs
-    to wake): 'done', or 'bound_taken' / 'box_taken' with nothing changed."""
-    names, capacities, max_holds, per_keys, shares = ([row[i] for row in limits] for i in range(5))
-    base, burst, ceiling = box if box is not None else (None, None, None)
-    row = _call(
-        "SELECT outcome, bad_name, created, updated, undeclared, woken FROM limits_sync_workspace("
-        "%s::text[], %s::integer[], %s::bigint[], %s::integer[], %s::text[], %s, %s, %s, %s, %s, %s, %s, %s)",
-        [
-            names,
-            capacities,
-            max_holds,
-            per_keys,
-            shares,
-            base,
-            burst,
-            ceiling,
-            no_max_hold_ms,
-            actor,
-            clock.param(),
-            reservation_ms,
-            owed_after_ms,
-        ],
-    )
-    outcome, bad_name, created, updated, undeclared, woken = row
-    return outcome, bad_name, created, updated, undeclared, woken
-
-
-def sync_bounds(
-    bounds: list[tuple[str, int, int | None]],
-    no_max_hold_ms: int,
-    only: bool,
-    actor: str,
-    reservation_ms: int,
-    owed_after_ms: int,
-) -> tuple[str, str | None, list[str], list[str], list[str], list[str]]:
-    """limits_sync_bounds: the workflows' own bounds synced in one call. `bounds`: (name,
-    capacity, per_key) in the order the report lists them; `only`: those bounds alone. As
-    sync_workspace answers ('bound_taken' for a name a limit of another kind holds)."""
-    names = [name for name, _, _ in bounds]
-    capacities = [capacity for _, capacity, _ in bounds]
-    per_keys = [per_key for _, _, per_key in bounds]
-    row = _call(
-        "SELECT outcome, bad_name, created, updated, undeclared, woken FROM limits_sync_bounds("
-        "%s::text[], %s::integer[], %s::integer[], %s, %s, %s, %s, %s, %s)",
-        [names, capacities, per_keys, no_max_hold_ms, only, actor, clock.param(), reservation_ms, owed_after_ms],
-    )
-    outcome, bad_name, created, updated, undeclared, woken = row
-    return outcome, bad_name, created, updated, undeclared, woken
-
-
-def grant(limit_ids: list[int], now: datetime, reservation_ms: int, owed_after_ms: int) -> tuple[int, int, list[str]]:
-    """limits_grant, under the caller's locks of every limit in `limit_ids` (keys and groups):
-    (entries timed out, slots granted, runs to wake). It reads the counters from the rows and
-    writes them back."""
-    timed_out, granted, woken = _call(
-        "SELECT * FROM limits_grant(%s, %s, %s, %s)", [limit_ids, now, reservation_ms, owed_after_ms]
-    )
-    return timed_out, granted, woken
-
-
-def acquire_group(
-    names: list[str],
-    run_id: str,
-    request: str,
-    label: str,
-    member_keys: list[str],
-    timeout_ms: int,
-    owed_after_ms: int,
-    box: bool = False,
-) -> Acquisition | Answer:
-    """limits_acquire_group: a new request, with a key or several limits, granted busy slots of
-    every limit at once when nobody waits and each has room, or joining every queue (granted and
-    confirmed at once if the grant reaches it, else waiting), or an earlier request's outcome
-    (limits_previous: its limits in the order given, its key and timeout). An unknown or
-    undeclared name raises the Python track's LimitsError. The other runs the grant
-    woke are woken on commit. `member_keys`: each limit's key pool; `box`: the last limit is the
-    box bound (limits.engine.slots.acquire_group)."""
-    key = member_keys[0]
-    outcome, slot_ids, deadline, woken, bad_name, answer_names, answer_key, answer_timeout_ms = _call(
-        "SELECT outcome, slot_ids, deadline, woken, bad_name, answer_names, answer_key, answer_timeout_ms"
-        " FROM limits_acquire_group(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        [names, run_id, request, label, member_keys, timeout_ms, clock.param(), RESERVATION_MS, owed_after_ms, box],
-    )
-    if outcome == SLOW:
-        return NOT_HANDLED_HERE
-    _refuse(outcome, bad_name)
-    wake_on_commit(woken)
-    if answer_names is not None:  # an earlier request: what became of it (limits_previous)
-        names, timeout_ms = answer_names, answer_timeout_ms
-    if answer_key is not None:  # an earlier request's key, as its rows have it
-        key = answer_key
-    if outcome != "busy":
-        return Acquisition(
-            outcome, names[0], request, timeout_ms=timeout_ms, deadline=deadline, limits=tuple(names), key=key
+    def acquire(self, limit_name: str, run_id: str, request: str, label: str, timeout_ms: int) -> Acquisition:
+        """limits_acquire: a new request granted at once or queued behind full capacity, or a
+        request that holds a live slot (a reservation in time is confirmed); on a limit that is
+        not plain, or with a settle due, limits_acquire_group's answer from the same call, and an
+        earlier request's outcome (limits_previous: `answer_timeout_ms` its timeout)."""
+        if not is_storable_text(limit_name):  # no limit bears a name PostgreSQL cannot store
+            raise LimitsError(UNKNOWN_LIMIT.format(name=limit_name), field="limit")
+        outcome, name, slot_id, deadline, woken, answer_timeout_ms, answer_key = _call(
+            "SELECT outcome, limit_name, slot_id, deadline, woken, answer_timeout_ms, answer_key"
+            " FROM limits_acquire(%s, %s, %s, %s, %s, %s, %s, %s)",
+            [limit_name, run_id, request, label, timeout_ms, clock.param(), RESERVATION_MS, OWED_AFTER_MS],
         )
-    return Acquisition(
-        "busy",
-        names[0],
-        request,
-        slot_id=slot_ids[0],
-        slots=tuple(zip(names, slot_ids, strict=True)),
-        limits=tuple(names),
-        key=key,
-    )
+        _refuse(outcome, name)
+        wake_on_commit(woken)
+        key = answer_key or ""  # an earlier request's (a group's, a key's): the rows say
+        if outcome == "busy":
+            return Acquisition("busy", name, request, slot_id=slot_id, key=key)
+        if outcome == "waiting" and answer_timeout_ms is None:  # a new request's wait
+            answer_timeout_ms = timeout_ms
+        return Acquisition(outcome, name, request, timeout_ms=answer_timeout_ms, deadline=deadline, key=key)
+
+    def acquire_group(
+        self,
+        names: list[str],
+        run_id: str,
+        request: str,
+        label: str,
+        member_keys: list[str],
+        timeout_ms: int,
+        box: bool,
+    ) -> Acquisition:
+        """limits_acquire_group: a new request, with a key or several limits, granted busy slots
+        of every limit at once when nobody waits and each has room, or joining every queue
+        (granted and confirmed at once if the grant reaches it, else waiting), or an earlier
+        request's outcome (limits_previous: its limits in the order given, its key and timeout).
+        `member_keys`: each limit's key pool; `box`: the last limit is the box bound."""
+        for name in names:
+            if not is_storable_text(name):  # no limit bears a name PostgreSQL cannot store
+                raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
+        key = member_keys[0]
+        outcome, slot_ids, deadline, woken, bad_name, answer_names, answer_key, answer_timeout_ms = _call(
+            "SELECT outcome, slot_ids, deadline, woken, bad_name, answer_names, answer_key, answer_timeout_ms"
+            " FROM limits_acquire_group(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [names, run_id, request, label, member_keys, timeout_ms, clock.param(), RESERVATION_MS, OWED_AFTER_MS, box],
+        )
+        _refuse(outcome, bad_name)
+        wake_on_commit(woken)
+        if answer_names is not None:  # an earlier request: what became of it (limits_previous)
+            names, timeout_ms = answer_names, answer_timeout_ms
+        if answer_key is not None:  # an earlier request's key, as its rows have it
+            key = answer_key
+        if outcome != "busy":
+            return Acquisition(
+                outcome, names[0], request, timeout_ms=timeout_ms, deadline=deadline, limits=tuple(names), key=key
+            )
+        return Acquisition(
+            "busy",
+            names[0],
+            request,
+            slot_id=slot_ids[0],
+            slots=tuple(zip(names, slot_ids, strict=True)),
+            limits=tuple(names),
+            key=key,
+        )
+
+    def confirm(self, slot_id: str) -> bool:
+        """limits_confirm_or_lapse: True for reservations confirmed in time (a group's together);
+        False for late ones, which lapse (the runs the grant of their capacity woke are woken),
+        or a slot not reserved."""
+        outcome, woken = _call(
+            "SELECT outcome, woken FROM limits_confirm_or_lapse(%s, %s, %s, %s)",
+            [slot_id, clock.param(), RESERVATION_MS, OWED_AFTER_MS],
+        )
+        wake_on_commit(woken)
+        return bool(outcome == "busy")
+
+    def release(self, slot_id: str, actor: str | None) -> bool:
+        """limits_release of a busy or reserved slot (a reservation's run goes back to the queue,
+        a group's whole), audited when an operator (`actor`) releases it, with the grant of the
+        freed capacity on every limit it locks."""
+        outcome, woken = _call(
+            "SELECT outcome, woken FROM limits_release(%s, %s, %s, %s, %s)",
+            [slot_id, clock.param(), RESERVATION_MS, OWED_AFTER_MS, actor],
+        )
+        wake_on_commit(woken)
+        return bool(outcome == "released")
+
+    def release_slots(self, slot_ids: list[str], actor: str | None) -> list[bool]:
+        """limits_release_slots: several slots freed under one set of locks and one grant (a
+        with_limits block's release), each answer in the order given."""
+        released, woken = _call(
+            "SELECT released, woken FROM limits_release_slots(%s::text[], %s, %s, %s, %s)",
+            [slot_ids, clock.param(), RESERVATION_MS, OWED_AFTER_MS, actor],
+        )
+        wake_on_commit(woken)
+        return list(released)
+
+    def tie_to_run(self, slot_id: str, run_id: str) -> bool:
+        """limits_tie_to_run: mark a busy slot of the run as freed with it (False for a slot not
+        busy for that run, including one freed while the call waited for its row)."""
+        (tied,) = _call("SELECT limits_tie_to_run(%s, %s)", [slot_id, run_id])
+        return bool(tied)
+
+    def end_run(self, run_id: str) -> int:
+        """limits_end_run: the run's waits cancelled, its reservations and tied busy slots freed,
+        the capacity granted: the entries and slots ended."""
+        ended, woken = _call(
+            "SELECT ended, woken FROM limits_end_run(%s, %s, %s, %s)",
+            [run_id, clock.param(), RESERVATION_MS, OWED_AFTER_MS],
+        )
+        wake_on_commit(woken)
+        return int(ended)
+
+    def sweep(self, now: datetime, report: SweepReport) -> None:
+        """The sweep's steps 1 and 2 in one statement whatever the number of limits, the
+        procedure limits_sweep (limits_sweep_limit for each limit with work, under its locks and
+        its groups' other limits'). In autocommit the procedure commits each limit before the
+        next. A caller's transaction is refused, as the Python engine's durable per-limit
+        transactions refuse it; a test's is allowed, and holds the pass's locks to its end.
+        `now` is the Python engine's: the procedure reads the clock under each limit's lock."""
+        with nullcontext() if connection.get_autocommit() else transaction.atomic(durable=True):
+            report.limits, report.expired, report.lapsed, report.timed_out, report.granted, woken = _call(
+                "CALL limits_sweep(%s, %s, %s, %s, NULL, NULL, NULL, NULL, NULL, NULL)",
+                [clock.param(), RESERVATION_MS, OWED_AFTER_MS, connection.get_autocommit()],
+            )
+            wake_on_commit(woken)  # in autocommit: now; in a test's transaction: at its commit
+
+    # --- operators' changes: limits_operate, then the limit as it is now, read after the commit --
+
+    def set_capacity(self, name: str, capacity: int | None, actor: str | None) -> Limit:
+        return self._operate(name, "capacity", actor, value=capacity)
+
+    def set_paused(self, name: str, paused: bool, actor: str | None) -> Limit:
+        return self._operate(name, "pause", actor, paused=paused)
+
+    def set_max_hold(self, name: str, ms: int | None, actor: str | None) -> Limit:
+        return self._operate(name, "max_hold", actor, value=ms)
+
+    def set_per_key(self, name: str, value: object, key: str | None, actor: str | None) -> Limit:
+        sent = None if value is None else _bounded_to_send(value, low=0)
+        return self._operate(name, "per_key", actor, value=sent, key=key, per_key=value)
+
+    def set_share(self, name: str, share: str | None, actor: str | None) -> Limit:
+        return self._operate(name, "share", actor, share=share)
+
+    def set_weight(self, name: str, key: str, weight: int | None, actor: str | None) -> Limit:
+        return self._operate(name, "weight", actor, value=weight, key=key)
+
+    def set_min(self, name: str, key: str, minimum: object, actor: str | None) -> Limit:
+        sent = None if minimum is None else _bounded_to_send(minimum, low=-1)
+        return self._operate(name, "min", actor, value=sent, key=key, minimum=minimum)
+
+    def _operate(
+        self,
+        name: str,
+        action: str,
+        actor: str | None,
+        *,
+        value: int | None = None,
+        key: str | None = None,
+        paused: bool = False,
+        share: str | None = None,
+        per_key: object = None,
+        minimum: object = None,
+    ) -> Limit:
+        """limits_operate: an operator's change of a limit, with its grant and audit row, in its
+        own transaction (one round trip with its commit; like the Python engine's operator
+        actions it is not meant to run inside a caller's transaction). `action` 'capacity',
+        'per_key' (with `key`: that key's pool size), 'max_hold' (ms), 'weight' or 'min' (with
+        `key`) sets `value`, None resets it; 'share' sets `share`; 'pause' pauses (`paused`
+        True) or resumes. The function answers 'done', 'same' (a pause that changes nothing),
+        'unknown', 'bound' (a max hold of a workflow's own bound), 'bad_per_key' or 'bad_min'
+        (outside 1..or 0..the capacity it read under the lock: `per_key` and `minimum` are the
+        values as given, worded against that capacity), with nothing changed but for 'done'."""
+        if not is_storable_text(name):
+            raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
+        outcome, woken, capacity = _call(
+            _OPERATE,
+            [name, action, value, key, paused, actor, clock.param(), RESERVATION_MS, OWED_AFTER_MS]
+            + [share, False, None, False],
+        )
+        if outcome == "unknown":
+            raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
+        if outcome == "bound":
+            raise LimitsError(NO_MAX_HOLD.format(name=name), field="max_hold")
+        if outcome == "bad_per_key":
+            checked_per_key(per_key, capacity)
+            raise AssertionError(f"limits_operate refused a per_key of {per_key!r} that capacity {capacity} allows")
+        if outcome == "bad_min":
+            checked_minimum(minimum, capacity)
+            raise AssertionError(f"limits_operate refused a min of {minimum!r} that capacity {capacity} allows")
+        wake_on_commit(woken)
+        return Limit.objects.get(name=name)
+
+    def set_box(
+        self,
+        base: int | None,
+        base_given: bool,
+        burst: float | None,
+        burst_given: bool,
+        actor: str | None,
+        field: str,
+    ) -> Limit:
+        """limits_operate, action 'box': the box locked with its groups' other limits, its base
+        and burst set (None resets one given), its ceiling kept beside them, the grant and the
+        audit row. 'unknown': no declared box; 'bad_ceiling': base x burst would pass the largest
+        capacity (the function answers that ceiling)."""
+        outcome, woken, ceiling = _call(
+            _OPERATE,
+            [BOX_NAME, "box", base, None, False, actor, clock.param(), RESERVATION_MS, OWED_AFTER_MS]
+            + [None, base_given, burst, burst_given],
+        )
+        if outcome == "unknown":
+            raise LimitsError(NO_BOX, field=field)
+        if outcome == "bad_ceiling":
+            raise LimitsError(ceiling_problem(ceiling), field=field)
+        wake_on_commit(woken)
+        return Limit.objects.get(name=BOX_NAME)
+
+    # --- deploys -------------------------------------------------------------------------------
+
+    def sync_workspace(self, workspace: Workspace, actor: str) -> SyncReport:
+        """limits_sync_workspace: a deploy of the workspace config in one call, which locks every
+        limit, writes, grants and audits as the Python engine does, and refuses a taken name
+        before it writes anything. The limits go as (name, capacity, max hold ms, per_key, share)
+        in the order the report lists them; the box as (base, burst, ceiling), or NULLs."""
+        limits = [
+            (name, spec.capacity, spec.max_hold_ms, spec.per_key, spec.share)
+            for name, spec in sorted(workspace.limits.items())
+        ]
+        names, capacities, max_holds, per_keys, shares = ([row[i] for row in limits] for i in range(5))
+        box = workspace.run_concurrency
+        base, burst, ceiling = (None, None, None) if box is None else (box.base, box.burst, box.ceiling)
+        with _deploy_transaction(durable=True):
+            return _deployed(
+                *_call(
+                    _DEPLOYED + "limits_sync_workspace(%s::text[], %s::integer[], %s::bigint[], %s::integer[], "
+                    "%s::text[], %s, %s, %s, %s, %s, %s, %s, %s)",
+                    [names, capacities, max_holds, per_keys, shares, base, burst, ceiling, MAX_DURATION_MS, actor]
+                    + [clock.param(), RESERVATION_MS, OWED_AFTER_MS],
+                )
+            )
+
+    def sync_workflow_bounds(
+        self, bounds: dict[str, tuple[int | None, int | None]], actor: str, only: bool
+    ) -> SyncReport:
+        """limits_sync_bounds: the workflows' own bounds synced in one call, as (name, capacity,
+        per_key) in the order the report lists them; with `only`, those bounds alone. Outside
+        `only` it is a deploy's own transaction; with `only` it may run inside the caller's
+        (start_run's), which a refusal leaves as it was."""
+        rows = [
+            (name, MAX_CAPACITY if total is None else total, per_key)
+            for name, (total, per_key) in sorted(bounds.items())
+        ]
+        with _deploy_transaction(durable=not only):
+            return _deployed(
+                *_call(
+                    _DEPLOYED + "limits_sync_bounds(%s::text[], %s::integer[], %s::integer[], %s, %s, %s, %s, %s, %s)",
+                    [[row[0] for row in rows], [row[1] for row in rows], [row[2] for row in rows]]
+                    + [MAX_DURATION_MS, only, actor, clock.param(), RESERVATION_MS, OWED_AFTER_MS],
+                )
+            )
+
+
+def _bounded_to_send(value: object, *, low: int) -> int:
+    """A value the function checks against the capacity under the lock, as a bigint it can judge:
+    `low` (refused) for anything but a whole number, clamped to low..MAX_CAPACITY + 1 otherwise;
+    the function refuses it once it found the limit and read its capacity, so the error comes
+    after an unknown limit's, as in the Python engine, and `checked_per_key`/`checked_minimum`
+    word it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return low
+    return min(max(value, low), MAX_CAPACITY + 1)
+
+
+def _deploy_transaction(*, durable: bool) -> AbstractContextManager[object]:
+    """The Python engine's `transaction.atomic(durable=...)` around a deploy's one call, where it
+    changes something: inside a caller's transaction a deploy refuses it (RuntimeError, as on
+    SQLite), and ensure_workflow_bound's sync takes a savepoint, so that a refusal gives back
+    the lock it took; outside one, the call is its own statement in autocommit."""
+    return transaction.atomic(durable=durable) if connection.in_atomic_block else nullcontext()
+
+
+def _deployed(
+    outcome: str, bad_name: str | None, created: list[str], updated: list[str], undeclared: list[str], woken: list[str]
+) -> SyncReport:
+    """A deploy function's answer: its refusal ('bound_taken', 'box_taken', 'box_taken_by_limit',
+    nothing changed) as the Python engine words it, or the runs to wake after the commit and the
+    report."""
+    if outcome == "bound_taken":
+        raise LimitsError(BOUND_NAME_TAKEN.format(name=bad_name), field="name")
+    if outcome == "box_taken":
+        raise LimitsError(BOX_NAME_TAKEN, field="run_concurrency")
+    if outcome == "box_taken_by_limit":
+        raise LimitsError(BOX_LIMIT_TAKEN, field="name")
+    wake_on_commit(woken)
+    return SyncReport(created=created, updated=updated, undeclared=undeclared)
 
 
 def start_runs(
@@ -358,10 +418,5 @@ def _refuse(outcome: str, name: str) -> None:
         raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
     if outcome == "undeclared":
         raise LimitsError(UNDECLARED_LIMIT.format(name=name), field="limit")
-
-
-def wake_on_commit(run_ids: list[str]) -> None:
-    """limits.engine.rules.wake_on_commit (which imports this module)."""
-    if run_ids:
-        woken = list(dict.fromkeys(run_ids))
-        transaction.on_commit(lambda: runs_woken.send(sender=Limit, run_ids=woken))
+    if outcome == SLOW:  # pragma: no cover - limits.engine.slots refuses a repeated name first
+        raise AssertionError(f"limits_acquire_group answered 'slow' (a repeated limit) for {name!r}")

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from dataclasses import asdict
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Q
+from django.db import connection
 
 from limits import insights
 from limits.durations import parse_duration
-from limits.engine import keys, rules, server
-from limits.engine.results import RESERVATION_MS, SweepReport
-from limits.engine.rules import EFFECTIVE_CAPACITY, HAS_FREE_CAPACITY, SWEEP_ACTOR, Changes
-from limits.models import AuditEvent, Limit, QueueEntry, Slot, SweepState
+from limits.engine.engines import engine
+from limits.engine.results import SweepReport
+from limits.models import QueueEntry, Slot, SweepState
 from stackbone.plumbing import clock as box_clock
 
 HISTORY_BATCH = 5_000
@@ -35,9 +32,10 @@ def sweep() -> SweepReport:
        c. time out waits past their deadline;
        d. grant the free capacity to the head of the queue.
     Every step re-reads its rows under the lock, so a second sweep running at once finds them
-    already done and changes nothing. On PostgreSQL steps 1 and 2 are one statement whatever the
-    number of limits (the procedure limits_sweep, which commits each limit before the next); on
-    SQLite, four queries and a transaction per limit (_sweep_each).
+    already done and changes nothing. Steps 1 and 2 are the engine's (limits.engine.engines): on
+    PostgreSQL one statement whatever the number of limits (the procedure limits_sweep, which
+    commits each limit before the next); in the Python engine (SQLite), four queries and a
+    transaction per limit (PythonEngine.sweep).
     3. Delete history older than STACKBONE_HISTORY_RETENTION (default 7 days): freed slots and
        finished queue entries, a bounded batch of each per pass; never history the insights
        rollup may still recount (history_cutoff).
@@ -48,85 +46,13 @@ def sweep() -> SweepReport:
     """
     started = time.perf_counter()
     now, report = box_clock.now(), SweepReport()
-    if server.available():  # steps 1 and 2 in one statement (engine.sql: limits_sweep)
-        # In autocommit the procedure commits each limit before the next. A caller's transaction
-        # is refused, as SQLite's durable per-limit transactions refuse it; a test's is allowed,
-        # and holds the pass's locks to its end.
-        with nullcontext() if connection.get_autocommit() else transaction.atomic(durable=True):
-            report.limits, report.expired, report.lapsed, report.timed_out, report.granted, woken = server.sweep(
-                RESERVATION_MS, keys.OWED_AFTER_MS
-            )
-            rules.wake_on_commit(woken)  # in autocommit: now; in a test's transaction: at its commit
-    else:
-        _sweep_each(now, report)
+    engine().sweep(now, report)  # steps 1 and 2
     report.purged = purge_history(history_cutoff(now))
     insights.record(box_clock.now())
     done = {"last_run_at": now, "last_report": asdict(report), "last_duration_ms": _ms_since(started)}
     if not SweepState.objects.filter(id=1).update(**done):
         SweepState.objects.get_or_create(id=1, defaults=done)
     return report
-
-
-def _sweep_each(now: datetime, report: SweepReport) -> None:
-    """Steps 1 and 2 of sweep() in Python (SQLite): the limits with work found by four queries,
-    then each swept in its own transaction under its locks."""
-    limit_ids = set(
-        Slot.objects.filter(state=Slot.State.BUSY, expires_at__lte=now).values_list("limit_id", flat=True).distinct()
-    )
-    limit_ids |= set(
-        Slot.objects.filter(state=Slot.State.RESERVED, reserved_until__lte=now)
-        .values_list("limit_id", flat=True)
-        .distinct()
-    )
-    limit_ids |= set(
-        QueueEntry.objects.filter(state=QueueEntry.State.WAITING, deadline__lte=now)
-        .values_list("limit_id", flat=True)
-        .distinct()
-    )
-    limit_ids |= set(
-        Limit.objects.filter(waiting_count__gt=0)
-        .alias(effective_capacity=EFFECTIVE_CAPACITY)
-        .filter(**HAS_FREE_CAPACITY)
-        .values_list("id", flat=True)
-    )
-    for limit_id in sorted(limit_ids):
-        with transaction.atomic(durable=True):
-            locked = keys.lock([limit_id])
-            limit, changes = locked[limit_id], Changes()
-            now = rules.clock_all(locked)
-            # A workflow's own bound has no max hold (SPEC 11.4): its slots last as long as the run.
-            past_expiry = Q(state=Slot.State.BUSY, expires_at__lte=now)
-            if limit.keyed_busy_count and not limit.is_workflow_bound:
-                keys.keyed_expired(limit, past_expiry)
-            expired = 0
-            if not limit.is_workflow_bound:
-                expired = Slot.objects.filter(past_expiry, limit=limit).update(
-                    state=Slot.State.EXPIRED, freed_at=now, freed_by=SWEEP_ACTOR
-                )
-            if expired:
-                limit.busy_count -= expired
-                rules.audit(limit, SWEEP_ACTOR, AuditEvent.Action.EXPIRE, now, old="", new=f"{expired} slot(s)")
-            lapsed = list(
-                Slot.objects.filter(limit=limit, state=Slot.State.RESERVED, reserved_until__lte=now)
-                .select_related("queue_entry")
-                .order_by("queue_entry__position")
-            )
-            lapsing = [slot for slot in lapsed if slot.group_size == 1]
-            for slot in lapsing:
-                slot.limit = limit
-            for request in dict.fromkeys(slot.request for slot in lapsed if slot.group_size > 1):
-                # the whole group goes back together (10.2)
-                lapsing += [slot for slot in keys.group_slots(request, locked) if slot.state == Slot.State.RESERVED]
-            if lapsing:
-                keys.lapse(lapsing, now, changes)
-            rules.settle_all(locked, now, changes)  # times out the waits past their deadline first
-            rules.save_all(locked)
-            rules.wake_on_commit(changes.woken)
-        report.limits += 1
-        report.expired += expired
-        report.lapsed += changes.lapsed
-        report.timed_out += changes.timed_out
-        report.granted += changes.granted
 
 
 def analyze_partitioned() -> None:

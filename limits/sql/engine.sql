@@ -53,21 +53,85 @@
 -- How a change is made (limits/sql/__init__.py says more): edit the function here, then add a
 -- migration that calls limits.sql.install (as limits/migrations/0009_engine_sql_file.py does).
 -- tests/services/test_sql_file.py fails while the migrated database differs from this file.
--- Only CREATE OR REPLACE FUNCTION statements belong here: limits.sql.install drops every
--- limits_ function of the schema before it runs this file.
+-- Only CREATE OR REPLACE FUNCTION statements belong here (and the two settings of
+-- check_function_bodies around the shared rules below): limits.sql.install drops every limits_
+-- function of the schema before it runs this file.
 
 -- The rules every function below shares, one home each in SQL. Each mirrors its home in Python,
--- named beside it; tests/services/test_sql_file.py holds each pair to the same answers. Plain
--- SQL expressions the planner inlines where they are called.
+-- named beside it; tests/services/test_sql_file.py holds each pair to the same answers.
+--
+-- Most are SQL functions of one expression (LANGUAGE sql, one SELECT with no FROM, no SET
+-- clause), which the planner inlines into a plan it makes once: a PL/pgSQL expression (`x :=
+-- ...`, `IF ...` without a table) or a query planned once for the session. There they cost what
+-- their expression costs. Where a statement is planned again at each execution (PostgreSQL makes a
+-- custom plan for a query whose parameters it can fold, e.g. limits_acquire's settle check,
+-- limits_grant's candidates), an SQL function is parsed again at each planning, or, given
+-- constant arguments, run through the SQL-function executor: there a PL/pgSQL function, compiled
+-- once per session, is cheaper. So limits_room, limits_is_plain and limits_is_fair, which those
+-- statements call, stay PL/pgSQL, their bodies spelled with the SQL ones; the SQL ones are called
+-- only in expressions, in queries planned once, and in operators' and deploys' functions
+-- (docs/performance.md, "One home per rule in engine.sql").
+--
+-- check_function_bodies is off while the SQL ones are created, for this transaction only: an SQL
+-- function's body is checked at creation, this file installs from limits/0009 on
+-- (limits/sql/__init__.py), and these read columns that later migrations add (per_key with
+-- limits/0011, share with 0031, burst with the box's). Their bodies are parsed where they are
+-- first inlined; tests/services/test_sql_file.py calls each.
+SET LOCAL check_function_bodies = off;
 
 -- Limit.capacity: an override wins over the declared value until it is reset (SPEC 5.2).
 CREATE OR REPLACE FUNCTION limits_capacity(l limits_limit) RETURNS integer
 LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(l.capacity_override, l.declared_capacity) $$;
 
+-- Limit.per_key: each key's pool size in force (SPEC 9.1, 9.4), NULL when the total alone
+-- applies; the box's base (SPEC 12.1, 12.5).
+CREATE OR REPLACE FUNCTION limits_per_key(l limits_limit) RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(l.per_key_override, l.declared_per_key) $$;
+
+-- keys.Pools.size: a key's pool size in force, its own (p_pool_override, the key's
+-- LimitKey.pool_override; NULL for none, and for the no-key pool) else the limit's per_key.
+CREATE OR REPLACE FUNCTION limits_pool_size(l limits_limit, p_pool_override integer) RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(p_pool_override, limits_per_key(l)) $$;
+
+-- Limit.share (SPEC 13.1): 'fifo' or 'fair', an operator's choice ('' for none) else the declared one.
+CREATE OR REPLACE FUNCTION limits_share(l limits_limit) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(nullif(l.share_override, ''), l.declared_share) $$;
+
+-- Limit.max_hold_ms, as an interval: a slot's expiry is its grant + this (SPEC 4.3).
+CREATE OR REPLACE FUNCTION limits_max_hold(l limits_limit) RETURNS interval
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(l.max_hold_override_ms, l.declared_max_hold_ms) * interval '1 millisecond'
+$$;
+
+-- config.MIN_CAPACITY and config.MAX_CAPACITY: the range of a capacity, a per_key's floor, and
+-- the box's ceiling's cap.
+CREATE OR REPLACE FUNCTION limits_min_capacity() RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT 1 $$;
+
+CREATE OR REPLACE FUNCTION limits_max_capacity() RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT 100000 $$;
+
+-- Limit.burst: the box's burst factor in force (SPEC 12.1, 12.5).
+CREATE OR REPLACE FUNCTION limits_burst(l limits_limit) RETURNS double precision
+LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(l.burst_override, l.declared_burst) $$;
+
+-- config.box_ceiling: floor(base x burst), the runs the box executes at once (SPEC 12.2).
+CREATE OR REPLACE FUNCTION limits_box_ceiling(p_base integer, p_burst double precision) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$ SELECT floor(p_base * p_burst + 1e-9)::bigint $$;
+
+-- operator_actions._keep_box_capacity: the box's capacity_override, its ceiling from the base and
+-- burst in force while an operator overrides either (SPEC 12.5), else NULL (the declared ceiling).
+CREATE OR REPLACE FUNCTION limits_box_override(l limits_limit) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN l.per_key_override IS NOT NULL OR l.burst_override IS NOT NULL
+                THEN limits_box_ceiling(limits_per_key(l), limits_burst(l)) END
+$$;
+
+SET LOCAL check_function_bodies = on;
+
 -- Limit.room: the slots a grant may hand out now: none while the limit is paused (SPEC 5.6), else
 -- its capacity in force less busy and reserved (never below 0: a lowered capacity takes nothing
--- back, 5.3). Every grant below asks this, and only this. PL/pgSQL for the reason given at
--- limits_is_plain (paused_at comes with limits/0023).
+-- back, 5.3). Every grant below asks this, and only this.
 CREATE OR REPLACE FUNCTION limits_room(l limits_limit) RETURNS integer
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
@@ -78,41 +142,37 @@ BEGIN
 END
 $$;
 
+-- Limit.is_fair (SPEC 13.1): its capacity is shared fairly between keys.
+CREATE OR REPLACE FUNCTION limits_is_fair(l limits_limit) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN limits_share(l) = 'fair';
+END
+$$;
+
+-- Limit.is_plain: no per_key in force, no keyed or group entry waiting, and not fair (a fair limit
+-- keeps turns). Only a plain limit's heads are granted set-based (limits_grant_heads); the rest is
+-- the grant rules of limits.engine.keys (SPEC 9, 10, 13).
+CREATE OR REPLACE FUNCTION limits_is_plain(l limits_limit) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN limits_per_key(l) IS NULL AND l.keyed_waiting_count = 0 AND l.group_waiting_count = 0
+           AND limits_share(l) <> 'fair';
+END
+$$;
+
 -- operator_actions._box_text: the box's audit text, "base N, burst B, ceiling C", B a float8's own
 -- text (the shortest that reads back as the same float, as config.burst_text writes it).
 CREATE OR REPLACE FUNCTION limits_box_text(l limits_limit) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    RETURN format(
-        'base %s, burst %s, ceiling %s',
-        coalesce(l.per_key_override, l.declared_per_key),
-        coalesce(l.burst_override, l.declared_burst)::text,
-        limits_capacity(l)
-    );
+    RETURN format('base %s, burst %s, ceiling %s', limits_per_key(l), limits_burst(l)::text, limits_capacity(l));
 END
 $$;
 
--- Limit.max_hold_ms, as an interval: a slot's expiry is its grant + this (SPEC 4.3).
-CREATE OR REPLACE FUNCTION limits_max_hold(l limits_limit) RETURNS interval
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT coalesce(l.max_hold_override_ms, l.declared_max_hold_ms) * interval '1 millisecond'
-$$;
-
--- Limit.is_plain: no per_key in force and no keyed or group entry waiting. Only a plain limit's
--- capacity is handed out here; the rest is limits.engine.keys in Python (SPEC 9, 10).
--- PL/pgSQL, not SQL: an SQL function's body is checked at creation, and these columns come with
--- limits/0011, after the first migration that installs this file (limits/sql/__init__.py).
-CREATE OR REPLACE FUNCTION limits_is_plain(l limits_limit) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-    RETURN l.declared_per_key IS NULL AND l.per_key_override IS NULL
-           AND l.keyed_waiting_count = 0 AND l.group_waiting_count = 0
-           AND coalesce(nullif(l.share_override, ''), l.declared_share) <> 'fair';  -- a fair limit keeps turns
-END
-$$;
-
--- limits.engine.keys.Pools.has_room: the key's pool (its own size, else the limit's per_key) has
--- room; '' is the no-key pool, whose figures are the limit's counters minus the keyed ones.
+-- limits.engine.keys.Pools.has_room: the key's pool (limits_pool_size) has room, or there is no
+-- pool (no per_key in force, no size of its own); '' is the no-key pool, of the limit's per_key,
+-- whose figures are the limit's counters minus the keyed ones.
 CREATE OR REPLACE FUNCTION limits_pool_room(l limits_limit, p_key text) RETURNS boolean
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -120,17 +180,14 @@ DECLARE
     v_used integer := 0;
 BEGIN
     IF p_key = '' THEN
-        RETURN l.declared_per_key IS NULL AND l.per_key_override IS NULL
-            OR l.busy_count + l.reserved_count - l.keyed_busy_count - l.keyed_reserved_count
-               < coalesce(l.per_key_override, l.declared_per_key);
+        RETURN limits_per_key(l) IS NULL
+            OR l.busy_count + l.reserved_count - l.keyed_busy_count - l.keyed_reserved_count < limits_per_key(l);
     END IF;
-    -- Variables, not a limits_limitkey row: that table comes with limits/0011 (see above).
+    -- Variables, not a limits_limitkey row: PL/pgSQL checks a declared row type at creation, and
+    -- that table comes with limits/0011, after the first migration that installs this file.
     SELECT pool_override, busy_count + reserved_count INTO v_override, v_used
     FROM limits_limitkey WHERE limit_id = l.id AND key = p_key;
-    IF coalesce(v_override, l.per_key_override, l.declared_per_key) IS NULL THEN
-        RETURN true;
-    END IF;
-    RETURN coalesce(v_used, 0) < coalesce(v_override, l.per_key_override, l.declared_per_key);
+    RETURN limits_pool_size(l, v_override) IS NULL OR coalesce(v_used, 0) < limits_pool_size(l, v_override);
 END
 $$;
 
@@ -178,15 +235,6 @@ EXCEPTION WHEN serialization_failure THEN
     -- any other conflict is raised again
     UPDATE limits_slot SET ends_with_run = true WHERE id = p_slot AND run_id = p_run AND state = 'busy';
     RETURN FOUND;
-END
-$$;
-
--- Limit.is_fair (SPEC 13.1): its capacity is shared fairly between keys. PL/pgSQL for the reason
--- given at limits_is_plain (the columns come with limits/0031).
-CREATE OR REPLACE FUNCTION limits_is_fair(l limits_limit) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-    RETURN coalesce(nullif(l.share_override, ''), l.declared_share) = 'fair';
 END
 $$;
 
@@ -284,14 +332,12 @@ END
 $$;
 
 -- limits.engine.keys.box_base: the base of the box's run concurrency in force (SPEC 12.1, 12.5),
--- NULL without one. PL/pgSQL for the reason given at limits_is_plain (kind comes later).
+-- NULL without one. PL/pgSQL: its query's plan is kept for the session (an SQL function that
+-- reads a table is not inlined, and is planned again at every call).
 CREATE OR REPLACE FUNCTION limits_box_base() RETURNS integer
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    RETURN (
-        SELECT coalesce(per_key_override, declared_per_key) FROM limits_limit
-        WHERE name = 'box' AND kind = 'box' AND declared
-    );
+    RETURN (SELECT limits_per_key(b) FROM limits_limit b WHERE b.name = 'box' AND b.kind = 'box' AND b.declared);
 END
 $$;
 
@@ -315,6 +361,46 @@ $$;
 -- (p_now NULL; the process's time in tests), never before the limit's last change.
 CREATE OR REPLACE FUNCTION limits_clock(p_now timestamptz, p_last timestamptz) RETURNS timestamptz
 LANGUAGE sql VOLATILE AS $$ SELECT greatest(coalesce(p_now, clock_timestamp()), p_last) $$;
+
+-- limits.engine.keys.lock and rules.clock_all: the limits p_limits locked FOR NO KEY UPDATE in id
+-- order, with (p_partners) the other limits of every group waiting in one of them or reserved
+-- from it (limits_partners, read first without a lock: only a limit where a group waits, or
+-- holds a reservation, has any), then the clock read after the locks: `clock`, the latest
+-- limits_clock of them (one time for the change to them all, never before any one's last). `ids`:
+-- the limits locked (p_limits first; it may name one twice), for the caller's rules.clock_all
+-- UPDATE and its grant. `plain`: every one is plain (limits_is_plain); `waiting`: one has runs
+-- waiting (what limits_release asks). Every function that locks several limits locks them here.
+-- Its statements keep one plan for the session (plan_cache_mode): left to choose, PostgreSQL
+-- planned the lock's query again at every call (a custom plan for each array of ids), which cost
+-- more than the call of this function (docs/performance.md, "One home per rule in engine.sql").
+CREATE OR REPLACE FUNCTION limits_lock(
+    p_limits bigint[], p_now timestamptz, p_partners boolean DEFAULT true,
+    OUT ids bigint[], OUT clock timestamptz, OUT plain boolean, OUT waiting boolean
+)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off
+SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    l limits_limit;
+    i integer;
+BEGIN
+    ids := p_limits;
+    plain := true;
+    waiting := false;
+    FOR i IN 1 .. CASE WHEN p_partners THEN coalesce(cardinality(p_limits), 0) ELSE 0 END LOOP
+        IF EXISTS (SELECT 1 FROM limits_limit WHERE id = p_limits[i] AND group_waiting_count > 0)
+           OR EXISTS (
+               SELECT 1 FROM limits_slot WHERE limit_id = p_limits[i] AND state = 'reserved' AND group_size > 1
+           ) THEN
+            ids := ids || limits_partners(p_limits[i]);
+        END IF;
+    END LOOP;
+    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (ids) ORDER BY id FOR NO KEY UPDATE LOOP
+        clock := greatest(clock, limits_clock(p_now, l.last_event_at));
+        plain := plain AND limits_is_plain(l);
+        waiting := waiting OR l.waiting_count > 0;
+    END LOOP;
+END
+$$;
 
 -- limits.models.new_slot_id: 'slot_' and 32 hex digits.
 CREATE OR REPLACE FUNCTION limits_new_slot_id() RETURNS text
@@ -485,7 +571,6 @@ DECLARE
     v_request text;
     v_ids bigint[];
     v_now timestamptz;
-    l limits_limit;
 BEGIN
     woken := '{}';
     outcome := limits_confirm(p_slot, p_now);
@@ -493,14 +578,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT limit_id, request INTO v_limit, v_request FROM limits_slot WHERE id = p_slot;
-    v_ids := ARRAY[v_limit];
-    IF EXISTS (SELECT 1 FROM limits_limit WHERE id = v_limit AND group_waiting_count > 0)
-       OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_limit AND state = 'reserved' AND group_size > 1) THEN
-        v_ids := v_ids || limits_partners(v_limit);
-    END IF;
-    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
-        v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
-    END LOOP;
+    SELECT k.ids, k.clock INTO v_ids, v_now FROM limits_lock(ARRAY[v_limit], p_now) k;
     UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);  -- rules.clock_all
     IF NOT EXISTS (SELECT 1 FROM limits_slot WHERE id = p_slot AND state = 'reserved') THEN
         outcome := 'gone';
@@ -597,16 +675,8 @@ BEGIN
         outcome := 'gone';
         RETURN;
     END IF;
-    v_ids := ARRAY[v_limit];
-    IF EXISTS (SELECT 1 FROM limits_limit WHERE id = v_limit AND group_waiting_count > 0)
-       OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_limit AND state = 'reserved' AND group_size > 1) THEN
-        v_ids := v_ids || limits_partners(v_limit);
-    END IF;
-    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
-        v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
-        v_plain := v_plain AND limits_is_plain(l);
-        v_waiting := v_waiting OR l.waiting_count > 0;
-    END LOOP;
+    SELECT k.ids, k.clock, k.plain, k.waiting INTO v_ids, v_now, v_plain, v_waiting
+    FROM limits_lock(ARRAY[v_limit], p_now) k;
     SELECT state, key, request INTO v_state, v_key, v_request FROM limits_slot WHERE id = p_slot;
     IF v_state IS NULL OR v_state NOT IN ('busy', 'reserved') THEN  -- NULL: the purge deleted it meanwhile
         outcome := 'gone';
@@ -657,24 +727,14 @@ CREATE OR REPLACE FUNCTION limits_release_slots(
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     v_ids bigint[];
-    v_id bigint;
     v_now timestamptz;
     s record;
-    l limits_limit;
     i integer;
 BEGIN
     released := '{}';
     woken := '{}';
-    v_ids := ARRAY(SELECT DISTINCT limit_id FROM limits_slot WHERE id = ANY (p_slots));
-    FOREACH v_id IN ARRAY v_ids LOOP
-        IF EXISTS (SELECT 1 FROM limits_limit WHERE id = v_id AND group_waiting_count > 0)
-           OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_id AND state = 'reserved' AND group_size > 1) THEN
-            v_ids := v_ids || limits_partners(v_id);
-        END IF;
-    END LOOP;
-    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
-        v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
-    END LOOP;
+    SELECT k.ids, k.clock INTO v_ids, v_now
+    FROM limits_lock(ARRAY(SELECT DISTINCT limit_id FROM limits_slot WHERE id = ANY (p_slots)), p_now) k;
     FOR i IN 1 .. coalesce(cardinality(p_slots), 0) LOOP
         SELECT id, limit_id, state, key, request INTO s FROM limits_slot
         WHERE id = p_slots[i] AND state IN ('busy', 'reserved');
@@ -719,9 +779,7 @@ LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = 
 DECLARE
     v_mine bigint[];
     v_ids bigint[];
-    v_id bigint;
     v_now timestamptz;
-    l limits_limit;
     v_cancelled integer;
     v_freed integer;
     v_head_limits bigint[];
@@ -738,16 +796,7 @@ BEGIN
     IF cardinality(v_mine) = 0 THEN
         RETURN;
     END IF;
-    v_ids := v_mine;
-    FOREACH v_id IN ARRAY v_mine LOOP
-        IF EXISTS (SELECT 1 FROM limits_limit WHERE id = v_id AND group_waiting_count > 0)
-           OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_id AND state = 'reserved' AND group_size > 1) THEN
-            v_ids := v_ids || limits_partners(v_id);
-        END IF;
-    END LOOP;
-    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
-        v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
-    END LOOP;
+    SELECT k.ids, k.clock INTO v_ids, v_now FROM limits_lock(v_mine, p_now) k;
     WITH cancelled AS (
         UPDATE limits_queueentry SET state = 'cancelled', finished_at = v_now
         WHERE run_id = p_run AND state = 'waiting' AND limit_id = ANY (v_ids)
@@ -821,7 +870,7 @@ CREATE OR REPLACE FUNCTION limits_sweep_limit(
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
     l limits_limit;
-    v_ids bigint[] := ARRAY[p_limit];
+    v_ids bigint[];
     v_now timestamptz;
     v_request text;
     g record;
@@ -831,13 +880,7 @@ BEGIN
     timed_out := 0;
     granted := 0;
     woken := '{}';
-    IF EXISTS (SELECT 1 FROM limits_limit WHERE id = p_limit AND group_waiting_count > 0)
-       OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = p_limit AND state = 'reserved' AND group_size > 1) THEN
-        v_ids := v_ids || limits_partners(p_limit);
-    END IF;
-    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
-        v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
-    END LOOP;
+    SELECT k.ids, k.clock INTO v_ids, v_now FROM limits_lock(ARRAY[p_limit], p_now) k;
     SELECT * INTO l FROM limits_limit WHERE id = p_limit;
     IF l.kind <> 'workflow' THEN
         WITH gone AS (
@@ -977,16 +1020,8 @@ BEGIN
         outcome := 'unknown';
         RETURN;
     END IF;
-    v_ids := ARRAY[v_limit];
-    IF p_action <> 'max_hold' AND (
-        EXISTS (SELECT 1 FROM limits_limit WHERE id = v_limit AND group_waiting_count > 0)
-        OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_limit AND state = 'reserved' AND group_size > 1)
-    ) THEN
-        v_ids := v_ids || limits_partners(v_limit);
-    END IF;
-    FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
-        v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
-    END LOOP;
+    -- a max hold locks the limit alone (locked_limit): it grants nothing
+    SELECT k.ids, k.clock INTO v_ids, v_now FROM limits_lock(ARRAY[v_limit], p_now, p_action <> 'max_hold') k;
     SELECT * INTO l FROM limits_limit WHERE id = v_limit;
     capacity := limits_capacity(l);
     IF p_action = 'capacity' THEN
@@ -1025,11 +1060,8 @@ BEGIN
         IF p_burst_given THEN
             l.burst_override := p_burst;
         END IF;
-        -- config.box_ceiling, kept in capacity_override while either is overridden (_keep_box_capacity)
-        capacity := CASE WHEN l.per_key_override IS NOT NULL OR l.burst_override IS NOT NULL THEN floor(
-            coalesce(l.per_key_override, l.declared_per_key) * coalesce(l.burst_override, l.declared_burst) + 1e-9
-        ) END;
-        IF capacity > 100000 THEN  -- config.MAX_CAPACITY: check_ceiling words the refusal
+        capacity := limits_box_override(l);  -- the ceiling, kept in capacity_override while overridden
+        IF capacity > limits_max_capacity() THEN  -- check_ceiling words the refusal
             outcome := 'bad_ceiling';
             RETURN;
         END IF;
@@ -1037,7 +1069,7 @@ BEGIN
             capacity_override = capacity, updated_at = v_now
         WHERE id = v_limit;
     ELSIF p_action = 'share' THEN  -- operator_actions.set_share: p_share, NULL for the declared one
-        v_old := coalesce(nullif(l.share_override, ''), l.declared_share);
+        v_old := limits_share(l);
         v_new := coalesce(p_share, l.declared_share) || CASE WHEN p_share IS NULL THEN ' (declared)' ELSE '' END;
         UPDATE limits_limit SET share_override = coalesce(p_share, ''), updated_at = v_now WHERE id = v_limit;
         IF coalesce(p_share, l.declared_share) <> v_old THEN
@@ -1065,21 +1097,20 @@ BEGIN
             weight = CASE WHEN p_action = 'weight' THEN excluded.weight ELSE limits_limitkey.weight END,
             minimum = CASE WHEN p_action = 'min' THEN excluded.minimum ELSE limits_limitkey.minimum END;
     ELSE  -- 'per_key'
-        IF p_value IS NOT NULL AND p_value NOT BETWEEN 1 AND limits_capacity(l) THEN
+        IF p_value IS NOT NULL AND p_value NOT BETWEEN limits_min_capacity() AND limits_capacity(l) THEN
             outcome := 'bad_per_key';
             RETURN;
         END IF;
         IF p_key IS NULL THEN
-            v_old := coalesce(coalesce(l.per_key_override, l.declared_per_key)::text, 'none');
+            v_old := coalesce(limits_per_key(l)::text, 'none');
             v_new := CASE WHEN p_value IS NULL THEN coalesce(l.declared_per_key::text, 'none') || ' (declared)'
                           ELSE p_value::text END;
             UPDATE limits_limit SET per_key_override = p_value, updated_at = v_now WHERE id = v_limit;
         ELSE
-            v_old := coalesce(coalesce(
-                (SELECT k.pool_override FROM limits_limitkey k WHERE k.limit_id = v_limit AND k.key = p_key),
-                l.per_key_override, l.declared_per_key
+            v_old := coalesce(limits_pool_size(
+                l, (SELECT k.pool_override FROM limits_limitkey k WHERE k.limit_id = v_limit AND k.key = p_key)
             )::text, 'none');
-            v_new := coalesce(coalesce(p_value, l.per_key_override, l.declared_per_key)::text, 'none')
+            v_new := coalesce(limits_pool_size(l, p_value::integer)::text, 'none')
                      || CASE WHEN p_value IS NULL THEN ' (per_key)' ELSE '' END;
             INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at, pool_override)
             VALUES (v_limit, p_key, 0, 0, 0, v_now, p_value)
@@ -1107,7 +1138,7 @@ END
 $$;
 
 -- operator_actions._declared_text: a declared limit's audit text in a deploy.
--- PL/pgSQL for the reason given at limits_is_plain (declared_share comes with a later migration).
+-- PL/pgSQL, whose body is checked when it runs: declared_share comes with a later migration.
 CREATE OR REPLACE FUNCTION limits_declared_text(l limits_limit) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
@@ -1274,14 +1305,14 @@ BEGIN
         v_old := limits_box_text(l) || CASE WHEN l.declared THEN '' ELSE ', undeclared' END;
         -- _keep_box_capacity: an operator's base or burst keeps the ceiling in capacity_override;
         -- one that the new declared values would take past the maximum goes
-        v_ceiling := CASE WHEN l.per_key_override IS NOT NULL OR l.burst_override IS NOT NULL THEN floor(
-            coalesce(l.per_key_override, p_box_base) * coalesce(l.burst_override, p_box_burst) + 1e-9
-        ) END;
+        l.declared_per_key := p_box_base;
+        l.declared_burst := p_box_burst;
+        v_ceiling := limits_box_override(l);
         UPDATE limits_limit SET declared = true, declared_per_key = p_box_base, declared_burst = p_box_burst,
             declared_capacity = p_box_ceiling,
-            per_key_override = CASE WHEN v_ceiling > 100000 THEN NULL ELSE per_key_override END,
-            burst_override = CASE WHEN v_ceiling > 100000 THEN NULL ELSE burst_override END,
-            capacity_override = CASE WHEN v_ceiling > 100000 THEN NULL ELSE v_ceiling END
+            per_key_override = CASE WHEN v_ceiling > limits_max_capacity() THEN NULL ELSE per_key_override END,
+            burst_override = CASE WHEN v_ceiling > limits_max_capacity() THEN NULL ELSE burst_override END,
+            capacity_override = CASE WHEN v_ceiling > limits_max_capacity() THEN NULL ELSE v_ceiling END
         WHERE id = l.id;
         woken := woken || limits_sync_one(l.id, v_locked, v_old, 'box', p_actor, p_now, p_reservation_ms, p_owed_after_ms);
         updated := updated || 'box'::text;
@@ -1649,7 +1680,6 @@ DECLARE
     l limits_limit;
     v_mine bigint[];
     v_ids bigint[];
-    v_id bigint;
     v_now timestamptz;
     v_free boolean := true;
     v_slot text;
@@ -1696,17 +1726,8 @@ BEGIN
     IF (SELECT count(DISTINCT x) FROM unnest(v_mine) x) <> v_size THEN
         RETURN;  -- a repeated name: limits.engine.slots refuses it before the call
     END IF;
-    v_ids := v_mine;
-    FOREACH v_id IN ARRAY v_mine LOOP
-        IF EXISTS (SELECT 1 FROM limits_limit WHERE id = v_id AND group_waiting_count > 0)
-           OR EXISTS (SELECT 1 FROM limits_slot WHERE limit_id = v_id AND state = 'reserved' AND group_size > 1) THEN
-            v_ids := v_ids || limits_partners(v_id);
-        END IF;
-    END LOOP;
     BEGIN
-        FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
-            v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
-        END LOOP;
+        SELECT k.ids, k.clock INTO v_ids, v_now FROM limits_lock(v_mine, p_now) k;
         SELECT m.name INTO bad_name FROM unnest(v_mine) WITH ORDINALITY AS n(id, ord)
         JOIN limits_limit m ON m.id = n.id AND NOT m.declared ORDER BY n.ord LIMIT 1;
         IF bad_name IS NOT NULL THEN
@@ -2048,8 +2069,7 @@ BEGIN
     FOR k IN
         SELECT lk.key, lk.busy_count + lk.reserved_count >= lk.minimum AS has_min,
                (lk.busy_count + lk.reserved_count)::numeric / lk.weight AS share, lk.fair_pass, lk.head,
-               lk.busy_count + lk.reserved_count < coalesce(lk.pool_override, lim.per_key_override, lim.declared_per_key)
-               IS NOT false AS room
+               lk.busy_count + lk.reserved_count < limits_pool_size(lim, lk.pool_override) IS NOT false AS room
         FROM limits_limitkey lk
         WHERE lk.limit_id = lim.id AND lk.head IS NOT NULL  -- waiting_count > 0, bar the keys dealt with
         ORDER BY lk.limit_id, lk.busy_count + lk.reserved_count >= lk.minimum,
@@ -2307,7 +2327,6 @@ CREATE OR REPLACE FUNCTION limits_confirm_group(
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
-    l limits_limit;
     v_ids bigint[];
     v_now timestamptz;
 BEGIN
@@ -2316,9 +2335,7 @@ BEGIN
     SELECT array_agg(DISTINCT limit_id) INTO v_ids FROM limits_slot
     WHERE request = p_request AND state IN ('busy', 'reserved');
     BEGIN
-        FOR l IN SELECT * FROM limits_limit WHERE id = ANY (v_ids) ORDER BY id FOR NO KEY UPDATE LOOP
-            v_now := greatest(v_now, limits_clock(p_now, l.last_event_at));
-        END LOOP;
+        SELECT k.clock INTO v_now FROM limits_lock(v_ids, p_now, false) k;  -- their groups are theirs
         SELECT array_agg(s.id ORDER BY n.ord) INTO slot_ids
         FROM unnest(p_names) WITH ORDINALITY AS n(name, ord)
         JOIN limits_limit m ON m.name = n.name

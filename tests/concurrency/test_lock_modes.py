@@ -25,7 +25,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from limits import insights, services
-from limits.engine import keys, rules, slots
+from limits.engine import keys, python, rules
 from limits.models import Limit, LimitMinute, SweepState
 from tests.conftest import requires_postgres
 from tests.factories import declare
@@ -55,7 +55,7 @@ def can_lock(other: psycopg.Connection[Any], limit_id: int, mode: str) -> bool:
 
 def _holding() -> dict[str, Callable[[], Any]]:
     """Every way the engine takes a limit's row lock, each left open inside the caller's
-    transaction: the Python rules (keys.lock, locked_limit, slots._locked_slot, locked_by_name, a
+    transaction: the Python rules (keys.lock, locked_limit, python._locked_slot, locked_by_name, a
     deploy) and the PostgreSQL functions that keep it (a grant, a release, a keyed grant, a
     deploy's)."""
     declare(calls={"capacity": 5, "max_hold": "1h"}, api={"capacity": 5, "max_hold": "1h", "per_key": 2})
@@ -75,7 +75,7 @@ def _holding() -> dict[str, Callable[[], Any]]:
         "keys.lock": lambda: keys.lock([limit.id]),
         "rules.locked_limit": lambda: rules.locked_limit(limit.name),
         "rules.locked_by_name": lambda: rules.locked_by_name(limit.name),
-        "slots._locked_slot": lambda: slots._locked_slot(held),
+        "python._locked_slot": lambda: python._locked_slot(held),
         "limits_acquire": sql(
             "SELECT outcome FROM limits_acquire('calls', 'r', 'req-a', '', 1000, now(), 120000, 120000)", []
         ),

@@ -8,7 +8,7 @@ import pytest
 from django.db.models import Q
 
 from limits import services
-from limits.engine.slots import _limits_ending_with
+from limits.engine.python import _limits_ending_with
 from limits.models import QueueEntry, Slot
 from tests.factories import assert_counters_match_rows, declare
 

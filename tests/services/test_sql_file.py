@@ -163,3 +163,107 @@ def test_the_sql_homes_of_the_shared_rules_answer_as_their_python_homes(clock) -
             assert cursor.fetchone()[0] == rules.clock(limit)
         cursor.execute("SELECT limits_new_slot_id()")
         assert re.fullmatch(SLOT_ID_FORMAT, cursor.fetchone()[0])
+
+
+@requires_postgres
+@pytest.mark.django_db
+def test_the_sql_homes_of_pools_shares_the_box_and_the_caps_answer_as_their_python_homes(clock) -> None:
+    """Each small rule engine.sql spells once (issue 48), against its Python home, on limits that
+    take each branch: the capacity in force in every dialect (limits_capacity, the Python value,
+    the query expression, the raw SQL the insights sample reads), limits_per_key, limits_pool_size,
+    limits_share, limits_is_fair, limits_room (paused, full, free), limits_is_plain,
+    limits_burst and limits_box_override (the box's kept ceiling), limits_box_ceiling and the
+    caps."""
+    from limits import services
+    from limits.config import MAX_CAPACITY, MIN_CAPACITY, box_ceiling, define_workspace
+    from limits.engine import keys
+    from limits.models import CAPACITY_IN_FORCE, CAPACITY_IN_FORCE_SQL, Limit, LimitKey, pool_size
+
+    services.sync_workspace(
+        define_workspace(
+            limits={
+                "plain": {"capacity": 3, "max_hold": "90s"},
+                "tenants": {"capacity": 5, "max_hold": "1h", "per_key": 2, "share": "fair"},
+                "paused": {"capacity": 2, "max_hold": "1h"},
+            },
+            run_concurrency={"base": 3, "burst": 1.5},
+        )
+    )
+    services.set_capacity("plain", 1)
+    services.acquire("plain", run_id="holder")  # full: room 0
+    services.set_per_key("tenants", 4, key="big")  # a key's own pool over the limit's per_key
+    services.acquire("tenants", run_id="small", key="small")
+    services.pause_limit("paused")
+    services.set_box(burst=2.5)  # the box's ceiling kept in capacity_override while overridden
+    rows = "FROM limits_limit l WHERE l.id = %s"
+    with connection.cursor() as cursor:
+        in_force = dict(Limit.objects.annotate(in_force=CAPACITY_IN_FORCE).values_list("id", "in_force"))
+        for limit in Limit.objects.all():
+            cursor.execute(
+                "SELECT limits_capacity(l), limits_per_key(l), limits_share(l), limits_is_fair(l), limits_room(l), "
+                f"limits_is_plain(l), limits_burst(l), {CAPACITY_IN_FORCE_SQL} {rows}",
+                [limit.id],
+            )
+            in_sql = cursor.fetchone()
+            in_python = (limit.capacity, limit.per_key, limit.share, limit.is_fair, limit.room, limit.is_plain)
+            assert in_sql == (*in_python, limit.burst, in_force[limit.id]), limit.name
+            assert in_force[limit.id] == limit.capacity
+        box = Limit.objects.get(name="box")
+        cursor.execute(f"SELECT limits_box_override(l) {rows}", [box.id])
+        assert cursor.fetchone()[0] == box_ceiling(box.per_key, box.burst) == box.capacity_override == 7
+        services.set_box(burst=None)  # nothing overridden: the declared ceiling rules
+        cursor.execute(f"SELECT limits_box_override(l) {rows}", [box.id])
+        assert cursor.fetchone()[0] is None
+        tenants = Limit.objects.get(name="tenants")
+        for row in LimitKey.objects.filter(limit=tenants):
+            cursor.execute(f"SELECT limits_pool_size(l, %s) {rows}", [row.pool_override, tenants.id])
+            assert (
+                cursor.fetchone()[0]
+                == pool_size(row.pool_override, tenants.per_key)
+                == keys.Pools(tenants).size(row.key)
+            )
+        cursor.execute(f"SELECT limits_pool_size(l, NULL) {rows}", [Limit.objects.get(name="plain").id])
+        assert cursor.fetchone()[0] is None  # no per_key: only the total applies
+        for base, burst in ((3, 1.5), (7, 1.1), (10, 2.3), (3, 2.9999999999), (33333, 3.0000000001), (100000, 10.0)):
+            cursor.execute("SELECT limits_box_ceiling(%s, %s)", [base, burst])
+            assert cursor.fetchone()[0] == box_ceiling(base, burst), (base, burst)
+        cursor.execute("SELECT limits_min_capacity(), limits_max_capacity()")
+        assert cursor.fetchone() == (MIN_CAPACITY, MAX_CAPACITY)
+
+
+@requires_postgres
+@pytest.mark.django_db
+def test_limits_lock_locks_what_keys_lock_locks_and_reads_the_clock_as_rules_clock_all(clock) -> None:
+    """limits_lock, the one SQL home of "lock the limits with their groups' other limits, then read
+    the clock", against keys.lock and rules.clock_all: the same limits (a group waiting in `a` and
+    `b` makes `b` a partner of `a`; `c` stays out), one time for them all that is never before a
+    limit's last change, and what limits_release asks of them."""
+    import datetime as dt
+
+    from limits import services
+    from limits.engine import keys, rules
+    from limits.models import Limit
+    from tests.factories import declare
+
+    limits = declare(
+        a={"capacity": 1, "max_hold": "1h"}, b={"capacity": 1, "max_hold": "1h"}, c={"capacity": 1, "max_hold": "1h"}
+    )
+    services.acquire("a", run_id="holder")
+    assert services.acquire_group(["a", "b"], run_id="group").state == "waiting"
+    a, b, c = (limits[name].id for name in "abc")
+    clock.advance(seconds=-30)  # a clock behind the limits' last change
+    with transaction.atomic(), connection.cursor() as cursor:
+        for partners in (True, False):
+            cursor.execute(
+                "SELECT ids, clock, plain, waiting FROM limits_lock(%s, %s, %s)",
+                [[a], dt.datetime.now(dt.UTC), partners],
+            )
+            ids, at, plain, waiting = cursor.fetchone()
+            locked = keys.lock([a]) if partners else {a: Limit.objects.get(id=a)}
+            assert set(ids) == set(locked) == ({a, b} if partners else {a})
+            assert c not in ids
+            assert at == rules.clock_all(locked) > dt.datetime.now(dt.UTC)
+            assert (plain, waiting) == (False, True)  # a group waits in them
+        cursor.execute("SELECT ids, clock FROM limits_lock(%s, %s)", [[c], None])
+        ids, at = cursor.fetchone()
+        assert ids == [c] and at is not None  # the database's clock when given none
