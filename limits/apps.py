@@ -19,8 +19,8 @@ class LimitsConfig(AppConfig):
         from limits import (
             checks,  # registers the workspace check
             conf,
-            run_bounds,
         )
+        from limits.runs import bounds as run_bounds
         from limits.signals import runs_woken
         from stackbone.runs.models import Run
         from stackbone.runs.signals import find_stuck_waits, run_ended, run_queued, run_starting
@@ -28,7 +28,7 @@ class LimitsConfig(AppConfig):
         conf.install_defaults()
         if apps.is_installed("django.contrib.admin"):
             # Runs and their steps in the admin: the run layer below knows no admin of its own.
-            from limits import run_admin  # noqa: F401
+            from limits.runs import admin  # noqa: F401
 
         post_migrate.connect(_sync_declared_limits, sender=self)
         worker_init.connect(checks.refuse_to_start_with_a_bad_workspace, weak=False)
@@ -43,8 +43,8 @@ class LimitsConfig(AppConfig):
 
 def _sync_declared_limits(using: str = "default", **kwargs: object) -> None:
     """Declared values reach the database at every migrate (SPEC 1.4)."""
-    from limits import run_bounds
     from limits.config import load_workspace
+    from limits.runs import bounds as run_bounds
     from limits.services import sync_workspace
 
     if using != "default":

@@ -154,7 +154,7 @@ class LimitsTask(_TaskBase):
 def declare(task: LimitsTask) -> None:
     """Check a task's declaration and register its workflow (once per module path: a copy made
     by .using() shares the first one's). A mistake is an InvalidLimitsTask."""
-    from limits import run_bounds
+    from limits.runs import bounds as run_bounds
 
     name = task.module_path
     if len(name) > WORKFLOW_NAME_MAX_LENGTH:
@@ -197,7 +197,7 @@ def key_of(task: LimitsTask, args: list[Any], kwargs: dict[str, Any]) -> object:
     """The run's concurrency key, read from the arguments (as the function will get them): the
     value of the argument `concurrency_key` names (its default if not given), or what the callable
     returns; a whole number becomes its text, None is no key. Anything else is the run layer's to
-    refuse (limits.run_bounds: a key is text of 1 to 128 characters)."""
+    refuse (limits.runs.bounds: a key is text of 1 to 128 characters)."""
     spec = task.concurrency_key
     if spec is None:
         return None
@@ -368,7 +368,7 @@ class LimitsBackend(BaseTaskBackend):
         return task_backend_problems(self.alias, self.params)
 
     def _start(self, task: LimitsTask, args: list[Any], kwargs: dict[str, Any]) -> Run:
-        from limits import run_bounds
+        from limits.runs import bounds as run_bounds
         from limits.runs import start_run
         from stackbone.plumbing import clock
 

@@ -1,59 +1,8 @@
-"""Runs and their steps in the admin: read-only (runs change only through the run layer). Their
-user-supplied text (input, output, errors, keys, what a run waits for) is shown escaped, as in
-Studio (limits.admin.EscapedTextAdmin)."""
+"""Moved to limits.runs.admin: this old path warns (DeprecationWarning) and is that module itself."""
 
-from __future__ import annotations
+import sys
 
-from typing import TYPE_CHECKING
+from limits._moved import moved
+from limits.runs.admin import *  # noqa: F403 - its names, for type checkers
 
-from django.contrib import admin
-from django.http import HttpRequest
-
-from limits.admin import EscapedTextAdmin, escaped
-from stackbone.runs.models import Run, Step
-
-if TYPE_CHECKING:  # the stubs' generic class, which is not subscriptable at run time
-    StepTabularInline = admin.TabularInline[Step, Run]
-else:
-    StepTabularInline = admin.TabularInline
-
-
-STEP_FIELDS = ("seq", "name_escaped", "kind", "status", "started_at", "finished_at", "error_escaped")
-
-
-class StepInline(StepTabularInline):
-    model = Step
-    fields = STEP_FIELDS
-    readonly_fields = STEP_FIELDS
-    ordering = ["seq"]
-    name_escaped = escaped("name")
-    error_escaped = escaped("error")
-    extra = 0
-    can_delete = False
-    show_change_link = False
-
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-
-@admin.register(Run)
-class RunAdmin(EscapedTextAdmin):
-    list_display = ["id", "workflow", "status", "suspended", "waiting_for", "created_at", "finished_at"]
-    list_filter = ["status", "suspended", "workflow"]
-    search_fields = ["id", "workflow"]
-    escaped_fields = ("id", "workflow", "input", "output", "error", "waiting_for", "concurrency_key")
-    date_hierarchy = "created_at"
-    show_full_result_count = False
-    inlines = [StepInline]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
+sys.modules[__name__] = moved(__name__, "limits.runs.admin")

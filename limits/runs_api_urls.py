@@ -1,19 +1,8 @@
-"""/api/runs/...: the JSON API for runs (limits.runs_api). A run id never holds a slash, so
-"<run_id>/cancel/" is never a run's own path."""
+"""Moved to limits.runs.api_urls: this old path warns (DeprecationWarning) and is that module itself."""
 
-from __future__ import annotations
+import sys
 
-from django.urls import path, re_path
+from limits._moved import moved
+from limits.runs.api_urls import *  # noqa: F403 - its names, for type checkers
 
-from limits import runs_api
-from limits.api import unknown_path
-
-app_name = "runs_api"
-
-urlpatterns = [
-    path("", runs_api.runs, name="list"),
-    path("<str:run_id>/", runs_api.run_detail, name="run"),
-    path("<str:run_id>/cancel/", runs_api.cancel, name="cancel"),
-    # Last: any other path under /api/runs/ answers a JSON 404 (limits.api's), not Django's HTML page.
-    re_path(r"^.*/$", unknown_path, name="unknown"),
-]
+sys.modules[__name__] = moved(__name__, "limits.runs.api_urls")

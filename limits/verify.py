@@ -594,7 +594,7 @@ class History:
 
     def steps_before_start(self) -> list[str]:
         """No step of a run before the slot it holds for the whole run was confirmed."""
-        from limits.run_bounds import START_REQUEST_SUFFIX
+        from limits.runs.bounds import START_REQUEST_SUFFIX
         from stackbone.runs.models import Step
 
         confirmed = {
@@ -821,7 +821,8 @@ class _FairReplay:
         self.left: set[int] = set()
         self.candidates: dict[str, list[tuple[int, int]]] = defaultdict(list)
         self.ended: set[int] = set()
-        self.passes: dict[str, int] = {}  # each key's pass replayed (absent: `unset`)
+        self.passes: dict[str, int | None] = {}  # each key's pass replayed (absent: `unset`; None: unknown)
+        self.at_since: set[str] = set()  # keys granted or joining at the instant of `since`
         self.unset: int | None = None  # the pass of a key not replayed yet: unknown, or 0 after a switch
         self.version: Counter[str] = Counter()
         self.servable: set[str] = set()  # keys with a candidate and room in their pool
@@ -968,6 +969,8 @@ class _FairReplay:
                 found.extend(self.judge_turns(at, grants, joins, frees, leaves))
             # 3. the instant's changes
             self.take_turns(grants, joins, counted=at > self.since)
+            if at == self.since:
+                self.at_since |= {self.slots[i]["key"] for i in grants} | {self.entries[i]["key"] for i in joins}
             touched: set[str] = set()
             for i in grants:
                 key = self.slots[i]["key"]
@@ -1087,6 +1090,10 @@ class _FairReplay:
         )
         self.passes.clear()
         self.unset = 0 if last == AuditEvent.Action.SHARE else None
+        # A grant or join at the very instant of the change may have come before it or after it
+        # (one transaction's rows share their time): that key's pass is unknown until it tells.
+        for key in self.at_since:
+            self.passes[key] = None
 
     def lowest_active_pass(self, key: str) -> int | None:
         """The smallest pass of the keys other than `key` holding or waiting now (0 if none),

@@ -18,7 +18,8 @@ from typing import Any
 
 from django.db import transaction
 
-from limits import run_bounds, services
+from limits import services
+from limits.box import QUEUE_TIMEOUT_MS, box_place
 from stackbone.runs.models import RunKey, Step
 from stackbone.runs.runtime import (
     RunContext,
@@ -27,14 +28,63 @@ from stackbone.runs.runtime import (
     body_context,
     is_interruption,
     lock_own_run,
-    next_recorded_name,
+    next_recorded_key,
     record_step,
     recorded_step,
     run_step,
     suspend,
 )
 
-HOOK_NAME = "Esperando hueco · {limit}"  # several limits: their names joined by " + " (SPEC 10.5)
+# A wait for slots is recorded as one hook step under two names (issue 48):
+# - its name, what users see (the seed's, spelled here once): HOOK_NAME, its limits joined by
+#   LIMITS_SHOWN_JOIN (SPEC 3.2, 10.5);
+# - its key, what a replay compares and the run page reads the limits from, never shown:
+#   HOOK_KEY_PREFIX and the limits joined by "," (no limit's name holds one: config.NAME_RE).
+# A wait recorded without a key (before the key, or by a worker of the older release during a
+# rolling deploy) is matched on replay, and read, by the name that release gave it:
+# KEYLESS_HOOK_NAME and KEYLESS_JOIN. They are a record of that release, not display text:
+# HOOK_NAME may change, these never.
+HOOK_NAME = "Esperando hueco · {limit}"
+LIMITS_SHOWN_JOIN = " + "
+HOOK_KEY_PREFIX = "acquire:"
+KEYLESS_HOOK_NAME = "Esperando hueco · {limit}"
+KEYLESS_JOIN = " + "
+
+
+def hook_name(limits: list[str]) -> str:
+    """What users see of a wait for `limits`: 'Esperando hueco · partner-api + voice-calls'."""
+    return HOOK_NAME.format(limit=LIMITS_SHOWN_JOIN.join(limits))
+
+
+def hook_name_parts(limits: list[str]) -> list[tuple[str, str | None]]:
+    """hook_name(limits) in pieces, each (text, the limit it names or None), for a page that
+    links each limit: [('Esperando hueco · ', None), ('a', 'a'), (' + ', None), ('b', 'b')]."""
+    lead, _, tail = HOOK_NAME.partition("{limit}")
+    parts: list[tuple[str, str | None]] = [(lead, None)]
+    for index, limit in enumerate(limits):
+        if index:
+            parts.append((LIMITS_SHOWN_JOIN, None))
+        parts.append((limit, limit))
+    parts.append((tail, None))
+    return [(text, limit) for text, limit in parts if text]
+
+
+def hook_key(limits: list[str]) -> str:
+    """What a replay compares for a wait for `limits`: 'acquire:partner-api,voice-calls'."""
+    return HOOK_KEY_PREFIX + ",".join(limits)
+
+
+def waits_on(step: Step) -> list[str]:
+    """The limits a recorded wait for slots waits (or waited) for, in the order asked; [] for any
+    other step. Read from its key; from its name only for a step recorded without one."""
+    if step.kind != Step.Kind.HOOK:
+        return []
+    if step.key:
+        asked = step.key.removeprefix(HOOK_KEY_PREFIX) if step.key.startswith(HOOK_KEY_PREFIX) else ""
+        return asked.split(",") if asked else []
+    head = KEYLESS_HOOK_NAME.partition("{limit}")[0]
+    shown = step.name.removeprefix(head) if step.name.startswith(head) else ""
+    return shown.split(KEYLESS_JOIN) if shown else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +146,11 @@ def _acquire(
     2. Otherwise ask the engine, with a request key stable across replays (run id + call number);
        the engine confirms the slots reserved for this call (together, for several limits).
     3. Busy: record the hook step completed with the slot ids and return the handles.
-       Waiting: record the hook step open ('Esperando hueco · <limit>', or '<a> + <b>' for
-       several) and suspend the run; the box wakes it when its slots are reserved or the wait
+       Waiting: record the hook step open (named hook_name(limits), keyed hook_key(limits))
+       and suspend the run; the box wakes it when its slots are reserved or the wait
        times out. Under the box's run concurrency (SPEC 12.2) the box bound is one more limit of
        the acquisition: a run that must wait gives its box slot back and resumes only with a
-       box slot again (`run_bounds.box_place`). Timed out: record the hook step failed and raise
+       box slot again (`limits.box.box_place`). Timed out: record the hook step failed and raise
        SlotTimeoutError; under the box, only once the run holds a box slot again (the wait gave
        it back: `_box_slot_again`), else the run waits for one alone, its hook step still open.
     Steps 2 and 3 are one transaction, under the run's lease; a grant under a key also keeps the
@@ -111,9 +161,10 @@ def _acquire(
     """
     ctx = body_context("acquire_slots" if many else "acquire_slot")
     seq = ctx.next_seq()
-    shown = " + ".join(str(limit) for limit in limits)
-    name = HOOK_NAME.format(limit=shown)
-    step = recorded_step(ctx, seq, name)
+    asked = [str(limit) for limit in limits]
+    shown = LIMITS_SHOWN_JOIN.join(asked)
+    name, replay_key = hook_name(asked), hook_key(asked)
+    step = recorded_step(ctx, seq, replay_key, keyless_name=KEYLESS_HOOK_NAME.format(limit=KEYLESS_JOIN.join(asked)))
     if step is not None and step.status == Step.Status.COMPLETED:
         recorded: dict[str, Any] = step.result  # type: ignore[assignment]  # completed: a dict
         ids = recorded.get("slot_ids") or [recorded["slot_id"]]
@@ -123,7 +174,7 @@ def _acquire(
     request = f"{ctx.run_id}:{seq}"
     with transaction.atomic():
         lock_own_run(ctx)
-        box = run_bounds.box_place(ctx.run_id, request, run=(ctx.workflow, ctx.bounds) if ctx.workflow else None)
+        box = box_place(ctx.run_id, request, run=(ctx.workflow, ctx.bounds) if ctx.workflow else None)
         if many or key is not None or box is not None:
             outcome = services.acquire_group(
                 limits, run_id=ctx.run_id, request=request, label=label, timeout=timeout, key=key, box=box
@@ -144,18 +195,35 @@ def _acquire(
                 result.update(slot_ids=ids, key=key)
             if key is not None:  # the run is found by this key after the slot is freed and it ends
                 RunKey.objects.bulk_create([RunKey(run_id=ctx.run_id, key=key)], ignore_conflicts=True)
-            record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.COMPLETED, result=result)
+            record_step(
+                ctx, seq, name, key=replay_key, kind=Step.Kind.HOOK, status=Step.Status.COMPLETED, result=result
+            )
             return [SlotHandle(id=i, limiter=limit, key=key) for i, limit in zip(ids, limits, strict=True)]
         if outcome.state == "waiting":
             deadline = outcome.deadline.isoformat()  # type: ignore[union-attr]  # waiting: has a deadline
-            record_step(ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.WAITING, result={"deadline": deadline})
+            record_step(
+                ctx,
+                seq,
+                name,
+                key=replay_key,
+                kind=Step.Kind.HOOK,
+                status=Step.Status.WAITING,
+                result={"deadline": deadline},
+            )
             suspend(ctx, waiting_for=outcome.request, deadline=outcome.deadline)
         elif outcome.state == "timed_out" and box is not None and not _box_slot_again(ctx, request, label, box):
             outcome = services.Acquisition("waiting", box.limit, request)  # suspended: waits for the box alone
         elif outcome.state == "timed_out":
             failure = {"timeout_ms": outcome.timeout_ms}
             record_step(
-                ctx, seq, name, kind=Step.Kind.HOOK, status=Step.Status.FAILED, result=failure, error="timed out"
+                ctx,
+                seq,
+                name,
+                key=replay_key,
+                kind=Step.Kind.HOOK,
+                status=Step.Status.FAILED,
+                result=failure,
+                error="timed out",
             )
     if outcome.state == "waiting":
         raise Suspend(name)
@@ -174,14 +242,14 @@ def _box_slot_again(ctx: RunContext, request: str, label: str | None, box: servi
     the box's queue, suspend the run with its hook step still waiting, and answer False. True
     also when the box has left the config meanwhile (the run no longer needs one)."""
     request = f"{request}{BOX_AGAIN_SUFFIX}"
-    if run_bounds.box_place(ctx.run_id, request, run=(ctx.workflow, ctx.bounds) if ctx.workflow else None) is None:
+    if box_place(ctx.run_id, request, run=(ctx.workflow, ctx.bounds) if ctx.workflow else None) is None:
         return True
     again = services.acquire_group(
         [],
         run_id=ctx.run_id,
         request=request,
         label=label,
-        timeout=run_bounds.QUEUE_TIMEOUT_MS,
+        timeout=QUEUE_TIMEOUT_MS,
         box=box,
     )
     if again.state == "busy":
@@ -285,7 +353,7 @@ def _release_held(slots: list[SlotHandle]) -> None:
     ("release_slots") and one engine call (services.release_slots: one set of locks, one grant),
     unless the run recorded them one release_slot step each, before this release existed: its
     replay goes on the older way."""
-    if len(slots) == 1 or next_recorded_name() == "release_slot":
+    if len(slots) == 1 or next_recorded_key() == "release_slot":
         for slot in slots:
             release_slot(slot.id)
         return

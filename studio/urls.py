@@ -32,7 +32,7 @@ urlpatterns = [
     path("accounts/password_change/", auth_views.PasswordChangeView.as_view(), name="password_change"),
     path("accounts/password_change/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("api/limits/", include("limits.api_urls")),
-    path("api/runs/", include("limits.runs_api_urls")),
+    path("api/runs/", include("limits.runs.api_urls")),
     path("favicon.ico", favicon, name="favicon"),
     # GET and HEAD (uptime checks, link previews) both redirect to the Limits screen.
     path("", require_safe(RedirectView.as_view(pattern_name="limits:list")), name="home"),

@@ -12,7 +12,11 @@ Then, as real processes in that environment: migrate, the web server, a Celery w
 runs started over the new project's JSON API with a token, and by the installed `stackbone`
 command in the project.
 
-- PostgreSQL + Redis: a database and a key prefix of this test's own.
+- PostgreSQL + Redis: a database and a key prefix of this test's own. Besides, Django's task API
+  through the box (docs/django-tasks.md, issue 46): the guide's TASKS block names LimitsBackend
+  (in both variants), and the project's own `@task` with a keyed limit (its own bound, 1 per
+  tenant, and a slot of the limit its workflows use) is enqueued with `task.enqueue(...)` beside
+  the workflow runs, run by the same worker, and read back with `get_result`.
 - SQLite and the embedded broker, no server (the guide's `only=sqlite` block): besides, the
   installed `stackbone` command in the project (runs started, found by the key their slots were
   taken under after they finished, the workers with their pool, the limits; the same verbs as
@@ -21,7 +25,8 @@ command in the project.
 
 Must never happen: more runs inside the keyed limit at once than its capacity, or than its
 per-key pool for one key, read from two places (the step's own side file, and the slot history
-rows through `limits verify` and their overlaps); a run not completing; the Studio Limits screen
+rows through `limits verify` and their overlaps); two runs of the task for one tenant at once (its
+bound's slot rows, `limits verify`); a run not completing; the Studio Limits screen
 not rendering for an operator signed in through the project's own sign-in page; the project's own
 `studio` app shadowed by anything of the package; `stackbone` acting on anything but the project
 it runs in, or writing inside its own install.
@@ -36,6 +41,7 @@ nothing. It proves nothing that depends on the suite's database, so CI runs it o
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import http.cookiejar
 import json
 import os
@@ -50,7 +56,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +65,11 @@ import pytest
 pytestmark = pytest.mark.one_database
 
 ROOT = Path(__file__).resolve().parents[1]
-GUIDES = (ROOT / "docs" / "embedding.md", ROOT / "docs" / "testing-your-workflows.md")
+GUIDES = (
+    ROOT / "docs" / "embedding.md",
+    ROOT / "docs" / "testing-your-workflows.md",
+    ROOT / "docs" / "django-tasks.md",  # TASKS on LimitsBackend (issue 46)
+)
 # A guide block the test applies: ```python file=<path in the project> append|create [only=<variant>]
 BLOCK = re.compile(
     r"^```(?:python|ini) file=(?P<path>\S+) (?P<how>append|create)(?: only=(?P<only>\w+))?\n(?P<code>.*?)^```$",
@@ -80,6 +90,9 @@ PACKAGE = ("pyproject.toml", "README.md", "limits", "stackbone", "studio")
 CAPACITY, PER_KEY = 3, 2
 RUNS = {"acme": 5, "globex": 4}  # two keys: together their pools (2 + 2) are above the capacity
 STEP_SECONDS = 0.6
+TASK_RUNS = {"acme": 3, "globex": 2}  # django.tasks runs of billing.tasks.sync_tenant (PostgreSQL variant)
+TASK_SECONDS = 0.4
+TASK_BOUND = "workflow.billing.tasks.sync_tenant"  # the task's own bound: per_key 1
 PASSWORD = "a-long-operator-password"
 POSTGRES, SQLITE = "postgres", "sqlite"
 
@@ -205,16 +218,54 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {{"global_keyprefix": {prefix!r}}}
 PEAKS = """
 import json
 from limits.models import Slot
-events = []
-for granted, freed, key in Slot.objects.filter(limit__name="partner-api").values_list("granted_at", "freed_at", "key"):
-    events += [(granted, 1, key)] + ([(freed, -1, key)] if freed else [])
-total, per_key, peak, key_peak, slots = 0, {}, 0, 0, 0
-for _, change, key in sorted(events, key=lambda event: (event[0], event[1])):
-    total += change
-    per_key[key] = per_key.get(key, 0) + change
-    peak, key_peak = max(peak, total), max(key_peak, per_key[key])
-    slots += change > 0
-print(json.dumps({"peak": peak, "key_peak": key_peak, "slots": slots, "open": total}))
+answer = {{}}
+for name in {names!r}:
+    events = []
+    for granted, freed, key in Slot.objects.filter(limit__name=name).values_list("granted_at", "freed_at", "key"):
+        events += [(granted, 1, key)] + ([(freed, -1, key)] if freed else [])
+    total, per_key, peak, key_peak, slots = 0, {{}}, 0, 0, 0
+    for _, change, key in sorted(events, key=lambda event: (event[0], event[1])):
+        total += change
+        per_key[key] = per_key.get(key, 0) + change
+        peak, key_peak = max(peak, total), max(key_peak, per_key[key])
+        slots += change > 0
+    answer[name] = {{"peak": peak, "key_peak": key_peak, "slots": slots, "open": total}}
+print(json.dumps(answer))
+"""
+
+# The project's own django.tasks task, declared as docs/django-tasks.md's step 3 declares it: its own
+# bound (1 run per tenant) and a slot of the keyed limit its workflow runs share, keyed by tenant.
+TASKS_MODULE = """import time
+
+from django.tasks import task
+
+
+@task(concurrency={{"total": 10, "per_key": 1}}, limits=["partner-api"], concurrency_key="tenant_id")
+def sync_tenant(tenant_id: str, n: int = 0) -> dict:
+    time.sleep({task_seconds})  # stands for the partner API call
+    return {{"tenant": tenant_id, "n": n}}
+"""
+
+# Enqueued with Django's own API, by the project's own code (here its shell), not the box's.
+ENQUEUE = f"""
+import json
+from billing.tasks import sync_tenant
+ids = [sync_tenant.enqueue(tenant, n=n).id for tenant, count in {TASK_RUNS!r}.items() for n in range(count)]
+print(json.dumps(ids))
+"""
+
+TASK_RESULTS = """
+import json
+from billing.tasks import sync_tenant
+from stackbone.runs.models import Run
+answer = []
+for result_id in {ids!r}:
+    result = sync_tenant.get_result(result_id)
+    done = result.status == "SUCCESSFUL"
+    run = Run.objects.get(id=result_id)
+    answer.append([result.status, result.return_value if done else None, result.attempts, run.workflow,
+                   run.concurrency_key, run.created_at.isoformat(), run.finished_at.isoformat() if done else None])
+print(json.dumps(answer))
 """
 
 OPERATOR = f"""
@@ -441,17 +492,19 @@ def make_project(project: Project, own_settings: str) -> Path:
     (project.dir / "billing" / "workflows.py").write_text(
         WORKFLOWS.format(side_file=str(side_file), step_seconds=STEP_SECONDS)
     )
+    (project.dir / "billing" / "tasks.py").write_text(TASKS_MODULE.format(task_seconds=TASK_SECONDS))
     (project.dir / "studio" / "models.py").write_text(STUDIO_MODELS)
     (project.dir / "studio" / "workflows.py").write_text(STUDIO_WORKFLOWS)
     project.manage("makemigrations", "mysite_studio", "-v", "0")
     return side_file
 
 
-def start_the_project(project: Project) -> tuple[str, str]:
-    """check, migrate, an operator and a token; the web server, a worker and beat. (base, token)"""
+def start_the_project(project: Project, setup: str = "") -> tuple[str, str, str]:
+    """check, migrate, an operator (and `setup`, in the same shell: what it prints is returned) and a
+    token; the web server, a worker and beat. (base, token, printed)"""
     project.manage("check")
     project.manage("migrate", "--no-input")
-    project.manage("shell", "-v", "0", "-c", OPERATOR)
+    printed = project.manage("shell", "-v", "0", "-c", OPERATOR + setup)
     token = project.manage("limits", "token", "create", "ops").strip()
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -461,7 +514,7 @@ def start_the_project(project: Project) -> tuple[str, str]:
     beat_schedule = str(project.folder / "celerybeat-schedule")
     project.start("beat", celery, "-A", "mysite", "beat", "--loglevel=INFO", "-s", beat_schedule)
     wait_for_server(base, project, time.monotonic() + 30)
-    return base, token
+    return base, token, printed
 
 
 def start_runs(base: str, token: str, skip: int = 0) -> list[str]:
@@ -493,9 +546,10 @@ def wait_for_runs(project: Project, base: str, token: str, run_ids: list[str]) -
     assert [statuses.get(run_id) for run_id in run_ids] == ["completed"] * len(run_ids), project.tail()
 
 
-def check_within_the_limit(project: Project, side_file: Path, run_ids: list[str]) -> None:
+def check_within_the_limit(project: Project, side_file: Path, run_ids: list[str], task_ids: Sequence[str] = ()) -> None:
     """Within the limit, from the step's own side file, and from the slot history rows: the
-    engine's own proof, and their overlaps."""
+    engine's own proof (every limit), and their overlaps; `task_ids`, the runs of the project's
+    task, took slots of it too (check_tasks, from the same shell)."""
     events = [json.loads(line) for line in side_file.read_text().splitlines()]
     assert sorted((tenant, n) for kind, tenant, n, _ in events if kind == "end") == sorted(
         (tenant, n) for tenant, count in RUNS.items() for n in range(count)
@@ -503,10 +557,30 @@ def check_within_the_limit(project: Project, side_file: Path, run_ids: list[str]
     peak, key_peak = peaks(events)
     assert peak <= CAPACITY and key_peak <= PER_KEY, (peak, key_peak)
     assert peak >= 2, "the runs never ran side by side: the test would prove nothing"
-    project.manage("limits", "verify", "partner-api")
-    rows = json.loads(project.manage("shell", "-v", "0", "-c", PEAKS))
-    assert rows["slots"] == len(run_ids) and rows["open"] == 0, rows
+    project.manage("limits", "verify")
+    script = PEAKS.format(names=["partner-api", TASK_BOUND]) + (TASK_RESULTS.format(ids=task_ids) if task_ids else "")
+    found, *results = map(json.loads, project.manage("shell", "-v", "0", "-c", script).splitlines())
+    rows = found["partner-api"]
+    assert rows["slots"] == len(run_ids) + len(task_ids) and rows["open"] == 0, rows
     assert rows["peak"] <= CAPACITY and rows["key_peak"] <= PER_KEY, rows
+    if task_ids:
+        check_tasks(task_ids, results[0], found[TASK_BOUND])
+
+
+def check_tasks(task_ids: Sequence[str], results: list[list[Any]], bound: dict[str, int]) -> None:
+    """The task runs: SUCCESSFUL with their return values (get_result, Django's API), one run of
+    the task per tenant at once (its bound's slot rows), though each tenant's were all enqueued
+    before its first one finished, so the bound held them back."""
+    expected = [(tenant, n) for tenant, count in TASK_RUNS.items() for n in range(count)]
+    assert [row[:5] for row in results] == [
+        ["SUCCESSFUL", {"tenant": tenant, "n": n}, 1, "billing.tasks.sync_tenant", tenant] for tenant, n in expected
+    ], results
+    for tenant in TASK_RUNS:
+        own = [row for row, (key, _) in zip(results, expected, strict=True) if key == tenant]
+        last_enqueued = max(dt.datetime.fromisoformat(row[5]) for row in own)
+        assert last_enqueued < min(dt.datetime.fromisoformat(row[6]) for row in own), f"{tenant}'s never waited"
+    assert bound["slots"] == len(task_ids) and bound["open"] == 0, bound
+    assert bound["key_peak"] == 1, bound
 
 
 def check_studio(base: str, run_id: str) -> None:
@@ -549,13 +623,16 @@ def test_a_new_project_on_postgresql_and_redis_runs_keyed_workflows_within_their
     started = time.monotonic()
     with running(environment, tmp_path, POSTGRES) as project:
         side_file = make_project(project, POSTGRES_SETTINGS.format(database=database, prefix=redis_prefix))
-        base, token = start_the_project(project)
+        # Django's task API in the project (enqueued by its own shell before its worker starts),
+        # beside the workflow runs: the same worker, the same limit.
+        base, token, printed = start_the_project(project, ENQUEUE)
+        task_ids = json.loads(printed)
         run_ids = start_runs(base, token)
-        wait_for_runs(project, base, token, run_ids)
+        wait_for_runs(project, base, token, run_ids + task_ids)
         status, detail = api(base, token, f"/api/runs/{run_ids[0]}/")
         assert status == 200 and detail["output"] == {"tenant": "acme", "n": 0}, detail
         assert detail["keys"] == ["acme"], detail  # the key its with_limit slot was taken under
-        check_within_the_limit(project, side_file, run_ids)
+        check_within_the_limit(project, side_file, run_ids, task_ids)
         check_studio(base, run_ids[0])
         wait_for_the_sweep(project)
     report(environment, POSTGRES, started)
@@ -569,7 +646,7 @@ def test_a_new_project_on_sqlite_with_no_server_runs_its_workflows_its_command_a
     marker.touch()
     with running(environment, tmp_path, SQLITE) as project:
         side_file = make_project(project, "")
-        base, token = start_the_project(project)
+        base, token, _ = start_the_project(project)
 
         # The installed command, in the project's folder: the first run, then the others over the API.
         first = project.stackbone("runs", "start", "sync_invoices", "--input", '{"tenant": "acme", "n": 0}').strip()

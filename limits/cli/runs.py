@@ -2,6 +2,7 @@
 runs from a terminal.
 
     stackbone runs start <workflow> [--input JSON] [--key K] [--limits L,...] [--json] [--agent ID]
+    stackbone runs start <workflow> --from FILE [--limits L,...] [--json] [--agent ID]
     stackbone runs list [--status S] [--workflow W] [--key K] [--waiting-for L] [--rows N] [--json] [--agent ID]
     stackbone runs show <run id> [--json] [--agent ID]
     stackbone runs cancel <run id> [--json] [--agent ID]
@@ -11,10 +12,16 @@ run had already finished); 2 bad usage or a bad value (an unknown workflow, inpu
 JSON object, a bad key or status). An error is one line on stderr, never a traceback; with
 `--json` it is JSON on stderr: `{"error": ..., "field": ...}`. A refused start creates nothing.
 
+`start --from FILE` (`-`: stdin) starts a batch (limits.runs.start_runs: one transaction, in the
+order of the file): JSON lines, each one run as the API's batch takes it, `{"input": {...}, "key":
+"K"}` (both optional; blank lines skipped). It prints the ids in that order, one a line; a bad
+line refuses the whole batch, named by its line (`runs.jsonl line 3: ...`; with --json the field
+as the API names it, `runs[2].input`).
+
 Each verb gets its answer as a dict from a backend, and prints it (as JSON with --json): on this
-installation from limits.run_list (the answers of the Runs screen's reads, the public
-limits.runs.start_run and the run page's cancel_run); with `--agent <id>` from another
-installation's /api/runs/ (limits.runs_api), which answers the same dicts, through the HTTP
+installation from limits.runs.listing (the answers of the Runs screen's reads, the public
+limits.runs.start_run and the one cancel path of Studio and the API); with `--agent <id>` from another
+installation's /api/runs/ (limits.runs.api), which answers the same dicts, through the HTTP
 client of `stackbone limits --agent` (limits.cli.remote). No Django is loaded for --agent.
 """
 
@@ -27,6 +34,7 @@ import re
 import urllib.parse
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from limits.cli.errors import EMPTY_AGENT, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
@@ -34,12 +42,15 @@ from limits.cli.remote import AGENTS_FILE_ENV, AgentBackend, load_agent
 from limits.cli.render import Streams, table
 from limits.durations import format_duration
 from limits.printable import printable
-from limits.run_values import (
+from limits.runs.values import (
+    BATCH_TOO_BIG,
     DEFAULT_LIST_SIZE,
     FINISHED_STATUSES,
+    MAX_BATCH_SIZE,
     MAX_LIST_SIZE,
     UNKNOWN,
     RunsError,
+    batch_run,
     parse_input,
 )
 
@@ -47,7 +58,13 @@ VERBS = ("start", "list", "show", "cancel")
 BAD_LIST_SIZE = "--rows must be a whole number from 1 to {max}, not {value!r}"
 NOT_CANCELLED = "{run_id} had already finished ({status}): nothing cancelled"
 CANCELLED = "it left every queue and freed what ends with it"
-UNKNOWN_RUN = "unknown run {run_id!r}"  # limits.run_list.UNKNOWN_RUN, without Django for --agent
+UNKNOWN_RUN = "unknown run {run_id!r}"  # limits.runs.listing.UNKNOWN_RUN, without Django for --agent
+FROM_WITH_ONE_RUN = "--from takes each run's input and key from the file: leave out {option}"
+CANNOT_READ = "--from {name}: cannot read it: {reason}"
+NOT_UTF8 = "--from {name}: not UTF-8 text"
+NO_RUNS = '--from {name} holds no runs: one JSON object a line, {{"input": {{...}}, "key": "K"}}'
+TOO_MANY_RUNS = "--from {name}: " + BATCH_TOO_BIG.replace("runs must hold", "a batch holds")
+BAD_LINE_JSON = "{where}: not valid JSON: {error}"
 
 
 class RunsCliError(CliError):
@@ -71,7 +88,7 @@ def add_verbs(parser: argparse.ArgumentParser) -> None:
     kwargs: dict[str, Any] = {"parents": [common]}
     start = verbs.add_parser("start", help="start a run of a workflow; prints its id (only the id on stdout)", **kwargs)
     start.add_argument("workflow", help="the workflow's registered name (`stackbone runs start ''` lists them)")
-    start.add_argument("--input", metavar="JSON", default="", help="the run's input: a JSON object (default {})")
+    start.add_argument("--input", metavar="JSON", help="the run's input: a JSON object (default {})")
     start.add_argument(
         "--key",
         metavar="K",
@@ -83,6 +100,14 @@ def add_verbs(parser: argparse.ArgumentParser) -> None:
         metavar="L,...",
         help="the named limits this run holds for its whole run, instead of the workflow's own limits=[...] "
         "(comma-separated; '' for none, only the workflow's own bound)",
+    )
+    start.add_argument(
+        "--from",
+        dest="from_file",
+        metavar="FILE",
+        help="start a batch, in one transaction and in the file's order: JSON lines, each "
+        '{"input": {...}, "key": "K"} (both optional); - reads stdin; prints the ids in that order '
+        f"(at most {MAX_BATCH_SIZE} runs; not with --input or --key)",
     )
     listing = verbs.add_parser("list", help="runs, newest first", **kwargs)
     listing.add_argument("--status", metavar="S", help="only runs in this status (queued, pending, running, ...)")
@@ -150,6 +175,8 @@ def run(options: argparse.Namespace, *, streams: Streams | None = None, setup: C
 class RunsBackend(Protocol):
     def start(self, workflow: str, input: dict[str, Any], key: str | None, limits: list[str] | None) -> Any: ...
 
+    def start_batch(self, workflow: str, runs: list[dict[str, Any]], limits: list[str] | None) -> Any: ...
+
     def list(self, filters: dict[str, str], size: int) -> Any: ...
 
     def show(self, run_id: str) -> Any: ...
@@ -161,7 +188,7 @@ class RunsBackend(Protocol):
 
 @contextlib.contextmanager
 def _local_errors() -> Iterator[None]:
-    """run_list's refusals and a database that cannot be reached, as the CLI's errors."""
+    """listing's refusals and a database that cannot be reached, as the CLI's errors."""
     from django.db import DatabaseError, InterfaceError
 
     from limits.cli.local import database_error_message
@@ -176,31 +203,37 @@ def _local_errors() -> Iterator[None]:
 
 
 class LocalRuns:
-    """This installation: limits.run_list (Django loaded by the caller's setup)."""
+    """This installation: limits.runs.listing (Django loaded by the caller's setup)."""
 
     def start(self, workflow: str, input: dict[str, Any], key: str | None, limits: list[str] | None) -> Any:
-        from limits import run_list
+        from limits.runs import listing
 
         with _local_errors():
-            return run_list.start_answer(workflow, input, key, limits)
+            return listing.start_answer(workflow, input, key, limits)
+
+    def start_batch(self, workflow: str, runs: list[dict[str, Any]], limits: list[str] | None) -> Any:
+        from limits.runs import api  # the API's own batch start, so both answer the same
+
+        with _local_errors():
+            return api.start_batch_answer(workflow, runs, limits)
 
     def list(self, filters: dict[str, str], size: int) -> Any:
-        from limits import run_list
+        from limits.runs import listing
 
         with _local_errors():
-            return run_list.list_answer(run_list.RunFilter(**filters), size=size)
+            return listing.list_answer(listing.RunFilter(**filters), size=size)
 
     def show(self, run_id: str) -> Any:
-        from limits import run_list
+        from limits.runs import listing
 
         with _local_errors():
-            return run_list.show_answer(run_id)
+            return listing.show_answer(run_id)
 
     def cancel(self, run_id: str) -> Any:
-        from limits import run_list
+        from limits.runs import listing
 
         with _local_errors():
-            return run_list.cancel_answer(run_id)
+            return listing.cancel_answer(run_id)
 
     def now(self) -> datetime:
         from stackbone.plumbing import clock
@@ -209,11 +242,15 @@ class LocalRuns:
 
 
 class AgentRuns(AgentBackend):
-    """Another installation: its /api/runs/ (limits.runs_api), through limits.cli.remote's client
+    """Another installation: its /api/runs/ (limits.runs.api), through limits.cli.remote's client
     (its agents file, token, time-out and the errors of its answers)."""
 
     def start(self, workflow: str, input: dict[str, Any], key: str | None, limits: list[str] | None) -> Any:
         body: dict[str, object] = {"workflow": workflow, "input": input, "key": key, "limits": limits}
+        return self._call("POST", "", body, api="runs")
+
+    def start_batch(self, workflow: str, runs: list[dict[str, Any]], limits: list[str] | None) -> Any:
+        body: dict[str, object] = {"workflow": workflow, "runs": runs, "limits": limits}
         return self._call("POST", "", body, api="runs")
 
     def list(self, filters: dict[str, str], size: int) -> Any:
@@ -235,8 +272,10 @@ class AgentRuns(AgentBackend):
 
 
 def start(backend: RunsBackend, options: argparse.Namespace, io: Streams) -> int:
-    values = _checked(parse_input, options.input)
     limits = None if options.limits is None else [name.strip() for name in options.limits.split(",") if name.strip()]
+    if options.from_file is not None:
+        return start_batch(backend, options, io, limits)
+    values = _checked(parse_input, options.input)
     run = backend.start(options.workflow, values, options.key, limits)
     if options.json:
         io.json(run)
@@ -246,6 +285,88 @@ def start(backend: RunsBackend, options: argparse.Namespace, io: Streams) -> int
         io.out(printable(run["id"]))
         io.err(printable(f"started {run['id']} ({run['workflow']}{key}): {run['status']}"))
     return EXIT_OK
+
+
+def start_batch(backend: RunsBackend, options: argparse.Namespace, io: Streams, limits: list[str] | None) -> int:
+    """`start --from FILE`: the file's runs started as one batch; their ids in its order."""
+    for option, value in (("--input", options.input), ("--key", options.key)):
+        if value is not None:
+            raise RunsCliError(FROM_WITH_ONE_RUN.format(option=option), EXIT_USAGE, "from")
+    name = "stdin" if options.from_file == "-" else options.from_file
+    runs, lines = _batch_file(_read_from(options.from_file, io), name)
+    try:
+        answer = backend.start_batch(options.workflow, runs, limits)
+    except CliError as error:  # the installation's `runs[2]: ...` is the file's line 3
+        raise _on_line(error, name, lines) from None
+    if options.json:
+        io.json(answer)
+        return EXIT_OK
+    started = answer["runs"]
+    for run in started:  # only the ids on stdout, in the file's order
+        io.out(printable(run["id"]))
+    statuses = [f"{n} {status}" for status in ("pending", "queued") if (n := _count(started, status))]
+    others = len(started) - sum(_count(started, status) for status in ("pending", "queued"))
+    statuses += [f"{others} other"] if others else []
+    count = f"{len(started)} run" + ("" if len(started) == 1 else "s")
+    io.err(printable(f"started {count} ({options.workflow}): {', '.join(statuses)}"))
+    return EXIT_OK
+
+
+def _count(runs: list[dict[str, Any]], status: str) -> int:
+    return sum(1 for run in runs if run["status"] == status)
+
+
+def _read_from(path: str, io: Streams) -> str:
+    name = "stdin" if path == "-" else path
+    try:
+        if path == "-":
+            text: str = io.stdin.read()
+            return text
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise RunsCliError(NOT_UTF8.format(name=name), EXIT_USAGE, "from") from None
+    except OSError as error:
+        raise RunsCliError(CANNOT_READ.format(name=name, reason=error.strerror or error), EXIT_USAGE, "from") from None
+
+
+def _batch_file(text: str, name: str) -> tuple[list[dict[str, Any]], list[int]]:
+    """The runs of a --from file, each as the API's batch takes it, and the line each came from.
+    Checked here as the API checks them (values.batch_run: their keys' values on the
+    installation), so a bad line is named before anything is sent."""
+    entries = [(number, line) for number, line in enumerate(text.split("\n"), 1) if line.strip()]
+    # not splitlines: a JSON string may hold U+2028, which it would split on
+    if len(entries) > MAX_BATCH_SIZE:
+        raise RunsCliError(
+            TOO_MANY_RUNS.format(name=name, limit=MAX_BATCH_SIZE, count=len(entries)), EXIT_USAGE, "from"
+        )
+    runs: list[dict[str, Any]] = []
+    lines: list[int] = []
+    for index, (number, line) in enumerate(entries):
+        where = f"{name} line {number}"
+        try:
+            value = json.loads(line)
+        except ValueError as error:
+            raise RunsCliError(BAD_LINE_JSON.format(where=where, error=error), EXIT_USAGE, f"runs[{index}]") from None
+        except RecursionError:
+            raise RunsCliError(f"{where}: nested too deeply", EXIT_USAGE, f"runs[{index}]") from None
+        try:
+            batch_run(value, index)
+        except RunsError as error:
+            raise _on_line(RunsCliError(error.message, EXIT_USAGE, error.field), name, [*lines, number]) from None
+        runs.append(value)
+        lines.append(number)
+    if not runs:
+        raise RunsCliError(NO_RUNS.format(name=name), EXIT_USAGE, "from")
+    return runs, lines
+
+
+def _on_line(error: CliError, name: str, lines: list[int]) -> CliError:
+    """An error naming a run of the batch (`runs[2]: ...`) as the file's line (`FILE line 3: ...`)."""
+    found = re.match(r"runs\[(\d+)\]:? ?", error.message)
+    if found is None or int(found.group(1)) >= len(lines):
+        return error
+    message = f"{name} line {lines[int(found.group(1))]}: {error.message[found.end() :]}"
+    return RunsCliError(message, error.code, getattr(error, "field", None))
 
 
 def list_runs(backend: RunsBackend, options: argparse.Namespace, io: Streams) -> int:
@@ -298,6 +419,7 @@ def show(backend: RunsBackend, options: argparse.Namespace, io: Streams) -> int:
         ("key", details["key"] or "-"),
         ("reference", details["reference"] or "-"),
         ("created", _ago(details["created_at"], now)),
+        *([("starts", _in(details["starts_at"], now))] if details.get("starts_at") else []),
         ("started", _ago(details["started_at"], now)),
         ("finished", _ago(details["finished_at"], now)),
         ("input", json.dumps(details["input"], ensure_ascii=False, sort_keys=True)),
@@ -385,6 +507,12 @@ def _ago(moment: str | None, now: datetime) -> str:
         return "-"
     ms = int((now - datetime.fromisoformat(moment)).total_seconds() * 1000)
     return "just now" if ms < 1000 else f"{format_duration(ms)} ago"
+
+
+def _in(moment: str, now: datetime) -> str:
+    """When a deferred run starts (SPEC 15.4), as the run page says it: 'in 4m 5s', or due."""
+    ms = int((datetime.fromisoformat(moment) - now).total_seconds() * 1000)
+    return f"{moment} (in {format_duration(ms)})" if ms >= 1000 else f"{moment} (due: it starts within 15 s)"
 
 
 def build_parser(prog: str = "stackbone runs") -> argparse.ArgumentParser:

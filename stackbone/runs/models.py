@@ -67,7 +67,7 @@ class Run(models.Model):
                 name="run_suspended",
             ),
             # The Runs screen and `stackbone runs list`: newest first, by status, by workflow
-            # (limits/run_list.py: keyset pages in each index's order, never OFFSET or COUNT).
+            # (limits/runs/listing.py: keyset pages in each index's order, never OFFSET or COUNT).
             models.Index(fields=["created_at", "id"], name="run_newest"),
             models.Index(fields=["status", "created_at", "id"], name="run_by_status"),
             models.Index(fields=["workflow", "created_at", "id"], name="run_by_workflow"),
@@ -76,7 +76,7 @@ class Run(models.Model):
             models.Index(
                 fields=["concurrency_key", "created_at", "id"], condition=~Q(concurrency_key=""), name="run_by_key"
             ),
-            # A search matches a run's reference exactly (limits/run_list.py search_matches): only
+            # A search matches a run's reference exactly (limits/runs/listing.py search_matches): only
             # runs that have one, newest first.
             models.Index(fields=["reference", "created_at", "id"], condition=~Q(reference=""), name="run_by_reference"),
         ]
@@ -95,7 +95,15 @@ class Run(models.Model):
 
 
 class Step(models.Model):
-    """A recorded step (kind 'step') or a wait (kind 'hook', e.g. 'Esperando hueco · voice-calls')."""
+    """A recorded step (kind 'step') or a wait (kind 'hook').
+
+    Two names: `name` is what users see (a @step's name; a wait's, given by the layer that
+    records it, e.g. 'Esperando hueco · voice-calls'), and `key` is what a replay compares
+    (runtime.recorded_step): the name itself for a @step, a stable key of the call for a wait
+    (e.g. 'acquire:voice-calls'), so the text users see may change without breaking the runs
+    already recorded. A row without a key was recorded before keys (migration 0010) or by a
+    worker of an older release during a rolling deploy: it is matched by the name that release
+    gave the call."""
 
     class Kind(models.TextChoices):
         STEP = "step"
@@ -108,7 +116,14 @@ class Step(models.Model):
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="step_records")
     seq = models.PositiveIntegerField(help_text="Position of the call in the workflow body.")
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=255)  # a wait for three limits of 64: 216
+    key = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",  # an older release's INSERT names no key: its rows get "" (matched by name)
+        help_text="What a replay compares: the call's stable identity, never display text.",
+    )
     kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.STEP)
     status = models.CharField(max_length=16, choices=Status.choices)
     result = models.JSONField(null=True, blank=True)

@@ -2,7 +2,8 @@
 
 A run advances when a Celery task calls its workflow function again from the top. Every step
 the body calls gets a sequence number in call order; a step whose result is recorded returns
-that result instead of running again, so a replay walks quickly to where the run left off. A
+that result instead of running again, so a replay walks quickly to where the run left off (each
+recorded call is checked by its key, never by the text users see: recorded_step). A
 wait (a hook) records a step that stays open, marks the run suspended, and unwinds the body
 with `Suspend`: the task ends and the worker is free. Whoever ends the wait wakes the run by
 dispatching the advance task again, after its transaction commits.
@@ -79,7 +80,12 @@ def is_interruption(error: BaseException) -> bool:
 
 
 class WorkflowError(Exception):
-    """A workflow was used wrongly (unknown name, a wait inside a step, a bad input)."""
+    """A workflow was used wrongly (unknown name, a wait inside a step, a bad input). `field`, when
+    set, names what was wrong as the caller passed it (`inputs[2]`, `concurrency_keys[0]`)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class StepError(Exception):
@@ -271,21 +277,34 @@ def lock_own_run(ctx: RunContext) -> None:
         raise LeaseLost(ctx.run_id)
 
 
-def next_recorded_name() -> str | None:
-    """The name the current run recorded for its next call, None outside a run or when that call
-    was not recorded yet: a caller that changed how it records something (several steps become
-    one) replays a run recorded the older way the older way."""
+def next_recorded_key() -> str | None:
+    """The key the current run recorded for its next call (its name, for a row recorded without
+    a key), None outside a run or when that call was not recorded yet: a caller that changed how
+    it records something (several steps become one) replays a run recorded the older way the
+    older way."""
     ctx = _current.get()
     if ctx is None or ctx.in_step:
         return None
     step = ctx.recorded.get(ctx.seq + 1)
-    return None if step is None else step.name
+    return None if step is None else step.key or step.name
 
 
-def recorded_step(ctx: RunContext, seq: int, name: str) -> Step | None:
+def recorded_step(ctx: RunContext, seq: int, key: str, *, keyless_name: str | None = None) -> Step | None:
+    """The step call #`seq` recorded, None if none, after checking it was this same call:
+
+    - a step recorded with a key (every step since migration 0010) matches by its key: the text
+      users see (its name) may change and the run still replays;
+    - a step recorded without one (before migration 0010, or by a worker of the older release
+      during a rolling deploy) matches by the name that release gave the call: `keyless_name`,
+      or the key itself where key and name are one (a @step, release_slot).
+
+    Any other step there means the body no longer makes the calls it made: REPLAY_MISMATCH."""
     step = ctx.recorded.get(seq)
-    if step is not None and step.name != name:
-        raise WorkflowError(REPLAY_MISMATCH.format(seq=seq, recorded=step.name, now=name))
+    if step is None:
+        return None
+    same_call = step.key == key if step.key else step.name == (keyless_name or key)
+    if not same_call:
+        raise WorkflowError(REPLAY_MISMATCH.format(seq=seq, recorded=step.key or step.name, now=key))
     return step
 
 
@@ -295,17 +314,21 @@ def record_step(
     name: str,
     *,
     status: str,
+    key: str | None = None,
     kind: str = Step.Kind.STEP,
     ran_for: timedelta | None = None,
     **values: Any,
 ) -> Step:
     """Create or update the step at `seq` (call inside lock_own_run's transaction, which renewed
     the lease; the lease makes this worker the run's only writer, so ctx.recorded says whether
-    the row exists). A step that is no longer waiting is finished now; one that ran `ran_for`
-    (measured on this host's monotonic clock) started that long before, in the box's time."""
+    the row exists). A new row is named `name` (what users see) and keyed `key` (what a replay
+    compares: recorded_step; the name when None); an existing row keeps both. A step that is no
+    longer waiting is finished now; one that ran `ran_for` (measured on this host's monotonic
+    clock) started that long before, in the box's time."""
     values = {"kind": kind, "status": status, **values}
     step = ctx.recorded.get(seq)
     if step is None:
+        values["key"] = name if key is None else key
         step = statements.insert_step(ctx.run_id, seq, name, values, now=clock.param(), ran_for=ran_for or ZERO)
     else:
         times = {}
@@ -326,7 +349,9 @@ def run_step(name: str, fn: Callable[[], Any], *, atomic: bool = False) -> Any:
     """Run `fn` as the next step of the current run, or return its recorded result.
 
     1. Outside a run, or inside another step, just call fn.
-    2. A recorded completed step returns its result; a recorded failure raises StepError.
+    2. A recorded completed step returns its result; a recorded failure raises StepError. Its
+       name is its key (recorded_step): a @step's name is both what users see and what a
+       replay compares.
     3. Otherwise call fn, then record the result (JSON) or the failure, under the lease.
        With atomic=True, fn runs inside the recording transaction, so its database effects and
        the record commit together (used by release_slot: exactly once); an interruption there
@@ -338,7 +363,7 @@ def run_step(name: str, fn: Callable[[], Any], *, atomic: bool = False) -> Any:
     if ctx is None or ctx.in_step:
         return fn()
     seq = ctx.next_seq()
-    step = recorded_step(ctx, seq, name)
+    step = recorded_step(ctx, seq, key=name)
     if step is not None and step.status == Step.Status.COMPLETED:
         return step.result
     if step is not None and step.status == Step.Status.FAILED:

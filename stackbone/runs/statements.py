@@ -42,8 +42,8 @@ _RENEW_OWN_LEASE = f"""
     WHERE id = %s AND lease_owner = %s AND status = 'running'"""
 
 _INSERT_STEP = f"""
-    INSERT INTO {_STEP} (run_id, seq, name, kind, status, result, error, started_at, finished_at)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, {{started}}, {{finished}}) RETURNING id"""
+    INSERT INTO {_STEP} (run_id, seq, name, key, kind, status, result, error, started_at, finished_at)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, {{started}}, {{finished}}) RETURNING id"""
 
 # RUNNING, QUEUED: runtime.WAITING_STATUSES.
 _FINISH = f"""
@@ -123,18 +123,19 @@ def renew_own_lease(run_id: str, owner: str, lease: timedelta, now: datetime | N
 def insert_step(
     run_id: str, seq: int, name: str, values: dict[str, Any], *, now: datetime | None, ran_for: timedelta
 ) -> Step:
-    """A new step row; `values` holds kind and status, perhaps result and error (the model's
+    """A new step row; `values` holds kind and status, perhaps key, result and error (the model's
     defaults otherwise). It started `ran_for` before `now` (None: the database's time, read by
     this statement) and, unless it waits, finished at `now`. Stands for
     Step.objects.create(run_id=run_id, seq=seq, name=name, started_at=now - ran_for,
     finished_at=None if waiting else now, **values)."""
-    fields = {"result": None, "error": "", "finished_at": None, **values}
+    fields = {"key": "", "result": None, "error": "", "finished_at": None, **values}
     step = Step(run_id=run_id, seq=seq, name=name, **fields)
     finished = step.status != Step.Status.WAITING
     params = [
         run_id,
         seq,
         name,
+        step.key,
         str(step.kind),
         str(step.status),
         _prep(Step, "result", step.result),

@@ -1,4 +1,4 @@
-"""Issue 29, item 4: runs over the JSON API (/api/runs/, limits.runs_api), with a real token:
+"""Issue 29, item 4: runs over the JSON API (/api/runs/, limits.runs.api), with a real token:
 start (workflow, input, key, limits), list (the filters of `stackbone runs list`), show, cancel.
 Each answer is the dict `stackbone runs ... --json` prints on the same installation.
 
@@ -18,10 +18,11 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
 
-from limits import run_bounds, services
+from limits import services
 from limits.cli import Streams
 from limits.cli import runs as runs_cli
 from limits.models import QueueEntry
+from limits.runs import bounds as run_bounds
 from limits.tokens import issue_token
 from stackbone.models import Run
 from tests.api.conftest import operator, reader

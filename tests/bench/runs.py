@@ -23,7 +23,7 @@ POLL = 0.02  # s between two counts of the completed runs
 def sync_bound(workflow_name: str) -> None:
     """The bound `workflow.<name>` in the bench database (migrate syncs it too, as the bench's
     workflows are in STACKBONE_WORKFLOWS; this makes sure)."""
-    from limits import run_bounds
+    from limits.runs import bounds as run_bounds
 
     run_bounds.sync([workflow_name])
 

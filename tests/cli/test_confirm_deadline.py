@@ -68,7 +68,8 @@ def test_without_a_reserved_slot_the_table_has_no_confirm_column(clock) -> None:
 
 def test_a_workflow_bounds_reserved_slot_shows_its_confirm_deadline_too(clock) -> None:
     declare(voice_calls={"capacity": 1, "max_hold": "45m"})
-    from limits import run_bounds, services
+    from limits import services
+    from limits.runs import bounds as run_bounds
 
     run_bounds.sync(["sync_tenant"])
     bound = "workflow.sync_tenant"

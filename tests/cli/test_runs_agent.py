@@ -1,5 +1,5 @@
 """Issue 29, item 4: `stackbone runs start|list|show|cancel --agent <id>` against a second running
-installation (pytest-django's live_server), through its /api/runs/ (limits.runs_api). The live
+installation (pytest-django's live_server), through its /api/runs/ (limits.runs.api). The live
 server reads committed data, so these tests use transactional_db; runs stay where they are
 started (no worker), so both sides see the same rows.
 

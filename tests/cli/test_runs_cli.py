@@ -12,10 +12,12 @@ from dataclasses import dataclass
 import pytest
 from django.utils import timezone
 
-from limits import run_bounds, run_list, services
+from limits import services
 from limits.cli import Streams
 from limits.cli import runs as runs_cli
 from limits.models import QueueEntry
+from limits.runs import bounds as run_bounds
+from limits.runs import listing
 from stackbone.models import Run
 from tests.factories import declare
 
@@ -312,7 +314,7 @@ def test_show_prints_the_run_its_waits_and_steps() -> None:
     assert '  input:     {"call_id": "c-9"}' in text.out
     assert "  waits for: voice-calls (label c-9): the limit is full" in text.out  # SPEC 6.5
     assert "Esperando hueco · voice-calls" in text.out
-    assert set(details) == SUMMARY_KEYS | {"input", "output", "error", "waits", "slots", "steps"}
+    assert set(details) == SUMMARY_KEYS | {"input", "output", "error", "starts_at", "waits", "slots", "steps"}
     assert details["input"] == {"call_id": "c-9"}
     assert [wait["limit"] for wait in details["waits"]] == ["voice-calls"]
     assert details["waits"][0]["reason"] == {"code": "limit_full", "text": "the limit is full", "limit": "voice-calls"}
@@ -385,9 +387,9 @@ def test_non_utf8_input_is_refused_and_creates_nothing() -> None:
 
 
 def test_the_runs_of_the_list_are_those_of_run_list() -> None:
-    """The CLI and the Runs screen read the same way: one page of run_list.runs_page."""
+    """The CLI and the Runs screen read the same way: one page of listing.runs_page."""
     made = [make_run(seconds_ago=5 - n) for n in range(3)]
-    page = run_list.runs_page(run_list.RunFilter(), size=2)
+    page = listing.runs_page(listing.RunFilter(), size=2)
     assert [row.run.id for row in page.rows] == [
         run["id"] for run in json.loads(runs("list", "--json", "--rows", "2").out)["runs"]
     ]

@@ -12,6 +12,7 @@ import datetime as dt
 import io
 import json
 import logging
+import re
 import sys
 from typing import Any
 
@@ -25,7 +26,7 @@ from django.tasks.checks import check_tasks
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist, TaskResultMismatch
 from django.test import Client, override_settings
 
-from limits import checks, django_tasks, run_bounds
+from limits import checks, django_tasks
 from limits.cli import Streams
 from limits.cli import runs as runs_cli
 from limits.django_tasks import (
@@ -41,6 +42,7 @@ from limits.django_tasks import (
     TaskRunFailed,
 )
 from limits.models import Limit, QueueEntry
+from limits.runs import bounds as run_bounds
 from limits.runs import start_run, workflow
 from limits.tokens import issue_token
 from stackbone.runs import json_values, runtime
@@ -309,6 +311,39 @@ def test_a_deferred_run_outlives_its_message_and_recovery_starts_it_at_its_time(
     assert done.started_at >= at
 
 
+def test_a_deferred_run_says_when_it_starts_on_its_page_in_the_cli_and_the_api(tasks, clock) -> None:
+    """SPEC 15.4: shown as queued with the time it starts: Studio's run page, `runs show --json` and
+    the API's run detail (starts_at), until it has started."""
+    at = clock.now() + dt.timedelta(minutes=4, seconds=5)
+    result = tasks.add.using(run_after=at).enqueue(1)
+    client = Client()
+    client.force_login(User.objects.create_user("viewer"))
+
+    page = client.get(f"/studio/runs/{result.id}/").content.decode()
+
+    assert 'id="run-status">queued<' in page
+    head = re.search(r'<span class="starts-at" id="run-starts-at">(.*?)</span>', page, re.S)
+    assert head is not None, page
+    assert re.sub(r"<[^>]+>", "", head[1]) == f"starts at {at:%H:%M:%S} (in 4m 5s)"
+    assert f'<dt>Starts</dt><dd><time datetime="{at.isoformat()}">{at:%Y-%m-%d %H:%M:%S} UTC</time>' in page
+    assert "waits for a worker to start it" not in page
+    assert cli("show", result.id)["starts_at"] == api("get", path=f"/api/runs/{result.id}/").json()["starts_at"]
+    assert cli("show", result.id)["starts_at"] == at.isoformat()
+    out = io.StringIO()
+    assert (
+        runs_cli.main(["show", result.id], streams=Streams(stdin=io.StringIO(), stdout=out, stderr=io.StringIO())) == 0
+    )
+    assert f"  starts:    {at.isoformat()} (in 4m 5s)" in out.getvalue().splitlines(), out.getvalue()
+
+    clock.advance(minutes=4, seconds=5)
+    due = re.search(r'id="run-starts-at">(.*?)</span>', client.get(f"/studio/runs/{result.id}/").content.decode())
+    assert due is not None and due[1].endswith("(due: it starts within 15 s)")  # not yet woken
+    runtime.recover()
+    started = client.get(f"/studio/runs/{result.id}/").content.decode()
+    assert "starts at" not in started and "<dt>Starts</dt>" not in started
+    assert cli("show", result.id)["starts_at"] is None
+
+
 def test_a_run_after_in_the_past_starts_at_once(tasks, clock) -> None:
     result = tasks.add.using(run_after=clock.now() - dt.timedelta(seconds=1)).enqueue(1)
     assert Run.objects.get(id=result.id).status == "pending"
@@ -332,7 +367,7 @@ def test_a_deferred_run_cancelled_before_its_time_is_failed_as_cancelled(tasks, 
 # --- task runs are runs: the Runs API, the CLI, a start by hand ------------------------------------
 
 
-def api(method: str, body: object = None, **params: Any) -> Any:
+def api(method: str, body: object = None, path: str = "/api/runs/", **params: Any) -> Any:
     """The Runs API (/api/runs/) with a token of a user who may start runs."""
     user = User.objects.create_user(f"runner-{User.objects.count()}")
     user.user_permissions.add(Permission.objects.get(codename="change_run", content_type__app_label="studio"))
@@ -340,7 +375,7 @@ def api(method: str, body: object = None, **params: Any) -> Any:
     client = Client(enforce_csrf_checks=True)
     if method == "post":
         return client.post("/api/runs/", json.dumps(body), content_type="application/json", headers=headers)
-    return client.get("/api/runs/", params, headers=headers)
+    return client.get(path, params, headers=headers)
 
 
 def cli(*argv: str) -> Any:
@@ -378,9 +413,9 @@ def test_a_run_started_by_hand_with_another_input_fails_before_the_function(task
 
 
 def test_the_start_form_lists_a_task_with_its_docstring(tasks) -> None:
-    from limits import run_list
+    from limits.runs import listing
 
-    hints = run_list.workflow_hints()
+    hints = listing.workflow_hints()
     assert hints["tests.django_tasks.tasks.add"] == 'Adds two numbers.\n\nInput: {"args": [...], "kwargs": {...}}'
 
 

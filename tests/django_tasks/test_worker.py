@@ -129,8 +129,10 @@ def test_results_and_errors_come_in_djangos_shape(tasks, worker) -> None:
 
 
 def test_a_task_held_back_by_a_full_limit_is_ready_with_its_reason_on_the_run(tasks, worker, tmp_path) -> None:
-    """SPEC 15.3: a run queued for its bounds is READY (RUNNING is a run that executes); why it
-    waits is on the run, as for any queued run (SPEC 6.5)."""
+    """SPEC 15.3: a run queued for its bounds is READY (RUNNING is a run that executes, or waits
+    in its body, which a task's run never does: its named limits are bounds of the run, 15.1 and
+    11.3; docs/django-tasks.md says why the issue's "RUNNING" is not kept); why it waits is on the
+    run, as for any queued run (SPEC 6.5)."""
     declare(tasks_partner={"capacity": 1, "max_hold": "1h"})
     gate = tmp_path / "gate"
     first = tasks.partner_call.enqueue(str(gate))
@@ -145,6 +147,7 @@ def test_a_task_held_back_by_a_full_limit_is_ready_with_its_reason_on_the_run(ta
     assert second.status == READY
     run = Run.objects.get(id=second.id)
     assert (run.status, run.waiting_for, run.bounds) == ("queued", "start", ["tasks-partner"])
+    assert run.steps == []  # it waits before its first step, not in its body (no "Esperando hueco")
     entries = list(QueueEntry.objects.filter(run_id=second.id, state="waiting").select_related("limit"))
     assert [entry.limit.name for entry in entries] == ["tasks-partner"]
     [reason] = services.why_waiting(entries).values()

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from limits import run_bounds
+from limits.runs import bounds as run_bounds
 from stackbone.models import Run
 from tests.api.test_runs import RunsApi, run_operator
 from tests.fuzz.conftest import fuzz, json_values, snapshot, text

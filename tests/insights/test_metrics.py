@@ -106,7 +106,7 @@ def test_the_figures_after_scripted_operations(scraper, clock) -> None:
 def test_busy_reserved_and_in_use_have_one_meaning_and_every_limit_metric_says_its_kind(scraper, clock) -> None:
     """SPEC 6.5 on /metrics: busy is confirmed slots, reserved the unconfirmed ones, and
     stackbone_limit_in_use both; a `kind` label tells a workspace limit from a workflow's bound."""
-    from limits import run_bounds
+    from limits.runs import bounds as run_bounds
 
     declare(m={"capacity": 2, "max_hold": "10m"})
     run_bounds.sync(["sync_tenant"])
@@ -211,7 +211,7 @@ def test_a_paused_limit_is_1_on_stackbone_limit_paused_and_the_scrape_keeps_its_
 ) -> None:
     """SPEC 5.6 on /metrics: stackbone_limit_paused is 1 while an operator has paused the limit, 0
     otherwise, for every limit with its kind; read from the same row, so no query more."""
-    from limits import run_bounds
+    from limits.runs import bounds as run_bounds
     from limits.services import pause_limit, resume_limit
 
     declare(m={"capacity": 2, "max_hold": "10m"}, other={"capacity": 3, "max_hold": "1h"})

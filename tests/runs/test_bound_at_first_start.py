@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from limits import run_bounds, services
+from limits import services
 from limits.models import Limit
+from limits.runs import bounds as run_bounds
 from stackbone.models import Run
 from studio.workflows import start_run, step, workflow
 

@@ -119,8 +119,9 @@ def test_a_run_that_recorded_its_releases_one_by_one_replays_them_one_by_one(lim
     steps = Step.objects.filter(run_id=run.id).order_by("seq")
     release = steps.get(name="release_slots")
     slot_ids = [slot.id for slot in Slot.objects.filter(run_id=run.id).order_by("limit__name")]
-    # As the older release recorded it: one step per slot, then the run is replayed from there.
-    Step.objects.filter(id=release.id).update(name="release_slot", result={"released": True})
+    # As the older release recorded it: one step per slot (with no key: issue 48), then the run
+    # is replayed from there.
+    Step.objects.filter(id=release.id).update(name="release_slot", key="", result={"released": True})
     Step.objects.create(
         run_id=run.id,
         seq=release.seq + 1,

@@ -196,6 +196,7 @@ def test_insert_step_writes_the_row_step_objects_create_writes(clock) -> None:
     now = timezone.now()
     cases: list[dict[str, object]] = [
         {"kind": Step.Kind.HOOK, "status": Step.Status.WAITING, "result": {"deadline": now.isoformat()}},
+        {"kind": Step.Kind.HOOK, "key": "acquire:a,b", "status": Step.Status.WAITING, "result": None},
         {"kind": Step.Kind.STEP, "status": Step.Status.COMPLETED, "result": None, "finished_at": now},
         {"status": Step.Status.COMPLETED, "result": {"released": True}, "finished_at": now},
         {"kind": Step.Kind.STEP, "status": Step.Status.FAILED, "error": "ValueError: x", "finished_at": now},

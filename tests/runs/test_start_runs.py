@@ -12,10 +12,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from limits import run_bounds, services
+from limits import services
 from limits.config import define_workspace
 from limits.models import QueueEntry, Slot
 from limits.runs import WorkflowError, start_run, start_runs, workflow
+from limits.runs import bounds as run_bounds
 from limits.verify import verify
 from stackbone.models import Run
 from tests.conftest import requires_postgres

@@ -10,8 +10,9 @@ import datetime as dt
 
 import pytest
 
-from limits import run_bounds, services
+from limits import services
 from limits.models import Limit, QueueEntry, Slot
+from limits.runs import bounds as run_bounds
 from limits.verify import verify
 from stackbone.models import Run, Step
 from stackbone.runs.runtime import WorkflowError, advance

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from limits import run_bounds, services
+from limits import services
+from limits.runs import bounds as run_bounds
 from stackbone.models import Run
 from studio.workflows import start_run
 from tests.factories import assert_counters_match_rows, declare

@@ -281,7 +281,7 @@ MATRIX: list[Row] = [
     Row("POST", "/api/limits/-/box/",                     NO_TOKEN,     DENIED,       API_DONE,           API_DONE),
     Row("GET",  "/api/limits/{limit}/no-such-thing/",     NO_TOKEN,     NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
     Row("POST", "/api/limits/{limit}/no-such-thing/",     NO_TOKEN,     NOT_FOUND,    NOT_FOUND,          NOT_FOUND),
-    # --- /api/runs/ (limits.runs_api): reads need any active user's token; starting and cancelling studio.change_run
+    # --- /api/runs/ (limits.runs.api): reads need any active user's token; starting and cancelling studio.change_run
     Row("GET",  "/api/runs/",                             NO_TOKEN,     OK,           OK,                 OK),
     Row("POST", "/api/runs/",                             NO_TOKEN,     DENIED,       API_STARTED,        API_STARTED),
     Row("GET",  "/api/runs/{run}/",                       NO_TOKEN,     OK,           OK,                 OK),

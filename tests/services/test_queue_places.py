@@ -136,7 +136,7 @@ def test_without_a_lowered_cap_every_place_is_exact(gappy) -> None:
 
 
 def test_the_run_page_says_an_estimated_place_is_one(gappy, monkeypatch) -> None:
-    from limits import run_selectors as studio_selectors
+    from limits.runs import selectors as studio_selectors
 
     monkeypatch.setattr(selectors, "EXACT_PLACES", 2)
     (w5,) = studio_selectors.describe_waits(selectors.waits_of_run("w5"))

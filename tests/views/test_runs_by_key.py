@@ -14,7 +14,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from limits import run_list, services
+from limits import services
+from limits.runs import listing
 from stackbone.models import Run
 from tests.conftest import requires_postgres
 from tests.factories import declare
@@ -43,7 +44,7 @@ def acme_runs() -> list[str]:
 
 
 def test_the_key_filter_pages_a_tenants_runs_of_both_kinds_each_once_in_order(viewer_client, monkeypatch) -> None:
-    monkeypatch.setattr(run_list, "RUNS_PER_PAGE", 3)
+    monkeypatch.setattr(listing, "RUNS_PER_PAGE", 3)
     expected = acme_runs()
 
     seen, response, pages = [], viewer_client.get(URL, {"key": "acme"}), 0
@@ -65,9 +66,9 @@ def test_the_key_filter_pages_a_tenants_runs_of_both_kinds_each_once_in_order(vi
 
 def test_runs_list_key_lists_the_same_runs(monkeypatch) -> None:
     expected = acme_runs()
-    page = run_list.runs_page(run_list.RunFilter(key="acme"))
+    page = listing.runs_page(listing.RunFilter(key="acme"))
     assert [row.run.id for row in page.rows] == expected
-    running = run_list.runs_page(run_list.RunFilter(key="acme", status="running"))
+    running = listing.runs_page(listing.RunFilter(key="acme", status="running"))
     assert [row.run.id for row in running.rows] == [run_id for run_id in expected if run_id not in _synced()]
 
 
@@ -100,10 +101,10 @@ def test_on_postgresql_the_key_filter_reads_run_by_key_not_every_run() -> None:
             """
         )
         cursor.execute("ANALYZE studio_run")
-    for key, most in (("rare", 10), ("big", run_list.RUNS_PER_PAGE + 1)):
+    for key, most in (("rare", 10), ("big", listing.RUNS_PER_PAGE + 1)):
         with CaptureQueriesContext(connection) as captured:
-            page = run_list.runs_page(run_list.RunFilter(key=key))
-        assert len(page.rows) == most - (most > run_list.RUNS_PER_PAGE)
+            page = listing.runs_page(listing.RunFilter(key=key))
+        assert len(page.rows) == most - (most > listing.RUNS_PER_PAGE)
         plans = []
         with connection.cursor() as cursor:
             for query in captured.captured_queries:

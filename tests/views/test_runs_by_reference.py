@@ -1,7 +1,7 @@
 """Issue 30: a run is found by its reference, the value of the input field its workflow names
 (`@workflow(reference="call_id")`), while it is still `pending` and holds no slot and no wait, in
 Studio's search, `stackbone runs list --search` and the API's `?search=` (one filter:
-limits.run_list.search_matches). The reference is stored as the run starts (studio migration
+limits.listing.search_matches). The reference is stored as the run starts (studio migration
 0008, run_by_reference) and matched exactly from that index, beside the whole id and the labels.
 
 Must never happen: a search for a reference lists a run whose reference is another (a part, a
@@ -17,9 +17,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from limits import run_list, services
+from limits import services
 from limits.cli import Streams
 from limits.cli import runs as runs_cli
+from limits.runs import listing
 from stackbone.models import Run
 from stackbone.runs import runtime
 from studio.workflows import WorkflowError, start_run, workflow
@@ -136,7 +137,7 @@ def test_a_hostile_reference_is_kept_as_given_found_exactly_and_shown_escaped(vi
     start_run(call_by_reference, {"call_id": "100"})  # `100%_` must not match it as a pattern
 
     assert run.reference == value
-    assert run_list.search_matches(value) == run_list.Matches([run.id])
+    assert listing.search_matches(value) == listing.Matches([run.id])
     assert listed(viewer_client.get(URL, {"q": value})) == [run.id]
     page = viewer_client.get(URL).content.decode()
     assert "<script>alert" not in page and "\x1b" not in page and "\u202e" not in page
@@ -152,7 +153,7 @@ def test_text_a_database_cannot_hold_is_refused_with_the_input_and_finds_nothing
     for value in ("c\x00-42", "c-\ud800"):
         with pytest.raises(WorkflowError, match="the input"):
             start_run(call_by_reference, {"call_id": value})
-        assert run_list.search_matches(value) == run_list.Matches([])
+        assert listing.search_matches(value) == listing.Matches([])
     assert not Run.objects.exists()
     code, out, _err = cli_list("--search", "c-\udc80")  # a non-UTF-8 argument
     assert (code, out) == (0, "no runs match\n")
@@ -211,7 +212,7 @@ def test_on_postgresql_the_reference_search_reads_run_by_reference_not_every_run
         )
         cursor.execute("ANALYZE studio_run")
     with CaptureQueriesContext(connection) as captured:
-        matches = run_list.search_matches("c-42")
+        matches = listing.search_matches("c-42")
     assert len(matches.run_ids) == 4 and not matches.capped
     searches = [query["sql"] for query in captured.captured_queries if "reference" in query["sql"]]
     assert len(searches) == 1, captured.captured_queries

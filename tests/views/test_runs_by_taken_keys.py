@@ -15,13 +15,13 @@ import json
 
 import pytest
 
-from limits import run_list, services
+from limits import services
 from limits.cli import Streams
 from limits.cli import runs as runs_cli
 from limits.config import define_workspace
 from limits.models import QueueEntry
-from limits.run_bounds import BOX_NAMED
-from limits.runs import WorkflowError, workflow
+from limits.runs import WorkflowError, listing, workflow
+from limits.runs.bounds import BOX_NAMED
 from limits.workflow import acquire_slot, with_limit
 from stackbone.models import Run, RunKey
 from tests.api.test_runs import RunsApi, run_operator
@@ -56,7 +56,7 @@ def cli(*argv: str) -> tuple[int, dict]:
 
 
 def found_by(key: str) -> list[str]:
-    return [row.run.id for row in run_list.runs_page(run_list.RunFilter(key=key)).rows]
+    return [row.run.id for row in listing.runs_page(listing.RunFilter(key=key)).rows]
 
 
 def taken(run: Run) -> list[str]:
@@ -83,8 +83,8 @@ def test_a_finished_run_is_found_by_every_key_it_took_slots_under(stackbone_runs
     assert [r["id"] for r in api.get(key="u6").json()["runs"]] == [run.id]
     assert api.get(f"{other.id}/").json()["keys"] == ["u7"]
     # With the other filters: a finished status, a workflow.
-    both = run_list.RunFilter(key="u7", status="completed", workflow="test_two_tenants_sync")
-    assert [row.run.id for row in run_list.runs_page(both).rows] == [other.id]
+    both = listing.RunFilter(key="u7", status="completed", workflow="test_two_tenants_sync")
+    assert [row.run.id for row in listing.runs_page(both).rows] == [other.id]
 
 
 def test_a_run_that_waited_for_its_keys_pool_keeps_the_key_once(stackbone_runs, stackbone_slots) -> None:
@@ -121,8 +121,8 @@ def test_the_box_named_as_a_limit_at_start_is_refused_everywhere_and_creates_not
     assert BOX_NAMED in response.json()["error"]
     code, error = cli("start", "test_keyless_under_the_box", "--limits", "partner-api,box")
     assert (code, error["field"]) == (2, "limits") and BOX_NAMED in error["error"]
-    with pytest.raises(run_list.RunsError, match="the box's run concurrency, not a named limit"):
-        run_list.start("test_keyless_under_the_box", {}, limits=["box"])
+    with pytest.raises(listing.RunsError, match="the box's run concurrency, not a named limit"):
+        listing.start("test_keyless_under_the_box", {}, limits=["box"])
     assert not Run.objects.exists() and not QueueEntry.objects.exists()
     with pytest.raises(WorkflowError, match="the box's run concurrency, not a named limit"):
         workflow(name="test_box_as_a_limit", limits=["box"])(lambda input: input)

@@ -16,8 +16,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from limits import run_bounds, run_list, runs_screen, services
+from limits import services
 from limits.models import QueueEntry
+from limits.runs import bounds as run_bounds
+from limits.runs import listing, screen
 from stackbone.models import Run
 from tests.conftest import requires_postgres
 from tests.factories import declare
@@ -102,7 +104,7 @@ def test_the_filters(viewer_client, query: str, expected: list[str]) -> None:
 def test_waiting_for_finds_the_same_runs_whether_the_queue_is_short_or_long(
     viewer_client, monkeypatch, as_list: int
 ) -> None:
-    monkeypatch.setattr(run_list, "WAITING_AS_LIST", as_list)
+    monkeypatch.setattr(listing, "WAITING_AS_LIST", as_list)
     declare(voice_calls={"capacity": 1, "max_hold": "45m"})
     made = [make_run(status="running", seconds_ago=10 - n) for n in range(4)]
     for run in made:
@@ -149,9 +151,9 @@ def test_a_capped_search_lists_the_newest_matches_and_pages_through_them_once(
     """More runs match than SEARCH_MATCHES (lowered to 7): the matches are the 7 newest by
     (created_at, id) whatever the order of the queue, every request the same, the pages walk them
     once, and the page says the cap applies; the same when more match than SEARCH_SCANNED."""
-    monkeypatch.setattr(run_list, "SEARCH_MATCHES", 7)
-    monkeypatch.setattr(run_list, "SEARCH_SCANNED", scanned)
-    monkeypatch.setattr(run_list, "RUNS_PER_PAGE", 3)
+    monkeypatch.setattr(listing, "SEARCH_MATCHES", 7)
+    monkeypatch.setattr(listing, "SEARCH_SCANNED", scanned)
+    monkeypatch.setattr(listing, "RUNS_PER_PAGE", 3)
     declare(voice_calls={"capacity": 1, "max_hold": "45m"})
     services.acquire("voice-calls", run_id="holder")
     made = [make_run(status="running", seconds_ago=100 - n) for n in range(12)]
@@ -159,7 +161,7 @@ def test_a_capped_search_lists_the_newest_matches_and_pages_through_them_once(
         services.acquire("voice-calls", run_id=run.id, label=f"order-{run.id}", timeout="1h")
     newest = [run.id for run in reversed(made)][:7]
 
-    assert run_list.search_matches("order-") == run_list.Matches(newest, capped=True)
+    assert listing.search_matches("order-") == listing.Matches(newest, capped=True)
     seen, response = [], viewer_client.get(URL, {"q": "order-"})
     assert "showing the 7 newest matches" in response.content.decode()
     while True:
@@ -179,10 +181,10 @@ def test_a_whole_run_id_is_found_without_scanning_labels(viewer_client) -> None:
     run = make_run(status="running")
     services.acquire("voice-calls", run_id=run.id, label=f"mentions {run.id}")
     with CaptureQueriesContext(connection) as captured:
-        assert run_list.search_matches(run.id) == run_list.Matches([run.id])
+        assert listing.search_matches(run.id) == listing.Matches([run.id])
     assert len(captured) == 1 and "label" not in captured[0]["sql"].lower(), captured.captured_queries
     with CaptureQueriesContext(connection) as captured:
-        assert run_list.search_matches("mentions") == run_list.Matches([run.id])
+        assert listing.search_matches("mentions") == listing.Matches([run.id])
     assert any("label" in query["sql"].lower() for query in captured.captured_queries)
 
 
@@ -217,7 +219,7 @@ def test_htmx_gets_the_table_only_and_it_polls_the_same_list(viewer_client, htmx
 def test_pages_are_keyset_pages_that_walk_every_run_once_even_created_in_the_same_instant(
     viewer_client, clock, monkeypatch
 ) -> None:
-    monkeypatch.setattr(run_list, "RUNS_PER_PAGE", 4)
+    monkeypatch.setattr(listing, "RUNS_PER_PAGE", 4)
     made = [make_run() for _ in range(10)]  # one instant: the id breaks the tie
     newest_first = sorted((run.id for run in made), reverse=True)
 
@@ -246,10 +248,10 @@ def test_pages_are_keyset_pages_that_walk_every_run_once_even_created_in_the_sam
 def test_filtered_pages_walk_every_matching_run_once(
     viewer_client, clock, monkeypatch, query: str, as_list: int
 ) -> None:
-    """A search and a short queue are paged from the matching ids (run_list._window), a long
+    """A search and a short queue are paged from the matching ids (listing._window), a long
     queue in SQL: both walk the same pages, ties in the creation time broken by the id."""
-    monkeypatch.setattr(run_list, "RUNS_PER_PAGE", 3)
-    monkeypatch.setattr(run_list, "WAITING_AS_LIST", as_list)
+    monkeypatch.setattr(listing, "RUNS_PER_PAGE", 3)
+    monkeypatch.setattr(listing, "WAITING_AS_LIST", as_list)
     declare(voice_calls={"capacity": 1, "max_hold": "45m"})
     services.acquire("voice-calls", run_id=make_run(status="running").id, label="holder")
     waiting = [make_run(status="running") for _ in range(7)]
@@ -298,7 +300,7 @@ def test_the_list_costs_the_same_queries_at_two_sizes(viewer_client, monkeypatch
     small = [queries(case) for case in cases]
     grow(80)
     assert [queries(case) for case in cases] == small
-    assert len(listed(viewer_client.get(URL))) == run_list.RUNS_PER_PAGE
+    assert len(listed(viewer_client.get(URL))) == listing.RUNS_PER_PAGE
 
 
 # --- permission ---------------------------------------------------------------------------------
@@ -338,7 +340,7 @@ def test_starting_a_run_from_htmx_refreshes_the_list_and_links_the_run(operator_
     run = Run.objects.get()
     assert (run.workflow, run.input) == ("place_call", {"call_id": "c-1"})
     assert response.status_code == 200
-    assert json.loads(response["HX-Trigger"]) == {runs_screen.RUNS_CHANGED_EVENT: {}}
+    assert json.loads(response["HX-Trigger"]) == {screen.RUNS_CHANGED_EVENT: {}}
     page = response.content.decode()
     assert f"Started {run.id} (place_call): pending." in page
     assert f'href="/studio/runs/{run.id}/"' in page
@@ -368,7 +370,7 @@ def test_the_key_is_the_runs_concurrency_key(operator_client, htmx) -> None:
         ({"workflow": "place_call", "input": '{"call_id": '}, "input", "input is not valid JSON: Expecting value"),
         ({"workflow": "place_call", "input": "[1]"}, "input", "input must be a JSON object ({...}), not a list"),
         ({"workflow": "no_such_flow", "input": "{}"}, "workflow", "unknown workflow &#x27;no_such_flow&#x27;"),
-        ({"workflow": "", "input": "{}"}, "workflow", runs_screen.WORKFLOW_REQUIRED),
+        ({"workflow": "", "input": "{}"}, "workflow", screen.WORKFLOW_REQUIRED),
         ({"workflow": "place_call", "input": "{}", "key": "acme"}, "key", "caps no runs"),
         ({"workflow": "sync_tenant", "input": "{}", "key": "k" * 200}, "key", "key must be a string of 1 to 128"),
         ({"workflow": "place_call", "input": " " + "x" * 70_000}, "input", "input must be at most 65536 characters"),
@@ -472,9 +474,9 @@ def test_a_user_with_the_permission_through_a_group_may_start(htmx) -> None:
 @pytest.mark.parametrize(
     ("run_filter", "index"),
     [
-        (run_list.RunFilter(), "run_newest"),
-        (run_list.RunFilter(status="running"), "run_by_status"),
-        (run_list.RunFilter(workflow="place_call"), "run_by_workflow"),
+        (listing.RunFilter(), "run_newest"),
+        (listing.RunFilter(status="running"), "run_by_status"),
+        (listing.RunFilter(workflow="place_call"), "run_by_workflow"),
     ],
     ids=["newest", "status", "workflow"],
 )
@@ -495,14 +497,14 @@ def test_on_postgresql_each_filter_reads_its_index_in_page_order(run_filter, ind
             """
         )
         cursor.execute("ANALYZE studio_run")
-    query, candidates = run_list.runs(run_filter)
+    query, candidates = listing.runs(run_filter)
     assert candidates is None
-    plan = query.order_by("-created_at", "-id")[: run_list.RUNS_PER_PAGE + 1].explain(analyze=True)
+    plan = query.order_by("-created_at", "-id")[: listing.RUNS_PER_PAGE + 1].explain(analyze=True)
 
     assert f"Index Scan Backward using {index}" in plan or f"Index Only Scan Backward using {index}" in plan, plan
     assert "Sort" not in plan and "Seq Scan" not in plan, plan
     scanned = max(int(rows) for rows in re.findall(r"actual time=\S+ rows=(\d+)", plan))
-    assert scanned <= run_list.RUNS_PER_PAGE + 1, plan
+    assert scanned <= listing.RUNS_PER_PAGE + 1, plan
 
 
 # --- runs for tenants (issue 30) -------------------------------------------------------------------
@@ -571,10 +573,10 @@ def test_the_list_shows_when_each_run_started_and_how_long_it_ran(viewer_client,
 def test_the_start_form_shows_the_selected_workflows_docstring_as_a_hint(operator_client) -> None:
     page = operator_client.get(URL).content.decode()
     hints = dict(re.findall(r'<p class="hint workflow-hint" data-workflow="([^"]+)"[^>]*>(.*?)</p>', page, re.S))
-    assert set(hints) == set(run_list.workflow_names())
+    assert set(hints) == set(listing.workflow_names())
     assert "call_id" in hints["place_call"]  # the shipped examples say what input they take
     shown = re.findall(r'<p class="hint workflow-hint" data-workflow="([^"]+)">', page)
-    assert shown == [run_list.workflow_names()[0]]  # only the selected one is not hidden
+    assert shown == [listing.workflow_names()[0]]  # only the selected one is not hidden
 
 
 def test_after_a_start_the_form_keeps_the_workflow_and_key_and_shows_its_hint(operator_client, htmx) -> None:

@@ -15,9 +15,10 @@ import re
 import pytest
 from django.utils import timezone
 
-from limits import run_bounds, workers
+from limits import workers
 from limits.cli import Streams
 from limits.cli import workers as workers_cli
+from limits.runs import bounds as run_bounds
 from stackbone.models import Run
 from tests.factories import declare
 from tests.runs.conftest import Worker, real_broker, wait_for  # noqa: F401 - real_broker is a fixture

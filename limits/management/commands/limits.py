@@ -6,10 +6,11 @@ import sys
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from limits import cli, run_bounds, services
+from limits import cli, services
 from limits.config import ConfigError, load_workspace
 from limits.management.commands.limits_sweep import summary as sweep_summary
 from limits.printable import printable
+from limits.runs import bounds as run_bounds
 from limits.tokens import TokenError, issue_token
 
 

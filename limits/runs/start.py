@@ -1,20 +1,7 @@
-"""Durable workflows, the public API: write them anywhere (in modules STACKBONE_WORKFLOWS names)::
-
-    from limits.runs import workflow, step
-
-    @workflow
-    def place_call(input: dict) -> dict: ...
-
-Start a run with start_run(place_call, {...}) or start_run("place_call", {...}); cancel it with
-cancel_run(run_id). `studio.workflows` (the box's example workflows) re-exports these names.
-
-Cap whole runs (SPEC 11, limits/run_bounds.py)::
-
-    @workflow(concurrency={"total": 4, "per_key": 1}, limits=["partner-api"])
-    def sync_account(input: dict) -> dict: ...
-
-    start_run(sync_account, {...}, concurrency_key="acme")   # 'queued' until its bounds have room
-"""
+"""@workflow, start_run and start_runs: the public API's own code (limits.runs hands these names
+on, with the run layer's step, cancel_run and errors). A workflow that caps its runs declares its
+bounds here (limits.runs.bounds); a start checks everything before it writes anything, then takes
+the bounds in one engine call on PostgreSQL (bounds.start_on_server) or run by run."""
 
 from __future__ import annotations
 
@@ -24,8 +11,8 @@ from typing import Any, overload
 
 from django.db import transaction
 
-from limits import run_bounds
-from limits.engine import server
+from limits.engine.engines import engine
+from limits.runs import bounds as run_bounds
 from stackbone.runs import runtime
 from stackbone.runs.models import Run
 from stackbone.runs.runtime import StepError, Workflow, WorkflowError, cancel_run, step
@@ -118,6 +105,15 @@ def start_runs(
     return _start(wf, list(inputs), None if concurrency_keys is None else list(concurrency_keys), limits, batch=True)
 
 
+def _named[T](check: Callable[[Any, Any, str], T], of: Any, value: Any, field: str) -> T:
+    """check(of, value, field), its refusal naming `field` (WorkflowError.field) for a caller that
+    maps it to its own names (the API's `runs[2].input`)."""
+    try:
+        return check(of, value, field)
+    except WorkflowError as error:
+        raise WorkflowError(str(error), field) from None
+
+
 def _start(
     wf: Workflow | str, inputs: list[Any], keys: list[str | None] | None, limits: object, *, batch: bool
 ) -> list[Run]:
@@ -129,15 +125,15 @@ def _start(
         raise WorkflowError("start_run takes a @workflow function or its registered name")
     registered = runtime.get_workflow(workflow_name)  # an unknown workflow is its own clear error
     prepared = [
-        runtime.prepared_input(registered, input, f"inputs[{i}]" if batch else "the input")
+        _named(runtime.prepared_input, registered, input, f"inputs[{i}]" if batch else "the input")
         for i, input in enumerate(inputs)
     ]
     checked = [
-        run_bounds.run_key(workflow_name, key, f"concurrency_keys[{i}]" if batch else "concurrency_key")
+        _named(run_bounds.run_key, workflow_name, key, f"concurrency_keys[{i}]" if batch else "concurrency_key")
         for i, key in enumerate(keys or [None] * len(inputs))
     ]
     run_bounds.start_bounds(workflow_name, limits)  # the named limits' form, before any query
-    if server.available():
+    if engine().starts_runs_in_one_call:
         started = run_bounds.start_on_server(registered, prepared, checked, limits)
         if started is not None:
             return started

@@ -1,0 +1,339 @@
+"""Concurrency of whole workflows (SPEC 11): a run that holds slots from before its first step to
+its end, granted by the rules of several limits in one acquisition (SPEC 10).
+
+    @workflow(concurrency={"total": 4, "per_key": 1}, limits=["partner-api"])
+    def sync_account(input): ...
+
+    start_run(sync_account, {...}, concurrency_key="acme")          # waits 'queued' if need be
+
+- The workflow's own bound is the limit `workflow.<workflow name>` (kind 'workflow'), synced from
+  the decorator at every migrate (`sync`): its capacity is `total` (100000 when only per_key is
+  given), its per_key `per_key`, and it has no max hold. Operators override and reset its total
+  and per-key like any limit's.
+- A run's bounds: its workflow's own bound (when the workflow declares `concurrency`) and the
+  named limits (the decorator's, or those `start_run(limits=...)` gives: `[]` keeps only the own
+  bound). At most two named limits; with the own bound, at most three limits: one group.
+- The run is created `queued` and takes its place in every queue at once (`queued`, in the
+  transaction that creates it); when every bound has room it takes the slots at once and starts
+  as any run does. When a queued run's group is granted, the run is woken; the worker that
+  starts it confirms the reservations (`starting`). The slots are tied to the run, so ending the
+  run frees them (services.end_run) and the next run starts. A start that does not happen within
+  2 minutes lapses and the run goes back to the end of every queue (SPEC 3.6, 10.2).
+- A named limit's max hold still applies to the slot the run holds of it (SPEC 11.4).
+- The box's run concurrency (SPEC 12, when the workspace declares run_concurrency): every run
+  also holds a slot of the box bound `box` while it executes, from its workflow's pool (per_key
+  = the base, so no workflow executes more than the base; capacity = the burst ceiling). It is
+  one more limit of the start acquisition, so a run waits `queued` in trigger order for its
+  bounds and a box slot together. A run that waits for a limit's slot in its body gives its box
+  slot back and waits for both together (limits.workflow, limits.box.box_place). And no limit serves more
+  than the base of whole runs at once (12.3): a workflow's own total, or a named limit's
+  capacity, above the base acts as the base for the slots runs hold for their whole run
+  (limits.engine.keys.whole_run_room).
+
+Must never happen (limits verify checks it from the rows, as for any group): a run holds some of
+its bounds and not the others; a bound holds more runs than its total or a key more than its
+per_key; a run takes a step before its bounds are confirmed for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError
+
+from limits import services
+from limits.box import QUEUE_TIMEOUT_MS, box_pool
+from limits.config import (
+    BOUND_PREFIX,
+    BOX_NAME,
+    MAX_CAPACITY,
+    MIN_CAPACITY,
+    NAME_RE,
+    check_key,
+    check_name,
+)
+from limits.engine import server
+from limits.engine.keys import OWED_AFTER_MS
+from limits.models import LABEL_MAX_LENGTH, Limit
+from stackbone.runs import runtime
+from stackbone.runs.models import Run, new_run_id
+
+MAX_NAMED_LIMITS = 2
+BOX_NAMED = (
+    "'box' is the box's run concurrency, not a named limit: every run holds it while the workspace "
+    "declares run_concurrency"
+)
+CONCURRENCY_FIELDS = frozenset({"total", "per_key"})
+START_REQUEST_SUFFIX = services.WHOLE_RUN_SUFFIX  # the acquisition of a run's bounds: "<run id>:start"
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """What one workflow declared."""
+
+    total: int | None
+    per_key: int | None
+    limits: tuple[str, ...]
+    module: str = ""  # where the workflow is defined
+
+    @property
+    def has_own_bound(self) -> bool:
+        return self.total is not None or self.per_key is not None
+
+
+_declared: dict[str, Bounds] = {}
+
+
+def bound_name(workflow_name: str) -> str:
+    return f"{BOUND_PREFIX}{workflow_name}"
+
+
+def declare(workflow_name: str, concurrency: object, limits: object, module: str = "") -> None:
+    """Check a @workflow's concurrency and limits (at import) and remember them for sync and
+    start. Raises WorkflowError naming the workflow and the field."""
+    total = per_key = None
+    if concurrency is not None:
+        if not isinstance(concurrency, Mapping) or not concurrency:
+            raise _error(workflow_name, "concurrency must be a dict with 'total', 'per_key' or both")
+        unknown = sorted(set(concurrency) - CONCURRENCY_FIELDS, key=str)
+        if unknown:
+            raise _error(workflow_name, f"concurrency: unknown field {unknown[0]!r} (allowed: total, per_key)")
+        total = _whole(workflow_name, "total", concurrency.get("total"), MAX_CAPACITY)
+        per_key = _whole(workflow_name, "per_key", concurrency.get("per_key"), total or MAX_CAPACITY)
+        name = bound_name(workflow_name)
+        if NAME_RE.fullmatch(name) is None:
+            raise _error(
+                workflow_name,
+                f"its own bound would be named {name!r}, which is not a valid limit name: "
+                "give the workflow a name of lowercase letters, digits, '.', '_' and '-'",
+            )
+    named = _named_limits(workflow_name, limits)
+    _declared[workflow_name] = Bounds(total, per_key, named, module)
+
+
+def declared_bounds(workflows: list[str] | None = None) -> dict[str, tuple[int | None, int | None]]:
+    """{bound name: (total, per_key)} of the box's workflows that cap their runs: those of the
+    modules settings.STACKBONE_WORKFLOWS names (what the box discovers), or those named."""
+    runtime.discover()
+    packages = tuple(settings.STACKBONE_WORKFLOWS)
+    return {
+        bound_name(name): (bounds.total, bounds.per_key)
+        for name, bounds in _declared.items()
+        if bounds.has_own_bound
+        and (name in workflows if workflows is not None else _in_packages(bounds.module, packages))
+    }
+
+
+def sync(workflows: list[str] | None = None) -> services.SyncReport:
+    """Bring the workflows' own bounds to the database (at every migrate, with the workspace);
+    `workflows` names the ones to sync instead (tests)."""
+    return services.sync_workflow_bounds(declared_bounds(workflows))
+
+
+def _in_packages(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == package or module.startswith(f"{package}.") for package in packages)
+
+
+def bounds_for_run(workflow_name: str, limits: object = None, concurrency_key: object = None) -> tuple[list[str], str]:
+    """The limits a run of this workflow holds (its own bound first, then the named limits: the
+    decorator's, or `limits` given at start; then the box while it is declared), and its key (''
+    for none). Checked at start: an unknown or undeclared limit, more than two named limits, or a
+    bad key is a WorkflowError. The Python rules' start (SQLite); PostgreSQL's is start_on_server."""
+    bounds, declared = start_bounds(workflow_name, limits)
+    named = bounds[1:] if declared.has_own_bound else bounds
+    if named:
+        found = dict(Limit.objects.filter(name__in=named).values_list("name", "declared"))
+        for name in named:
+            if name not in found:
+                raise _error(workflow_name, f"unknown limit {name!r}")
+            if not found[name]:
+                raise _error(workflow_name, f"limit {name!r} is no longer declared in the workspace")
+    key = run_key(workflow_name, concurrency_key)
+    if declared.has_own_bound:
+        services.ensure_workflow_bound(bounds[0], declared.total, declared.per_key)  # SPEC 11.6
+    box = [BOX_NAME] if Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True).exists() else []
+    return bounds + box, key
+
+
+def start_bounds(workflow_name: str, limits: object = None) -> tuple[list[str], Bounds]:
+    """The bounds a run of this workflow holds, without the box: its own bound first, then the
+    named limits (the decorator's, or `limits` given at start), their form checked here; whether
+    they exist is the start's to find (limits_start_runs, or bounds_for_run)."""
+    bounds = _declared.get(workflow_name, Bounds(None, None, ()))
+    named = bounds.limits if limits is None else _named_limits(workflow_name, limits)
+    own = [bound_name(workflow_name)] if bounds.has_own_bound else []
+    return own + list(named), bounds
+
+
+def run_key(workflow_name: str, concurrency_key: object, field: str = "concurrency_key") -> str:
+    """A run's concurrency key as checked at start ('' for None); a bad one is a WorkflowError
+    naming `field`."""
+    if concurrency_key is None:
+        return ""
+    try:
+        return check_key(concurrency_key)
+    except ValueError as error:
+        raise _error(workflow_name, f"{field}: {error}") from None
+
+
+def start_on_server(
+    wf: runtime.Workflow, prepared: Sequence[tuple[Any, str]], keys: Sequence[str], limits: object
+) -> list[Run] | None:
+    """limits.runs.start_runs on PostgreSQL: the runs written and their bounds acquired in one
+    call (limits_start_runs; SPEC 11.2, 11.3, 11.6, 12.2), the runs it started published and the
+    runs it woke woken after commit. A missing own bound (11.6) is synced and the call made
+    again; an unknown or undeclared named limit is the WorkflowError bounds_for_run words. None:
+    the case is the Python rules' (nothing was written)."""
+    bounds, declared = start_bounds(wf.name, limits)
+    ids = [new_run_id() for _ in prepared]
+    label = wf.name[:LABEL_MAX_LENGTH]
+    for attempt in (1, 2):
+        try:
+            problem, bad_name, statuses, held, created, woken = server.start_runs(
+                ids,
+                wf.name,
+                [input for input, _ in prepared],
+                [reference for _, reference in prepared],
+                list(keys),
+                bounds,
+                label,
+                QUEUE_TIMEOUT_MS,
+                OWED_AFTER_MS,
+            )
+        except DatabaseError as error:
+            if getattr(error.__cause__, "sqlstate", None) == "LMSTR":  # a limit undeclared mid-batch
+                raise _error(wf.name, f"the batch was refused, nothing started: {error.__cause__}") from None
+            raise
+        if problem is None:
+            break
+        own = bounds[0] if declared.has_own_bound else None
+        if problem in ("unknown", "undeclared") and own is not None and bad_name == own and attempt == 1:
+            services.ensure_workflow_bound(own, declared.total, declared.per_key)
+            continue
+        if problem == "unknown":
+            raise _error(wf.name, f"unknown limit {bad_name!r}")
+        if problem == "undeclared":
+            raise _error(wf.name, f"limit {bad_name!r} is no longer declared in the workspace")
+        return None
+    else:  # pragma: no cover - the bound was just synced
+        return None
+    server.wake_on_commit(woken)
+    runs = [
+        runtime.loaded_run(
+            id=run_id,
+            workflow=wf.name,
+            input=input,
+            status=status,
+            output=None,
+            error="",
+            suspended=status == Run.Status.QUEUED,
+            waiting_for=runtime.START_GATE if status == Run.Status.QUEUED else "",
+            wait_deadline=None,
+            bounds=held,
+            concurrency_key=key,
+            reference=reference,
+            lease_owner="",
+            lease_until=None,
+            dispatched_at=created if status == Run.Status.PENDING else None,
+            created_at=created,
+            started_at=None,
+            finished_at=None,
+            updated_at=created,
+        )
+        for run_id, (input, reference), key, status in zip(ids, prepared, keys, statuses, strict=True)
+    ]
+    runtime.dispatch_on_commit([run.id for run in runs if run.status == Run.Status.PENDING])
+    if runtime.advanced_inline():
+        for run in runs:
+            run.refresh_from_db()
+    return runs
+
+
+# --- the run layer's signals (limits/apps.py connects them) ---------------------------------------
+
+
+def queued(sender: object, run: Run, **kwargs: object) -> str:
+    """A run with bounds was created queued: take its place in every queue and answer 'wait', or,
+    if every bound had room, hold the slots for the run and answer 'start'."""
+    outcome = _acquire(run)
+    if outcome.state == "busy":
+        _tie(run, outcome)
+        return "start"
+    if outcome.state != "waiting":
+        raise runtime.WorkflowError(f"run {run.id} could not queue for {' + '.join(run.bounds)}")
+    return "wait"
+
+
+def starting(sender: object, run: Run, **kwargs: object) -> str:
+    """A worker is about to start a woken queued run: confirm its reserved slots together (the
+    same request), tie them to the run, and say 'start'; 'wait' if they lapsed meanwhile (it is
+    back in the queues); an error message if its wait ended (timed out, cancelled)."""
+    outcome = _acquire(run)
+    if outcome.state == "busy":
+        _tie(run, outcome)
+        return "start"
+    if outcome.state == "waiting":
+        return "wait"
+    if outcome.state == "timed_out":
+        return f"no slot of {' + '.join(run.bounds)} within {QUEUE_TIMEOUT_MS} ms: the run never started"
+    return f"the wait for {' + '.join(run.bounds)} was cancelled"
+
+
+def _acquire(run: Run) -> services.Acquisition:
+    box = box_pool(run.workflow) if BOX_NAME in run.bounds else None
+    return services.acquire_group(
+        [name for name in run.bounds if name != BOX_NAME],
+        run_id=run.id,
+        request=f"{run.id}{START_REQUEST_SUFFIX}",
+        label=run.workflow[:200],
+        key=run.concurrency_key or None,
+        timeout=QUEUE_TIMEOUT_MS,
+        box=box,
+    )
+
+
+def _tie(run: Run, outcome: services.Acquisition) -> None:
+    """The slots are held for the whole run: ending it frees them (services.end_run)."""
+    for _name, slot_id in outcome.slots or ((outcome.limit, str(outcome.slot_id)),):
+        services.tie_to_run(slot_id, run.id)
+
+
+# --- checks --------------------------------------------------------------------------------------
+
+
+def _named_limits(workflow_name: str, limits: object) -> tuple[str, ...]:
+    if limits is None:
+        return ()
+    if isinstance(limits, str) or not isinstance(limits, Sequence):
+        raise _error(workflow_name, "limits must be a list of limit names")
+    if len(limits) > MAX_NAMED_LIMITS:
+        raise _error(workflow_name, f"limits: at most {MAX_NAMED_LIMITS} named limits, not {len(limits)}")
+    if len(set(limits)) != len(limits):
+        raise _error(workflow_name, "limits: each limit at most once")
+    for name in limits:
+        try:
+            check_name(name)
+        except ValueError as error:
+            raise _error(workflow_name, f"limits: {error}") from None
+        if name.startswith(BOUND_PREFIX):
+            raise _error(workflow_name, f"limits: {name!r} is a workflow's own bound, not a named limit")
+        if name == BOX_NAME:  # issue 45: it was held twice, once named and once as the box
+            raise _error(workflow_name, f"limits: {BOX_NAMED}")
+    return tuple(limits)
+
+
+def _whole(workflow_name: str, field: str, value: Any, maximum: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_CAPACITY <= value <= maximum:
+        raise _error(
+            workflow_name, f"concurrency {field} must be a whole number from {MIN_CAPACITY} to {maximum}, not {value!r}"
+        )
+    return value
+
+
+def _error(workflow_name: str, message: str) -> runtime.WorkflowError:
+    return runtime.WorkflowError(f"workflow {workflow_name!r}: {message}")
