@@ -24,6 +24,8 @@ depth), not from what happens to be loaded.
 from __future__ import annotations
 
 import ast
+import importlib
+import warnings
 from pathlib import Path
 
 import pytest
@@ -235,3 +237,147 @@ def test_nothing_of_the_apps_the_box_or_the_tests_uses_an_old_path() -> None:
         ):
             users += [f"{name}: {target}" for target in sorted(targets & old)]
     assert users == []
+
+
+# Every public name each old path of issue 48's runs package had (56bf27d): still there through it.
+OLD_RUNS_NAMES = {
+    "limits.run_admin": ["RunAdmin", "STEP_FIELDS", "StepInline"],
+    "limits.run_bounds": [
+        "BOX_NAMED",
+        "Bounds",
+        "CONCURRENCY_FIELDS",
+        "MAX_NAMED_LIMITS",
+        "QUEUE_TIMEOUT_MS",
+        "START_REQUEST_SUFFIX",
+        "bound_name",
+        "bounds_for_run",
+        "box_place",
+        "declare",
+        "declared_bounds",
+        "queued",
+        "run_key",
+        "start_bounds",
+        "start_on_server",
+        "starting",
+        "sync",
+    ],
+    "limits.run_list": [
+        "BAD_STATUS",
+        "Cursor",
+        "FINISHED_STATUSES",
+        "HINT_MAX_LENGTH",
+        "KEY_WITHOUT_BOUNDS",
+        "Matches",
+        "NO_WORKFLOWS",
+        "RUNS_PER_PAGE",
+        "RunFilter",
+        "RunPage",
+        "RunRow",
+        "SEARCH_MATCHES",
+        "SEARCH_MAX_LENGTH",
+        "SEARCH_SCANNED",
+        "STATUSES",
+        "UNKNOWN_RUN",
+        "UNKNOWN_WORKFLOW",
+        "WAITING_AS_LIST",
+        "cancel",
+        "cancel_answer",
+        "check_start",
+        "get_run",
+        "limit_names",
+        "list_answer",
+        "run_details",
+        "run_row",
+        "run_summary",
+        "runs",
+        "runs_page",
+        "search_matches",
+        "show_answer",
+        "start",
+        "start_answer",
+        "workflow_hints",
+        "workflow_names",
+    ],
+    "limits.run_selectors": [
+        "GROUP_JOIN",
+        "WAIT_STEP_PREFIX",
+        "describe_waits",
+        "get_run",
+        "run_eta_text",
+        "run_steps",
+    ],
+    "limits.run_values": [
+        "BAD_JSON",
+        "DEFAULT_LIST_SIZE",
+        "FINISHED",
+        "FINISHED_STATUSES",
+        "INPUT_MAX_LENGTH",
+        "INPUT_TOO_LONG",
+        "MAX_LIST_SIZE",
+        "NOT_AN_OBJECT",
+        "NOT_TEXT",
+        "RunsError",
+        "TOO_DEEP",
+        "UNKNOWN",
+        "check_input",
+        "parse_input",
+    ],
+    "limits.run_views": ["CANCELLED", "NOT_CANCELLED", "cancel_run", "home", "run_detail"],
+    "limits.runs_api": [
+        "BAD_SIZE",
+        "FILTERS",
+        "LIMITS_NOT_A_LIST",
+        "NOT_TEXT",
+        "NO_PERMISSION",
+        "NO_WORKFLOW",
+        "OPERATE_RUN",
+        "START_FIELDS",
+        "UNKNOWN_FIELD",
+        "cancel",
+        "run_detail",
+        "run_list_view",
+        "runs",
+        "runs_api",
+        "start",
+    ],
+    "limits.runs_api_urls": ["app_name", "urlpatterns"],
+    "limits.runs_screen": [
+        "CANCELLED",
+        "FILTER_KEYS",
+        "INPUT_HELP",
+        "NEEDS_OPERATE_RUN",
+        "NOT_CANCELLED",
+        "OPERATE_RUN",
+        "RUNS_CHANGED_EVENT",
+        "STARTED",
+        "StartRunForm",
+        "WORKFLOW_REQUIRED",
+        "cancel_run",
+        "operator_required",
+        "run_list_view",
+        "start_run",
+    ],
+    "limits.runs": [
+        "StepError",
+        "Workflow",
+        "WorkflowError",
+        "cancel_run",
+        "start_run",
+        "start_runs",
+        "step",
+        "workflow",
+    ],
+}
+
+
+def test_the_old_runs_paths_keep_every_public_name_they_had() -> None:
+    """Issue 48 moved the runs surfaces into limits/runs/: each old module is the moved one, and a
+    name that moved elsewhere (the box's place to limits.box, the wait's text to limits.workflow)
+    is still there, so code written against the old path keeps working for a release."""
+    missing = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for old, names in OLD_RUNS_NAMES.items():
+            module = importlib.import_module(old)
+            missing += [f"{old}.{name}" for name in names if not hasattr(module, name)]
+    assert not missing, missing

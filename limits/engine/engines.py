@@ -11,8 +11,11 @@ sweeper, given input those modules have already checked. Two engines implement i
   runs it, and so would any database that is not PostgreSQL.
 
 The public functions check what callers pass in, then call `engine()`: the engine of the
-database `django.db.connection` uses, one per vendor, made once. Neither engine hands a case to
-the other, and no operation asks again which database it is on.
+database `django.db.connection` uses, one per vendor, made once. No operation asks again which
+database it is on, and neither engine hands a case to the other, with one exception left from
+before: limits.runs.bounds.start_on_server answers None (the Python rules then start the runs) if
+limits_start_runs answers 'slow', which only a list of bounds naming a limit twice could cause, and
+the start refuses that before the call.
 """
 
 from __future__ import annotations

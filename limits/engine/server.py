@@ -24,8 +24,8 @@ from django.db import connection, transaction
 
 from limits.config import BOX_NAME, MAX_CAPACITY, Workspace, ceiling_problem
 from limits.durations import MAX_DURATION_MS
+from limits.engine import keys
 from limits.engine.errors import UNDECLARED_LIMIT, UNKNOWN_LIMIT, LimitsError
-from limits.engine.keys import OWED_AFTER_MS
 from limits.engine.refusals import (
     BOUND_NAME_TAKEN,
     BOX_LIMIT_TAKEN,
@@ -85,7 +85,7 @@ class PostgresEngine:
         outcome, name, slot_id, deadline, woken, answer_timeout_ms, answer_key = _call(
             "SELECT outcome, limit_name, slot_id, deadline, woken, answer_timeout_ms, answer_key"
             " FROM limits_acquire(%s, %s, %s, %s, %s, %s, %s, %s)",
-            [limit_name, run_id, request, label, timeout_ms, clock.param(), RESERVATION_MS, OWED_AFTER_MS],
+            [limit_name, run_id, request, label, timeout_ms, clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS],
         )
         _refuse(outcome, name)
         wake_on_commit(woken)
@@ -118,7 +118,18 @@ class PostgresEngine:
         outcome, slot_ids, deadline, woken, bad_name, answer_names, answer_key, answer_timeout_ms = _call(
             "SELECT outcome, slot_ids, deadline, woken, bad_name, answer_names, answer_key, answer_timeout_ms"
             " FROM limits_acquire_group(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            [names, run_id, request, label, member_keys, timeout_ms, clock.param(), RESERVATION_MS, OWED_AFTER_MS, box],
+            [
+                names,
+                run_id,
+                request,
+                label,
+                member_keys,
+                timeout_ms,
+                clock.param(),
+                RESERVATION_MS,
+                keys.OWED_AFTER_MS,
+                box,
+            ],
         )
         _refuse(outcome, bad_name)
         wake_on_commit(woken)
@@ -146,7 +157,7 @@ class PostgresEngine:
         or a slot not reserved."""
         outcome, woken = _call(
             "SELECT outcome, woken FROM limits_confirm_or_lapse(%s, %s, %s, %s)",
-            [slot_id, clock.param(), RESERVATION_MS, OWED_AFTER_MS],
+            [slot_id, clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS],
         )
         wake_on_commit(woken)
         return bool(outcome == "busy")
@@ -157,7 +168,7 @@ class PostgresEngine:
         freed capacity on every limit it locks."""
         outcome, woken = _call(
             "SELECT outcome, woken FROM limits_release(%s, %s, %s, %s, %s)",
-            [slot_id, clock.param(), RESERVATION_MS, OWED_AFTER_MS, actor],
+            [slot_id, clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS, actor],
         )
         wake_on_commit(woken)
         return bool(outcome == "released")
@@ -167,7 +178,7 @@ class PostgresEngine:
         with_limits block's release), each answer in the order given."""
         released, woken = _call(
             "SELECT released, woken FROM limits_release_slots(%s::text[], %s, %s, %s, %s)",
-            [slot_ids, clock.param(), RESERVATION_MS, OWED_AFTER_MS, actor],
+            [slot_ids, clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS, actor],
         )
         wake_on_commit(woken)
         return list(released)
@@ -183,7 +194,7 @@ class PostgresEngine:
         the capacity granted: the entries and slots ended."""
         ended, woken = _call(
             "SELECT ended, woken FROM limits_end_run(%s, %s, %s, %s)",
-            [run_id, clock.param(), RESERVATION_MS, OWED_AFTER_MS],
+            [run_id, clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS],
         )
         wake_on_commit(woken)
         return int(ended)
@@ -198,7 +209,7 @@ class PostgresEngine:
         with nullcontext() if connection.get_autocommit() else transaction.atomic(durable=True):
             report.limits, report.expired, report.lapsed, report.timed_out, report.granted, woken = _call(
                 "CALL limits_sweep(%s, %s, %s, %s, NULL, NULL, NULL, NULL, NULL, NULL)",
-                [clock.param(), RESERVATION_MS, OWED_AFTER_MS, connection.get_autocommit()],
+                [clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS, connection.get_autocommit()],
             )
             wake_on_commit(woken)  # in autocommit: now; in a test's transaction: at its commit
 
@@ -253,7 +264,7 @@ class PostgresEngine:
             raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
         outcome, woken, capacity = _call(
             _OPERATE,
-            [name, action, value, key, paused, actor, clock.param(), RESERVATION_MS, OWED_AFTER_MS]
+            [name, action, value, key, paused, actor, clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS]
             + [share, False, None, False],
         )
         if outcome == "unknown":
@@ -284,7 +295,7 @@ class PostgresEngine:
         capacity (the function answers that ceiling)."""
         outcome, woken, ceiling = _call(
             _OPERATE,
-            [BOX_NAME, "box", base, None, False, actor, clock.param(), RESERVATION_MS, OWED_AFTER_MS]
+            [BOX_NAME, "box", base, None, False, actor, clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS]
             + [None, base_given, burst, burst_given],
         )
         if outcome == "unknown":
@@ -314,7 +325,7 @@ class PostgresEngine:
                     _DEPLOYED + "limits_sync_workspace(%s::text[], %s::integer[], %s::bigint[], %s::integer[], "
                     "%s::text[], %s, %s, %s, %s, %s, %s, %s, %s)",
                     [names, capacities, max_holds, per_keys, shares, base, burst, ceiling, MAX_DURATION_MS, actor]
-                    + [clock.param(), RESERVATION_MS, OWED_AFTER_MS],
+                    + [clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS],
                 )
             )
 
@@ -334,7 +345,7 @@ class PostgresEngine:
                 *_call(
                     _DEPLOYED + "limits_sync_bounds(%s::text[], %s::integer[], %s::integer[], %s, %s, %s, %s, %s, %s)",
                     [[row[0] for row in rows], [row[1] for row in rows], [row[2] for row in rows]]
-                    + [MAX_DURATION_MS, only, actor, clock.param(), RESERVATION_MS, OWED_AFTER_MS],
+                    + [MAX_DURATION_MS, only, actor, clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS],
                 )
             )
 

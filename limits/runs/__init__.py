@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from limits.runs.start import start_run, start_runs, workflow
-    from stackbone.runs.runtime import StepError, WorkflowError, cancel_run, step
+    from stackbone.runs.runtime import StepError, Workflow, WorkflowError, cancel_run, step
 
-__all__ = ["StepError", "WorkflowError", "cancel_run", "start_run", "start_runs", "step", "workflow"]
+__all__ = ["StepError", "Workflow", "WorkflowError", "cancel_run", "start_run", "start_runs", "step", "workflow"]
 
 # Where each public name lives (the run layer's step, cancel_run and errors, as they always were).
 _HOMES = {
@@ -46,6 +46,7 @@ _HOMES = {
     "start_runs": "limits.runs.start",
     "workflow": "limits.runs.start",
     "StepError": "stackbone.runs.runtime",
+    "Workflow": "stackbone.runs.runtime",
     "WorkflowError": "stackbone.runs.runtime",
     "cancel_run": "stackbone.runs.runtime",
     "step": "stackbone.runs.runtime",

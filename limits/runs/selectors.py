@@ -7,10 +7,15 @@ import datetime as dt
 from limits import eta
 from limits.models import QueueEntry, is_storable_text
 from limits.services import OWED_AFTER_MS, why_waiting
-from limits.workflow import hook_name_parts, waits_on
+from limits.workflow import KEYLESS_HOOK_NAME, LIMITS_SHOWN_JOIN, hook_name_parts, waits_on
 from stackbone.plumbing import clock
 from stackbone.runs.models import Run, Step
 from stackbone.runs.runtime import DEFERRED
+
+# Names limits.run_selectors had before issue 48's replay key (the old path is this module): kept
+# for one release; the run page reads a wait's limits from its key now (limits.workflow.waits_on).
+WAIT_STEP_PREFIX = KEYLESS_HOOK_NAME.partition("{limit}")[0]
+GROUP_JOIN = LIMITS_SHOWN_JOIN
 
 RUN_ID_MAX_LENGTH = 64  # Run.id's max_length
 
