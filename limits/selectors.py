@@ -17,7 +17,16 @@ from django.db.models.functions import Coalesce
 from limits import eta, insights
 from limits.config import BOX_NAME
 from limits.engine import keys as engine_keys
-from limits.models import LIVE_SLOT_STATES, AuditEvent, Limit, LimitKey, QueueEntry, Slot, is_storable_text
+from limits.models import (
+    LIVE_SLOT_STATES,
+    AuditEvent,
+    Limit,
+    LimitKey,
+    QueueEntry,
+    Slot,
+    is_storable_text,
+    pool_size,
+)
 from stackbone.plumbing import clock as box_clock
 
 KINDS = tuple(Limit.Kind.values)  # ("limit", "workflow", "box"): the values of a kind filter
@@ -354,7 +363,7 @@ def _key_pool(limit: Limit, row: LimitKey, weights: int | None = None) -> KeyPoo
         busy=row.busy_count,
         reserved=row.reserved_count,
         waiting=row.waiting_count,
-        size=row.pool_override if row.pool_override is not None else limit.per_key,
+        size=pool_size(row.pool_override, limit.per_key),
         override=row.pool_override,
         weight=row.weight,
         minimum=row.minimum,
@@ -796,7 +805,7 @@ def _fair_keys(limit: Limit, frees: Sequence[str], rows: int) -> dict[str, eta.F
             in_use=row.in_use,
             weight=row.weight,
             minimum=row.minimum,
-            pool=row.pool_override if row.pool_override is not None else limit.per_key,
+            pool=pool_size(row.pool_override, limit.per_key),
             fair_pass=row.fair_pass,
             stride=engine_keys.stride(row.weight),
             waiting=row.waiting_count,

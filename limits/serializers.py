@@ -20,6 +20,7 @@ from django.db.models import QuerySet
 
 from limits.engine.results import Reason
 from limits.models import ForgottenLimit, Limit, LimitKey, QueueEntry, Slot
+from limits.models import pool_size as pool_in_force
 from limits.selectors import fair_share, fair_weights, turns
 
 Groups = Mapping[str, list[str]]
@@ -168,7 +169,7 @@ def forgotten_summary(record: ForgottenLimit) -> dict[str, object]:
 def pool_size(limit: Limit, pool_override: int | None) -> int | None:
     """A key's pool size: its own override, else the limit's per_key, else None (only the total
     applies)."""
-    return pool_override if pool_override is not None else limit.per_key
+    return pool_in_force(pool_override, limit.per_key)
 
 
 def key_summary(limit: Limit, key: LimitKey, weights: int | None = None) -> dict[str, object]:

@@ -34,7 +34,7 @@ from django.db.models.functions import Coalesce
 
 from limits.config import BOX_NAME
 from limits.engine.results import RESERVATION_MS, WHOLE_RUN_SUFFIX, Changes, Reason
-from limits.models import LIVE_SLOT_STATES, Limit, LimitKey, QueueEntry, Slot
+from limits.models import LIVE_SLOT_STATES, Limit, LimitKey, QueueEntry, Slot, pool_size
 from stackbone.plumbing import clock as box_clock
 
 OWED_AFTER_MS = 2 * 60 * 1000  # SPEC 10.4: passed over and waiting longer than this: owed
@@ -66,11 +66,8 @@ class Pools:
     def size(self, key: str) -> int | None:
         """The pool's size in force: the key's own override, else the limit's per_key; None when
         only the total applies (SPEC 9.1, 9.4)."""
-        if key:
-            row = self.row(key)
-            if row is not None and row.pool_override is not None:
-                return row.pool_override
-        return self.limit.per_key
+        row = self.row(key) if key else None
+        return pool_size(None if row is None else row.pool_override, self.limit.per_key)
 
     def in_use(self, key: str) -> int:
         if key:
@@ -505,7 +502,7 @@ def why_waiting(
                 in_use=row.in_use,
                 weight=row.weight,
                 minimum=row.minimum,
-                pool=row.pool_override if row.pool_override is not None else limit.per_key,
+                pool=pool_size(row.pool_override, limit.per_key),
                 fair_pass=row.fair_pass,
                 stride=stride(row.weight),
                 waiting=row.waiting_count,
