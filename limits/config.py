@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -21,8 +21,13 @@ from limits.durations import DurationError, parse_duration
 NAME_RE = re.compile(r"[a-z0-9._-]{1,64}")
 MIN_CAPACITY = 1  # engine.sql: limits_min_capacity
 MAX_CAPACITY = 100_000  # engine.sql: limits_max_capacity
-LIMIT_FIELDS = frozenset({"capacity", "max_hold", "per_key", "share"})
+LIMIT_FIELDS = frozenset({"capacity", "max_hold", "per_key", "share", "on_full", "max_waiting", "max_waiting_per_key"})
+LIMIT_FIELDS_SHOWN = "capacity, max_hold, per_key, share, on_full, max_waiting, max_waiting_per_key"
 SHARES = ("fifo", "fair")  # SPEC 13.1: first come, first served (the default), or fair shares between keys
+# SPEC 14.1: what an acquisition that cannot be granted at once does: wait in the queue (the
+# default) or skip (answered at once, queued nowhere). replace and cancel_running: not built yet.
+ON_FULL = ("wait", "skip")
+MAX_WAITING = 1_000_000  # SPEC 14.1: the largest cap on a queue
 MIN_WEIGHT, MAX_WEIGHT = 1, 100
 KEY_MAX_LENGTH = 128
 BOUND_PREFIX = "workflow."  # a workflow's own bound is the limit 'workflow.<workflow name>' (SPEC 11.5)
@@ -58,6 +63,9 @@ class LimitSpec:
     max_hold_ms: int
     per_key: int | None = None
     share: str = "fifo"
+    on_full: str = "wait"
+    max_waiting: int | None = None
+    max_waiting_per_key: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +184,21 @@ def check_share(value: object) -> str:
     return value
 
 
+def check_on_full(value: object) -> str:
+    """SPEC 14.1: 'wait' or 'skip' ('replace' and 'cancel_running' are not built yet)."""
+    if value not in ON_FULL:
+        raise ValueError(f"must be 'wait' or 'skip', not {value!r}")
+    assert isinstance(value, str)
+    return value
+
+
+def check_max_waiting(value: object) -> int:
+    """SPEC 14.1: a cap on a queue, a whole number from 1 to 1,000,000."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WAITING:
+        raise ValueError(f"must be a whole number from 1 to {MAX_WAITING:,}, not {value!r}")
+    return value
+
+
 def check_weight(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not MIN_WEIGHT <= value <= MAX_WEIGHT:
         raise ValueError(f"must be a whole number from {MIN_WEIGHT} to {MAX_WEIGHT}, not {value!r}")
@@ -220,6 +243,9 @@ def define_workspace(
             max_hold_ms=parse_duration(fields["max_hold"]),
             per_key=None if per_key is None else check_per_key(per_key, check_capacity(fields["capacity"])),
             share=check_share(fields.get("share", "fifo")),
+            on_full=check_on_full(fields.get("on_full", "wait")),
+            max_waiting=_optional(check_max_waiting, fields.get("max_waiting")),
+            max_waiting_per_key=_optional(check_max_waiting, fields.get("max_waiting_per_key")),
         )
     box = None
     if run_concurrency is not None:
@@ -250,7 +276,7 @@ def _problems_of(name: object, fields: object) -> list[str]:
     problems: list[str] = []
     unknown = sorted(set(fields) - LIMIT_FIELDS, key=str)
     if unknown:
-        problems.append(f"limit {name!r}: unknown field {unknown[0]!r} (allowed: capacity, max_hold, per_key, share)")
+        problems.append(f"limit {name!r}: unknown field {unknown[0]!r} (allowed: {LIMIT_FIELDS_SHOWN})")
     capacity: int | None = None
     if "capacity" not in fields:
         problems.append(f"limit {name!r}: capacity is required")
@@ -276,7 +302,22 @@ def _problems_of(name: object, fields: object) -> list[str]:
             check_share(fields["share"])
         except ValueError as error:
             problems.append(f"limit {name!r}: share {error}")
+    if "on_full" in fields:
+        try:
+            check_on_full(fields["on_full"])
+        except ValueError as error:
+            problems.append(f"limit {name!r}: on_full {error}")
+    for field in ("max_waiting", "max_waiting_per_key"):
+        if fields.get(field) is not None:
+            try:
+                check_max_waiting(fields[field])
+            except ValueError as error:
+                problems.append(f"limit {name!r}: {field} {error}")
     return problems
+
+
+def _optional[T](check: Callable[[object], T], value: object) -> T | None:
+    return None if value is None else check(value)
 
 
 def load_workspace(module_path: str | None = None) -> Workspace:

@@ -119,6 +119,38 @@ class Limit(models.Model):
     share_override = models.CharField(
         max_length=8, blank=True, default="", db_default="", help_text="An operator's share; empty: the declared one."
     )
+    # SPEC 14: what an acquisition (or a start under a workflow's bound) that cannot be granted at
+    # once does instead of waiting, and the caps on the queue. Declared in the config, an
+    # operator's override wins until reset (SPEC 14.6, 5.2).
+    declared_on_full = models.CharField(
+        max_length=16,
+        default="wait",
+        db_default="wait",
+        help_text="SPEC 14.1: 'wait' (the default: queue), or 'skip' (answer at once, queue nothing).",
+    )
+    on_full_override = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="An operator's on_full; empty: the declared one.",
+    )
+    declared_max_waiting = models.IntegerField(
+        null=True, blank=True, help_text="SPEC 14.5: the most runs its queue holds; empty: no cap."
+    )
+    max_waiting_override = models.IntegerField(null=True, blank=True, help_text="An operator's max_waiting.")
+    declared_max_waiting_per_key = models.IntegerField(
+        null=True, blank=True, help_text="SPEC 14.5: the most runs of one key its queue holds; empty: no cap."
+    )
+    max_waiting_per_key_override = models.IntegerField(
+        null=True, blank=True, help_text="An operator's max_waiting_per_key."
+    )
+    skipped_count = models.BigIntegerField(
+        default=0, db_default=0, editable=False, help_text="Acquisitions answered 'skip' (SPEC 14.2, 14.6)."
+    )
+    refused_count = models.BigIntegerField(
+        default=0, db_default=0, editable=False, help_text="Acquisitions refused: the queue was full (SPEC 14.5)."
+    )
     declared_burst = models.FloatField(
         null=True, blank=True, help_text="The box bound only (SPEC 12.1): its burst factor from the config."
     )
@@ -214,6 +246,24 @@ class Limit(models.Model):
     def share(self) -> str:
         """How its capacity is shared between keys (SPEC 13): 'fifo' or 'fair'."""
         return self.share_override or self.declared_share
+
+    @property
+    def on_full(self) -> str:
+        """What an acquisition that cannot be granted at once does (SPEC 14.1): 'wait' or 'skip'
+        (engine.sql: limits_on_full)."""
+        return self.on_full_override or self.declared_on_full
+
+    @property
+    def max_waiting(self) -> int | None:
+        """The most runs its queue holds (SPEC 14.5), or None: no cap (engine.sql: limits_max_waiting)."""
+        return self.max_waiting_override if self.max_waiting_override is not None else self.declared_max_waiting
+
+    @property
+    def max_waiting_per_key(self) -> int | None:
+        """The most runs of one key its queue holds (SPEC 14.5), or None (engine.sql: limits_max_waiting_per_key)."""
+        if self.max_waiting_per_key_override is not None:
+            return self.max_waiting_per_key_override
+        return self.declared_max_waiting_per_key
 
     @property
     def is_fair(self) -> bool:
@@ -523,6 +573,9 @@ class AuditEvent(models.Model):
         SHARE = "share", "switched fifo/fair"
         WEIGHT = "weight", "changed a key's weight"
         MINIMUM = "min", "changed a key's min"
+        ON_FULL = "on_full", "changed what a full limit does"
+        MAX_WAITING = "max_waiting", "changed the queue's cap"
+        MAX_WAITING_KEY = "max_waiting_key", "changed each key's cap of the queue"
 
     at = models.DateTimeField()
     actor = models.CharField(max_length=150)

@@ -20,6 +20,7 @@ from django.db import transaction
 
 from limits import services
 from limits.box import QUEUE_TIMEOUT_MS, box_place
+from limits.engine.results import REASONS
 from stackbone.runs.models import RunKey, Step
 from stackbone.runs.runtime import (
     RunContext,
@@ -113,22 +114,59 @@ class SlotTimeoutError(Exception):
         return any(getattr(cls, "stackbone_error", None) == "SlotTimeoutError" for cls in type(error).__mro__)
 
 
+class SlotUnavailableError(Exception):
+    """SPEC 14.2, 14.5: the acquisition was answered at once instead of queued: its on_full is
+    'skip' and no slot was free for it, or a queue it would join is at its cap. Nothing of it
+    stays in any queue. `limiter`: the limit that stopped it; `reason`: why (a code of SPEC 6.5's
+    vocabulary, `limits.engine.results.REASONS`: 'limit_full', 'key_pool_full', 'queue_full', ...);
+    `outcome`: 'skipped' or 'refused' (a queue's cap)."""
+
+    stackbone_error = "SlotUnavailableError"
+
+    def __init__(self, limiter: str, reason: str, outcome: str = "skipped") -> None:
+        said = REASONS.get(reason, reason)
+        super().__init__(f"no slot of {limiter!r} at once ({outcome}): {said}")
+        self.limiter = limiter
+        self.reason = reason
+        self.outcome = outcome
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.limiter, self.reason, self.outcome))
+
+    @staticmethod
+    def is_(error: object) -> bool:
+        """True for a SlotUnavailableError, even one from another copy of this module."""
+        return any(getattr(cls, "stackbone_error", None) == "SlotUnavailableError" for cls in type(error).__mro__)
+
+
 def acquire_slot(
-    limit: str, timeout: int | str | None = None, label: str | None = None, key: str | None = None
+    limit: str,
+    timeout: int | str | None = None,
+    label: str | None = None,
+    key: str | None = None,
+    on_full: str | None = None,
 ) -> SlotHandle:
-    """Take a slot of `limit` (of `key`'s pool, SPEC 9), waiting in its queue if need be."""
-    return _acquire([limit], timeout=timeout, label=label, key=key, ends_with_run=False, many=False)[0]
+    """Take a slot of `limit` (of `key`'s pool, SPEC 9), waiting in its queue if need be; with
+    on_full="skip" (or the limit's own, SPEC 14) raise SlotUnavailableError at once instead."""
+    return _acquire([limit], timeout=timeout, label=label, key=key, on_full=on_full, ends_with_run=False, many=False)[0]
 
 
 def acquire_slots(
-    limits: list[str], timeout: int | str | None = None, label: str | None = None, key: str | None = None
+    limits: list[str],
+    timeout: int | str | None = None,
+    label: str | None = None,
+    key: str | None = None,
+    on_full: str | None = None,
 ) -> list[SlotHandle]:
     """Take one slot of each of 1 to 3 distinct limits, all or nothing (SPEC 10.1); the handles
     come in the order given, and each is released on its own with release_slot. While the run
-    waits it holds none of them."""
+    waits it holds none of them. on_full: as acquire_slot's; without it the strictest of the
+    limits' own decides (SPEC 14.7)."""
     if isinstance(limits, str) or not isinstance(limits, list | tuple):
         raise services.LimitsError(services.BAD_LIMITS, field="limits")
-    return _acquire(list(limits), timeout=timeout, label=label, key=key, ends_with_run=False, many=True)
+    return _acquire(
+        list(limits), timeout=timeout, label=label, key=key, on_full=on_full, ends_with_run=False, many=True
+    )
 
 
 def _acquire(
@@ -137,6 +175,7 @@ def _acquire(
     timeout: int | str | None,
     label: str | None,
     key: str | None,
+    on_full: str | None = None,
     ends_with_run: bool,
     many: bool,
 ) -> list[SlotHandle]:
@@ -170,17 +209,29 @@ def _acquire(
         ids = recorded.get("slot_ids") or [recorded["slot_id"]]
         return [SlotHandle(id=i, limiter=limit, key=recorded.get("key")) for i, limit in zip(ids, limits, strict=True)]
     if step is not None and step.status == Step.Status.FAILED:
-        raise SlotTimeoutError(shown, step.result["timeout_ms"])  # type: ignore[index]  # failed: a dict
+        failed: dict[str, Any] = step.result  # type: ignore[assignment]  # failed: a dict
+        if "unavailable" in failed:  # SPEC 14: answered at once, as it was then
+            raise SlotUnavailableError(failed["limit"], failed["unavailable"], failed["outcome"])
+        raise SlotTimeoutError(shown, failed["timeout_ms"])
     request = f"{ctx.run_id}:{seq}"
     with transaction.atomic():
         lock_own_run(ctx)
         box = box_place(ctx.run_id, request, run=(ctx.workflow, ctx.bounds) if ctx.workflow else None)
         if many or key is not None or box is not None:
             outcome = services.acquire_group(
-                limits, run_id=ctx.run_id, request=request, label=label, timeout=timeout, key=key, box=box
+                limits,
+                run_id=ctx.run_id,
+                request=request,
+                label=label,
+                timeout=timeout,
+                key=key,
+                box=box,
+                on_full=on_full,
             )
         else:
-            outcome = services.acquire(limits[0], run_id=ctx.run_id, request=request, label=label, timeout=timeout)
+            outcome = services.acquire(
+                limits[0], run_id=ctx.run_id, request=request, label=label, timeout=timeout, on_full=on_full
+            )
         if outcome.state == "busy":
             granted = list(outcome.slots) or [(limits[0], str(outcome.slot_id))]
             ids = [slot_id for limit, slot_id in granted if box is None or limit != box.limit]
@@ -211,6 +262,18 @@ def _acquire(
                 result={"deadline": deadline},
             )
             suspend(ctx, waiting_for=outcome.request, deadline=outcome.deadline)
+        elif outcome.state in ("skipped", "refused"):  # SPEC 14.2, 14.5: recorded, so a replay raises it again
+            unavailable = {"unavailable": outcome.reason, "limit": outcome.limit, "outcome": outcome.state}
+            record_step(
+                ctx,
+                seq,
+                name,
+                key=replay_key,
+                kind=Step.Kind.HOOK,
+                status=Step.Status.FAILED,
+                result=unavailable,
+                error=outcome.state,
+            )
         elif outcome.state == "timed_out" and box is not None and not _box_slot_again(ctx, request, label, box):
             outcome = services.Acquisition("waiting", box.limit, request)  # suspended: waits for the box alone
         elif outcome.state == "timed_out":
@@ -229,6 +292,8 @@ def _acquire(
         raise Suspend(name)
     if outcome.state == "timed_out":
         raise SlotTimeoutError(shown, outcome.timeout_ms)  # type: ignore[arg-type]  # timed out: has timeout_ms
+    if outcome.state in ("skipped", "refused"):
+        raise SlotUnavailableError(outcome.limit, outcome.reason, outcome.state)
     raise WorkflowError(f"the wait for {shown!r} was cancelled")
 
 
@@ -270,12 +335,18 @@ def release_slot(slot_id: str) -> dict[str, bool]:
 
 
 def with_limit[T](
-    limit: str, fn: Callable[[], T], timeout: int | str | None = None, label: str | None = None, key: str | None = None
+    limit: str,
+    fn: Callable[[], T],
+    timeout: int | str | None = None,
+    label: str | None = None,
+    key: str | None = None,
+    on_full: str | None = None,
 ) -> T:
     """Acquire a slot, run fn, release the slot when fn returns or raises; return what fn
     returns, re-raise what it raises. In a workflow body only, like acquire_slot. See hold_slot
-    for when exactly the slot is given back."""
-    with hold_slot(limit, timeout=timeout, label=label, key=key):
+    for when exactly the slot is given back. Answered at once (on_full, SPEC 14.2): fn is not
+    called and SlotUnavailableError is raised."""
+    with hold_slot(limit, timeout=timeout, label=label, key=key, on_full=on_full):
         return fn()
 
 
@@ -285,16 +356,21 @@ def with_limits[T](
     timeout: int | str | None = None,
     label: str | None = None,
     key: str | None = None,
+    on_full: str | None = None,
 ) -> T:
     """with_limit over several limits (SPEC 10.1): all their slots are taken before fn runs and
     given back together by the rule of hold_slot."""
-    with hold_slots(limits, timeout=timeout, label=label, key=key):
+    with hold_slots(limits, timeout=timeout, label=label, key=key, on_full=on_full):
         return fn()
 
 
 @contextmanager
 def hold_slot(
-    limit: str, timeout: int | str | None = None, label: str | None = None, key: str | None = None
+    limit: str,
+    timeout: int | str | None = None,
+    label: str | None = None,
+    key: str | None = None,
+    on_full: str | None = None,
 ) -> Iterator[SlotHandle]:
     """`with hold_slot("partner-api") as slot:` — with_limit as a context manager.
 
@@ -318,27 +394,37 @@ def hold_slot(
     Must never happen: an execution of the guarded work outside the granted interval of its
     slot (tests/runs/test_connection_cut.py; the chaos run measures it).
     """
-    with _holding([limit], timeout=timeout, label=label, key=key, many=False) as slots:
+    with _holding([limit], timeout=timeout, label=label, key=key, on_full=on_full, many=False) as slots:
         yield slots[0]
 
 
 @contextmanager
 def hold_slots(
-    limits: list[str], timeout: int | str | None = None, label: str | None = None, key: str | None = None
+    limits: list[str],
+    timeout: int | str | None = None,
+    label: str | None = None,
+    key: str | None = None,
+    on_full: str | None = None,
 ) -> Iterator[list[SlotHandle]]:
     """`with hold_slots(["partner-api", "voice-calls"]) as slots:` — with_limits as a context
     manager; the slots are given back by the rule of hold_slot, together: one recorded step."""
     if isinstance(limits, str) or not isinstance(limits, list | tuple):
         raise services.LimitsError(services.BAD_LIMITS, field="limits")
-    with _holding(list(limits), timeout=timeout, label=label, key=key, many=True) as slots:
+    with _holding(list(limits), timeout=timeout, label=label, key=key, on_full=on_full, many=True) as slots:
         yield slots
 
 
 @contextmanager
 def _holding(
-    limits: list[str], *, timeout: int | str | None, label: str | None, key: str | None, many: bool
+    limits: list[str],
+    *,
+    timeout: int | str | None,
+    label: str | None,
+    key: str | None,
+    on_full: str | None,
+    many: bool,
 ) -> Iterator[list[SlotHandle]]:
-    slots = _acquire(limits, timeout=timeout, label=label, key=key, ends_with_run=True, many=many)
+    slots = _acquire(limits, timeout=timeout, label=label, key=key, on_full=on_full, ends_with_run=True, many=many)
     try:
         yield slots
     except Exception as error:

@@ -40,7 +40,9 @@ class Engine(Protocol):
     # (limits.runs.bounds.start_on_server), rather than run by run through acquire_group.
     starts_runs_in_one_call: bool
 
-    def acquire(self, limit_name: str, run_id: str, request: str, label: str, timeout_ms: int) -> Acquisition: ...
+    def acquire(
+        self, limit_name: str, run_id: str, request: str, label: str, timeout_ms: int, on_full: str | None = None
+    ) -> Acquisition: ...
 
     def acquire_group(
         self,
@@ -51,6 +53,7 @@ class Engine(Protocol):
         member_keys: list[str],
         timeout_ms: int,
         box: bool,
+        on_full: str | None = None,
     ) -> Acquisition: ...
 
     def confirm(self, slot_id: str) -> bool: ...
@@ -74,6 +77,10 @@ class Engine(Protocol):
     def set_per_key(self, name: str, value: object, key: str | None, actor: str | None) -> Limit: ...
 
     def set_share(self, name: str, share: str | None, actor: str | None) -> Limit: ...
+
+    def set_on_full(self, name: str, on_full: str | None, actor: str | None) -> Limit: ...
+
+    def set_max_waiting(self, name: str, value: int | None, per_key: bool, actor: str | None) -> Limit: ...
 
     def set_weight(self, name: str, key: str, weight: int | None, actor: str | None) -> Limit: ...
 

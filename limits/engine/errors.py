@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from limits import config
 from limits.config import check_key as check_key_text
 from limits.durations import DurationError, parse_duration
 from limits.models import LABEL_MAX_LENGTH, REQUEST_MAX_LENGTH, RUN_ID_MAX_LENGTH, is_storable_text
@@ -16,6 +17,8 @@ BAD_MAX_HOLD = "max hold {error}"
 BAD_TIMEOUT = "timeout {error}"
 BAD_LIMITS = "limits must be a list of 1 to 3 distinct limit names"
 BAD_PER_KEY = "per_key {error}"
+BAD_ON_FULL = "on_full {error}"
+BAD_MAX_WAITING = "{field} {error}"
 
 
 class LimitsError(Exception):
@@ -50,6 +53,17 @@ def check_run_id(run_id: object) -> None:
 def check_request(request: object) -> None:
     if not is_storable_text(request) or not request or len(request) > REQUEST_MAX_LENGTH:
         raise LimitsError(BAD_REQUEST, field="request")
+
+
+def check_on_full(on_full: object) -> str | None:
+    """An acquisition's own on_full (SPEC 14.1): None for its limits' own; a bad one is a
+    LimitsError naming the field."""
+    if on_full is None:
+        return None
+    try:
+        return config.check_on_full(on_full)
+    except ValueError as error:
+        raise LimitsError(BAD_ON_FULL.format(error=error), field="on_full") from None
 
 
 def check_key(key: object) -> str:

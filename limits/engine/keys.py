@@ -395,6 +395,37 @@ def owed_barrier(limit: Limit, now: datetime) -> QueueEntry | None:
     )
 
 
+def queue_full(limit: Limit, key: str) -> str | None:
+    """SPEC 14.5: 'queue_full' when the limit's queue holds its max_waiting runs,
+    'key_queue_full' when `key`'s runs hold its max_waiting_per_key of it (the no-key runs are
+    one key), else None: one more may join (engine.sql: limits_queue_full)."""
+    cap = limit.max_waiting
+    if cap is not None and limit.waiting_count >= cap:
+        return "queue_full"
+    per_key = limit.max_waiting_per_key
+    if per_key is not None and pools(limit).waiting(key) >= per_key:
+        return "key_queue_full"
+    return None
+
+
+def refusal(limit: Limit, key: str, request: str, base: int | None, now: datetime) -> str | None:
+    """SPEC 14.2, 6.5: why an acquisition of `limit` (`key`'s pool) cannot be granted at once,
+    once the runs waiting had their turn (the caller settled the limit), as a results.REASONS
+    code; None when it can. Capacity held for an owed run (10.4) is not free for it
+    (engine.sql: limits_refusal)."""
+    if limit.paused:
+        return "limit_paused"
+    if not limit.room:
+        return "box_full" if limit.is_box else "limit_full"
+    if not pools(limit).has_room(key):
+        return "workflow_at_base" if limit.is_box else "key_pool_full"
+    if not whole_run_room(limit, request, base):
+        return "whole_runs_at_base"
+    if limit.waiting_count and owed_barrier(limit, now) is not None:
+        return "held_for_owed"
+    return None
+
+
 def held(limit: Limit, now: datetime | None = None) -> int:
     """Free capacity held for an owed run (shown as held in Studio): all of it while one waits."""
     if limit.group_waiting_count == 0 or owed_barrier(limit, now or box_clock.now()) is None:

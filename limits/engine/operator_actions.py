@@ -16,6 +16,8 @@ from limits.config import (
     check_base,
     check_burst,
     check_capacity,
+    check_max_waiting,
+    check_on_full,
     check_share,
     check_weight,
 )
@@ -143,6 +145,35 @@ def set_share(name: str, value: object, *, actor: str | None = None) -> Limit:
             raise LimitsError(f"share {error}", field="share") from None
     _not_the_box(name, "share")
     return engine().set_share(name, share, actor)
+
+
+def set_on_full(name: str, value: object, *, actor: str | None = None) -> Limit:
+    """Set what an acquisition of a limit that cannot be granted at once does, 'wait' or 'skip'
+    (SPEC 14.1), or reset it to the declared value with None. Audited; a deploy keeps it. The
+    runs waiting stay."""
+    on_full = None
+    if value is not None:
+        try:
+            on_full = check_on_full(value)
+        except ValueError as error:
+            raise LimitsError(f"on_full {error}", field="on_full") from None
+    _not_the_box(name, "on_full")
+    return engine().set_on_full(name, on_full, actor)
+
+
+def set_max_waiting(name: str, value: object, *, per_key: bool = False, actor: str | None = None) -> Limit:
+    """Cap a limit's queue (max_waiting), or with `per_key` each key's share of it
+    (max_waiting_per_key), 1..1,000,000; None resets it to the declared value (SPEC 14.1, 14.5).
+    Audited; a deploy keeps it; lowering it takes no waiting run out of the queue."""
+    field = "max_waiting_per_key" if per_key else "max_waiting"
+    cap = None
+    if value is not None:
+        try:
+            cap = check_max_waiting(value)
+        except ValueError as error:
+            raise LimitsError(f"{field} {error}", field=field) from None
+    _not_the_box(name, field)
+    return engine().set_max_waiting(name, cap, per_key, actor)
 
 
 def set_weight(name: str, value: object, *, key: object, actor: str | None = None) -> Limit:

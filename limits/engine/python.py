@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 
 from limits.engine import keys, rules
 from limits.engine.errors import UNDECLARED_LIMIT, UNKNOWN_LIMIT, LimitsError
@@ -33,9 +33,11 @@ class PythonEngine(OperatorActions):
 
     starts_runs_in_one_call = False  # limits.runs starts them run by run, through acquire_group
 
-    def acquire(self, limit_name: str, run_id: str, request: str, label: str, timeout_ms: int) -> Acquisition:
+    def acquire(
+        self, limit_name: str, run_id: str, request: str, label: str, timeout_ms: int, on_full: str | None = None
+    ) -> Acquisition:
         """acquire_group with one limit: the Acquisition without its `slots` and `limits`."""
-        outcome = self.acquire_group([limit_name], run_id, request, label, [""], timeout_ms, False)
+        outcome = self.acquire_group([limit_name], run_id, request, label, [""], timeout_ms, False, on_full)
         return replace(outcome, slots=(), limits=())
 
     def acquire_group(
@@ -47,9 +49,12 @@ class PythonEngine(OperatorActions):
         member_keys: list[str],
         timeout_ms: int,
         box: bool,
+        on_full: str | None = None,
     ) -> Acquisition:
         with transaction.atomic(savepoint=False):
-            outcome = _acquire_group_in_transaction(names, run_id, request, label, member_keys, timeout_ms, box)
+            outcome = _acquire_group_in_transaction(
+                names, run_id, request, label, member_keys, timeout_ms, box, on_full
+            )
         if isinstance(outcome, LimitsError):  # raised after the block: a refusal changed nothing
             raise outcome
         return outcome
@@ -210,11 +215,19 @@ class PythonEngine(OperatorActions):
 
 
 def _acquire_group_in_transaction(
-    names: list[str], run_id: str, request: str, label: str, member_keys: list[str], timeout_ms: int, box: bool
+    names: list[str],
+    run_id: str,
+    request: str,
+    label: str,
+    member_keys: list[str],
+    timeout_ms: int,
+    box: bool,
+    on_full: str | None,
 ) -> Acquisition | LimitsError:
     """acquire_group in its transaction: `member_keys` is the key of each limit's pool (the run's
     key, the box's own for a BoxPlace); with `box` the last limit is the box bound, and the box
-    slot the run executes in is kept, or given back when the run waits."""
+    slot the run executes in is kept, or given back when the run waits. `on_full`: this call's
+    (SPEC 14.1), None for the strictest of the limits' own."""
     key = member_keys[0]
     previous = _previous_group_outcome(request, names)
     if previous is not None:
@@ -235,15 +248,26 @@ def _acquire_group_in_transaction(
     members = list(zip(mine, member_keys, strict=True))
     needed = members[:-1] if kept is not None else members
     base = keys.box_base() if request.endswith(WHOLE_RUN_SUFFIX) else None  # SPEC 12.3
-    if all(
+    changes = Changes()
+    free = all(
         lim.waiting_count == 0 and lim.room and keys.pools(lim).has_room(k) and keys.whole_run_room(lim, request, base)
         for lim, k in needed
-    ):
+    )
+    # SPEC 14.2, 14.5, 14.7: skip (the strictest on_full), or a queue's cap; not yet for a run's
+    # start (it waits, 11.3: the skipped and replaced runs are to come)
+    if not free and not request.endswith(WHOLE_RUN_SUFFIX):
+        answered = _answered_at_once(members, needed, locked, request, base, now, changes, on_full)
+        if answered is not None:
+            rules.save_all(locked)
+            rules.wake_on_commit(changes.woken)
+            return replace(answered, request=request, limits=tuple(names), key=key, timeout_ms=timeout_ms)
+    if free:
         slots = [  # a kept box slot is an earlier acquisition's: this one takes `needed` together
             keys.grant_busy(lim, run_id=run_id, request=request, label=label, key=k, group_size=len(needed), now=now)
             for lim, k in needed
         ]
         rules.save_all(locked)
+        rules.wake_on_commit(changes.woken)
         return _busy(names, request, key, [slot.id for slot in slots] + ([kept.id] if kept is not None else []))
     if kept is not None:  # SPEC 12.2: a run that waits gives its box slot back
         Slot.objects.filter(id=kept.id).update(state=Slot.State.RELEASED, freed_at=now, freed_by=BOX_GIVEN_BACK)
@@ -261,7 +285,6 @@ def _acquire_group_in_transaction(
             deadline=deadline,
             timeout_ms=timeout_ms,
         )
-    changes = Changes()
     rules.settle_all(locked, now, changes)
     granted = keys.group_slots(request, locked)
     if granted:
@@ -275,6 +298,46 @@ def _acquire_group_in_transaction(
     return Acquisition(
         "waiting", names[0], request, timeout_ms=timeout_ms, deadline=deadline, limits=tuple(names), key=key
     )
+
+
+def _answered_at_once(
+    members: list[tuple[Limit, str]],
+    needed: list[tuple[Limit, str]],
+    locked: dict[int, Limit],
+    request: str,
+    base: int | None,
+    now: datetime,
+    changes: Changes,
+    on_full: str | None,
+) -> Acquisition | None:
+    """SPEC 14.2, 14.5, 14.7 for an acquisition that cannot be granted at once as things stand,
+    with on_full 'skip' (this call's, else the strictest of its limits') or a cap on one of its
+    queues. The runs waiting have their turn first (settle); if the room left fits this run in
+    every limit, None: it joins the queues and that room is granted to it at once, as to any
+    run (3.5; verify refuses a slot granted past runs waiting). Otherwise a skip is answered
+    'skipped' with the first limit that stops it and why (keys.refusal), a wait one of whose
+    queues is at its cap 'refused' (keys.queue_full), counted on that limit, and nothing of it
+    joins a queue; a wait under its caps: None, it waits as any run does.
+
+    Must never happen: a 'skipped' or 'refused' run left in a queue; one answered so while
+    room it fits was free and not held for an owed run."""
+    if on_full is None:
+        on_full = "skip" if any(limit.on_full == "skip" for limit, _ in members) else "wait"
+    capped = any(limit.max_waiting is not None or limit.max_waiting_per_key is not None for limit, _ in members)
+    if on_full != "skip" and not capped:
+        return None
+    rules.settle_all(locked, now, changes)
+    stopped = next(
+        ((limit, why) for limit, k in needed if (why := keys.refusal(limit, k, request, base, now)) is not None), None
+    )
+    if stopped is not None and on_full != "skip":
+        stopped = next(((limit, why) for limit, k in members if (why := keys.queue_full(limit, k)) is not None), None)
+    if stopped is None:
+        return None
+    limit, why = stopped
+    counter = "skipped_count" if on_full == "skip" else "refused_count"
+    Limit.objects.filter(id=limit.id).update(**{counter: F(counter) + 1})
+    return Acquisition("skipped" if on_full == "skip" else "refused", limit.name, "", reason=why)
 
 
 BOX_GIVEN_BACK = "wait"  # freed_by of a box slot a run gave back to wait (SPEC 12.2)

@@ -107,6 +107,34 @@ class OperatorActions:
             _settle_and_audit(locked, now, limit, actor, AuditEvent.Action.SHARE, old=old, new=new)
             return limit
 
+    def set_on_full(self, name: str, on_full: str | None, actor: str | None) -> Limit:
+        with transaction.atomic(durable=True):
+            limit, locked = rules.locked_by_name(name)
+            now = rules.clock_all(locked)
+            old = limit.on_full
+            limit.on_full_override = on_full or ""
+            limit.save(update_fields=["on_full_override", "updated_at"])
+            new = f"{limit.on_full} (declared)" if on_full is None else limit.on_full
+            _settle_and_audit(locked, now, limit, actor, AuditEvent.Action.ON_FULL, old=old, new=new)
+            return limit
+
+    def set_max_waiting(self, name: str, value: int | None, per_key: bool, actor: str | None) -> Limit:
+        field, action = (
+            ("max_waiting_per_key", AuditEvent.Action.MAX_WAITING_KEY)
+            if per_key
+            else ("max_waiting", AuditEvent.Action.MAX_WAITING)
+        )
+        with transaction.atomic(durable=True):
+            limit, locked = rules.locked_by_name(name)
+            now = rules.clock_all(locked)
+            old = getattr(limit, field)
+            setattr(limit, f"{field}_override", value)
+            limit.save(update_fields=[f"{field}_override", "updated_at"])
+            new = "none" if getattr(limit, field) is None else str(getattr(limit, field))
+            new += " (declared)" if value is None else ""
+            _settle_and_audit(locked, now, limit, actor, action, old="none" if old is None else str(old), new=new)
+            return limit
+
     def set_weight(self, name: str, key: str, weight: int | None, actor: str | None) -> Limit:
         value = 1 if weight is None else weight  # None: reset to 1
         return _set_key_field(name, key, "weight", value, AuditEvent.Action.WEIGHT, actor, weight is None)
@@ -163,6 +191,9 @@ class OperatorActions:
                         declared_max_hold_ms=spec.max_hold_ms,
                         declared_per_key=spec.per_key,
                         declared_share=spec.share,
+                        declared_on_full=spec.on_full,
+                        declared_max_waiting=spec.max_waiting,
+                        declared_max_waiting_per_key=spec.max_waiting_per_key,
                     )
                     report.created.append(name)
                     continue
@@ -172,8 +203,14 @@ class OperatorActions:
                     limit.declared_max_hold_ms,
                     limit.declared_per_key,
                     limit.declared_share,
+                    limit.declared_on_full,
+                    limit.declared_max_waiting,
+                    limit.declared_max_waiting_per_key,
                 )
-                after = (True, spec.capacity, spec.max_hold_ms, spec.per_key, spec.share)
+                after = (
+                    True, spec.capacity, spec.max_hold_ms, spec.per_key, spec.share, spec.on_full, spec.max_waiting,
+                    spec.max_waiting_per_key,
+                )  # fmt: skip
                 if before == after:
                     continue
                 if not limit.share_override and limit.declared_share != spec.share:
@@ -184,6 +221,9 @@ class OperatorActions:
                     limit.declared_max_hold_ms,
                     limit.declared_per_key,
                     limit.declared_share,
+                    limit.declared_on_full,
+                    limit.declared_max_waiting,
+                    limit.declared_max_waiting_per_key,
                 ) = after
                 limit.save(
                     update_fields=[
@@ -192,6 +232,9 @@ class OperatorActions:
                         "declared_max_hold_ms",
                         "declared_per_key",
                         "declared_share",
+                        "declared_on_full",
+                        "declared_max_waiting",
+                        "declared_max_waiting_per_key",
                         "nokey_fair_pass",
                         "updated_at",
                     ]
@@ -395,12 +438,28 @@ def _sync_box(
     report.updated.append(BOX_NAME)
 
 
-def _declared_text(declared: bool, capacity: int, max_hold_ms: int, per_key: int | None, share: str = "fifo") -> str:
+def _declared_text(
+    declared: bool,
+    capacity: int,
+    max_hold_ms: int,
+    per_key: int | None,
+    share: str = "fifo",
+    on_full: str = "wait",
+    max_waiting: int | None = None,
+    max_waiting_per_key: int | None = None,
+) -> str:
+    """The declared values as the audit writes them (engine.sql: limits_declared_text)."""
     text = f"capacity {capacity}, max hold {max_hold_ms} ms"
     if per_key is not None:
         text += f", per_key {per_key}"
     if share != "fifo":
         text += f", share {share}"
+    if on_full != "wait":
+        text += f", on_full {on_full}"
+    if max_waiting is not None:
+        text += f", max_waiting {max_waiting}"
+    if max_waiting_per_key is not None:
+        text += f", max_waiting_per_key {max_waiting_per_key}"
     return text + ("" if declared else ", undeclared")
 
 

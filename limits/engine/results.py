@@ -17,9 +17,11 @@ DEFAULT_TIMEOUT_MS = 24 * 60 * 60 * 1000  # SPEC 3.3
 @dataclass(frozen=True, slots=True)
 class Acquisition:
     """What an acquire call amounts to now. `state` is 'busy' (the slot is yours), 'waiting'
-    (queued; the run is woken when that changes), 'timed_out' or 'cancelled'."""
+    (queued; the run is woken when that changes), 'timed_out' or 'cancelled'; or, answered at
+    once and queued nowhere (SPEC 14), 'skipped' (its on_full is 'skip') or 'refused' (a queue's
+    cap): then `reason` (a key of REASONS) says why, of the limit `limit`."""
 
-    state: Literal["busy", "waiting", "timed_out", "cancelled"]
+    state: Literal["busy", "waiting", "timed_out", "cancelled", "skipped", "refused"]
     limit: str
     request: str
     slot_id: str | None = None
@@ -29,6 +31,7 @@ class Acquisition:
     slots: tuple[tuple[str, str], ...] = ()
     limits: tuple[str, ...] = ()
     key: str = ""
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,9 @@ REASONS = {
     "box_full": "the box is full: as many runs execute as its ceiling allows (base x burst)",
     "workflow_at_base": "its workflow executes the box's base of runs already",
     "whole_runs_at_base": "the limit serves the box's base of whole runs already",
+    # SPEC 14.5: why an acquisition or a start was refused instead of queued
+    "queue_full": "the queue is full",
+    "key_queue_full": "its key's share of the queue is full",
 }
 
 

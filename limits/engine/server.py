@@ -40,6 +40,7 @@ from limits.engine.woken import wake_on_commit
 from limits.models import Limit, is_storable_text
 from stackbone.plumbing import clock
 
+ANSWERED_AT_ONCE = ("skipped", "refused")  # SPEC 14.2, 14.5: an acquisition queued nowhere
 SLOW = "slow"  # limits_acquire_group's answer for a list of names that repeats a limit
 __all__ = ["PostgresEngine", "start_runs", "wake_on_commit"]  # wake_on_commit: for limits.runs.bounds
 
@@ -75,23 +76,37 @@ class PostgresEngine:
 
     starts_runs_in_one_call = True  # limits_start_runs (limits.runs.bounds.start_on_server)
 
-    def acquire(self, limit_name: str, run_id: str, request: str, label: str, timeout_ms: int) -> Acquisition:
+    def acquire(
+        self, limit_name: str, run_id: str, request: str, label: str, timeout_ms: int, on_full: str | None = None
+    ) -> Acquisition:
         """limits_acquire: a new request granted at once or queued behind full capacity, or a
         request that holds a live slot (a reservation in time is confirmed); on a limit that is
         not plain, or with a settle due, limits_acquire_group's answer from the same call, and an
         earlier request's outcome (limits_previous: `answer_timeout_ms` its timeout)."""
         if not is_storable_text(limit_name):  # no limit bears a name PostgreSQL cannot store
             raise LimitsError(UNKNOWN_LIMIT.format(name=limit_name), field="limit")
-        outcome, name, slot_id, deadline, woken, answer_timeout_ms, answer_key = _call(
-            "SELECT outcome, limit_name, slot_id, deadline, woken, answer_timeout_ms, answer_key"
-            " FROM limits_acquire(%s, %s, %s, %s, %s, %s, %s, %s)",
-            [limit_name, run_id, request, label, timeout_ms, clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS],
+        outcome, name, slot_id, deadline, woken, answer_timeout_ms, answer_key, reason = _call(
+            "SELECT outcome, limit_name, slot_id, deadline, woken, answer_timeout_ms, answer_key, reason"
+            " FROM limits_acquire(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [
+                limit_name,
+                run_id,
+                request,
+                label,
+                timeout_ms,
+                clock.param(),
+                RESERVATION_MS,
+                keys.OWED_AFTER_MS,
+                on_full,
+            ],
         )
         _refuse(outcome, name)
         wake_on_commit(woken)
         key = answer_key or ""  # an earlier request's (a group's, a key's): the rows say
         if outcome == "busy":
             return Acquisition("busy", name, request, slot_id=slot_id, key=key)
+        if outcome in ANSWERED_AT_ONCE:  # SPEC 14: queued nowhere
+            return Acquisition(outcome, name, request, timeout_ms=timeout_ms, key=key, reason=reason)
         if outcome == "waiting" and answer_timeout_ms is None:  # a new request's wait
             answer_timeout_ms = timeout_ms
         return Acquisition(outcome, name, request, timeout_ms=answer_timeout_ms, deadline=deadline, key=key)
@@ -105,6 +120,7 @@ class PostgresEngine:
         member_keys: list[str],
         timeout_ms: int,
         box: bool,
+        on_full: str | None = None,
     ) -> Acquisition:
         """limits_acquire_group: a new request, with a key or several limits, granted busy slots
         of every limit at once when nobody waits and each has room, or joining every queue
@@ -115,9 +131,20 @@ class PostgresEngine:
             if not is_storable_text(name):  # no limit bears a name PostgreSQL cannot store
                 raise LimitsError(UNKNOWN_LIMIT.format(name=name), field="limit")
         key = member_keys[0]
-        outcome, slot_ids, deadline, woken, bad_name, answer_names, answer_key, answer_timeout_ms = _call(
-            "SELECT outcome, slot_ids, deadline, woken, bad_name, answer_names, answer_key, answer_timeout_ms"
-            " FROM limits_acquire_group(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            outcome,
+            slot_ids,
+            deadline,
+            woken,
+            bad_name,
+            answer_names,
+            answer_key,
+            answer_timeout_ms,
+            reason,
+            full_name,
+        ) = _call(
+            "SELECT outcome, slot_ids, deadline, woken, bad_name, answer_names, answer_key, answer_timeout_ms,"
+            " reason, full_name FROM limits_acquire_group(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             [
                 names,
                 run_id,
@@ -129,10 +156,15 @@ class PostgresEngine:
                 RESERVATION_MS,
                 keys.OWED_AFTER_MS,
                 box,
+                on_full,
             ],
         )
         _refuse(outcome, bad_name)
         wake_on_commit(woken)
+        if outcome in ANSWERED_AT_ONCE:  # SPEC 14: queued nowhere; `full_name` stopped it
+            return Acquisition(
+                outcome, full_name, request, timeout_ms=timeout_ms, limits=tuple(names), key=key, reason=reason
+            )
         if answer_names is not None:  # an earlier request: what became of it (limits_previous)
             names, timeout_ms = answer_names, answer_timeout_ms
         if answer_key is not None:  # an earlier request's key, as its rows have it
@@ -231,6 +263,12 @@ class PostgresEngine:
     def set_share(self, name: str, share: str | None, actor: str | None) -> Limit:
         return self._operate(name, "share", actor, share=share)
 
+    def set_on_full(self, name: str, on_full: str | None, actor: str | None) -> Limit:
+        return self._operate(name, "on_full", actor, share=on_full)
+
+    def set_max_waiting(self, name: str, value: int | None, per_key: bool, actor: str | None) -> Limit:
+        return self._operate(name, "max_waiting_key" if per_key else "max_waiting", actor, value=value)
+
     def set_weight(self, name: str, key: str, weight: int | None, actor: str | None) -> Limit:
         return self._operate(name, "weight", actor, value=weight, key=key)
 
@@ -310,22 +348,34 @@ class PostgresEngine:
     def sync_workspace(self, workspace: Workspace, actor: str) -> SyncReport:
         """limits_sync_workspace: a deploy of the workspace config in one call, which locks every
         limit, writes, grants and audits as the Python engine does, and refuses a taken name
-        before it writes anything. The limits go as (name, capacity, max hold ms, per_key, share)
-        in the order the report lists them; the box as (base, burst, ceiling), or NULLs."""
+        before it writes anything. The limits go as (name, capacity, max hold ms, per_key, share,
+        on_full, max_waiting, max_waiting_per_key) in the order the report lists them; the box as
+        (base, burst, ceiling), or NULLs."""
         limits = [
-            (name, spec.capacity, spec.max_hold_ms, spec.per_key, spec.share)
+            (
+                name,
+                spec.capacity,
+                spec.max_hold_ms,
+                spec.per_key,
+                spec.share,
+                spec.on_full,
+                spec.max_waiting,
+                spec.max_waiting_per_key,
+            )  # fmt: skip
             for name, spec in sorted(workspace.limits.items())
         ]
-        names, capacities, max_holds, per_keys, shares = ([row[i] for row in limits] for i in range(5))
+        names, capacities, max_holds, per_keys, shares, on_fulls, max_waitings, max_waitings_per_key = (
+            [row[i] for row in limits] for i in range(8)
+        )
         box = workspace.run_concurrency
         base, burst, ceiling = (None, None, None) if box is None else (box.base, box.burst, box.ceiling)
         with _deploy_transaction(durable=True):
             return _deployed(
                 *_call(
                     _DEPLOYED + "limits_sync_workspace(%s::text[], %s::integer[], %s::bigint[], %s::integer[], "
-                    "%s::text[], %s, %s, %s, %s, %s, %s, %s, %s)",
+                    "%s::text[], %s, %s, %s, %s, %s, %s, %s, %s, %s::text[], %s::integer[], %s::integer[])",
                     [names, capacities, max_holds, per_keys, shares, base, burst, ceiling, MAX_DURATION_MS, actor]
-                    + [clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS],
+                    + [clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS, on_fulls, max_waitings, max_waitings_per_key],
                 )
             )
 

@@ -19,6 +19,7 @@ from limits.engine.errors import (
     LimitsError,
     check_key,
     check_label,
+    check_on_full,
     check_request,
     check_run_id,
     duration_ms,
@@ -36,8 +37,10 @@ def acquire(
     label: str | None = None,
     timeout: int | str | None = None,
     key: str | None = None,
+    on_full: str | None = None,
 ) -> Acquisition:
-    """Take a slot of `limit_name` for `run_id`, or join the queue.
+    """Take a slot of `limit_name` for `run_id`, or join the queue (or, with on_full 'skip' or
+    a queue at its cap, SPEC 14, be answered 'skipped' or 'refused' at once).
 
     `request` names this acquire call (the run layer passes a key that is stable across replays):
     calling again with the same request returns what became of it instead of acquiring twice, and
@@ -53,15 +56,18 @@ def acquire(
     which name that one limit; with a `key`, SPEC 9, they are kept, as they always were).
     """
     if key is not None:
-        return acquire_group([limit_name], run_id=run_id, request=request, label=label, timeout=timeout, key=key)
+        return acquire_group(
+            [limit_name], run_id=run_id, request=request, label=label, timeout=timeout, key=key, on_full=on_full
+        )
     check_run_id(run_id)
+    on_full = check_on_full(on_full)
     request = request or uuid.uuid4().hex
     check_request(request)
     label = check_label(label)
     timeout_ms = DEFAULT_TIMEOUT_MS if timeout is None else duration_ms(timeout, BAD_TIMEOUT, "timeout")
     if not isinstance(limit_name, str):
         raise LimitsError(BAD_LIMITS, field="limits")
-    return engine().acquire(limit_name, run_id, request, label, timeout_ms)
+    return engine().acquire(limit_name, run_id, request, label, timeout_ms, on_full)
 
 
 def acquire_group(
@@ -73,6 +79,7 @@ def acquire_group(
     timeout: int | str | None = None,
     key: str | None = None,
     box: BoxPlace | None = None,
+    on_full: str | None = None,
 ) -> Acquisition:
     """Take one slot of each of 1 to 3 distinct limits, all or nothing (SPEC 10), with a key's
     pool on each (SPEC 9), or join every queue. The answer's `slots` are (limit, slot id) in the
@@ -89,8 +96,12 @@ def acquire_group(
        busy slots at once.
     3. Otherwise join every queue and settle: the run may be granted at once (then confirmed),
        or wait holding none of its slots.
+    With on_full 'skip' (this call's, else the strictest of its limits', SPEC 14.7) or a cap on a
+    queue (14.5), step 3 settles first and grants this run what room is left if it fits, else
+    answers 'skipped' or 'refused' at once, queued nowhere (the box slot a run executes in kept).
     """
     check_run_id(run_id)
+    on_full = check_on_full(on_full)
     names = _check_limits(limit_names, none_ok=box is not None)  # a run may need only the box
     request = request or uuid.uuid4().hex
     check_request(request)
@@ -102,7 +113,7 @@ def acquire_group(
         if box.limit in names:
             raise LimitsError(BAD_LIMITS, field="limits")
         names, member_keys = [*names, box.limit], [*member_keys, check_key(box.key)]
-    return engine().acquire_group(names, run_id, request, label, member_keys, timeout_ms, box is not None)
+    return engine().acquire_group(names, run_id, request, label, member_keys, timeout_ms, box is not None, on_full)
 
 
 def _check_limits(limit_names: object, *, none_ok: bool = False) -> list[str]:

@@ -97,6 +97,18 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(p_pool_override, limits_per_key(l))
 CREATE OR REPLACE FUNCTION limits_share(l limits_limit) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(nullif(l.share_override, ''), l.declared_share) $$;
 
+-- Limit.on_full (SPEC 14.1): what an acquisition that cannot be granted at once does, 'wait' or
+-- 'skip', an operator's choice ('' for none) else the declared one.
+CREATE OR REPLACE FUNCTION limits_on_full(l limits_limit) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(nullif(l.on_full_override, ''), l.declared_on_full) $$;
+
+-- Limit.max_waiting, Limit.max_waiting_per_key (SPEC 14.5): the caps on its queue, NULL for none.
+CREATE OR REPLACE FUNCTION limits_max_waiting(l limits_limit) RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(l.max_waiting_override, l.declared_max_waiting) $$;
+
+CREATE OR REPLACE FUNCTION limits_max_waiting_per_key(l limits_limit) RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(l.max_waiting_per_key_override, l.declared_max_waiting_per_key) $$;
+
 -- Limit.max_hold_ms, as an interval: a slot's expiry is its grant + this (SPEC 4.3).
 CREATE OR REPLACE FUNCTION limits_max_hold(l limits_limit) RETURNS interval
 LANGUAGE sql IMMUTABLE AS $$
@@ -188,6 +200,52 @@ BEGIN
     SELECT pool_override, busy_count + reserved_count INTO v_override, v_used
     FROM limits_limitkey WHERE limit_id = l.id AND key = p_key;
     RETURN limits_pool_size(l, v_override) IS NULL OR coalesce(v_used, 0) < limits_pool_size(l, v_override);
+END
+$$;
+
+-- keys.queue_full (SPEC 14.5): 'queue_full' when the limit's queue holds max_waiting runs,
+-- 'key_queue_full' when p_key's runs hold max_waiting_per_key of it ('' is the no-key runs'
+-- share: the limit's counters minus the keyed ones), else NULL: one more may join.
+CREATE OR REPLACE FUNCTION limits_queue_full(l limits_limit, p_key text) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_waiting integer;
+BEGIN
+    IF l.waiting_count >= limits_max_waiting(l) THEN
+        RETURN 'queue_full';
+    END IF;
+    IF limits_max_waiting_per_key(l) IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF p_key = '' THEN
+        v_waiting := l.waiting_count - l.keyed_waiting_count;
+    ELSE
+        SELECT waiting_count INTO v_waiting FROM limits_limitkey WHERE limit_id = l.id AND key = p_key;
+    END IF;
+    RETURN CASE WHEN coalesce(v_waiting, 0) >= limits_max_waiting_per_key(l) THEN 'key_queue_full' END;
+END
+$$;
+
+-- keys.refusal (SPEC 14.2, 6.5): why an acquisition of l (p_key's pool) cannot be granted at once
+-- now that the runs waiting have had their turn (limits_grant ran), as a results.REASONS code;
+-- NULL when it can. Capacity held for an owed run (10.4) is not free for it.
+CREATE OR REPLACE FUNCTION limits_refusal(
+    l limits_limit, p_key text, p_request text, p_base integer, p_now timestamptz, p_owed_after_ms bigint
+) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF l.paused_at IS NOT NULL THEN
+        RETURN 'limit_paused';
+    ELSIF limits_room(l) = 0 THEN
+        RETURN CASE WHEN l.kind = 'box' THEN 'box_full' ELSE 'limit_full' END;
+    ELSIF NOT limits_pool_room(l, p_key) THEN
+        RETURN CASE WHEN l.kind = 'box' THEN 'workflow_at_base' ELSE 'key_pool_full' END;
+    ELSIF NOT limits_whole_run_room(l, p_request, p_base) THEN
+        RETURN 'whole_runs_at_base';
+    ELSIF l.waiting_count > 0 AND limits_owed_position(l, p_now, p_owed_after_ms) IS NOT NULL THEN
+        RETURN 'held_for_owed';
+    END IF;
+    RETURN NULL;
 END
 $$;
 
@@ -1075,6 +1133,23 @@ BEGIN
         IF coalesce(p_share, l.declared_share) <> v_old THEN
             PERFORM limits_restart_turns(v_limit);  -- keys.restart_turns: a switch starts the turns afresh
         END IF;
+    ELSIF p_action = 'on_full' THEN  -- operator_actions.set_on_full: p_share the value, NULL for the declared one
+        v_old := limits_on_full(l);
+        v_new := coalesce(p_share, l.declared_on_full) || CASE WHEN p_share IS NULL THEN ' (declared)' ELSE '' END;
+        UPDATE limits_limit SET on_full_override = coalesce(p_share, ''), updated_at = v_now WHERE id = v_limit;
+    ELSIF p_action IN ('max_waiting', 'max_waiting_key') THEN  -- operator_actions.set_max_waiting: NULL resets
+        IF p_action = 'max_waiting' THEN
+            v_old := coalesce(limits_max_waiting(l)::text, 'none');
+            UPDATE limits_limit SET max_waiting_override = p_value, updated_at = v_now WHERE id = v_limit
+            RETURNING * INTO l;
+            v_new := coalesce(limits_max_waiting(l)::text, 'none');
+        ELSE
+            v_old := coalesce(limits_max_waiting_per_key(l)::text, 'none');
+            UPDATE limits_limit SET max_waiting_per_key_override = p_value, updated_at = v_now WHERE id = v_limit
+            RETURNING * INTO l;
+            v_new := coalesce(limits_max_waiting_per_key(l)::text, 'none');
+        END IF;
+        v_new := v_new || CASE WHEN p_value IS NULL THEN ' (declared)' ELSE '' END;
     ELSIF p_action IN ('weight', 'min') THEN  -- operator_actions._set_key_field: p_key's, NULL resets
         IF p_action = 'min' AND p_value IS NOT NULL AND p_value NOT BETWEEN 0 AND limits_capacity(l) THEN
             outcome := 'bad_min';
@@ -1145,6 +1220,9 @@ BEGIN
     RETURN format('capacity %s, max hold %s ms', l.declared_capacity, l.declared_max_hold_ms)
         || coalesce(', per_key ' || l.declared_per_key, '')
         || CASE WHEN l.declared_share <> 'fifo' THEN ', share ' || l.declared_share ELSE '' END
+        || CASE WHEN l.declared_on_full <> 'wait' THEN ', on_full ' || l.declared_on_full ELSE '' END
+        || coalesce(', max_waiting ' || l.declared_max_waiting, '')
+        || coalesce(', max_waiting_per_key ' || l.declared_max_waiting_per_key, '')
         || CASE WHEN l.declared THEN '' ELSE ', undeclared' END;
 END
 $$;
@@ -1228,6 +1306,9 @@ CREATE OR REPLACE FUNCTION limits_sync_workspace(
     p_names text[], p_capacities integer[], p_max_holds bigint[], p_per_keys integer[], p_shares text[],
     p_box_base integer, p_box_burst double precision, p_box_ceiling integer, p_no_max_hold bigint,
     p_actor text, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    -- SPEC 14.1: each limit's on_full, max_waiting, max_waiting_per_key; NULL arrays (a caller of
+    -- the release before, in a rolling deploy, which knows none of them) keep what is declared
+    p_on_fulls text[] DEFAULT NULL, p_max_waitings integer[] DEFAULT NULL, p_max_waitings_per_key integer[] DEFAULT NULL,
     OUT outcome text, OUT bad_name text, OUT created text[], OUT updated text[], OUT undeclared text[],
     OUT woken text[]
 )
@@ -1237,6 +1318,9 @@ DECLARE
     v_locked bigint[];
     v_old text;
     v_ceiling bigint;
+    v_on_full text;
+    v_max_waiting integer;
+    v_max_waiting_per_key integer;
     l limits_limit;
     i integer;
 BEGIN
@@ -1258,24 +1342,39 @@ BEGIN
     END IF;
     FOR i IN 1 .. coalesce(cardinality(p_names), 0) LOOP
         SELECT * INTO l FROM limits_limit WHERE name = p_names[i];
-        IF NOT FOUND THEN
+        IF p_on_fulls IS NULL THEN
+            v_on_full := coalesce(l.declared_on_full, 'wait');
+            v_max_waiting := l.declared_max_waiting;
+            v_max_waiting_per_key := l.declared_max_waiting_per_key;
+        ELSE
+            v_on_full := p_on_fulls[i];
+            v_max_waiting := p_max_waitings[i];
+            v_max_waiting_per_key := p_max_waitings_per_key[i];
+        END IF;
+        IF l.id IS NULL THEN
             INSERT INTO limits_limit (
                 name, kind, declared, declared_capacity, declared_max_hold_ms, declared_per_key, declared_share,
+                declared_on_full, declared_max_waiting, declared_max_waiting_per_key,
                 busy_count, reserved_count, waiting_count, next_position, created_at, updated_at
             ) VALUES (
                 p_names[i], 'limit', true, p_capacities[i], p_max_holds[i], p_per_keys[i], p_shares[i],
+                v_on_full, v_max_waiting, v_max_waiting_per_key,
                 0, 0, 0, 1, coalesce(p_now, clock_timestamp()), coalesce(p_now, clock_timestamp())
             );
             created := created || p_names[i];
             CONTINUE;
         END IF;
-        IF (l.declared, l.declared_capacity, l.declared_max_hold_ms, l.declared_per_key, l.declared_share::text)
-           IS NOT DISTINCT FROM (true, p_capacities[i], p_max_holds[i], p_per_keys[i], p_shares[i]) THEN
+        IF (l.declared, l.declared_capacity, l.declared_max_hold_ms, l.declared_per_key, l.declared_share::text,
+            l.declared_on_full::text, l.declared_max_waiting, l.declared_max_waiting_per_key)
+           IS NOT DISTINCT FROM (true, p_capacities[i], p_max_holds[i], p_per_keys[i], p_shares[i],
+            v_on_full, v_max_waiting, v_max_waiting_per_key) THEN
             CONTINUE;
         END IF;
         v_old := limits_declared_text(l);
         UPDATE limits_limit SET declared = true, declared_capacity = p_capacities[i],
-            declared_max_hold_ms = p_max_holds[i], declared_per_key = p_per_keys[i], declared_share = p_shares[i]
+            declared_max_hold_ms = p_max_holds[i], declared_per_key = p_per_keys[i], declared_share = p_shares[i],
+            declared_on_full = v_on_full, declared_max_waiting = v_max_waiting,
+            declared_max_waiting_per_key = v_max_waiting_per_key
         WHERE id = l.id;
         IF l.share_override = '' AND l.declared_share::text IS DISTINCT FROM p_shares[i] THEN
             PERFORM limits_restart_turns(l.id);  -- keys.restart_turns: the share in force switched
@@ -1564,8 +1663,10 @@ CREATE OR REPLACE FUNCTION limits_acquire(
     -- results.RESERVATION_MS, keys.OWED_AFTER_MS: defaults, so that a caller of the older six
     -- arguments (a worker of the release before, during a rolling deploy) is answered as before
     p_reservation_ms bigint DEFAULT 120000, p_owed_after_ms bigint DEFAULT 120000,
+    -- SPEC 14: this call's on_full ('wait', 'skip'), NULL for the limit's own
+    p_on_full text DEFAULT NULL,
     OUT outcome text, OUT limit_name text, OUT slot_id text, OUT deadline timestamptz, OUT woken text[],
-    OUT answer_timeout_ms bigint, OUT answer_key text
+    OUT answer_timeout_ms bigint, OUT answer_key text, OUT reason text
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
@@ -1623,6 +1724,20 @@ BEGIN
             outcome := 'busy';
             RETURN;
         END IF;
+        -- SPEC 14.2, 14.5: a plain limit without room grants nothing to this run at once
+        IF coalesce(p_on_full, limits_on_full(l)) = 'skip' THEN
+            reason := CASE WHEN l.paused_at IS NOT NULL THEN 'limit_paused' ELSE 'limit_full' END;
+        ELSE
+            reason := limits_queue_full(l, '');
+        END IF;
+        IF reason IS NOT NULL THEN
+            outcome := CASE WHEN coalesce(p_on_full, limits_on_full(l)) = 'skip' THEN 'skipped' ELSE 'refused' END;
+            UPDATE limits_limit
+            SET skipped_count = skipped_count + (outcome = 'skipped')::integer,
+                refused_count = refused_count + (outcome = 'refused')::integer, last_event_at = v_now
+            WHERE id = l.id;
+            RETURN;
+        END IF;
         deadline := v_now + p_timeout_ms * interval '1 millisecond';
         INSERT INTO limits_queueentry (
             limit_id, run_id, request, label, position, state, enqueued_at, deadline, timeout_ms
@@ -1639,7 +1754,7 @@ BEGIN
     IF v_rules THEN
         SELECT * INTO v_group FROM limits_acquire_group(
             ARRAY[p_name], p_run, p_request, p_label, ARRAY[''], p_timeout_ms, p_now, p_reservation_ms,
-            p_owed_after_ms, false
+            p_owed_after_ms, false, p_on_full
         );
         outcome := v_group.outcome;
         limit_name := coalesce(v_group.bad_name, v_group.answer_names[1], p_name);
@@ -1648,6 +1763,7 @@ BEGIN
         woken := v_group.woken;
         answer_timeout_ms := v_group.answer_timeout_ms;
         answer_key := v_group.answer_key;
+        reason := v_group.reason;
     END IF;
 END
 $$;
@@ -1672,8 +1788,11 @@ $$;
 CREATE OR REPLACE FUNCTION limits_acquire_group(
     p_names text[], p_run text, p_request text, p_label text, p_keys text[], p_timeout_ms bigint,
     p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint, p_box boolean,
+    -- SPEC 14: this call's on_full ('wait', 'skip'), NULL for the strictest of the limits' own
+    p_on_full text DEFAULT NULL,
     OUT outcome text, OUT slot_ids text[], OUT deadline timestamptz, OUT woken text[], OUT bad_name text,
-    OUT answer_names text[], OUT answer_key text, OUT answer_timeout_ms bigint
+    OUT answer_names text[], OUT answer_key text, OUT answer_timeout_ms bigint, OUT reason text,
+    OUT full_name text
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
@@ -1690,6 +1809,8 @@ DECLARE
     v_keyed integer;
     v_grouped integer := (cardinality(p_names) > 1)::integer;
     v_pass bigint;
+    v_on_full text := p_on_full;
+    v_capped boolean := false;
     settled record;
     i integer;
 BEGIN
@@ -1750,6 +1871,51 @@ BEGIN
             v_free := v_free AND l.waiting_count = 0 AND limits_room(l) > 0 AND limits_pool_room(l, p_keys[i])
                       AND limits_whole_run_room(l, p_request, v_base);
         END LOOP;
+        -- SPEC 14.2, 14.5, 14.7: skip (the strictest on_full), or a queue's cap; not yet for a run's
+        -- start (its request '<run>:start' waits, 11.3: the skipped and replaced runs are to come)
+        IF NOT v_free AND right(p_request, 6) <> ':start' THEN
+            FOR i IN 1 .. v_size LOOP
+                SELECT * INTO l FROM limits_limit WHERE id = v_mine[i];
+                IF p_on_full IS NULL AND limits_on_full(l) = 'skip' THEN
+                    v_on_full := 'skip';
+                END IF;
+                v_capped := v_capped OR limits_max_waiting(l) IS NOT NULL OR limits_max_waiting_per_key(l) IS NOT NULL;
+            END LOOP;
+            IF v_on_full = 'skip' OR v_capped THEN
+                -- the runs waiting first; what room is left then is this run's if it fits: it
+                -- joins below and the grant reaches it at once, as it reaches any run (3.5)
+                SELECT * INTO settled FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms);
+                woken := settled.woken;
+                FOR i IN 1 .. v_need LOOP
+                    SELECT * INTO l FROM limits_limit WHERE id = v_mine[i];
+                    reason := limits_refusal(l, p_keys[i], p_request, v_base, v_now, p_owed_after_ms);
+                    IF reason IS NOT NULL THEN
+                        full_name := l.name;
+                        EXIT;
+                    END IF;
+                END LOOP;
+                IF full_name IS NOT NULL AND v_on_full IS DISTINCT FROM 'skip' THEN
+                    reason := NULL;
+                    full_name := NULL;
+                    FOR i IN 1 .. v_size LOOP
+                        SELECT * INTO l FROM limits_limit WHERE id = v_mine[i];
+                        reason := limits_queue_full(l, p_keys[i]);
+                        IF reason IS NOT NULL THEN
+                            full_name := l.name;
+                            EXIT;
+                        END IF;
+                    END LOOP;
+                END IF;
+                IF full_name IS NOT NULL THEN  -- answered at once; nothing of it stays in a queue
+                    outcome := CASE WHEN v_on_full = 'skip' THEN 'skipped' ELSE 'refused' END;
+                    UPDATE limits_limit
+                    SET skipped_count = skipped_count + (outcome = 'skipped')::integer,
+                        refused_count = refused_count + (outcome = 'refused')::integer
+                    WHERE name = full_name;
+                    RETURN;
+                END IF;
+            END IF;
+        END IF;
         IF v_free THEN
             FOR i IN 1 .. v_need LOOP
                 v_keyed := (p_keys[i] <> '')::integer;
@@ -1829,7 +1995,7 @@ BEGIN
             END IF;
         END LOOP;
         SELECT * INTO settled FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms);
-        woken := settled.woken;
+        woken := woken || settled.woken;  -- after those of a grant before the join (SPEC 14), if any
         IF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request AND state = 'reserved') THEN
             -- granted at once: keys.confirm_group, its reservations turn busy together
             SELECT array_agg(c.slot_id ORDER BY array_position(v_mine, c.limit_id)) INTO slot_ids

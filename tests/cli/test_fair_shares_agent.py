@@ -40,7 +40,8 @@ def box(live_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ("slots", "tenant-jobs", "--rows", "2"),
     ],
 )
-def test_fair_shares_through_an_agent_match_the_local_output(box, argv) -> None:
+def test_fair_shares_through_an_agent_match_the_local_output(clock, box, argv) -> None:
+    """With the clock stopped, so that both sides read "1s ago" at the same moment."""
     run_cli("weight", "tenant-jobs", "3", "--key", "acme")
     local = run_cli(*argv, "--json")
     through = run_cli(*argv, "--agent", "reader", "--json")

@@ -66,6 +66,9 @@ class MLimit:
     share_override: str = ""
     declared_burst: float | None = None  # the box bound (SPEC 12): its base is per_key
     burst_override: float | None = None
+    declared_on_full: str = "wait"  # SPEC 14.1
+    declared_max_waiting: int | None = None
+    declared_max_waiting_per_key: int | None = None
 
     @property
     def share(self) -> str:
@@ -152,6 +155,7 @@ class MAcquisition:
     deadline: datetime | None = None
     # An acquisition answered by the rules of keys and groups: its slots in the order given (10.1).
     slots: tuple[MSlot, ...] | None = None
+    reason: str = ""  # 14.2, 14.5: why it was answered 'skipped' or 'refused'
 
 
 @dataclass
@@ -263,16 +267,19 @@ class Model:
         timeout_ms: int | None,
         now: datetime,
         key: str | None = None,
+        on_full: str | None = None,
     ) -> MAcquisition:
         """2.2, 2.3: a replay answers from what became of the request (confirming a slot reserved
         for it); a new request gets a busy slot if nobody waits and one is free, else queues. With
-        a key, or on a limit with key pools or groups waiting, the rules of 9 and 10 apply."""
-        if key is not None or not self.plain(name):
+        a key, or on a limit with key pools or groups waiting, the rules of 9 and 10 apply; with
+        on_full 'skip' or a cap on its queue, those of 14 (acquire_group's)."""
+        if key is not None or not self.plain(name) or self._answers_at_once([name], on_full):
             # One slot's handle is its slot id (on PostgreSQL a replay holding a live slot is
             # answered without `slots`): the slots are not part of this answer.
             answer = self.acquire_group(
-                [name], run_id=run_id, request=request, label=label, timeout_ms=timeout_ms, key=key, now=now
-            )
+                [name], run_id=run_id, request=request, label=label, timeout_ms=timeout_ms, key=key, now=now,
+                on_full=on_full,
+            )  # fmt: skip
             return replace(answer, slots=None)
         previous = self._previous(request, now)
         if previous is not None:
@@ -308,6 +315,7 @@ class Model:
         now: datetime,
         key: str | None = None,
         box: str | None = None,
+        on_full: str | None = None,
     ) -> MAcquisition:
         """10.1, 10.2 with 9.1-9.3: one slot of each limit, all or nothing. Busy at once when
         nobody waits on any of them and each has room in its total and the key's pool; otherwise
@@ -336,13 +344,30 @@ class Model:
         if box is not None:
             held = next((s for s in self.live(BOX, "busy") if s.run_id == run_id), None)
         needed = list(zip(mine, keys, strict=True))[: -1 if held is not None else None]
-        if all(
+        free = all(
             not self.waiting(lim.name)
             and self.room(lim.name)
             and self.pool_room(lim.name, k)
             and self.whole_run_room(lim.name, request)
             for lim, k in needed
-        ):
+        )
+        if not free and not request.endswith(":start") and self._answers_at_once(names, on_full):
+            # 14.2, 14.5, 14.7: the runs waiting first; the room left is this run's if it fits
+            timeout_ms = DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms
+            strategy = on_full or ("skip" if any(lim.declared_on_full == "skip" for lim in mine) else "wait")
+            self._settle_keys(locked, now)
+            stopped = next(((lim, why) for lim, k in needed if (why := self._refusal(lim, k, request, now))), None)
+            if stopped is not None:  # else: it joins, and the room left is granted to it at once
+                if strategy != "skip":
+                    stopped = next(
+                        ((lim, why) for lim, k in zip(mine, keys, strict=True) if (why := self._queue_full(lim, k))),
+                        None,
+                    )
+                if stopped is not None:
+                    self.asked.pop(request, None)  # nothing of it is kept: asked again, it is new
+                    state = "skipped" if strategy == "skip" else "refused"
+                    return MAcquisition(state, stopped[0].name, request, timeout_ms=timeout_ms, reason=stopped[1])
+        if free:
             slots = tuple(self._busy_slot(lim, run_id, request, label, k, len(needed), now) for lim, k in needed)
             slots += (held,) if held is not None else ()
             return MAcquisition("busy", names[0], request, slots[0], slots=slots)
@@ -527,15 +552,22 @@ class Model:
         now: datetime,
         box: tuple[int, float] | None = None,
         shares: dict[str, str] | None = None,
+        caps: dict[str, tuple[str, int | None, int | None]] | None = None,
     ) -> None:
-        """1.4, 1.5, 5.2, 9.4, 13.1: declared values change, overrides survive, a limit that left
-        the config is kept undeclared; a declared capacity or per_key that rose grants at once."""
+        """1.4, 1.5, 5.2, 9.4, 13.1, 14.1: declared values change, overrides survive, a limit that
+        left the config is kept undeclared; a declared capacity or per_key that rose grants at
+        once; a cap lowered takes nobody out of the queue (14.5)."""
         shares = shares or {}
+        caps = caps or {}
         for name, (capacity, max_hold_ms, per_key) in sorted(declared.items()):
             share = shares.get(name, "fifo")
+            on_full, max_waiting, max_waiting_per_key = caps.get(name, ("wait", None, None))
             limit = self.limits.get(name)
             if limit is None:
-                self.limits[name] = MLimit(name, capacity, max_hold_ms, per_key, declared_share=share)
+                self.limits[name] = MLimit(
+                    name, capacity, max_hold_ms, per_key, declared_share=share, declared_on_full=on_full,
+                    declared_max_waiting=max_waiting, declared_max_waiting_per_key=max_waiting_per_key,
+                )  # fmt: skip
                 continue
             before = (
                 limit.declared,
@@ -543,8 +575,11 @@ class Model:
                 limit.declared_max_hold_ms,
                 limit.declared_per_key,
                 limit.declared_share,
+                limit.declared_on_full,
+                limit.declared_max_waiting,
+                limit.declared_max_waiting_per_key,
             )
-            after = (True, capacity, max_hold_ms, per_key, share)
+            after = (True, capacity, max_hold_ms, per_key, share, on_full, max_waiting, max_waiting_per_key)
             if before == after:
                 continue
             if not limit.share_override and limit.declared_share != share:
@@ -555,6 +590,9 @@ class Model:
                 limit.declared_max_hold_ms,
                 limit.declared_per_key,
                 limit.declared_share,
+                limit.declared_on_full,
+                limit.declared_max_waiting,
+                limit.declared_max_waiting_per_key,
             ) = after
             self._settle_all(self._lock([name]), now)
             self.audit.append(("sync", "deploy", name, None, _declared_text(*before), _declared_text(*after), now, ""))
@@ -1120,6 +1158,42 @@ class Model:
             )
         )
 
+    def _answers_at_once(self, names: list[str], on_full: str | None) -> bool:
+        """14.1, 14.7: an acquisition that cannot be granted at once is answered at once (not
+        queued) if it may skip (its own on_full, else the strictest of its limits') or a queue
+        it would join has a cap."""
+        limits = [self.limits[name] for name in names if name in self.limits]
+        strategy = on_full or ("skip" if any(lim.declared_on_full == "skip" for lim in limits) else "wait")
+        capped = any(
+            lim.declared_max_waiting is not None or lim.declared_max_waiting_per_key is not None for lim in limits
+        )
+        return strategy == "skip" or capped
+
+    def _refusal(self, limit: MLimit, key: str, request: str, now: datetime) -> str | None:
+        """14.2, 6.5: why this acquisition cannot take a slot of `limit` now the runs waiting
+        were served; None when it can (capacity held for an owed run is not free for it)."""
+        if limit.paused:
+            return "limit_paused"
+        if not self.room(limit.name):
+            return "box_full" if limit.kind == "box" else "limit_full"
+        if not self.pool_room(limit.name, key):
+            return "workflow_at_base" if limit.kind == "box" else "key_pool_full"
+        if not self.whole_run_room(limit.name, request):
+            return "whole_runs_at_base"
+        if any(self._owed(e, now) for e in self.waiting(limit.name)):
+            return "held_for_owed"
+        return None
+
+    def _queue_full(self, limit: MLimit, key: str) -> str | None:
+        """14.5: the limit's queue at max_waiting, or `key`'s runs at max_waiting_per_key of it."""
+        waiting = self.waiting(limit.name)
+        if limit.declared_max_waiting is not None and len(waiting) >= limit.declared_max_waiting:
+            return "queue_full"
+        cap = limit.declared_max_waiting_per_key
+        if cap is not None and sum(1 for e in waiting if e.key == key) >= cap:
+            return "key_queue_full"
+        return None
+
     def _owed(self, entry: MEntry, now: datetime) -> bool:
         """10.4: the entry's run has been passed over (on any of its limits) and has waited more
         than 2 minutes."""
@@ -1178,10 +1252,25 @@ def _ceiling(base: int, burst: float) -> int:
     return int(base * burst + 1e-9)
 
 
-def _declared_text(declared: bool, capacity: int, max_hold_ms: int, per_key: int | None, share: str = "fifo") -> str:
+def _declared_text(
+    declared: bool,
+    capacity: int,
+    max_hold_ms: int,
+    per_key: int | None,
+    share: str = "fifo",
+    on_full: str = "wait",
+    max_waiting: int | None = None,
+    max_waiting_per_key: int | None = None,
+) -> str:
     text = f"capacity {capacity}, max hold {max_hold_ms} ms"
     if per_key is not None:
         text += f", per_key {per_key}"
     if share != "fifo":
         text += f", share {share}"
+    if on_full != "wait":
+        text += f", on_full {on_full}"
+    if max_waiting is not None:
+        text += f", max_waiting {max_waiting}"
+    if max_waiting_per_key is not None:
+        text += f", max_waiting_per_key {max_waiting_per_key}"
     return text + ("" if declared else ", undeclared")

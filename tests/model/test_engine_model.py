@@ -57,6 +57,18 @@ CAPACITIES = (1, 1, 2, 3)
 # SPEC 12: no run concurrency, or (base, burst): ceilings 1, 2 and 3 (floor(2 x 1.5))
 BOXES = st.sampled_from((None, (1, 1.0), (1, 2.0), (2, 1.5)))
 SHARES = st.sampled_from(("fifo", "fair", "fair"))  # SPEC 13.1: most limits fair, so keys compete on them
+# SPEC 14.1: (on_full, max_waiting, max_waiting_per_key) of a limit: mostly as the seeds have it
+CAPS = st.sampled_from(
+    (
+        ("wait", None, None),
+        ("wait", None, None),
+        ("skip", None, None),
+        ("wait", 1, None),
+        ("wait", 2, 1),
+        ("skip", 3, 1),
+    )
+)
+ON_FULL = (None, None, None, "skip", "wait")  # an acquisition's own (SPEC 14.1), mostly its limits'
 FAIR_KEYS = ("t1", "t2", "t3", "")  # keys taking turns on a fair limit ("": the no-key runs, one key of weight 1)
 CLOCK_STEPS_MS = (1, 500, 15_000, 60_000, 119_999, 120_000, 121_000, 45 * 60_000, 2 * 3_600_000, 24 * 3_600_000)
 OPERATOR = "user:op"
@@ -89,6 +101,17 @@ def quietly(call: Any, *args: Any, **kwargs: Any) -> None:
     call(*args, **kwargs)
 
 
+def _caps_config(caps: tuple[str, int | None, int | None] | None) -> dict[str, object]:
+    """SPEC 14.1's fields of a limit's config, as far as they differ from the defaults."""
+    on_full, max_waiting, max_waiting_per_key = caps or ("wait", None, None)
+    found: dict[str, object] = {} if on_full == "wait" else {"on_full": on_full}
+    if max_waiting is not None:
+        found["max_waiting"] = max_waiting
+    if max_waiting_per_key is not None:
+        found["max_waiting_per_key"] = max_waiting_per_key
+    return found
+
+
 def per_key_for(capacity: int) -> st.SearchStrategy[int | None]:
     return st.one_of(st.none(), st.none(), st.integers(1, capacity))
 
@@ -112,6 +135,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
         self.requests: list[tuple[str, tuple[str, ...], str, str | None, bool, str | None]] = []
         self.box: tuple[int, float] | None = None  # the box's run concurrency declared: (base, burst)
         self.shares: dict[str, str] = {}  # each limit's declared share (SPEC 13.1)
+        self.caps: dict[str, tuple[str, int | None, int | None]] = {}  # each limit's SPEC 14.1 values
         self.woken: list[str] = []
         self.audited = 0  # audit events compared so far
         runs_woken.connect(self._on_woken, weak=False, dispatch_uid="model-woken")
@@ -397,6 +421,8 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 expected.timeout_ms,
                 expected.deadline,
             )
+            if expected.state in ("skipped", "refused"):  # SPEC 14.2, 14.5: why, as 6.5 words it
+                assert got.reason == expected.reason, (got.reason, expected.reason)
             if expected.slots is not None and expected.state == "busy":
                 # 10.1: the handles in the order given.
                 assert got.slots == tuple((slot.limit, slot.engine_id) for slot in expected.slots)
@@ -455,21 +481,23 @@ class EngineAgainstModel(RuleBasedStateMachine):
             declared[name] = (capacity, max_hold, data.draw(per_key_for(capacity)))
         self.box = data.draw(BOXES)
         self.shares = {name: data.draw(SHARES) for name in LIMITS}
+        self.caps = {name: data.draw(CAPS) for name in LIMITS}
         self.sync_to(declared)
 
     def sync_to(self, declared: Declared) -> None:
-        box, shares = self.box, dict(self.shares)
+        box, shares, caps = self.box, dict(self.shares), dict(self.caps)
         workspace = define_workspace(
             limits={
                 name: {"capacity": cap, "max_hold": hold, "share": shares[name]}
                 | ({} if per_key is None else {"per_key": per_key})
+                | _caps_config(caps.get(name))
                 for name, (cap, hold, per_key) in declared.items()
             },
             run_concurrency=None if box is None else {"base": box[0], "burst": box[1]},
         )
         self.step(
             lambda: quietly(services.sync_workspace, workspace),
-            lambda: self.model.sync(declared, self.now(), box, shares),
+            lambda: self.model.sync(declared, self.now(), box, shares, caps),
         )
 
     @rule(
@@ -480,34 +508,28 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 st.sampled_from(TIMEOUTS),
                 st.booleans(),
                 st.sampled_from(KEYS),
+                st.sampled_from(ON_FULL),
             ),
             min_size=1,
             max_size=3,
         )
     )
-    def acquire(self, calls: list[tuple[str, int, str | int | None, bool, str | None]]) -> None:
+    def acquire(self, calls: list[tuple[str, int, str | int | None, bool, str | None, str | None]]) -> None:
         """New acquire calls, one to three in a row, by runs of the pool, with or without a key
-        (a limit may be unknown, or undeclared after a deploy)."""
-        for limit, run, timeout, labelled, key in calls:
+        and an on_full of their own (a limit may be unknown, or undeclared after a deploy)."""
+        for limit, run, timeout, labelled, key, on_full in calls:
             run_id = self.runs[run]
             request = f"{run_id}:{len(self.requests)}"
             label = f"order-{len(self.requests)}" if labelled else None
             self.requests.append((request, (limit,), run_id, key, False, None))
             timeout_ms = None if timeout is None else parse_duration(timeout)
+            asked = {"run_id": run_id, "request": request, "key": key, "on_full": on_full}
             self.step(
-                lambda limit=limit, run_id=run_id, request=request, label=label, timeout=timeout, key=key: (
-                    services.acquire(limit, run_id=run_id, request=request, label=label, timeout=timeout, key=key)
+                lambda limit=limit, asked=asked, label=label, timeout=timeout: services.acquire(
+                    limit, label=label, timeout=timeout, **asked
                 ),
-                lambda limit=limit, run_id=run_id, request=request, label=label, timeout_ms=timeout_ms, key=key: (
-                    self.model.acquire(
-                        limit,
-                        run_id=run_id,
-                        request=request,
-                        label=label or "",
-                        timeout_ms=timeout_ms,
-                        now=self.now(),
-                        key=key,
-                    )
+                lambda limit=limit, asked=asked, label=label, timeout_ms=timeout_ms: self.model.acquire(
+                    limit, label=label or "", timeout_ms=timeout_ms, now=self.now(), **asked
                 ),
             )
 
@@ -519,36 +541,28 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 st.sampled_from(TIMEOUTS),
                 st.booleans(),
                 st.sampled_from(KEYS),
+                st.sampled_from(ON_FULL),
             ),
             min_size=1,
             max_size=2,
         )
     )
-    def acquire_group(self, calls: list[tuple[list[str], int, str | int | None, bool, str | None]]) -> None:
+    def acquire_group(self, calls: list[tuple[list[str], int, str | int | None, bool, str | None, str | None]]) -> None:
         """A run takes one slot of each of two or three limits, in any order, all or nothing (one or
-        two such calls in a row)."""
-        for limits, run, timeout, labelled, key in calls:
+        two such calls in a row), with an on_full of its own or its limits' strictest."""
+        for limits, run, timeout, labelled, key, on_full in calls:
             run_id = self.runs[run]
             request = f"{run_id}:{len(self.requests)}"
             label = f"order-{len(self.requests)}" if labelled else None
             self.requests.append((request, tuple(limits), run_id, key, True, None))
             timeout_ms = None if timeout is None else parse_duration(timeout)
+            asked = {"run_id": run_id, "request": request, "key": key, "on_full": on_full}
             self.step(
-                lambda limits=limits, run_id=run_id, request=request, label=label, timeout=timeout, key=key: (
-                    services.acquire_group(
-                        limits, run_id=run_id, request=request, label=label, timeout=timeout, key=key
-                    )
+                lambda limits=limits, asked=asked, label=label, timeout=timeout: services.acquire_group(
+                    limits, label=label, timeout=timeout, **asked
                 ),
-                lambda limits=limits, run_id=run_id, request=request, label=label, timeout_ms=timeout_ms, key=key: (
-                    self.model.acquire_group(
-                        limits,
-                        run_id=run_id,
-                        request=request,
-                        label=label or "",
-                        timeout_ms=timeout_ms,
-                        now=self.now(),
-                        key=key,
-                    )
+                lambda limits=limits, asked=asked, label=label, timeout_ms=timeout_ms: self.model.acquire_group(
+                    limits, label=label or "", timeout_ms=timeout_ms, now=self.now(), **asked
                 ),
             )
 
@@ -903,6 +917,8 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 self.box = data.draw(BOXES)  # the box's run concurrency changes, comes or goes
             if data.draw(st.booleans()):
                 self.shares[data.draw(st.sampled_from(LIMITS))] = data.draw(SHARES)  # 13.1: a declared share changes
+            if data.draw(st.booleans()):
+                self.caps[data.draw(st.sampled_from(LIMITS))] = data.draw(CAPS)  # 14.1: on_full or a cap changes
             self.sync_to(declared)
 
     def edges(self) -> list[dt.datetime]:

@@ -267,3 +267,50 @@ def test_limits_lock_locks_what_keys_lock_locks_and_reads_the_clock_as_rules_clo
         cursor.execute("SELECT ids, clock FROM limits_lock(%s, %s)", [[c], None])
         ids, at = cursor.fetchone()
         assert ids == [c] and at is not None  # the database's clock when given none
+
+
+@requires_postgres
+@pytest.mark.django_db
+def test_the_sql_homes_of_on_full_and_the_queue_caps_answer_as_their_python_homes(clock) -> None:
+    """SPEC 14: limits_on_full, limits_max_waiting(_per_key), limits_queue_full and limits_refusal
+    against Limit.on_full, Limit.max_waiting(_per_key), keys.queue_full and keys.refusal, on
+    limits that take each branch (declared and overridden values, a full queue, a key's full
+    share, the no-key runs' share, paused, full, a key's full pool, room)."""
+    from limits import services
+    from limits.config import MAX_WAITING, check_max_waiting, define_workspace
+    from limits.engine import keys
+    from limits.models import Limit
+
+    services.sync_workspace(
+        define_workspace(
+            limits={
+                "capped": {"capacity": 1, "max_hold": "1h", "max_waiting": 2, "on_full": "skip"},
+                "per-key": {"capacity": 1, "max_hold": "1h", "per_key": 1, "max_waiting_per_key": 1},
+                "paused": {"capacity": 2, "max_hold": "1h"},
+                "free": {"capacity": 3, "max_hold": "1h", "per_key": 1},
+            }
+        )
+    )
+    Limit.objects.filter(name="free").update(on_full_override="skip", max_waiting_override=5)
+    services.acquire("capped", run_id="holder")
+    services.acquire("capped", run_id="w1", on_full="wait")
+    services.acquire("capped", run_id="w2", on_full="wait")  # full at its cap of 2
+    services.acquire("per-key", run_id="holder", key="acme")
+    services.acquire("per-key", run_id="w1", key="acme")  # acme's share full; no-key share free
+    services.acquire("free", run_id="holder", key="acme")  # acme's pool of 1 full
+    services.pause_limit("paused")
+    rows = "FROM limits_limit l WHERE l.id = %s"
+    with connection.cursor() as cursor:
+        for limit in Limit.objects.all():
+            cursor.execute(
+                f"SELECT limits_on_full(l), limits_max_waiting(l), limits_max_waiting_per_key(l) {rows}", [limit.id]
+            )
+            assert cursor.fetchone() == (limit.on_full, limit.max_waiting, limit.max_waiting_per_key), limit.name
+            for key in ("", "acme", "globex"):
+                cursor.execute(
+                    f"SELECT limits_queue_full(l, %s), limits_refusal(l, %s, 'r:1', NULL, %s, %s) {rows}",
+                    [key, key, clock.now(), keys.OWED_AFTER_MS, limit.id],
+                )
+                python = (keys.queue_full(limit, key), keys.refusal(limit, key, "r:1", None, clock.now()))
+                assert cursor.fetchone() == python, (limit.name, key)
+    assert check_max_waiting(MAX_WAITING) == 1_000_000
