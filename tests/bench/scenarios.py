@@ -144,7 +144,11 @@ def hot_limits(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
             )
         )
         figures = statements.per_operation(HOT, 4)
-        queued = sum(f[0] for name, f in figures.items() if "nobody" not in name and "at once" not in name)
+        queued = sum(
+            f[0]
+            for name, f in figures.items()
+            if "nobody" not in name and "at once" not in name and "skipped" not in name
+        )
         rows.append(
             Row(
                 "1. Statements per engine operation (round trips; BEGIN and COMMIT included)",

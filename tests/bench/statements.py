@@ -68,8 +68,8 @@ def per_operation(
     rounds: int = 7,
 ) -> dict[str, tuple[int, int, float]]:
     """(statements, under the lock, ms of one uncontended call) for: an acquire granted at once
-    and its release; a queued acquire, the release that hands the slot over, and the woken run's
-    confirming acquire. Leaves the limit empty.
+    and its release; an acquire skipped (on_full 'skip', SPEC 14.2); a queued acquire, the
+    release that hands the slot over, and the woken run's confirming acquire. Leaves the limit empty.
 
     The sequence runs `rounds` times; the ms is the median of every round but the first, whose
     calls also compile the functions' plans in this session (PL/pgSQL plans are cached per
@@ -82,11 +82,11 @@ def per_operation(
     from limits import services
     from tests.bench.common import median
 
-    def take(name: str, n: int) -> Any:
+    def take(name: str, n: int, on_full: str | None = None) -> Any:
         run_id = f"{name}-{tag}"  # a request is answered once: new ones on every round
         if group:
-            return services.acquire_group(list(group), run_id=run_id, request=f"{run_id}:1")
-        return services.acquire(limit, run_id=run_id, request=f"{run_id}:1", key=key(n))
+            return services.acquire_group(list(group), run_id=run_id, request=f"{run_id}:1", on_full=on_full)
+        return services.acquire(limit, run_id=run_id, request=f"{run_id}:1", key=key(n), on_full=on_full)
 
     def free(got: Any) -> None:
         for slot_id in [slot for _, slot in got.slots] or [got.slot_id]:
@@ -107,6 +107,8 @@ def per_operation(
         got = measure("acquire, granted at once", lambda: take("stmt-a", capacity))
         measure(f"release{plural}, nobody waiting", partial(free, got))
         holders = [take(f"stmt-h{n}", n) for n in range(capacity)]
+        # SPEC 14.2 (issue 47): full, answered at once and queued nowhere; against "acquire, queued"
+        measure("acquire, skipped (on_full='skip')", lambda: take("stmt-s", -1, "skip"))
         measure("acquire, queued", lambda: take("stmt-w", -1))
         measure(f"release{plural}, handing the slot{plural} over", partial(free, holders[0]))
         mine = measure("acquire again by the woken run (confirm)", lambda: take("stmt-w", -1))

@@ -883,6 +883,8 @@ class Load:
             limits = limits[:1]
         key = rng.choice([None, "tenant-1", "tenant-1", "tenant-2", "tenant-3"])
         guarded = {"label": f"guarded-{n}", "seconds": round(rng.uniform(0.5, 2.0), 3), "timeout": "90s"}
+        if workflow in SINGLE_WORKFLOWS and rng.random() < 0.25:
+            guarded["on_full"] = "skip"  # SPEC 14.2: answered at once when full, the work not run
         return workflow, {**guarded, "limits": limits, "key": key}
 
     def cancel_one(self, cancel_run: Any) -> None:

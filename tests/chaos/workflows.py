@@ -19,6 +19,7 @@ from typing import Any
 from limits.workflow import (
     HOOK_NAME,
     SlotTimeoutError,
+    SlotUnavailableError,
     acquire_slot,
     acquire_slots,
     release_slot,
@@ -82,13 +83,17 @@ def _limits(input: dict[str, Any]) -> list[str]:
 def chaos_with_limit(input: dict[str, Any]) -> dict[str, Any]:
     """with_limit around one guarded step (a SlotTimeoutError fails the run, as export_report)."""
     limits, key = _limits(input)[:1], input.get("key")
-    return with_limit(
-        limits[0],
-        lambda: guarded_work(limits, float(input["seconds"]), key=key),
-        label=input.get("label"),
-        timeout=input.get("timeout"),
-        key=key,
-    )
+    try:
+        return with_limit(
+            limits[0],
+            lambda: guarded_work(limits, float(input["seconds"]), key=key),
+            label=input.get("label"),
+            timeout=input.get("timeout"),
+            key=key,
+            on_full=input.get("on_full"),
+        )
+    except SlotUnavailableError as error:  # SPEC 14.2: full, skipped; the work never ran
+        return {"skipped": error.reason}
 
 
 @workflow
@@ -96,9 +101,13 @@ def chaos_acquire(input: dict[str, Any]) -> dict[str, Any]:
     """acquire_slot, a guarded step, release_slot."""
     limits, key = _limits(input)[:1], input.get("key")
     try:
-        slot = acquire_slot(limits[0], label=input.get("label"), timeout=input.get("timeout"), key=key)
+        slot = acquire_slot(
+            limits[0], label=input.get("label"), timeout=input.get("timeout"), key=key, on_full=input.get("on_full")
+        )
     except SlotTimeoutError:
         return {"slot_id": None}
+    except SlotUnavailableError as error:  # SPEC 14.2: full, skipped; the work never ran
+        return {"slot_id": None, "skipped": error.reason}
     result = guarded_work(limits, float(input["seconds"]), [[slot.limiter, slot.id]], key=key)
     release_slot(slot.id)
     return {"slot_id": slot.id, **result}

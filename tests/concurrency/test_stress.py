@@ -134,6 +134,9 @@ def check_outcomes(results: dict[str, Any]) -> list[str]:
                     violations.append(f"{request}: told busy with {outcome['slot_id']}, rows {confirmed}")
             elif confirmed:
                 violations.append(f"{request}: told {outcome['state']} but slot {confirmed[0].id} was confirmed")
+            elif outcome["state"] in ("skipped", "refused"):  # SPEC 14.2, 14.5: queued nowhere
+                if slots or entries:
+                    violations.append(f"{request}: told {outcome['state']}, rows {entries} {slots}")
             elif outcome["state"] == "timed_out":
                 if not entries or entries[-1].state != "timed_out":
                     violations.append(f"{request}: told timed_out, last entry {entries[-1:]}")
@@ -197,6 +200,20 @@ def test_two_limits_at_once_never_wait_on_each_other_or_break_a_rule(tmp_path: P
     results = run_load(tmp_path, ["alpha", "beta"])
     outcomes = assert_invariants(results, ["alpha", "beta"])
     assert outcomes["alpha:busy"] > 15 and outcomes["beta:busy"] > 15, outcomes
+
+
+def test_skips_and_a_capped_queue_hold_under_six_processes_and_two_sweeps(tmp_path: Path) -> None:
+    """SPEC 14.2 and 14.5 under real concurrency: one limit with a queue capped at 2, its
+    acquisitions drawn waiting or skipping. Besides every rule above: never more runs waiting
+    than the cap (the monitor's samples), and an acquisition answered 'skipped' or 'refused'
+    has no row at all (check_outcomes)."""
+    declare(capped={"capacity": 2, "max_hold": "300ms", "max_waiting": 2})
+    results = run_load(tmp_path, ["capped"], extra={"on_full": [None, None, "skip"]})
+    outcomes = assert_invariants(results, ["capped"])
+    assert outcomes["capped:busy"] > 20, outcomes
+    assert outcomes["capped:skipped"] > 0 and outcomes["capped:refused"] > 0, outcomes
+    limit = Limit.objects.get(name="capped")
+    assert (limit.skipped_count, limit.refused_count) == (outcomes["capped:skipped"], outcomes["capped:refused"])
 
 
 KEYS = [f"tenant-{i:03d}" for i in range(200)]

@@ -155,6 +155,7 @@ class Client:
         self.seconds: float = params["seconds"]
         self.min_ops: int = params["min_ops"]
         self.long_holds = 1  # every client holds its first slot past a 300 ms max hold
+        self.on_full: list[str | None] = params.get("on_full", [None])  # SPEC 14: drawn per acquisition
         self.rng = random.Random(params["seed"])
         self.run_number = 0
         self.request_number = 0
@@ -208,7 +209,8 @@ class Client:
 
         request = self._new_request()
         timeout = timeout or self.rng.choice([None, None, None, 5, 30, 200])
-        got = services.acquire(limit, run_id=self.run_id, request=request, timeout=timeout)
+        on_full = self.rng.choice(self.on_full)
+        got = services.acquire(limit, run_id=self.run_id, request=request, timeout=timeout, on_full=on_full)
         ended = False
         while got.state == "waiting":
             self.stats["polls"] += 1
@@ -328,7 +330,7 @@ SELECT l.id, l.name, COALESCE(l.capacity_override, l.declared_capacity),
        l.busy_count, l.reserved_count, l.waiting_count,
        l.keyed_busy_count, l.keyed_reserved_count, l.keyed_waiting_count, l.group_waiting_count,
        s.busy, s.reserved, q.waiting, s.keyed_busy, s.keyed_reserved, q.keyed_waiting, q.group_waiting,
-       s.doubles, a.changes
+       s.doubles, a.changes, COALESCE(l.max_waiting_override, l.declared_max_waiting)
 FROM limits_limit l
 CROSS JOIN LATERAL (
     SELECT COUNT(*) FILTER (WHERE state = 'busy') AS busy,
@@ -343,7 +345,7 @@ CROSS JOIN LATERAL (
     FROM limits_queueentry WHERE limit_id = l.id AND state = 'waiting') q
 CROSS JOIN LATERAL (
     SELECT COUNT(*) AS changes FROM limits_auditevent
-    WHERE limit_id = l.id AND action IN ('capacity', 'per_key', 'sync')) a
+    WHERE limit_id = l.id AND action IN ('capacity', 'per_key', 'sync', 'max_waiting')) a
 """
 # Key pools: the counters of every pool row that counts something or has its own size, and the
 # live rows of every key.
@@ -445,7 +447,7 @@ def monitor(params: dict[str, Any]) -> dict[str, Any]:
             limit_id, name, capacity, per_key, *counters = row
             (busy, reserved, waiting, k_busy, k_reserved, k_waiting, g_waiting) = counters[:7]
             (busy_rows, reserved_rows, waiting_rows, kb_rows, kr_rows, kw_rows, gw_rows) = counters[7:14]
-            doubles, audit_changes = counters[14:]
+            doubles, audit_changes, max_waiting = counters[14:]
             changed[limit_id] = changes_seen.get(name, 0) != audit_changes
             changes_seen[name] = audit_changes
             per_keys[limit_id] = (name, per_key)
@@ -459,6 +461,8 @@ def monitor(params: dict[str, Any]) -> dict[str, Any]:
                 violations.append(
                     f"{name}: keyed/group counters {k_busy, k_reserved, k_waiting, g_waiting} != rows {seen}"
                 )
+            if ceilings.judge(("queue", name), waiting_rows, max_waiting, size_changed=changed[limit_id]):
+                violations.append(f"{name}: {waiting_rows} runs waiting > max_waiting {max_waiting}")  # SPEC 14.5
             if ceilings.judge(name, level, capacity, size_changed=changed[limit_id]):
                 violations.append(f"{name}: {busy_rows} busy + {reserved_rows} reserved > capacity {capacity}")
             no_key = level - kb_rows - kr_rows
