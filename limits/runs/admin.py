@@ -1,6 +1,6 @@
 """Runs and their steps in the admin: read-only (runs change only through the run layer). Their
 user-supplied text (input, output, errors, keys, what a run waits for) is shown escaped, as in
-Studio (limits.admin.EscapedTextAdmin)."""
+Studio (limits.admin.base.EscapedTextAdmin)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from django.contrib import admin
 from django.http import HttpRequest
 
-from limits.admin import EscapedTextAdmin, escaped
+from limits.admin.base import EscapedTextAdmin, escaped
 from stackbone.runs.models import Run, Step
 
 if TYPE_CHECKING:  # the stubs' generic class, which is not subscriptable at run time

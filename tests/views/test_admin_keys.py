@@ -110,9 +110,17 @@ def test_the_keys_list_shows_counters_and_pools_and_searches_by_key(keyed, admin
     rows = {row.key: row for row in response.context["cl"].result_list}
     assert (rows["acme"].busy_count, rows["acme"].waiting_count) == (2, 1)
     page = response.content.decode()
-    assert "1 (own)" in page and "2 (the limit&#x27;s per key)" in page
+    assert "1 (the key&#x27;s own)" in page and "2 (the limit&#x27;s per key)" in page
     found = admin_client.get("/admin/limits/limitkey/?q=GLOB").context["cl"].result_list
     assert [row.key for row in found] == ["globex"]
+
+
+def test_the_keys_list_heads_the_pool_size_in_force_and_says_when_there_is_none(clock, admin_client) -> None:
+    declare(partner_api={"capacity": 6, "max_hold": "10m"})  # no pool size per key: only the total
+    services.acquire("partner-api", run_id="a-1", key="acme")
+    page = admin_client.get("/admin/limits/limitkey/").content.decode()
+    assert "Pool size in force" in page and "Own pool size" in page
+    assert "— (no pool size: only the limit&#x27;s total applies)" in page
 
 
 def test_a_key_pool_is_set_and_reset_through_the_service(keyed, admin_client) -> None:
