@@ -14,7 +14,9 @@ from limits.config import (
     check_burst,
     check_capacity,
     check_ceiling,
+    check_max_waiting,
     check_minimum,
+    check_on_full,
     check_per_key,
     check_share,
     check_weight,
@@ -64,6 +66,28 @@ class LimitOverridesForm(LimitModelForm):
         "min first); set weights and mins on the limit's keys.",
     )
 
+    on_full = forms.ChoiceField(
+        required=False,
+        label="When full",
+        choices=[
+            ("", "the declared value"),
+            ("wait", "wait: queue the acquisition"),
+            ("skip", "skip: answer it at once (SlotUnavailableError), queue nothing"),
+        ],
+        help_text="SPEC 14: what an acquisition that cannot be granted at once does.",
+    )
+    max_waiting = forms.CharField(
+        required=False,
+        label="Max waiting",
+        help_text="SPEC 14.5: empty: use the declared value. Otherwise 1 to 1,000,000 runs in the queue; "
+        "past it an acquisition is refused. Lowering it takes nobody out of the queue.",
+    )
+    max_waiting_per_key = forms.CharField(
+        required=False,
+        label="Max waiting per key",
+        help_text="Empty: use the declared value. Otherwise 1 to 1,000,000 runs of one key in the queue.",
+    )
+
     base = forms.CharField(
         required=False,
         help_text=f"Empty: use the declared value. Otherwise {CAPACITY_HELP}: no single workflow executes more "
@@ -85,7 +109,7 @@ class LimitOverridesForm(LimitModelForm):
         if limit.pk and limit.is_box:
             # The box's run concurrency (SPEC 12.5): its base and burst, through services.set_box;
             # its capacity (the ceiling) and pools follow them, and it has no max hold.
-            for name in ("capacity", "max_hold", "per_key", "share"):
+            for name in ("capacity", "max_hold", "per_key", "share", "on_full", "max_waiting", "max_waiting_per_key"):
                 del self.fields[name]
             self.initial["base"] = "" if limit.per_key_override is None else str(limit.per_key_override)
             self.initial["burst"] = "" if limit.burst_override is None else f"{limit.burst_override:g}"
@@ -95,6 +119,8 @@ class LimitOverridesForm(LimitModelForm):
             # A workflow's own bound: its capacity is the workflow's total, and it has no max hold.
             self.fields["capacity"].label = "Total"
             del self.fields["max_hold"]
+            # SPEC 14 on a workflow's own bound is not built yet (its runs' start always waits)
+            del self.fields["on_full"], self.fields["max_waiting"], self.fields["max_waiting_per_key"]
         if limit.pk:
             self.initial["capacity"] = "" if limit.capacity_override is None else str(limit.capacity_override)
             self.initial["max_hold"] = (
@@ -102,6 +128,32 @@ class LimitOverridesForm(LimitModelForm):
             )
             self.initial["per_key"] = "" if limit.per_key_override is None else str(limit.per_key_override)
             self.initial["share"] = limit.share_override
+            self.initial["on_full"] = limit.on_full_override
+            for field in ("max_waiting", "max_waiting_per_key"):
+                override = getattr(limit, f"{field}_override")
+                self.initial[field] = "" if override is None else str(override)
+
+    def clean_on_full(self) -> str:
+        value = self.cleaned_data.get("on_full") or ""
+        try:
+            return check_on_full(value) if value else ""
+        except ValueError as error:
+            raise forms.ValidationError(f"When full {error}.") from None
+
+    def clean_max_waiting(self) -> int | None:
+        return self._cap("max_waiting", "Max waiting")
+
+    def clean_max_waiting_per_key(self) -> int | None:
+        return self._cap("max_waiting_per_key", "Max waiting per key")
+
+    def _cap(self, field: str, label: str) -> int | None:
+        raw = self.cleaned_data[field].strip()
+        if not raw:
+            return None
+        try:
+            return check_max_waiting(_whole_number(raw))
+        except ValueError as error:
+            raise forms.ValidationError(f"{label} {error}.") from None
 
     def clean_share(self) -> str:
         value = self.cleaned_data.get("share") or ""

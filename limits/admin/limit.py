@@ -36,7 +36,10 @@ class LimitAdmin(SavedThroughServicesAdmin):
             "Declared in the workspace config",
             {"fields": ["declared_capacity", "declared_max_hold", "declared_per_key_text"]},
         ),
-        ("Operator overrides", {"fields": ["capacity", "max_hold", "per_key", "share"]}),
+        (
+            "Operator overrides",
+            {"fields": ["capacity", "max_hold", "per_key", "share", "on_full", "max_waiting", "max_waiting_per_key"]},
+        ),
     ]
     box_fieldsets = [
         (None, {"fields": ["name", "kind", "declared", "figures"]}),
@@ -191,7 +194,9 @@ class LimitAdmin(SavedThroughServicesAdmin):
             f"{limit.busy_count} busy, {limit.reserved_count} reserved, {limit.waiting_count} waiting; "
             f"{'total' if limit.is_workflow_bound else 'capacity'} {limit.capacity}, "
             f"max hold {'none' if limit.is_workflow_bound else format_duration(limit.max_hold_ms)}, "
-            f"per key {_none_or(limit.per_key)}" + ("; paused: grants nothing until resumed" if limit.paused else "")
+            f"per key {_none_or(limit.per_key)}"
+            + _when_full(limit)
+            + ("; paused: grants nothing until resumed" if limit.paused else "")
         )
 
     def save_model(self, request: HttpRequest, obj: Limit, form: forms.ModelForm[Limit], change: bool) -> None:
@@ -216,6 +221,11 @@ class LimitAdmin(SavedThroughServicesAdmin):
                 services.set_max_hold(obj.name, data["max_hold"], actor=who)
             if data.get("share", "") != obj.share_override:  # SPEC 13.5; empty: the declared share
                 services.set_share(obj.name, data["share"] or None, actor=who)
+            if "on_full" in data and data["on_full"] != obj.on_full_override:  # SPEC 14.6
+                services.set_on_full(obj.name, data["on_full"] or None, actor=who)
+            for field, per_key in (("max_waiting", False), ("max_waiting_per_key", True)):
+                if field in data and data[field] != getattr(obj, f"{field}_override"):
+                    services.set_max_waiting(obj.name, data[field], per_key=per_key, actor=who)
         except services.LimitsError as error:  # changed by someone else since the form was checked
             self.message_user(request, f"Not saved: {error.message}.", messages.ERROR)
         obj.refresh_from_db()
@@ -237,9 +247,19 @@ class LimitAdmin(SavedThroughServicesAdmin):
     def construct_change_message(
         self, request: HttpRequest, form: forms.Form, formsets: Any, add: bool = False
     ) -> list[dict[str, Any]]:
-        fields = ("capacity", "max_hold", "per_key", "base", "burst")
+        fields = ("capacity", "max_hold", "per_key", "base", "burst", "on_full", "max_waiting", "max_waiting_per_key")
         changed = [name for name in form.changed_data if name in fields]
         return [{"changed": {"fields": changed}}]
+
+
+def _when_full(limit: Limit) -> str:
+    """SPEC 14: what a full limit does, its caps and what they answered, when any is set."""
+    if limit.on_full == "wait" and limit.max_waiting is None and limit.max_waiting_per_key is None:
+        return ""
+    return (
+        f"; when full: {limit.on_full}, max waiting {_none_or(limit.max_waiting)}, per key "
+        f"{_none_or(limit.max_waiting_per_key)} ({limit.skipped_count} skipped, {limit.refused_count} refused)"
+    )
 
 
 def _none_or(value: int | None) -> str:
