@@ -7,7 +7,7 @@ limits.insights.eta_rates (the last minute's grants, else the per-minute rollup 
 the rule is grant_rate below).
 
 On a fair limit a place is a place in the order the grant will serve the queue (SPEC 13.7):
-`fair_order` below walks it, from figures limits.selectors reads (and limits.engine.keys
+`fair_order` below walks it, from figures limits.selectors reads (and limits.engine.waiting
 .why_waiting, for the key that is next).
 """
 

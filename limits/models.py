@@ -35,7 +35,7 @@ SLOT_ID_FORMAT = r"^slot_[0-9a-f]{32}$"
 def new_slot_id() -> str:
     """Slot ids travel to outside providers and come back in webhooks: opaque and unguessable,
     'slot_' and 128 random bits as 32 hex digits. The engine's SQL mints the same format where
-    it inserts slots set-based (rules.SQLITE_NEW_SLOT_ID, engine.sql's gen_random_uuid();
+    it inserts slots set-based (grant.SQLITE_NEW_SLOT_ID, engine.sql's gen_random_uuid();
     tests/services/test_slot_ids.py holds them to SLOT_ID_FORMAT)."""
     return "slot_" + secrets.token_hex(16)
 
@@ -103,7 +103,7 @@ class Limit(models.Model):
     per_key_override = models.IntegerField(null=True, blank=True)
     # The keyed part of the counters above (the no-key pool is the rest), and the waiting group
     # entries: on a limit with none of these and no per_key, the plain rules (and the PostgreSQL
-    # fast path) apply; otherwise limits.engine.keys does.
+    # fast path) apply; otherwise limits.engine.grant's do.
     keyed_busy_count = models.IntegerField(db_default=0, default=0)
     keyed_reserved_count = models.IntegerField(db_default=0, default=0)
     keyed_waiting_count = models.IntegerField(db_default=0, default=0)

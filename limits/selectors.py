@@ -17,6 +17,7 @@ from django.db.models.functions import Coalesce
 from limits import eta, insights
 from limits.config import BOX_NAME
 from limits.engine import keys as engine_keys
+from limits.engine import waiting as engine_waiting
 from limits.models import (
     LIVE_SLOT_STATES,
     AuditEvent,
@@ -432,12 +433,12 @@ def with_group_partners[Row: (Slot, QueueEntry)](limit: Limit, rows: Sequence[Ro
 
 def with_reasons(limit: Limit, page: Page[QueueEntry]) -> Sequence[QueueEntry]:
     """Give each waiting entry of a page of `limit`'s queue `reason`: why it is not granted now
-    (SPEC 6.5), by the grant's own rules (limits.engine.keys.why_waiting): no query for a limit
+    (SPEC 6.5), by the grant's own rules (limits.engine.waiting.why_waiting): no query for a limit
     without room or without keys and groups waiting, a few otherwise, whatever the size of the
     page. On a fair limit the key next is the page's walk's (SPEC 13.7: its first row's)."""
     entries = page.items
     walked = {limit.id: page.next_key} if page.estimated_after is not None else None
-    reasons = engine_keys.why_waiting(entries, limits=[limit], next_keys=walked)
+    reasons = engine_waiting.why_waiting(entries, limits=[limit], next_keys=walked)
     for entry in entries:
         entry.reason = reasons.get(entry.id)  # type: ignore[attr-defined]  # for the template, not a field
     return entries

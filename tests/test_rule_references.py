@@ -5,7 +5,7 @@ or a range, each number of it (`SPEC 9.4, 9.5 and 10`, `SPEC 2.2/3.5`, `SPEC 10.
 sections 2-5`), also wrapped onto the next line (a `#` or `--` comment going on), and rules in
 brackets right after one (`SPEC 13.4 (10.4)`). docs/rules.md defines a section by its heading
 `## n. Title` and a rule by `### n.m Title`; each rule has a "Where:" paragraph naming its homes: a
-path in backquotes, and the names in brackets after it (`limits/engine/keys.py` (`_Grant`, `join`)).
+path in backquotes, and the names in brackets after it (`limits/engine/keys.py` (`Pools`, `join`)).
 
 Must never happen: a citation, in limits/, stackbone/, studio/, tests/ (.py, .html, .sql, .md),
 docs/ or README.md, of a number docs/rules.md does not define; a rule of docs/rules.md outside its

@@ -13,8 +13,11 @@ The engines, chosen once per database (`engines`: the `Engine` behaviour and `en
 - `server`: PostgresEngine, each operation one call of a function of limits/sql/engine.sql;
 - `python` (with `python_operators`): PythonEngine, the Python track, the readable definition and
   SQLite's engine, built on
-- `keys`: the grant rules, one Python track for every case (a plain limit is the case of one pool
-  and no groups): join, grant, time out, confirm, lapse, requeue; and
+- `grant`: the grant rules, one Python track for every case (a plain limit is the case of one
+  pool and no groups: `settle`), on
+- `keys`: the key pools, a fair limit's turns, the locks, join, time out, the owed-run barrier,
+  confirm, lapse, requeue;
+- `waiting`: why a waiting run is not granted now (`why_waiting`, SPEC 6.5), by the same rules; and
 - `rules`: what every locked section of the Python engine shares (locks, clock, counters, audit,
   waking, the grant: `settle_all`);
 - `errors`, `refusals`, `results`, `woken`: LimitsError with its messages (an operator's refusals
@@ -48,7 +51,7 @@ from limits.engine.errors import (
     UNKNOWN_LIMIT,
     LimitsError,
 )
-from limits.engine.keys import OWED_AFTER_MS, held, why_waiting
+from limits.engine.keys import OWED_AFTER_MS, held
 from limits.engine.operator_actions import (
     ensure_workflow_bound,
     pause_limit,
@@ -76,6 +79,7 @@ from limits.engine.rules import (
 )
 from limits.engine.slots import acquire, acquire_group, confirm, end_run, release, release_slots, tie_to_run
 from limits.engine.sweeper import HISTORY_BATCH, history_retention_ms, sweep
+from limits.engine.waiting import why_waiting
 
 __all__ = [
     "BAD_CAPACITY",

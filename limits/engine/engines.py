@@ -7,7 +7,7 @@ sweeper, given input those modules have already checked. Two engines implement i
 - `PostgresEngine` (limits.engine.server): each operation one call of a function of
   limits/sql/engine.sql, its answer worded as the Python engine words it;
 - `PythonEngine` (limits.engine.python, its operator actions in limits.engine.python_operators):
-  the Python track, the readable definition, on the rules of limits.engine.keys and rules; SQLite
+  the Python track, the readable definition, on the rules of limits.engine.grant, keys and rules; SQLite
   runs it, and so would any database that is not PostgreSQL.
 
 The public functions check what callers pass in, then call `engine()`: the engine of the

@@ -4,7 +4,7 @@ every operation, and SQLite's engine (any database but PostgreSQL runs it).
 Each operation is one transaction that locks the limits it touches with the other limits of their
 groups, in id order (limits.engine.keys.lock), reads the clock after the locks (rules.clock_all),
 changes the rows and the counters in memory, hands the free capacity to the queues
-(rules.settle_all: the grant rules of limits.engine.keys), writes the counters once
+(rules.settle_all: the grant rules of limits.engine.grant), writes the counters once
 (rules.save_all) and wakes the runs it granted after the commit (rules.wake_on_commit). Here: the
 workflow-facing operations and the sweep's steps 1 and 2; the operator actions and deploys are in
 limits.engine.python_operators. The slot operations may run inside a caller's transaction and

@@ -80,7 +80,7 @@ _PARTNER = {  # what stops the other limit of a group, said of that limit
 class Reason:
     """Why a waiting run is not granted now (SPEC 6.5): `code` (a key of REASONS), the limit
     that stops it (its own, or for group_limit_full the other limit of its group), and for
-    key_pool_full the key; for held_for_owed, the owed run. limits.engine.keys.why_waiting
+    key_pool_full the key; for held_for_owed, the owed run. limits.engine.waiting.why_waiting
     computes it from the grant's own rules."""
 
     code: str

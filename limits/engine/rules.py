@@ -1,5 +1,5 @@
 """What every locked section shares: taking the locks, the clock, writing the counters, the audit
-row, waking runs after commit, and the grant (`settle_all`: the rules of limits.engine.keys). The
+row, waking runs after commit, and the grant (`settle_all`: the rules of limits.engine.grant). The
 Python engine's (limits.engine.python); the PostgreSQL engine does all of it inside its functions.
 
 Every function here runs inside a transaction that holds the lock of the limit it is given
@@ -15,14 +15,14 @@ from datetime import datetime
 
 from django.db.models import F
 
-from limits.engine import keys, woken
+from limits.engine import grant, keys, woken
 from limits.engine.errors import UNKNOWN_LIMIT, LimitsError
 from limits.engine.results import DEFAULT_TIMEOUT_MS, RESERVATION_MS, Changes
 from limits.models import CAPACITY_IN_FORCE, AuditEvent, Limit, is_storable_text
 from stackbone.plumbing import clock as box_clock
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "RESERVATION_MS", "Changes"]  # their home is limits.engine.results
-GRANT_BATCH = keys.GRANT_BATCH
+GRANT_BATCH = grant.GRANT_BATCH
 SYSTEM_ACTOR = "system"
 SWEEP_ACTOR = "sweep"
 DEPLOY_ACTOR = "deploy"
@@ -67,11 +67,11 @@ def clock_all(locked: dict[int, Limit]) -> datetime:
 
 def settle_all(locked: dict[int, Limit], now: datetime, changes: Changes) -> None:
     """Hand the free capacity of the locked limits to their queues: the grant rule of
-    limits.engine.keys (`settle`) over them all, so a group is granted on all its limits at once.
+    limits.engine.grant (`settle`) over them all, so a group is granted on all its limits at once.
     The Python engine's grant; the PostgreSQL engine's is limits_grant, inside its functions."""
     if not any(limit.waiting_count for limit in locked.values()):
         return
-    keys.settle(locked, now, changes)
+    grant.settle(locked, now, changes)
 
 
 def save_all(locked: dict[int, Limit]) -> None:

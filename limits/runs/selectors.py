@@ -56,7 +56,7 @@ def describe_waits(entries: list[QueueEntry]) -> list[QueueEntry]:
     (SPEC 10.4: passed over and waiting longer than 2 minutes, so the free capacity of its limits
     is held for it), and the figures in words: `place_text` ("3rd of 41"), `key_place_text`
     ("2nd of 5 for key acme", "" without a key) and `eta_text` ("about 4 min", "unknown"); and
-    why it waits, `reason` (SPEC 6.5, limits.engine.keys.why_waiting: a few queries, whatever the
+    why it waits, `reason` (SPEC 6.5, limits.engine.waiting.why_waiting: a few queries, whatever the
     number of waits)."""
     now = clock.now()
     owed_before = now - dt.timedelta(milliseconds=OWED_AFTER_MS)

@@ -189,7 +189,7 @@ def hot_limits(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
 
 
 def keyed_and_groups(args: argparse.Namespace, one: dict[str, Any]) -> list[Row]:
-    """Scenario 1's loop on the rules of limits.engine.keys, each row beside scenario 1's engine
+    """Scenario 1's loop on the rules of limits.engine.grant and keys, each row beside scenario 1's engine
     figure of this run (one plain limit, capacity 4, the same number of processes):
 
     7. One limit with per_key 1; each cycle acquires with a key drawn from 1,000. With capacity

@@ -1396,7 +1396,7 @@ def fair_figures(
       replayed from the pass its slots and entries keep. Every wait here is a group with the box
       (SPEC 12.2: a run waits for a limit and a box slot together), all of one workflow, so a
       grant to one shows the box had room for the others. A group is granted in the fair limit's
-      order since 2026-12-05 (keys._Grant._left_to_fairness; 25 jumps in 600 runs before); 0
+      order since 2026-12-05 (grant._Grant._left_to_fairness; 25 jumps in 600 runs before); 0
       since, in CI's invocation with Redis and PostgreSQL restarts too (2026-12-06). `limits
       verify` leaves groups out of its fair check: this is where the order of groups on a fair
       limit is checked against the real load;

@@ -23,7 +23,7 @@ that could be granted waited.
 
 The invariants are checked twice: by a monitor process that samples every limit, key pool and
 group in one snapshot while the load runs, and from the history rows once it has ended
-(limits/verify.py, also `manage.py limits verify`; tests/concurrency/checks.py for the rest).
+(limits/verify/, also `manage.py limits verify`; tests/concurrency/checks.py for the rest).
 """
 
 from __future__ import annotations

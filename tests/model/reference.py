@@ -379,7 +379,7 @@ class Model:
             self._enqueue(lim, run_id, request, label, k, size, now, deadline, timeout_ms)
         woken_before = len(self.woken)
         # Engine choice: the group path settles with the rules of keys and groups, whatever the
-        # limits (limits.engine.keys.settle).
+        # limits (limits.engine.grant.settle).
         self._settle_keys(locked, now)
         granted = [s for s in self.slots if s.request == request and s.state == "reserved"]
         if granted:
@@ -935,7 +935,7 @@ class Model:
                 self._reserve(entries, now)
 
     def _settle_with_fair_limits(self, locked: list[MLimit], names: set[str], now: datetime) -> None:
-        """13.2 with 10.2-10.4, as the engine walks it (keys._Grant; engine choices where the SPEC
+        """13.2 with 10.2-10.4, as the engine walks it (grant._Grant; engine choices where the SPEC
         is silent): plain limits first, their heads in queue order; then one stream per limit, a
         fifo limit's waiting runs in queue order (read in one batch, as the engine's scan does), a
         fair limit's chosen again after each one is dealt with (the keys under their min first,
@@ -1098,7 +1098,7 @@ class Model:
 
     def _reserve_marking(self, entries: list[MEntry], blocked: dict[str, list[MEntry]], now: datetime) -> None:
         """_reserve, marking as passed over (10.4) only the groups seen stopped on these limits
-        (keys._Grant._mark_passed_over): older, their key pool here with room before this grant."""
+        (grant._Grant._mark_passed_over): older, their key pool here with room before this grant."""
         self._mark_passed_over(
             {
                 e.request

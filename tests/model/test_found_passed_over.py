@@ -1,6 +1,6 @@
 """SPEC 10.4 (passed-over and owed runs), each as the shortest sequence of service calls that the
 model test (tests/model/test_engine_model.py) found the engine getting wrong, kept as regression
-tests now that limits.engine.keys agrees:
+tests now that limits.engine.grant agrees:
 
 "A waiting run is passed over when a younger run is granted a slot of one of its limits at a
 moment when this run's own key pool on that limit had room [...]. A run that has been passed

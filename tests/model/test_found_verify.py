@@ -1,4 +1,4 @@
-"""Histories the engine writes by the rules, which `limits verify` (limits/verify.py) reported as
+"""Histories the engine writes by the rules, which `limits verify` (limits/verify/) reported as
 broken. Found by the model test (tests/model/test_engine_model.py), kept as regression tests.
 
 1. Several capacity changes at one instant (a raise that grants, then a lower): verify judged the

@@ -1,5 +1,5 @@
 """SPEC 13: fair shares between keys. Each test names its rule and fails when the rule breaks, on
-SQLite (limits.engine.keys._fair_stream) and on PostgreSQL (limits_grant's fair branch).
+SQLite (limits.engine.grant._Grant._fair_stream) and on PostgreSQL (limits_grant's fair branch).
 
 Must never happen on a fair limit (limits verify and the model test check it from the rows): a
 grant to a key while another key that could have been served stood before it in the order of

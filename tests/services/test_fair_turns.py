@@ -1,5 +1,5 @@
 """SPEC 13.2 as amended (issue 43): on a fair limit keys take turns (stride scheduling), also when
-more keys wait than there are slots. On SQLite (limits.engine.keys) and PostgreSQL (limits_grant).
+more keys wait than there are slots. On SQLite (limits.engine.grant) and PostgreSQL (limits_grant).
 
 Must never happen on a fair limit: a key that has just released wins its slot back over keys that
 wait unserved; a flooding key gets more than its turn; a key of weight 3 is served like a key of

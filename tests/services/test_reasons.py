@@ -1,5 +1,5 @@
 """SPEC 6.5: every waiting run says why it waits, in one vocabulary, computed by the grant's own
-rules (limits.engine.keys.why_waiting): the limit is paused; the limit is full; its key's pool is
+rules (limits.engine.waiting.why_waiting): the limit is paused; the limit is full; its key's pool is
 full; capacity is held for an owed run; another limit of its group is full (named, with what
 stops it); on a full fair limit (SPEC 13.7), other keys hold less of their share and are served
 first, but for the key next. Both databases."""

@@ -1,0 +1,122 @@
+"""Checks e, h and k of `limits verify` (limits/verify/__init__.py): the runs. A slot tied to
+its run is freed when the run ends (e), a whole run takes no step before its slots are confirmed
+(h), and under the box no run executes outside a box slot and no limit holds more whole runs than
+the box's base (k)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+
+from django.db.models import Min
+
+from limits.config import BOX_NAME
+from limits.engine.results import WHOLE_RUN_SUFFIX
+from limits.models import AuditEvent, Limit
+from limits.verify.history import FOREVER, LIVE, HistoryRows, _iso
+
+
+class RunChecks(HistoryRows):
+    __slots__ = ()
+
+    # --- e. slots tied to their run ----------------------------------------------------------
+
+    def tied_slots_of_ended_runs(self) -> list[str]:
+        """A with_limit slot is freed in the transaction that ends its run (services.end_run):
+        one still live while its run has ended was left behind."""
+        from stackbone.runs.models import Run
+
+        tied = [slot for slot in self.slots if slot["ends_with_run"] and slot["state"] in LIVE]
+        if not tied:
+            return []
+        ended = dict(
+            Run.objects.filter(id__in={slot["run_id"] for slot in tied}, finished_at__isnull=False).values_list(
+                "id", "status"
+            )
+        )
+        return [
+            f"{self.limit.name}: {slot['id']} is still {slot['state']} for with_limit "
+            f"although its run {slot['run_id']} is {ended[slot['run_id']]}"
+            for slot in tied
+            if slot["run_id"] in ended
+        ]
+
+    # --- h. whole runs -----------------------------------------------------------------------
+
+    def steps_before_start(self) -> list[str]:
+        """No step of a run before the slot it holds for the whole run was confirmed."""
+        from limits.runs.bounds import START_REQUEST_SUFFIX
+        from stackbone.runs.models import Step
+
+        confirmed = {
+            slot["run_id"]: slot["confirmed_at"]
+            for slot in self.slots
+            if slot["request"].endswith(START_REQUEST_SUFFIX) and slot["confirmed_at"] is not None
+        }
+        if not confirmed:
+            return []
+        first_steps = Step.objects.filter(run_id__in=confirmed).values("run_id").annotate(first=Min("started_at"))
+        return [
+            f"{self.limit.name}: run {row['run_id']} took a step at {_iso(row['first'])}, before its slot was "
+            f"confirmed at {_iso(confirmed[row['run_id']])}"
+            for row in first_steps
+            if row["first"] < confirmed[row["run_id"]]
+        ]
+
+    # --- k. the box ---------------------------------------------------------------------------
+
+    def steps_outside_the_box(self) -> list[str]:
+        """Every step of a run that held slots of the box began while one of them was busy for
+        it (confirmed, not yet freed): a run executes only in a box slot (SPEC 12.2). Steps of
+        kind 'step' (the work); a hook step is recorded as the run begins to wait."""
+        from stackbone.runs.models import Step
+
+        if not self.limit.is_box:
+            return []
+        held: dict[str, list[tuple[dt.datetime, dt.datetime]]] = defaultdict(list)
+        for slot in self.slots:
+            if slot["confirmed_at"] is not None:
+                held[slot["run_id"]].append((slot["confirmed_at"], slot["freed_at"] or FOREVER))
+        steps = Step.objects.filter(run_id__in=list(held), kind=Step.Kind.STEP, started_at__isnull=False)
+        return [
+            f"{self.limit.name}: run {run_id} began step {name!r} at {_iso(started)} without a box slot"
+            for run_id, name, started in steps.values_list("run_id", "name", "started_at").iterator()
+            if not any(start <= started <= end for start, end in held[run_id])
+        ]
+
+    def whole_runs_over_the_base(self) -> list[str]:
+        """SPEC 12.3: no grant brought the limit's live whole-run slots (requests '<run>:start')
+        above the box's base (the base in force now; skipped once the box's base changed, by an
+        operator or a deploy, or for the box itself, whose pools hold its runs)."""
+        if self.limit.is_box:
+            return []
+        base = _steady_box_base()
+        if base is None:
+            return []
+        level, violations = 0, []
+        moments = []
+        for slot in self.slots:
+            if slot["request"].endswith(WHOLE_RUN_SUFFIX):
+                moments.append((slot["granted_at"], 1))
+                if slot["freed_at"] is not None:
+                    moments.append((slot["freed_at"], -1))
+        for at, change in sorted(moments):  # frees first at one instant
+            level += change
+            if level > base:
+                violations.append(
+                    f"{self.limit.name}: {level} whole runs held slots at {_iso(at)}, the box's base {base}"
+                )
+                break
+        return violations
+
+
+def _steady_box_base() -> int | None:
+    """The box's base in force, if it never changed since the box was declared (an operator's
+    base or a deploy's audited), else None: the checks of 12.3 need the base of every instant."""
+    box = Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True).first()
+    if (
+        box is None
+        or AuditEvent.objects.filter(limit=box, action__in=[AuditEvent.Action.BOX, AuditEvent.Action.SYNC]).exists()
+    ):
+        return None
+    return box.per_key
