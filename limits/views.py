@@ -34,6 +34,7 @@ from limits.forms import (
 )
 from limits.models import AuditEvent, Limit
 from limits.printable import printable
+from limits.selectors import limit_pages
 from stackbone.plumbing import clock as box_clock
 from stackbone.plumbing.access import (
     NEEDS_OPERATE_LIMIT,
@@ -555,9 +556,6 @@ def _live_context(
         limit, search=here.key_filter, number=here.keys, size=KEYS_PER_PAGE, weights=weights
     )
     here = replace(here, slots=slots.number, queue=queue.number, keys=keys.number)
-    selectors.with_group_partners(limit, slots.items)
-    selectors.with_group_partners(limit, queue.items)
-    selectors.with_reasons(limit, queue)
     no_key = selectors.no_key_pool(limit, weights) if keys.number == 1 and not here.key_filter else None
     box_base = None if limit.is_box else getattr(limit, "box_base", None)  # read with the limit
     return {
@@ -568,8 +566,8 @@ def _live_context(
         # base for whole runs.
         "capped_by_box": box_base if box_base is not None and box_base < limit.capacity else None,
         "here": here,
-        "slots": slots,
-        "queue": queue,
+        "slots": selectors.slot_rows(limit, slots),
+        "queue": selectors.queue_rows(limit, queue),
         "keys": keys,
         "no_key": no_key,
         "show_keys": bool(keys.total or here.key_filter or limit.per_key is not None or limit.is_fair),
@@ -580,7 +578,7 @@ def _live_context(
         "keys_pager": Pager(keys, "Key pages", "#live", lambda number: replace(here, keys=number).link(limit)),
         "refused_pool": refused_pool,
         "activity": _activity(limit),
-        "frees_scanned": f"{selectors.RECENT_FREES_SCANNED:,}",
+        "frees_scanned": f"{limit_pages.RECENT_FREES_SCANNED:,}",  # what slot_feed reads
         "can_operate": holds_permission(request, OPERATE_LIMIT),
         "notice": notice,
         "live_url": here.link(limit),

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from limits import eta
-from limits.models import QueueEntry, is_storable_text
-from limits.services import OWED_AFTER_MS, why_waiting
+from limits.models import is_storable_text
+from limits.selectors import Wait
+from limits.services import OWED_AFTER_MS, Reason, why_waiting
 from limits.workflow import KEYLESS_HOOK_NAME, LIMITS_SHOWN_JOIN, hook_name_parts, waits_on
 from stackbone.plumbing import clock
 from stackbone.runs.models import Run, Step
@@ -38,51 +41,81 @@ def deferred_start(run: Run) -> dt.datetime | None:
     return None
 
 
-def run_steps(run: Run) -> list[Step]:
-    """The run's steps in order; a wait for slots carries `waits_on`, the limits it waits for (one,
-    or several: SPEC 10.5), read from its key (limits.workflow.waits_on), never from the text
-    users see, and `shown_parts`, that text in pieces that each name a limit or none
-    (limits.workflow.hook_name_parts)."""
-    steps = list(Step.objects.filter(run=run).order_by("seq"))
-    for step in steps:  # for the template, not fields
-        step.waits_on = waits_on(step)  # type: ignore[attr-defined]
-        step.shown_parts = hook_name_parts(step.waits_on)  # type: ignore[attr-defined]
-    return steps
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """A step as a run's page lists it: the step and, for a wait for slots, the limits it waits for
+    (`waits_on`: one, or several, SPEC 10.5; [] for any other step), read from its key
+    (limits.workflow.waits_on), never from the text users see, and that text in pieces that each
+    name a limit or none (`shown_parts`, limits.workflow.hook_name_parts)."""
+
+    step: Step
+    waits_on: list[str]
+    shown_parts: list[tuple[str, str | None]]
 
 
-def describe_waits(entries: list[QueueEntry]) -> list[QueueEntry]:
-    """For a run's waits (limits.selectors.waits_of_run, which reads their places and estimates):
-    the other limits of the same acquisition (`partners`, SPEC 10.5), whether the run is owed
-    (SPEC 10.4: passed over and waiting longer than 2 minutes, so the free capacity of its limits
-    is held for it), and the figures in words: `place_text` ("3rd of 41"), `key_place_text`
-    ("2nd of 5 for key acme", "" without a key) and `eta_text` ("about 4 min", "unknown"); and
-    why it waits, `reason` (SPEC 6.5, limits.engine.waiting.why_waiting: a few queries, whatever the
-    number of waits)."""
+def run_steps(run: Run) -> list[StepRow]:
+    """The run's steps in order, as its page lists them (StepRow)."""
+    rows = []
+    for step in Step.objects.filter(run=run).order_by("seq"):
+        limits = waits_on(step)
+        rows.append(StepRow(step, limits, hook_name_parts(limits)))
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRow:
+    """A run's wait as its page shows it (describe_waits): its place and estimate, with its queue
+    entry (`wait`, limits.selectors.waits_of_run); why it waits (`reason`, SPEC 6.5); the other
+    limits of the same acquisition (`partners`, SPEC 10.5); whether the run is owed (`owed`, SPEC
+    10.4: passed over and waiting longer than 2 minutes, so the free capacity of its limits is
+    held for it); and the figures in words: `place_text` ("3rd of 41"), `key_place_text` ("2nd of
+    5" among its key's runs, "" without a key's pool) and `eta_text` ("about 4 min", "unknown")."""
+
+    wait: Wait
+    reason: Reason | None
+    partners: tuple[str, ...]
+    owed: bool
+    place_text: str
+    key_place_text: str
+    eta_text: str
+
+
+def describe_waits(waits: Sequence[Wait]) -> list[WaitRow]:
+    """A run's waits (limits.selectors.waits_of_run, which reads their places and estimates) as its
+    page shows them (WaitRow); why each waits comes from limits.engine.waiting.why_waiting: a few
+    queries, whatever the number of waits."""
     now = clock.now()
     owed_before = now - dt.timedelta(milliseconds=OWED_AFTER_MS)
-    reasons = why_waiting(entries, now)
-    for entry in entries:  # for the template, not fields
-        entry.reason = reasons.get(entry.id)  # type: ignore[attr-defined]
-        entry.partners = [  # type: ignore[attr-defined]
-            other.limit.name for other in entries if other.request == entry.request and other.id != entry.id
-        ]
-        entry.owed = entry.passed_over_at is not None and entry.enqueued_at < owed_before  # type: ignore[attr-defined]
-        place: int = entry.place  # type: ignore[attr-defined]
-        approximate: bool = entry.place_approximate  # type: ignore[attr-defined]
-        entry.place_text = eta.place_words(place, entry.limit.waiting_count, approximate=approximate)  # type: ignore[attr-defined]
-        key_place: int | None = entry.key_place  # type: ignore[attr-defined]
-        entry.key_place_text = (  # type: ignore[attr-defined]
+    reasons = why_waiting([wait.entry for wait in waits], now)
+    rows = []
+    for wait in waits:
+        entry = wait.entry
+        key_place_text = (
             ""
-            if key_place is None
-            else eta.place_words(key_place, entry.key_waiting or 0, approximate=entry.key_place_approximate)  # type: ignore[attr-defined]
+            if wait.key_place is None
+            else eta.place_words(wait.key_place, wait.key_waiting or 0, approximate=wait.key_place_approximate)
         )
-        entry.eta_text = eta.eta_words(entry.eta_seconds)  # type: ignore[attr-defined]
-    return entries
+        rows.append(
+            WaitRow(
+                wait=wait,
+                reason=reasons.get(entry.id),
+                partners=tuple(
+                    other.entry.limit.name
+                    for other in waits
+                    if other.entry.request == entry.request and other.entry.id != entry.id
+                ),
+                owed=entry.passed_over_at is not None and entry.enqueued_at < owed_before,
+                place_text=eta.place_words(wait.place, entry.limit.waiting_count, approximate=wait.place_approximate),
+                key_place_text=key_place_text,
+                eta_text=eta.eta_words(wait.eta_seconds),
+            )
+        )
+    return rows
 
 
-def run_eta_text(entries: list[QueueEntry]) -> str:
+def run_eta_text(waits: Sequence[Wait]) -> str:
     """The estimate of a run waiting for several limits at once: the longest of theirs (limits.eta
     .run_eta_seconds), in words; "" when it waits for one limit or none (its row says it all)."""
-    if len(entries) < 2:
+    if len(waits) < 2:
         return ""
-    return eta.eta_words(eta.run_eta_seconds(entry.eta_seconds for entry in entries))  # type: ignore[attr-defined]
+    return eta.eta_words(eta.run_eta_seconds(wait.eta_seconds for wait in waits))

@@ -68,12 +68,12 @@ def _run_or_404(run_id: str) -> Run:
 
 
 def _run_context(request: HtmxHttpRequest, run: Run, notice: dict[str, str] | None = None) -> dict[str, Any]:
-    waits = selectors.describe_waits(limit_selectors.waits_of_run(run.id))
+    waits = limit_selectors.waits_of_run(run.id)
     return {
         "run": run,
         "steps": selectors.run_steps(run),
         "held_slots": limit_selectors.live_slots_of_run(run.id),
-        "waits": waits,
+        "waits": selectors.describe_waits(waits),
         "waits_eta": selectors.run_eta_text(waits),
         "starts_at": selectors.deferred_start(run),
         "input_json": json.dumps(run.input, indent=2, sort_keys=True, ensure_ascii=False),

@@ -98,12 +98,12 @@ def test_an_estimated_place_gives_the_run_pages_eta_and_the_exact_position(tenan
     from limits import selectors
 
     services.end_run("w4")
-    monkeypatch.setattr(selectors, "EXACT_PLACES", 1)
+    monkeypatch.setattr("limits.selectors.places.EXACT_PLACES", 1)
     page_etas = {}
     for run_id in ("w1", "w2", "w3", "w5"):
         (entry,) = selectors.waits_of_run(run_id)
-        page_etas[run_id] = entry.eta_seconds  # type: ignore[attr-defined]
-        assert entry.place_approximate == (run_id in ("w2", "w3"))  # type: ignore[attr-defined]
+        page_etas[run_id] = entry.eta_seconds
+        assert entry.place_approximate == (run_id in ("w2", "w3"))
     assert page_etas == {"w1": 200, "w2": 400, "w3": 400, "w5": 800}  # w3: about 2nd, not 3rd
     rows = _queue(viewer)
     assert [row["position"] for row in rows] == [1, 2, 3, 4]

@@ -269,9 +269,7 @@ def test_slots_lists_a_fair_queue_in_the_order_it_is_served_and_says_why(fair) -
 
 
 def test_rows_past_the_walked_ones_are_marked_estimated(fair, monkeypatch) -> None:
-    from limits import selectors
-
-    monkeypatch.setattr(selectors, "FAIR_EXACT_MAX", 3)
+    monkeypatch.setattr("limits.selectors.fair.FAIR_EXACT_MAX", 3)
     result = run_cli("slots", "tenant-jobs")
     assert [line[0] for line in _queue_lines()] == ["1", "2", "3", "~4", "~5"]
     assert result.out.splitlines()[-1].startswith("~ estimated: past the first runs")

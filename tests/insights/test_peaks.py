@@ -15,6 +15,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from limits import insights
+from limits.insights.peaks import peak_params, record_peaks_sql
 from limits.models import LimitMinute
 from limits.services import acquire, release, sweep
 from tests.conftest import requires_postgres
@@ -236,10 +237,10 @@ def test_on_postgresql_the_peaks_never_read_the_queue_before_the_minute(clock) -
     for n in range(3):
         assert acquire("voice-calls", run_id=f"new-{n}", timeout="1h").state == "waiting"
     clock.advance(minutes=1)
-    params = insights._peak_params(minute)
+    params = peak_params(minute)
     with transaction.atomic(), connection.cursor() as cursor:
         insights.no_jit(cursor)  # as record_peaks runs it: its estimate sits near jit_above_cost
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT TEXT) " + insights._record_peaks_sql(), params)
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT TEXT) " + record_peaks_sql(), params)
         plan = [row[0] for row in cursor.fetchall()]
     text = "\n".join(plan)
     queue_scans = [line for line in plan if "Scan" in line and "limits_queueentry" in line]

@@ -176,7 +176,7 @@ def test_samples_are_taken_once_a_minute(api, clock) -> None:
 
 
 def test_minutes_older_than_the_retention_are_purged_in_batches(api, clock, monkeypatch) -> None:
-    monkeypatch.setattr(insights, "PURGE_BATCH", 3)
+    monkeypatch.setattr("limits.insights.rollups.PURGE_BATCH", 3)
     start = insights.floor_minute(clock.now()) - insights.INSIGHTS_RETENTION - timedelta(minutes=10)
     LimitMinute.objects.bulk_create(
         [LimitMinute(limit=api, minute=start + i * insights.MINUTE, busy=0) for i in range(8)]

@@ -116,7 +116,7 @@ def test_a_changed_display_name_does_not_break_a_replay(limits, monkeypatch) -> 
     # The recorded wait keeps the name it was recorded under; the run page shows today's words.
     assert recorded(run_id)[0] == (SHOWN, KEY, "completed")
     (wait, *_) = run_selectors.run_steps(Run.objects.get(id=run_id))
-    shown = "".join(text for text, _ in wait.shown_parts)  # type: ignore[attr-defined]  # for the template
+    shown = "".join(text for text, _ in wait.shown_parts)  # for the template
     assert shown == "Waiting for a slot of partner-api + voice-calls"
     assert holders("partner-api") == [] and holders("voice-calls") == []
     assert_counters_match_rows("voice-calls")
@@ -143,7 +143,7 @@ def test_a_run_recorded_before_keys_replays_by_the_names_it_was_recorded_under(l
     rewrite_the_older_release_way(Step.objects.get(run_id=run_id, seq=1))
     assert recorded(run_id) == [(SHOWN, "", "waiting")]
     (wait,) = run_selectors.run_steps(Run.objects.get(id=run_id))
-    assert wait.waits_on == BOTH  # type: ignore[attr-defined]  # the run page reads it as before
+    assert wait.waits_on == BOTH  # the run page reads it as before
     monkeypatch.setattr(limits_workflow, "HOOK_NAME", "Waiting for a slot of {limit}")
     services.release(blocker)
     assert advance(run_id) == "completed", Run.objects.get(id=run_id).error
@@ -163,7 +163,7 @@ def test_the_run_page_shows_the_waits_from_the_key_as_it_did_from_the_name(limit
     run_id, _ = waiting_run()
     Step.objects.filter(run_id=run_id, seq=1).update(name="renamed by a later release")
     (wait,) = run_selectors.run_steps(Run.objects.get(id=run_id))
-    assert wait.waits_on == BOTH  # type: ignore[attr-defined]  # read from the key, not the name
+    assert wait.waits_on == BOTH  # read from the key, not the name
     client = Client()
     client.force_login(User.objects.create_user("ada", password="a-long-password"))
     page = client.get(f"/studio/runs/{run_id}/").content.decode()
@@ -175,7 +175,7 @@ def test_the_run_page_shows_the_waits_from_the_key_as_it_did_from_the_name(limit
     # A step that is not a wait shows its own name, links nothing, whatever its key.
     Step.objects.filter(run_id=run_id, seq=1).update(key="sync_account", kind="step")
     (plain,) = run_selectors.run_steps(Run.objects.get(id=run_id))
-    assert plain.waits_on == []  # type: ignore[attr-defined]
+    assert plain.waits_on == []
 
 
 LONG = ["a" * 64, "b" * 64, "c" * 64]  # three limits (keys.MAX_GROUP) of the longest name

@@ -36,9 +36,9 @@ def gappy(clock) -> Limit:
 def test_a_runs_place_counts_only_the_runs_still_waiting_ahead(gappy) -> None:
     assert queue("partner-api") == ["w1", "w2", "w5", "w6", "w7", "w9", "w10", "w11"]
     (w9,) = selectors.waits_of_run("w9")  # acme: w6 and w9 are acme's waiting runs
-    assert (w9.place, w9.key_place, w9.key_waiting) == (6, 2, 2)  # type: ignore[attr-defined]
+    assert (w9.place, w9.key_place, w9.key_waiting) == (6, 2, 2)
     (w5,) = selectors.waits_of_run("w5")  # no key
-    assert (w5.place, w5.key_place) == (3, None)  # type: ignore[attr-defined]
+    assert (w5.place, w5.key_place) == (3, None)
 
 
 def test_a_keys_rows_get_their_places_in_the_limits_whole_queue(gappy) -> None:
@@ -51,7 +51,7 @@ def test_a_keys_rows_get_their_places_in_the_limits_whole_queue(gappy) -> None:
 
 
 def test_many_rows_of_a_key_are_placed_in_one_query_per_batch(gappy, monkeypatch) -> None:
-    monkeypatch.setattr(selectors, "PLACES_PER_QUERY", 2)
+    monkeypatch.setattr("limits.selectors.places.PLACES_PER_QUERY", 2)
     rows = serializers.key_queue_rows(gappy, "globex", offset=0, size=10).items
     with CaptureQueriesContext(connection) as captured:
         places = selectors.limit_places(gappy, rows)
@@ -113,13 +113,13 @@ def test_within_the_cap_from_either_end_a_place_is_exact(gappy, monkeypatch) -> 
     """With the cap lowered to 2 runs: the 1st and 2nd count from the head, the last two from the
     tail (the limit's counter minus the runs behind), both exact; the middle ones are estimated
     from their tickets, said to be, and kept deeper than the cap from both ends."""
-    monkeypatch.setattr(selectors, "EXACT_PLACES", 2)
+    monkeypatch.setattr("limits.selectors.places.EXACT_PLACES", 2)
     order = queue("partner-api")
     assert order == ["w1", "w2", "w5", "w6", "w7", "w9", "w10", "w11"]
     places = {}
     for run_id in order:
         (entry,) = selectors.waits_of_run(run_id)
-        places[run_id] = (entry.place, entry.place_approximate)  # type: ignore[attr-defined]
+        places[run_id] = (entry.place, entry.place_approximate)
     assert places["w1"] == (1, False) and places["w2"] == (2, False)
     assert places["w10"] == (7, False) and places["w11"] == (8, False)
     for run_id in ("w5", "w6", "w7", "w9"):
@@ -132,27 +132,27 @@ def test_within_the_cap_from_either_end_a_place_is_exact(gappy, monkeypatch) -> 
 def test_without_a_lowered_cap_every_place_is_exact(gappy) -> None:
     for number, run_id in enumerate(queue("partner-api"), start=1):
         (entry,) = selectors.waits_of_run(run_id)
-        assert (entry.place, entry.place_approximate) == (number, False)  # type: ignore[attr-defined]
+        assert (entry.place, entry.place_approximate) == (number, False)
 
 
 def test_the_run_page_says_an_estimated_place_is_one(gappy, monkeypatch) -> None:
     from limits.runs import selectors as studio_selectors
 
-    monkeypatch.setattr(selectors, "EXACT_PLACES", 2)
+    monkeypatch.setattr("limits.selectors.places.EXACT_PLACES", 2)
     (w5,) = studio_selectors.describe_waits(selectors.waits_of_run("w5"))
-    assert w5.place_text == "about 4th of 8"  # type: ignore[attr-defined]
+    assert w5.place_text == "about 4th of 8"
     (w10,) = studio_selectors.describe_waits(selectors.waits_of_run("w10"))
-    assert w10.place_text == "7th of 8"  # type: ignore[attr-defined]
+    assert w10.place_text == "7th of 8"
 
 
 def test_a_keys_place_follows_the_same_rule(gappy, monkeypatch) -> None:
     """globex waits w1, w7, w10: with the cap at 1, w1 is exact from the head, w10 from the tail
     (its key's counter), w7 is estimated."""
-    monkeypatch.setattr(selectors, "EXACT_PLACES", 1)
+    monkeypatch.setattr("limits.selectors.places.EXACT_PLACES", 1)
     found = {}
     for run_id in ("w1", "w7", "w10"):
         (entry,) = selectors.waits_of_run(run_id)
-        found[run_id] = (entry.key_place, entry.key_place_approximate)  # type: ignore[attr-defined]
+        found[run_id] = (entry.key_place, entry.key_place_approximate)
     assert found == {"w1": (1, False), "w7": (2, True), "w10": (3, False)}
 
 
@@ -182,7 +182,7 @@ def test_an_estimate_stays_deeper_than_the_cap_from_both_ends() -> None:
 def test_on_postgresql_no_count_of_a_place_reads_more_than_the_cap(gappy, monkeypatch) -> None:
     """20,000 more waiting runs, the cap at 1,000: EXPLAIN ANALYZE of the waits of the run in the
     middle shows no index scan returning more than 1,000 rows, and the place is estimated."""
-    monkeypatch.setattr(selectors, "EXACT_PLACES", 1000)
+    monkeypatch.setattr("limits.selectors.places.EXACT_PLACES", 1000)
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -198,7 +198,7 @@ def test_on_postgresql_no_count_of_a_place_reads_more_than_the_cap(gappy, monkey
         cursor.execute("ANALYZE limits_queueentry")
     with CaptureQueriesContext(connection) as captured:
         (entry,) = selectors.waits_of_run("bulk-10000")
-    assert entry.place_approximate and 1001 <= entry.place <= 20008 - 1000  # type: ignore[attr-defined]
+    assert entry.place_approximate and 1001 <= entry.place <= 20008 - 1000
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, FORMAT TEXT) " + captured.captured_queries[0]["sql"])
         plan = [row[0] for row in cursor.fetchall()]
@@ -371,7 +371,7 @@ def test_a_runs_place_on_its_page_is_its_place_in_the_fair_listing(clock, monkey
     """The run page (waits_of_run) places a run of a fair queue where the listing does: exactly
     among the runs walked, by the same turns past them (estimated, and said so), also for keys
     the walk never read (their turns summed from their rows)."""
-    monkeypatch.setattr(selectors, "FAIR_EXACT_ROWS", exact)
+    monkeypatch.setattr("limits.selectors.fair.FAIR_EXACT_ROWS", exact)
     declare(api={"capacity": 2, "max_hold": "1h", "share": "fair"})
     served = Served(clock)
     for i in range(3):
@@ -384,6 +384,6 @@ def test_a_runs_place_on_its_page_is_its_place_in_the_fair_listing(clock, monkey
     places = {}
     for entry in listing.items:
         (wait,) = selectors.waits_of_run(entry.run_id)
-        places[entry.run_id] = (wait.place, wait.place_approximate)  # type: ignore[attr-defined]
+        places[entry.run_id] = (wait.place, wait.place_approximate)
     expected = {entry.run_id: (index + 1, index >= exact) for index, entry in enumerate(listing.items)}
     assert places == expected

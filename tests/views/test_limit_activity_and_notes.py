@@ -87,7 +87,7 @@ def test_the_feed_looks_at_the_latest_frees_of_the_box_and_the_empty_state_says_
     operator_client, clock, monkeypatch
 ) -> None:
     """Older frees fall out of the window: the empty state names the window, so it stays true."""
-    monkeypatch.setattr(selectors, "RECENT_FREES_SCANNED", 5)
+    monkeypatch.setattr("limits.selectors.limit_pages.RECENT_FREES_SCANNED", 5)
     declare(voice_calls={"capacity": 2, "max_hold": "45m"}, other={"capacity": 50, "max_hold": "45m"})
     services.acquire("voice-calls", run_id="early")
     services.release(slot_of("early"))

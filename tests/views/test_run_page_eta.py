@@ -78,9 +78,9 @@ def test_deeper_than_the_cap_from_both_ends_the_place_and_its_wait_are_estimated
 ) -> None:
     """With the cap of exact places lowered to 2, the 3rd of 5 is 2 from the head and 2 from the
     tail: its page says "about", and the wait counts from that estimated place."""
-    monkeypatch.setattr(selectors, "EXACT_PLACES", 2)
+    monkeypatch.setattr("limits.selectors.places.EXACT_PLACES", 2)
     (entry,) = selectors.waits_of_run(calls.id)
-    assert entry.place_approximate and entry.place == 3  # type: ignore[attr-defined]
+    assert entry.place_approximate and entry.place == 3
     card = wait_card(operator_client.get(f"/studio/runs/{calls.id}/").content.decode(), "voice-calls")
     assert "<strong>about 3rd of 5</strong> in the queue" in card and "estimated" in card
     assert '<dd class="eta"><strong>about 15 min</strong></dd>' in card
@@ -212,7 +212,7 @@ def test_the_page_reads_as_many_queries_whatever_the_length_of_the_queues(
 def test_a_runs_waits_are_read_in_two_queries(calls, django_assert_num_queries) -> None:
     with django_assert_num_queries(2):  # the entries with their places, then the grant rates
         (entry,) = selectors.waits_of_run(calls.id)
-    assert (entry.place, entry.key_place, entry.eta_seconds) == (3, None, 900)  # type: ignore[attr-defined]
+    assert (entry.place, entry.key_place, entry.eta_seconds) == (3, None, 900)
 
 
 def test_after_a_burst_of_fast_grants_the_page_says_under_a_minute(
@@ -234,6 +234,6 @@ def test_after_a_burst_of_fast_grants_the_page_says_under_a_minute(
     run = waiting_run(["voice-calls"])
     with django_assert_num_queries(2):
         (entry,) = selectors.waits_of_run(run.id)
-    assert (entry.place, entry.eta_seconds) == (14, 40)  # type: ignore[attr-defined]
+    assert (entry.place, entry.eta_seconds) == (14, 40)
     card = wait_card(operator_client.get(f"/studio/runs/{run.id}/").content.decode(), "voice-calls")
     assert '<dd class="eta"><strong>under a minute</strong></dd>' in card
