@@ -45,6 +45,11 @@ l. fair shares (SPEC 13.6), on a limit whose share is fair now: no single run wa
    change of the limit's share, weights, mins, pool sizes or declared values (`fair_since`), and
    silent where the rows cannot tell (`unfair_grants` says what it leaves out).
 
+m. queue caps (SPEC 14.5), on a limit with max_waiting or max_waiting_per_key in force now: no
+   acquisition joined the queue while it already held the cap's number of runs (of its key, for
+   max_waiting_per_key), since the last change of the limit's declared values or caps; a
+   reservation that lapsed back into the queue, and a run's start, are not judged.
+
 Why timestamps are enough: every change to a limit's slots and queue happens under that limit's
 row lock, and every service reads the clock *after* taking the lock (tests/services/
 test_replay_races.py holds it to that), so for one limit the times written follow the order of
@@ -65,8 +70,8 @@ the counters and the rows are read as of one instant even while the box runs.
 
 Where each lives (limits/verify/): the rows, and the readings several checks share, in
 `history.py`; a, d and f in `counts.py`; b, c and g in `grants.py`; i and j in `times.py`; e, h
-and k in `runs.py`; l in `fair.py`; `History` (every check over one limit's rows), `verify`
-and the `Verification` it reports in `report.py`.
+and k in `runs.py`; l in `fair.py`; m in `caps.py`; `History` (every check over one limit's
+rows), `verify` and the `Verification` it reports in `report.py`.
 """
 
 from limits.verify.counts import CAPACITY, FREE, GRANT

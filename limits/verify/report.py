@@ -7,6 +7,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from limits.models import Limit
+from limits.verify.caps import CapChecks
 from limits.verify.counts import CountChecks
 from limits.verify.fair import FairChecks
 from limits.verify.grants import GrantChecks
@@ -16,9 +17,9 @@ from limits.verify.times import TimeChecks
 from stackbone.plumbing import clock as box_clock
 
 
-class History(CountChecks, GrantChecks, TimeChecks, RunChecks, FairChecks):
+class History(CountChecks, GrantChecks, TimeChecks, RunChecks, FairChecks, CapChecks):
     """One limit's rows (`HistoryRows.load`) and every check of `limits verify` over them, a to
-    l: `violations` runs them all, in this order."""
+    m: `violations` runs them all, in this order."""
 
     __slots__ = ()
 
@@ -36,6 +37,7 @@ class History(CountChecks, GrantChecks, TimeChecks, RunChecks, FairChecks):
             + self.steps_outside_the_box()
             + self.whole_runs_over_the_base()
             + self.unfair_grants(cutoff)
+            + self.queue_over_cap()
         )
 
 

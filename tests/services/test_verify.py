@@ -254,3 +254,40 @@ def test_verify_reads_one_snapshot_and_writes_nothing(two, clock) -> None:
     verify()
     assert (Slot.objects.count(), QueueEntry.objects.count(), AuditEvent.objects.count()) == before
     assert services.sweep() is not None
+
+
+def test_a_join_past_the_queues_cap_is_a_violation_but_a_lowering_is_not(clock) -> None:
+    """Check m (SPEC 14.5): the queue capped at 2, a third run joined behind two waiting is
+    caught, as is a key's second run past max_waiting_per_key 1; a cap lowered below a longer
+    queue takes nobody out and is no violation; a lapsed reservation's return is not judged."""
+    capped = declare(capped={"capacity": 1, "max_hold": "10m", "max_waiting": 2})["capped"]
+    acquire("capped", run_id="holder")
+    acquire("capped", run_id="w1", request="w1:1")
+    acquire("capped", run_id="w2", request="w2:1")
+    assert violations("capped") == []
+    start = timezone.now() + dt.timedelta(seconds=1)
+    raw_entry(capped, "barger:1", start)  # what an engine ignoring the cap would have written
+    found = violations("capped")
+    assert len(found) == 1 and "barger:1 joined" in found[0] and "(max_waiting 2)" in found[0]
+
+    keyed = declare(keyed={"capacity": 1, "max_hold": "10m", "max_waiting_per_key": 1})["keyed"]
+    acquire("keyed", run_id="holder", key="acme")
+    acquire("keyed", run_id="a1", request="a1:1", key="acme")
+    acquire("keyed", run_id="g1", request="g1:1", key="globex")
+    raw_entry(keyed, "a2:1", start, key="acme")
+    found = [found for found in violations("keyed") if "max_waiting" in found]  # the hand-made row's
+    assert len(found) == 1 and "key 'acme'" in found[0] and "(max_waiting_per_key 1)" in found[0]  # counters aside
+
+
+def test_a_lowered_cap_and_a_lapsed_reservation_back_in_a_full_queue_are_not_violations(clock) -> None:
+    declare(low={"capacity": 1, "max_hold": "10m"})
+    held = acquire("low", run_id="holder").slot_id
+    for n in range(3):
+        acquire("low", run_id=f"w{n}", request=f"w{n}:1")
+    services.set_max_waiting("low", 1)  # three wait: a lowering takes nobody out
+    assert acquire("low", run_id="late", request="late:1").state == "refused"
+    release(held)  # w0 is reserved a slot ...
+    clock.advance(minutes=3)
+    sweep()  # ... which lapses: w0 goes back to the end of a queue past its cap, as 3.6 says
+    assert QueueEntry.objects.filter(request="w0:1", state="waiting").exists()
+    assert violations("low") == []
