@@ -144,6 +144,40 @@ class ShareForm(forms.Form):
         return shortened(self.cleaned_data["share"])
 
 
+class WhenFullForm(forms.Form):
+    """SPEC 14.1, 14.6: what the limit does when full and the caps on its queue, as an operator
+    types them; empty: the declared value. Text, not choices or numbers: the services refuse a
+    bad value with the message of the CLI and the API."""
+
+    on_full = forms.CharField(
+        required=False,
+        widget=forms.Select(
+            choices=[
+                ("", "the declared value"),
+                ("wait", "wait: queue the acquisition"),
+                ("skip", "skip: answer it at once, queue nothing"),
+            ]
+        ),
+    )
+    max_waiting = forms.CharField(
+        required=False, widget=forms.TextInput(attrs={"inputmode": "numeric", "autocomplete": "off"})
+    )
+    max_waiting_per_key = forms.CharField(
+        required=False, widget=forms.TextInput(attrs={"inputmode": "numeric", "autocomplete": "off"})
+    )
+
+    def clean_on_full(self) -> str | None:
+        return shortened(self.cleaned_data["on_full"]) or None
+
+    def clean_max_waiting(self) -> int | str | None:
+        raw = self.cleaned_data["max_waiting"].strip()
+        return number_or_text(raw) if raw else None
+
+    def clean_max_waiting_per_key(self) -> int | str | None:
+        raw = self.cleaned_data["max_waiting_per_key"].strip()
+        return number_or_text(raw) if raw else None
+
+
 class KeyWeightForm(KeyForm):
     """A key's weight on a fair limit (SPEC 13.1); left empty, it goes back to 1."""
 

@@ -23,6 +23,7 @@ urlpatterns = [
     path("<str:name>/key-pool/", views.set_key_pool, name="key-pool"),
     path("<str:name>/key-pool/reset/", views.reset_key_pool, name="key-pool-reset"),
     path("<str:name>/share/", views.set_share, name="share"),
+    path("<str:name>/when-full/", views.set_when_full, name="when-full"),
     path("<str:name>/key-weight/", views.set_key_weight, name="key-weight"),
     path("<str:name>/key-min/", views.set_key_min, name="key-min"),
 ]

@@ -17,6 +17,7 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import trigger_client_event
 
 from limits import selectors, services, workers
+from limits.config import check_max_waiting, check_on_full
 from limits.durations import format_duration
 from limits.forms import (
     BoxForm,
@@ -30,6 +31,7 @@ from limits.forms import (
     ReleaseForm,
     ResetForm,
     ShareForm,
+    WhenFullForm,
     duration_input,
 )
 from limits.models import AuditEvent, Limit
@@ -74,6 +76,8 @@ SHARE_SET = {
     "fifo": "{name} now grants first come, first served.",
 }
 SHARE_RESET = "Share reset to the declared {value}."
+WHEN_FULL_SET = "When full, {name} now {does}; max waiting {max_waiting}, per key {per_key}."
+WHEN_FULL_DOES = {"wait": "queues an acquisition", "skip": "skips: an acquisition is answered at once"}
 KEY_WEIGHT_SET = "The weight of key “{key}” is now {value}."
 KEY_MIN_SET = "The min of key “{key}” is now {value}."
 PAUSED = "Paused: {name} grants nothing until resumed. Held slots stay; waiting runs keep their places."
@@ -350,6 +354,51 @@ def set_share(request: HtmxHttpRequest, name: str) -> HttpResponse:
 
 @require_POST
 @operator_required
+def set_when_full(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    """SPEC 14.1, 14.6: on_full and the two caps on the queue, each changed value through its
+    service (audited); empty: the declared value. A refused value comes back by its field, and
+    nothing is changed (every value is checked before the first is saved)."""
+    limit = _limit_or_404(name)
+    form = WhenFullForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        checks: tuple[tuple[str, str, Callable[[object], object]], ...] = (
+            ("on_full", "When full", check_on_full),
+            ("max_waiting", "Max waiting", check_max_waiting),
+            ("max_waiting_per_key", "Max waiting per key", check_max_waiting),
+        )
+        for field, label, check in checks:
+            if data[field] is not None:
+                try:
+                    check(data[field])
+                except ValueError as error:
+                    form.add_error(field, f"{label} {error}.")
+    if not form.is_valid():
+        return _edit_rejected(request, limit, when_full_form=form)
+    data, who = form.cleaned_data, actor(request)
+    try:
+        if data["on_full"] != (limit.on_full_override or None):
+            limit = services.set_on_full(limit.name, data["on_full"], actor=who)
+        for field, per_key in (("max_waiting", False), ("max_waiting_per_key", True)):
+            if data[field] != getattr(limit, f"{field}_override"):
+                limit = services.set_max_waiting(limit.name, data[field], per_key=per_key, actor=who)
+    except services.LimitsError as error:  # the limit went meanwhile, or is the box
+        return _edit_rejected(request, limit, edit_notice=Notice("error", _sentence(error.message)))
+    said = WHEN_FULL_SET.format(
+        name=limit.name,
+        does=WHEN_FULL_DOES[limit.on_full],
+        max_waiting=_none_or(limit.max_waiting),
+        per_key=_none_or(limit.max_waiting_per_key),
+    )
+    return _edited(request, limit, Notice("success", said))
+
+
+def _none_or(value: int | None) -> str:
+    return "none" if value is None else f"{value:,}"
+
+
+@require_POST
+@operator_required
 def set_key_weight(request: HtmxHttpRequest, name: str) -> HttpResponse:
     """A key's weight on a fair limit (SPEC 13.5), from the form on its row; empty resets it to 1."""
     return _set_key_field(request, name, KeyWeightForm(request.POST), "weight", services.set_weight, KEY_WEIGHT_SET)
@@ -604,6 +653,7 @@ def _edit_context(
     max_hold_form: MaxHoldForm | None = None,
     per_key_form: PerKeyForm | None = None,
     share_form: ShareForm | None = None,
+    when_full_form: WhenFullForm | None = None,
     box_form: BoxForm | None = None,
     edit_notice: Notice | None = None,
 ) -> dict[str, Any]:
@@ -618,6 +668,16 @@ def _edit_context(
         else max_hold_form or MaxHoldForm(initial={"max_hold": duration_input(limit.max_hold_ms)}),
         "per_key_form": per_key_form or PerKeyForm(initial={"per_key": "" if limit.per_key is None else limit.per_key}),
         "share_form": share_form or ShareForm(initial={"share": limit.share}),
+        "when_full_form": when_full_form
+        or WhenFullForm(
+            initial={
+                "on_full": limit.on_full_override,
+                "max_waiting": "" if limit.max_waiting_override is None else limit.max_waiting_override,
+                "max_waiting_per_key": ""
+                if limit.max_waiting_per_key_override is None
+                else limit.max_waiting_per_key_override,
+            }
+        ),
         "edit_notice": edit_notice,
         "can_operate": can_operate,
     }
