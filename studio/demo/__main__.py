@@ -19,6 +19,11 @@ while more than 8 runs wait for the worker or 40 for the box (its run concurrenc
 base 6, burst 1.5, so at most 9 runs execute and the rest queue): the box's sweep (sent every 15 s, dropped after 14 s
 in the broker's queue) must not be stuck behind the demo's runs on a slow machine.
 
+- skip when full (SPEC 14) on `report-exports` (2 slots): every 5 s a `refresh_report` takes a
+  slot with `on_full="skip"` and keeps it for 8-14 s (released by `call_ended`); one that finds
+  both slots busy ends at once, queued nowhere, with `{"skipped": "limit_full"}`, within the
+  first minute (the limit's page counts the skips).
+
 - fair shares (SPEC 13) on `tenant-jobs`: acme floods it from the start, three small tenants join
   within 11 s and get their share as slots free; two newcomers join after 22 s, more keys than
   slots, and are served in turn within one hold (studio/demo/load.py, which a test drives).
@@ -58,6 +63,7 @@ def main() -> None:
     holding: dict[str, float | None] = {}  # run id -> seconds to hold its slot (None: never release)
     releases: list[tuple[float, str]] = []  # (when, slot id)
     next_call = next_session = next_partner_call = next_sync = next_export = time.monotonic()
+    next_reports, reports = next_call + 3, 0
     tenants = TenantJobs(rng, start=next_call)
     set_weights()
     calls = 0
@@ -101,6 +107,11 @@ def main() -> None:
             export = {"name": f"export-{calls}", "seconds": round(rng.uniform(1, 2), 1), "demo": True}
             start_run("partner_export", export)
             next_export = now + 12
+        if not behind and now >= next_reports:  # SPEC 14.2: skipped while both slots are held
+            reports += 1
+            run = start_run("refresh_report", {"report_id": f"report-{reports}", "demo": True})
+            holding[run.id] = rng.uniform(8, 14)
+            next_reports = now + 5
         finished = Run.objects.filter(id__in=list(holding), status__in=["completed", "failed", "cancelled"])
         for run_id, output in finished.values_list("id", "output"):
             hold = holding.pop(run_id)

@@ -145,3 +145,14 @@ def test_a_start_waits_whatever_its_limits_on_full(full) -> None:
     second = start_run(skip_or_wait, {"limit": "voice-calls"}, limits=["exports", "capped"])
     assert Run.objects.get(id=first.id).status == Run.objects.get(id=second.id).status == "queued"
     assert queue("exports") == [first.id, second.id]
+
+
+def test_the_example_refresh_report_skips_while_both_report_exports_slots_are_held(clock) -> None:
+    """The demo's SPEC 14.2 case (studio/demo/__main__.py): refresh_report keeps its slot after
+    the run; a third while two are held ends at once, skipped, queued nowhere."""
+    declare(report_exports={"capacity": 2, "max_hold": "5m"})
+    held = [start_run("refresh_report", {"report_id": f"r{n}"}) for n in (1, 2)]
+    third = start_run("refresh_report", {"report_id": "r3"})
+    assert [Run.objects.get(id=run.id).output["slot_id"] is not None for run in held] == [True, True]
+    assert Run.objects.get(id=third.id).output == {"report_id": "r3", "slot_id": None, "skipped": "limit_full"}
+    assert queue("report-exports") == []
