@@ -59,16 +59,9 @@ BOXES = st.sampled_from((None, (1, 1.0), (1, 2.0), (2, 1.5)))
 SHARES = st.sampled_from(("fifo", "fair", "fair"))  # SPEC 13.1: most limits fair, so keys compete on them
 # SPEC 14.1: (on_full, max_waiting, max_waiting_per_key) of a limit: mostly as the seeds have it
 CAPS = st.sampled_from(
-    (
-        ("wait", None, None),
-        ("wait", None, None),
-        ("skip", None, None),
-        ("wait", 1, None),
-        ("wait", 2, 1),
-        ("skip", 3, 1),
-    )
+    (*[("wait", None, None)] * 6, ("skip", None, None), ("wait", 3, None), ("wait", 4, 2), ("skip", 3, 1))
 )
-ON_FULL = (None, None, None, "skip", "wait")  # an acquisition's own (SPEC 14.1), mostly its limits'
+ON_FULL = (None, None, None, None, None, "skip", "wait")  # an acquisition's own (SPEC 14.1), mostly its limits'
 FAIR_KEYS = ("t1", "t2", "t3", "")  # keys taking turns on a fair limit ("": the no-key runs, one key of weight 1)
 CLOCK_STEPS_MS = (1, 500, 15_000, 60_000, 119_999, 120_000, 121_000, 45 * 60_000, 2 * 3_600_000, 24 * 3_600_000)
 OPERATOR = "user:op"
@@ -975,6 +968,7 @@ def test_the_engine_behaves_as_the_model() -> None:
     print("engine steps:", dict(sorted(SEEN.items())))
     assert SEEN["acquire: busy"] and SEEN["acquire: waiting"] and SEEN["returned True"], SEEN
     assert SEEN["acquire group: busy"] and SEEN["acquire group: waiting"], SEEN
+    assert SEEN["acquire: skipped"] and SEEN["acquire: refused"], SEEN  # SPEC 14.2, 14.5 met
     if examples() >= 100:  # fairness at work, and both ways a run in the box goes on (long runs meet them)
         assert SEEN["fair: a younger key's run went first"], SEEN
         assert SEEN["box: a run kept its box slot"] and SEEN["box: a run gave its box slot back to wait"], SEEN
