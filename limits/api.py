@@ -30,6 +30,11 @@ Writes go through limits.services with the actor `api:<username>`.
          with it that key's pool size; a bad value is a 400 with field "value"
     POST /api/limits/<name>/share/     {"value": "fifo" | "fair" | null}   {"old": "fifo", "limit": limit}:
          first come, first served or fair shares between keys (SPEC 13.5); null resets to the declared share
+    POST /api/limits/<name>/on-full/   {"value": "wait" | "skip" | null}   {"old": "wait", "limit": limit}:
+         what an acquisition that cannot be granted at once does (SPEC 14.1); null resets to the declared one
+    POST /api/limits/<name>/max-waiting/   {"value": 1-1000000 | null, "per_key": false | true}
+         {"old": n | null, "limit": limit}: the queue's cap, or with per_key each key's (SPEC 14.5); null
+         resets it to the declared one; a bad value is a 400 with field "value", a bad per_key "per_key"
     POST /api/limits/<name>/weight/    {"value": 1-100 | null, "key": "tenant-1"}
     POST /api/limits/<name>/min/       {"value": 0-capacity | null, "key": "tenant-1"}
          {"old": 1, "limit": limit, "key": key}: one key's weight or min on a fair limit (null resets:
@@ -54,7 +59,9 @@ Writes go through limits.services with the actor `api:<username>`.
 A `limit` is serializers.limit_summary (the keys of `stackbone limits list --json`; its `kind` is
 "limit", "workflow" or "box", and a workflow's bound and the box have null max hold; the box also
 has `base` and `burst`, a workflow's bound `in_force` and `capped_by_box`; `paused` and
-`paused_at` say whether and since when an operator paused it), a `key` serializers.key_summary.
+`paused_at` say whether and since when an operator paused it; `on_full`, `max_waiting`,
+`max_waiting_per_key` with their declared values, and `skipped_count`, `refused_count`), a `key`
+serializers.key_summary.
 No key is null in JSON.
 """
 
@@ -95,6 +102,9 @@ UNKNOWN_SLOT = "unknown slot {slot_id!r}"
 BAD_SEARCH = f"search must be text of at most {KEY_MAX_LENGTH} characters (no NUL characters)"
 PER_KEY_HELP = "a whole number from 1 to the limit's capacity"
 SHARE_HELP = "'fifo' or 'fair'"
+ON_FULL_HELP = "'wait' or 'skip'"
+MAX_WAITING_HELP = "a whole number from 1 to 1,000,000"
+BAD_PER_KEY_FLAG = "per_key must be true (each key's cap of the queue) or false (the queue's cap), not {value!r}"
 WEIGHT_HELP = "a whole number from 1 to 100"
 MIN_HELP = "a whole number from 0 to the limit's capacity"
 KEY_REQUIRED = "key is required: the key whose {field} to change"
@@ -451,6 +461,51 @@ def set_share(request: ApiRequest, name: str) -> JsonResponse:
             raise ApiError(400, error.message, field="value") from None
         raise
     return JsonResponse({"old": old, "limit": serializers.limit_summary(limit)})
+
+
+@csrf_exempt
+@require_POST
+@token_auth(operate=True)
+def set_on_full(request: ApiRequest, name: str) -> JsonResponse:
+    """SPEC 14.1, 14.6: {"value": "wait" | "skip" | null}; null resets to the declared on_full.
+    A bad value ('replace' and 'cancel_running' included: not built) is a 400 with field "value",
+    and nothing changes."""
+    body = _json_body(request)
+    if "value" not in body:
+        raise ApiError(400, MISSING_FIELD.format(field="value", help=ON_FULL_HELP), field="value")
+    old = _limit(name).on_full
+    try:
+        limit = services.set_on_full(name, body["value"], actor=actor(request))
+    except services.LimitsError as error:
+        if error.field == "on_full":
+            raise ApiError(400, error.message, field="value") from None
+        raise
+    return JsonResponse({"old": old, "limit": serializers.limit_summary(limit)})
+
+
+@csrf_exempt
+@require_POST
+@token_auth(operate=True)
+def set_max_waiting(request: ApiRequest, name: str) -> JsonResponse:
+    """SPEC 14.5, 14.6: {"value": 1-1,000,000 | null, "per_key": false (default) | true}: the
+    queue's cap (max_waiting), or with per_key each key's (max_waiting_per_key); null resets it to
+    the declared value. A bad value is a 400 with field "value", a per_key that is not a boolean
+    one with field "per_key"; nothing changes."""
+    body = _json_body(request)
+    if "value" not in body:
+        raise ApiError(400, MISSING_FIELD.format(field="value", help=MAX_WAITING_HELP), field="value")
+    per_key = body.get("per_key", False)
+    if not isinstance(per_key, bool):
+        raise ApiError(400, BAD_PER_KEY_FLAG.format(value=per_key), field="per_key")
+    limit = _limit(name)
+    old = limit.max_waiting_per_key if per_key else limit.max_waiting
+    try:
+        changed = services.set_max_waiting(name, body["value"], per_key=per_key, actor=actor(request))
+    except services.LimitsError as error:
+        if error.field in ("max_waiting", "max_waiting_per_key"):
+            raise ApiError(400, error.message, field="value") from None
+        raise
+    return JsonResponse({"old": old, "limit": serializers.limit_summary(changed)})
 
 
 @csrf_exempt

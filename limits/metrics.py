@@ -6,7 +6,9 @@ answers the same. Three queries whatever the number of limits or slots (limits.i
 metric_rows), and two for the hosts' clock skew (the database's time, the recent rows): the
 limits' counters (gauges, live), their running totals (counters and the time-to-grant
 histogram, from the sweep's per-minute rollup, so 30-45 s behind the end of each minute; a late
-commit is added by a later pass, within its recount window) and the sweep's state. Every
+commit is added by a later pass, within its recount window) and the sweep's state. One more
+for the acquisitions each limit skipped and refused (SPEC 14.6, answered_at_once): counters
+read live from the limit's row, not the rollup. Every
 limit's metric carries `limit` and `kind` ("limit", or "workflow" for a workflow's own bound);
 busy, reserved and in use mean what they mean everywhere (SPEC 6.5): confirmed slots, slots
 handed out and not yet confirmed, and both. stackbone_limit_paused is 1 while an operator has
@@ -32,6 +34,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET
@@ -40,7 +43,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from limits import insights, workers
-from limits.models import WAIT_BUCKETS_S, capacity_in_force
+from limits.models import WAIT_BUCKETS_S, Limit, capacity_in_force
 from stackbone.plumbing import clock as box_clock
 
 RELEASE_CAUSES = (
@@ -127,6 +130,7 @@ class LimitsCollector(Collector):
             buckets.append(("+Inf", float(row["grants"])))
             waits.add_metric(label, buckets, sum_value=int(row["wait_ms_sum"]) / 1000)
         yield from (grants, queue_grants, releases, lapses, timeouts, waits)
+        yield from answered_at_once(names, kinds)
 
         duration = GaugeMetricFamily("stackbone_sweep_last_duration_seconds", "How long the last sweep pass took.")
         last_run = GaugeMetricFamily(
@@ -183,6 +187,35 @@ class WorkersCollector(Collector):
         )
         oldest.add_metric([], pending.oldest_seconds or 0.0)
         yield from (count, concurrency, busy, runs, oldest)
+
+
+def answered_at_once(names: list[str], kinds: dict[str, str]) -> tuple[Metric, Metric]:
+    """The acquisitions each limit answered at once instead of queueing them (SPEC 14.6): skipped
+    (on_full 'skip', 14.2) and refused (a queue at its cap, 14.5). Live, from the limit's own
+    counters (one query: the limits that answered any), not the rollup; 0 for every other limit
+    the scrape names."""
+    labels = ["limit", "kind"]
+    skipped = CounterMetricFamily(
+        "stackbone_limit_skipped",
+        "Acquisitions answered 'skipped' at once instead of queued (on_full 'skip').",
+        labels=labels,
+    )
+    refused = CounterMetricFamily(
+        "stackbone_limit_refused",
+        "Acquisitions refused at once: the queue, or its key's part of it, was at its cap (max_waiting).",
+        labels=labels,
+    )
+    counted = {
+        name: (kind, skipped_count, refused_count)
+        for name, kind, skipped_count, refused_count in Limit.objects.filter(
+            Q(skipped_count__gt=0) | Q(refused_count__gt=0)
+        ).values_list("name", "kind", "skipped_count", "refused_count")
+    }
+    for name in sorted(set(names) | set(counted)):
+        kind, skipped_count, refused_count = counted.get(name, (kinds.get(name, "limit"), 0, 0))
+        skipped.add_metric([name, kind], float(skipped_count))
+        refused.add_metric([name, kind], float(refused_count))
+    return skipped, refused
 
 
 def largest_skew_by_host() -> dict[str, float]:

@@ -38,7 +38,10 @@ def limit_summary(limit: Limit, *, box_base: int | None = None) -> dict[str, obj
     not yet confirmed, `in_use` both (what counts against capacity). `per_key` is each key's
     pool size in force, null when only the total applies. `paused` is true while an operator has
     paused the limit (SPEC 5.6: it grants nothing until resumed), `paused_at` since when (null
-    while it runs).
+    while it runs). `on_full` ("wait" or "skip"), `max_waiting` and `max_waiting_per_key` (null:
+    no cap) are in force, each with its declared value and whether an operator overrode it (SPEC
+    14.1, 14.6); `skipped_count` and `refused_count` count the acquisitions answered at once
+    instead of queued: skipped, or refused at a queue's cap (SPEC 14.2, 14.5).
 
     The box's run concurrency (SPEC 12, `kind` "box") has `capacity` its ceiling, floor(base x
     burst), and also `base` (no workflow executes more runs at once; its per_key), `burst`, their
@@ -72,6 +75,17 @@ def limit_summary(limit: Limit, *, box_base: int | None = None) -> dict[str, obj
         "share": limit.share,
         "declared_share": limit.declared_share,
         "share_overridden": bool(limit.share_override),
+        "on_full": limit.on_full,
+        "declared_on_full": limit.declared_on_full,
+        "on_full_overridden": bool(limit.on_full_override),
+        "max_waiting": limit.max_waiting,
+        "declared_max_waiting": limit.declared_max_waiting,
+        "max_waiting_overridden": limit.max_waiting_override is not None,
+        "max_waiting_per_key": limit.max_waiting_per_key,
+        "declared_max_waiting_per_key": limit.declared_max_waiting_per_key,
+        "max_waiting_per_key_overridden": limit.max_waiting_per_key_override is not None,
+        "skipped_count": limit.skipped_count,
+        "refused_count": limit.refused_count,
     }
     if limit.is_box:
         summary |= box_fields(limit)

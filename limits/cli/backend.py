@@ -85,6 +85,24 @@ class ShareChange:
 
 
 @dataclass(slots=True)
+class OnFullChange:
+    """A change of what a full limit does (SPEC 14.1): on_full before ('wait' or 'skip') and the
+    limit after."""
+
+    old: str
+    limit: dict[str, Any]
+
+
+@dataclass(slots=True)
+class CapChange:
+    """A change of a queue's cap, max_waiting or max_waiting_per_key (SPEC 14.5): the cap before
+    (None: no cap) and the limit after."""
+
+    old: int | None
+    limit: dict[str, Any]
+
+
+@dataclass(slots=True)
 class KeyChange:
     """A key's weight or min changed (SPEC 13.5): the value before, the limit after and the key
     after (serializers.key_summary, with its fair share)."""
@@ -119,6 +137,8 @@ class BoxChange:
 class Backend(Protocol):
     def limits(self, kind: str | None = None) -> list[dict[str, Any]]: ...
 
+    def limit(self, name: str) -> dict[str, Any]: ...
+
     def slots(self, name: str, cut: int | None, key: str | None = None) -> SlotsView: ...
 
     def keys(self, name: str, cut: int | None, key: str | None = None, search: str = "") -> KeysView: ...
@@ -136,6 +156,10 @@ class Backend(Protocol):
     def set_paused(self, name: str, paused: bool) -> PauseChange: ...
 
     def set_share(self, name: str, value: str | None) -> ShareChange: ...
+
+    def set_on_full(self, name: str, value: str | None) -> OnFullChange: ...
+
+    def set_max_waiting(self, name: str, value: int | str | None, *, per_key: bool) -> CapChange: ...
 
     def set_key_field(self, name: str, field: str, value: int | str | None, key: str) -> KeyChange: ...
 

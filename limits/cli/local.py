@@ -12,9 +12,11 @@ from typing import Any
 
 from limits.cli.backend import (
     BoxChange,
+    CapChange,
     Change,
     KeyChange,
     KeysView,
+    OnFullChange,
     PauseChange,
     PoolChange,
     ShareChange,
@@ -46,6 +48,13 @@ class LocalBackend:
         rows = list(selectors.limits(kind=kind or ""))
         box_base = selectors.box_base(rows)  # a workflow's bound shows the box's base when it caps it
         return [serializers.limit_summary(limit, box_base=box_base) for limit in rows]
+
+    def limit(self, name: str) -> dict[str, Any]:
+        """One limit's row (serializers.limit_summary), as `limits list` gives it."""
+        from limits import selectors, serializers
+
+        limit = self._limit(name)
+        return serializers.limit_summary(limit, box_base=selectors.box_base() if not limit.is_box else None)
 
     def slots(self, name: str, cut: int | None, key: str | None = None) -> SlotsView:
         """The limit's slots and queue, or with `key` only that key's (queue positions then
@@ -186,6 +195,22 @@ class LocalBackend:
 
         old = self._limit(name).share
         return ShareChange(old, serializers.limit_summary(services.set_share(name, value, actor=self.actor)))
+
+    def set_on_full(self, name: str, value: str | None) -> OnFullChange:
+        """'wait' or 'skip' (SPEC 14.1); None resets it to the declared on_full."""
+        from limits import serializers, services
+
+        old = self._limit(name).on_full
+        return OnFullChange(old, serializers.limit_summary(services.set_on_full(name, value, actor=self.actor)))
+
+    def set_max_waiting(self, name: str, value: int | str | None, *, per_key: bool) -> CapChange:
+        """The queue's cap, or with `per_key` each key's (SPEC 14.5); None resets it to the declared one."""
+        from limits import serializers, services
+
+        limit = self._limit(name)
+        old = limit.max_waiting_per_key if per_key else limit.max_waiting
+        changed = services.set_max_waiting(name, value, per_key=per_key, actor=self.actor)
+        return CapChange(old, serializers.limit_summary(changed))
 
     def set_key_field(self, name: str, field: str, value: int | str | None, key: str) -> KeyChange:
         """Set one key's `field` ('weight' or 'min'); None resets it (weight 1, min 0)."""

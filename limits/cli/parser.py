@@ -24,6 +24,9 @@ VERBS = (
     "pause",
     "resume",
     "share",
+    "on-full",
+    "max-waiting",
+    "show",
     "weight",
     "min",
     "box",
@@ -104,6 +107,36 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     )
     share.add_argument("limit", help="the limit's name")
     share.add_argument("value", help="'fifo', 'fair', or 'reset' for the declared share")
+    # SPEC 14.1, 14.5, no --yes like capacity: neither takes anything back, and `reset` undoes it.
+    on_full = verbs.add_parser(
+        "on-full",
+        help="what an acquisition of a full limit does: wait in its queue, or skip (answered at once, queued "
+        "nowhere); or reset",
+        **kwargs,
+    )
+    on_full.add_argument("limit", help="the limit's name")
+    on_full.add_argument("value", help="'wait', 'skip', or 'reset' for the declared value")
+    max_waiting = verbs.add_parser(
+        "max-waiting",
+        help="cap a limit's queue (or, with --per-key, each key's part of it): a run past the cap is refused "
+        "at once; or reset",
+        **kwargs,
+    )
+    _values_may_start_with_a_minus(max_waiting)
+    max_waiting.add_argument("limit", help="the limit's name")
+    max_waiting.add_argument(
+        "value", help="a whole number from 1 to 1,000,000, or 'reset' for the declared value (none: no cap)"
+    )
+    max_waiting.add_argument(
+        "--per-key", action="store_true", help="cap each key's part of the queue (max_waiting_per_key) instead"
+    )
+    show = verbs.add_parser(
+        "show",
+        help="one limit: in use and waiting, each value in force (and the declared one an operator overrode), "
+        "and the acquisitions it skipped and refused",
+        **kwargs,
+    )
+    show.add_argument("limit", help="the limit's name")
     weight = verbs.add_parser(
         "weight", help="a key's weight on a fair limit (its share grows with it), or reset", **kwargs
     )
@@ -151,8 +184,8 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     forget.add_argument("limit", help="the limit's name")
     forget.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     for verb in (
-        listing, slots, keys, release, capacity, max_hold, per_key, pause, resume, share, weight, minimum, box, verify,
-        forget,
+        listing, slots, keys, release, capacity, max_hold, per_key, pause, resume, share, on_full, max_waiting, show,
+        weight, minimum, box, verify, forget,
     ):  # fmt: skip
         _json_usage_errors(verb)
     return verbs
@@ -226,6 +259,18 @@ def share_value(text: str) -> str | None:
     'fair') or reject naming the field."""
     text = _argument_text(text)
     return None if text.strip().lower() == "reset" else text
+
+
+def on_full_value(text: str) -> str | None:
+    """'reset' → None; anything else is passed on as it is, for the service to accept ('wait',
+    'skip') or reject naming the field ('replace' and 'cancel_running' are not built)."""
+    return share_value(text)
+
+
+def max_waiting_value(text: str) -> int | str | None:
+    """'reset' → None; a whole number → int; anything else is passed on for the service to reject
+    naming the field (`max_waiting must be a whole number from 1 to 1,000,000, ...`)."""
+    return capacity_value(text)
 
 
 def base_value(text: str) -> int | str | None:

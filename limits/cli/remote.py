@@ -17,9 +17,11 @@ from typing import Any
 
 from limits.cli.backend import (
     BoxChange,
+    CapChange,
     Change,
     KeyChange,
     KeysView,
+    OnFullChange,
     PauseChange,
     PoolChange,
     ShareChange,
@@ -101,6 +103,11 @@ class AgentBackend:
             limits = [limit for limit in limits if limit.get("kind", "limit") == kind]
         return limits
 
+    def limit(self, name: str) -> dict[str, Any]:
+        """`GET <name>/`: the limit's row."""
+        answer: dict[str, Any] = self._call("GET", f"{_quote(name)}/", not_found=UNKNOWN_LIMIT.format(name=name))
+        return answer
+
     def slots(self, name: str, cut: int | None, key: str | None = None) -> SlotsView:
         quoted = _quote(name)
         summary = self._call("GET", f"{quoted}/", not_found=UNKNOWN_LIMIT.format(name=name))
@@ -165,6 +172,23 @@ class AgentBackend:
             "POST", f"{_quote(name)}/share/", {"value": value}, not_found=UNKNOWN_LIMIT.format(name=name)
         )
         return ShareChange(answer["old"], answer["limit"])
+
+    def set_on_full(self, name: str, value: str | None) -> OnFullChange:
+        """`POST <name>/on-full/` {"value": "wait" | "skip" | null}: on_full before, the limit after."""
+        answer = self._call(
+            "POST", f"{_quote(name)}/on-full/", {"value": value}, not_found=UNKNOWN_LIMIT.format(name=name)
+        )
+        return OnFullChange(answer["old"], answer["limit"])
+
+    def set_max_waiting(self, name: str, value: int | str | None, *, per_key: bool) -> CapChange:
+        """`POST <name>/max-waiting/` {"value": n | null, "per_key": bool}: the cap before, the limit after."""
+        answer = self._call(
+            "POST",
+            f"{_quote(name)}/max-waiting/",
+            {"value": value, "per_key": per_key},
+            not_found=UNKNOWN_LIMIT.format(name=name),
+        )
+        return CapChange(answer["old"], answer["limit"])
 
     def set_key_field(self, name: str, field: str, value: int | str | None, key: str) -> KeyChange:
         """`POST <name>/weight/` or `<name>/min/` {"value": n | null, "key": K}: the value before,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
@@ -194,6 +195,7 @@ def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = 
             notes.append(f"per key {limit['per_key']}" + ("*" if limit.get("per_key_overridden") else ""))
         if limit.get("share") == "fair" or limit.get("share_overridden"):  # .get: from before fair shares
             notes.append(f"{limit.get('share')} shares" + ("*" if limit.get("share_overridden") else ""))
+        notes.extend(_when_full_notes(limit))
         rows.append(
             [
                 limit["name"],
@@ -210,9 +212,85 @@ def render_limits(io: Streams, limits: list[dict[str, Any]], kind: str | None = 
         or limit["max_hold_overridden"]
         or limit.get("per_key_overridden")
         or limit.get("share_overridden")
+        or any(limit.get(f"{name}_overridden") for name in WHEN_FULL_FIELDS)
         for limit in limits
     ):
         io.out("* overridden by an operator; `reset` restores the declared value")
+
+
+WHEN_FULL_FIELDS = ("on_full", "max_waiting", "max_waiting_per_key")  # SPEC 14.1
+
+
+def _when_full_notes(limit: dict[str, Any]) -> list[str]:
+    """`list`'s NOTES for SPEC 14: 'on full skip' and the queue's caps, when not the defaults
+    (wait, no cap) or set by an operator ('*'). .get: an installation from before them has none."""
+    notes = []
+    if limit.get("on_full", "wait") != "wait" or limit.get("on_full_overridden"):
+        notes.append(f"on full {limit.get('on_full')}" + ("*" if limit.get("on_full_overridden") else ""))
+    for cap, words in (("max_waiting", "max waiting"), ("max_waiting_per_key", "max waiting per key")):
+        if limit.get(cap) is not None:
+            notes.append(f"{words} {limit[cap]}" + ("*" if limit.get(f"{cap}_overridden") else ""))
+    return notes
+
+
+def render_limit(io: Streams, limit: dict[str, Any]) -> None:
+    """`show`: one limit's figures, then each value in force, '(overridden; declared X)' when an
+    operator set it, and the acquisitions it answered at once instead of queueing (SPEC 14.6). A
+    value an installation from before it does not answer is '-'."""
+    header = f"{limit['name']}: {in_use(limit)}/{limit['capacity']} in use"
+    if limit["reserved"]:
+        header += f" ({limit['reserved']} reserved)"
+    header += f", {limit['waiting']} waiting"
+    if limit.get("paused"):
+        header += " (paused: grants nothing until resumed)"
+    if not limit["declared"]:
+        header += " (undeclared)"
+    io.out(printable(header))
+    rows = [["kind", str(limit.get("kind", "limit"))]]
+    if is_box(limit):  # its capacity is the ceiling, floor(base x burst): set through base and burst
+        rows += [
+            ["ceiling", str(limit["capacity"])],
+            ["base", _in_force(limit, "base", "declared_base", "base_overridden", str)],
+            ["burst", _in_force(limit, "burst", "declared_burst", "burst_overridden", _burst)],
+        ]
+    else:
+        rows += [
+            ["capacity", _in_force(limit, "capacity", "declared_capacity", "capacity_overridden", str)],
+            ["max hold", _in_force(limit, "max_hold_ms", "declared_max_hold_ms", "max_hold_overridden", _hold)],
+            ["per key", _in_force(limit, "per_key", "declared_per_key", "per_key_overridden", _cap)],
+        ]
+    for value, words in (
+        ("share", "share"),
+        ("on_full", "on full"),
+        ("max_waiting", "max waiting"),
+        ("max_waiting_per_key", "max waiting per key"),
+    ):
+        rows.append([words, _in_force(limit, value, f"declared_{value}", f"{value}_overridden", _cap)])
+    rows += [
+        ["skipped", str(limit.get("skipped_count", "-"))],
+        ["refused (queue full)", str(limit.get("refused_count", "-"))],
+    ]
+    for line in table(["", ""], rows)[1:]:
+        io.out(line)
+
+
+def _hold(ms: Any) -> str:
+    return "none" if ms is None else format_duration(ms)
+
+
+def _cap(value: object) -> str:
+    """A pool size or a cap; 'none' when there is none."""
+    return "none" if value is None else str(value)
+
+
+def _in_force(limit: dict[str, Any], field: str, declared: str, overridden: str, text: Callable[[Any], str]) -> str:
+    """A value in force as `text` writes it, with '(overridden; declared X)' when an operator set
+    it; '-' when the row has no such value (an installation from before it)."""
+    if field not in limit:
+        return "-"
+    if limit.get(overridden):
+        return f"{text(limit[field])} (overridden; declared {text(limit.get(declared))})"
+    return text(limit[field])
 
 
 def _share(value: object) -> str:

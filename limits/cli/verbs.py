@@ -30,6 +30,8 @@ from limits.cli.parser import (
     key_option,
     kind_option,
     max_hold_value,
+    max_waiting_value,
+    on_full_value,
     per_key_value,
     search_option,
     share_value,
@@ -42,6 +44,7 @@ from limits.cli.render import (
     is_terminal,
     render_box,
     render_keys,
+    render_limit,
     render_limits,
     render_slots,
     write,
@@ -205,6 +208,47 @@ def share(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
     return EXIT_OK
 
 
+def on_full(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    """SPEC 14.1: 'wait' (queue, the default), 'skip' (answered at once, queued nowhere) or
+    'reset' (the declared value). 'replace' and 'cancel_running' are refused with the engine's
+    message naming on_full: they are not built. The next acquisition follows it; the runs
+    waiting keep their places."""
+    value = on_full_value(options.value)
+    change = backend.set_on_full(options.limit, value)
+    if options.json:
+        io.json(change.limit)
+    else:
+        new = str(change.limit.get("on_full")) + (" (declared)" if value is None else "")
+        io.out(printable(f"{change.limit['name']} on full: {change.old} → {new}"))
+    return EXIT_OK
+
+
+def max_waiting(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    """SPEC 14.5: the queue's cap (1 to 1,000,000), with --per-key each key's part of it, or
+    'reset' (the declared one). Prints old → new; 'none' is no cap. Lowering it takes no waiting
+    run out of the queue."""
+    value = max_waiting_value(options.value)
+    change = backend.set_max_waiting(options.limit, value, per_key=options.per_key)
+    if options.json:
+        io.json(change.limit)
+        return EXIT_OK
+    field, what = ("max_waiting_per_key", "max waiting per key") if options.per_key else ("max_waiting", "max waiting")
+    new = _size(change.limit.get(field)) + (" (declared)" if value is None else "")
+    io.out(printable(f"{change.limit['name']} {what}: {_size(change.old)} → {new}"))
+    return EXIT_OK
+
+
+def show(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
+    """One limit: its figures, each value in force (with the declared one an operator overrode)
+    and the acquisitions it answered at once instead of queueing (SPEC 14.6)."""
+    limit = backend.limit(options.limit)
+    if options.json:
+        io.json(limit)
+    else:
+        render_limit(io, limit)
+    return EXIT_OK
+
+
 def weight(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
     """A key's weight (1-100) on a fair limit, or 'reset' (1)."""
     return _set_key_field(backend, options, io, "weight")
@@ -325,6 +369,9 @@ HANDLERS: dict[str, Callable[[Backend, argparse.Namespace, Streams], int]] = {
     "pause": pause,
     "resume": resume,
     "share": share,
+    "on-full": on_full,
+    "max-waiting": max_waiting,
+    "show": show,
     "weight": weight,
     "min": minimum,
     "box": box,

@@ -96,3 +96,23 @@ def seed_fair() -> None:
         acquire("tenant-jobs", run_id=f"r{n}", key="acme")
     for n, key in ((5, "acme"), (6, "acme"), (7, "globex"), (8, "initech"), (9, None)):
         acquire("tenant-jobs", run_id=f"r{n}", key=key, timeout="1h")
+
+
+def seed_when_full() -> None:
+    """SPEC 14: report-exports (capacity 1, max hold 30m, on_full skip): r1 holds it and r2 was
+    skipped. partner-api (capacity 1, max hold 10m, max_waiting 2, max_waiting_per_key 1): p1
+    holds it, p2 of acme and p4 of globex wait; p3 of acme was refused (acme's part of the queue
+    was full) and p5 without a key (the queue was full)."""
+    declare(
+        report_exports={"capacity": 1, "max_hold": "30m", "on_full": "skip"},
+        partner_api={"capacity": 1, "max_hold": "10m", "max_waiting": 2, "max_waiting_per_key": 1},
+    )
+    from limits.services import acquire
+
+    acquire("report-exports", run_id="r1")
+    assert acquire("report-exports", run_id="r2").state == "skipped"
+    acquire("partner-api", run_id="p1")
+    acquire("partner-api", run_id="p2", key="acme", timeout="1h")
+    assert acquire("partner-api", run_id="p3", key="acme", timeout="1h").state == "refused"
+    acquire("partner-api", run_id="p4", key="globex", timeout="1h")
+    assert acquire("partner-api", run_id="p5", timeout="1h").state == "refused"

@@ -21,8 +21,12 @@ from tests.fuzz.conftest import NASTY_ARGV, argv_text, fuzz, snapshot
 pytestmark = pytest.mark.django_db
 
 STACKBONE = Path(sys.executable).parent / "stackbone"
-VERBS = ["list", "slots", "keys", "release", "capacity", "max-hold", "per-key", "pause", "resume", "forget"]
-WRITES = {"release", "capacity", "max-hold", "per-key", "pause", "resume", "forget"}
+VERBS = [
+    "list", "show", "slots", "keys", "release", "capacity", "max-hold", "per-key", "on-full", "max-waiting", "pause",
+    "resume", "forget",
+]  # fmt: skip
+WRITES = {"release", "capacity", "max-hold", "per-key", "on-full", "max-waiting", "pause", "resume", "forget"}
+READS = ("list", "show", "slots", "keys")
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
@@ -73,8 +77,8 @@ def test_no_argument_is_a_traceback_and_a_refusal_writes_nothing(
     code, _out, err = run([verb, *args, *flags])
     if code == 0:
         # Only a well-formed command on a real limit can succeed; reads never write.
-        assert verb in ("list", "slots", "keys") or args[0] in ("voice-calls", "partner-api"), (verb, args)
-        if verb in ("list", "slots", "keys"):
+        assert verb in READS or args[0] in ("voice-calls", "partner-api"), (verb, args)
+        if verb in READS:
             assert snapshot() == before
         return
     assert_clean_failure(code, err)
@@ -82,28 +86,32 @@ def test_no_argument_is_a_traceback_and_a_refusal_writes_nothing(
 
 
 @pytest.mark.parametrize("value", [v for v in NASTY_ARGV if v.strip().lower() != "reset"])
-@pytest.mark.parametrize("verb", ["capacity", "max-hold"])
+@pytest.mark.parametrize("verb", ["capacity", "max-hold", "on-full", "max-waiting"])
 def test_a_nasty_value_is_exit_2_naming_the_field(calls, verb: str, value: str) -> None:
     if verb == "max-hold" and value in ("45m ",):
         pytest.skip("a valid max hold")
-    if verb == "capacity" and value in ("+5",):
-        pytest.skip("a valid capacity")
+    if verb in ("capacity", "max-waiting") and value in ("+5",):
+        pytest.skip("a valid capacity or cap")
     before = snapshot()
     code, _out, err = run([verb, "voice-calls", "--", value])
     if verb == "max-hold" and code == 0:
         pytest.fail(f"max hold {value!r} accepted")
     assert code == 2, (value, err)
-    assert err.startswith("error: ") and ("capacity" in err or "max hold" in err)
+    named = {"capacity": "capacity", "max-hold": "max hold", "on-full": "on_full", "max-waiting": "max_waiting"}
+    assert err.startswith(f"error: {named[verb]}") or (verb == "max-hold" and "max hold" in err), err
     assert snapshot() == before
 
 
 @pytest.mark.parametrize("name", NASTY_ARGV)
-@pytest.mark.parametrize("verb", ["slots", "keys", "capacity", "max-hold", "per-key", "pause", "resume", "forget"])
+@pytest.mark.parametrize(
+    "verb",
+    ["show", "slots", "keys", "capacity", "max-hold", "per-key", "on-full", "max-waiting", "pause", "resume", "forget"],
+)
 def test_an_unknown_limit_is_exit_1(calls, verb: str, name: str) -> None:
     if name.startswith("-") or not name:
         pytest.skip("argparse reads it as an option, or it is empty")
     before = snapshot()
-    values = {"capacity": "3", "max-hold": "1m", "per-key": "1"}
+    values = {"capacity": "3", "max-hold": "1m", "per-key": "1", "on-full": "skip", "max-waiting": "5"}
     args = [name, values[verb]] if verb in values else [name]
     if verb == "forget":
         args.append("--yes")  # it asks before it looks the limit up

@@ -165,8 +165,50 @@ def test_counters_never_go_back_when_old_minutes_are_purged(scraper, clock) -> N
     assert one(scrape(scraper), "stackbone_limit_grants_total", limit="m") == before == 1
 
 
+def test_the_acquisitions_skipped_and_refused_are_counted_per_limit_live(scraper, clock) -> None:
+    """SPEC 14.6 on /metrics: stackbone_limit_skipped_total and stackbone_limit_refused_total count
+    each limit's acquisitions answered at once instead of queued, read from the limit's own
+    counters (no rollup needed), with HELP and TYPE lines; 0 for a limit that answered none."""
+    declare(
+        exports={"capacity": 1, "max_hold": "30m", "on_full": "skip"},
+        partner={"capacity": 1, "max_hold": "10m", "max_waiting": 2, "max_waiting_per_key": 1},
+        quiet={"capacity": 1, "max_hold": "1m"},
+    )
+    acquire("exports", run_id="e1")
+    for n in (2, 3):
+        assert acquire("exports", run_id=f"e{n}").state == "skipped"
+    acquire("partner", run_id="p1")
+    acquire("partner", run_id="p2", key="acme", timeout="1h")
+    assert acquire("partner", run_id="p3", key="acme", timeout="1h").reason == "key_queue_full"
+    acquire("partner", run_id="p4", key="globex", timeout="1h")
+    assert acquire("partner", run_id="p5", key="initech", timeout="1h").reason == "queue_full"
+    assert acquire("partner", run_id="p6", on_full="skip").state == "skipped"
+    samples = scrape(scraper)
+    assert one(samples, "stackbone_limit_skipped_total", limit="exports") == 2
+    assert one(samples, "stackbone_limit_refused_total", limit="exports") == 0
+    assert one(samples, "stackbone_limit_skipped_total", limit="partner") == 1
+    assert one(samples, "stackbone_limit_refused_total", limit="partner") == 2
+    assert one(samples, "stackbone_limit_skipped_total", limit="quiet") == 0
+    assert one(samples, "stackbone_limit_refused_total", limit="quiet") == 0
+    text = scraper.get("/metrics").content.decode()
+    for name in ("stackbone_limit_skipped_total", "stackbone_limit_refused_total"):
+        assert f"\n# TYPE {name} counter\n" in text
+        assert f"\n# HELP {name} Acquisitions " in text
+
+
+def test_a_limit_that_left_the_config_keeps_its_skipped_and_refused_counts(scraper, clock) -> None:
+    declare(exports={"capacity": 1, "max_hold": "30m", "on_full": "skip"})
+    first = acquire("exports", run_id="e1").slot_id
+    assert acquire("exports", run_id="e2").state == "skipped"
+    release(first)
+    declare(other={"capacity": 1, "max_hold": "1m"})  # exports is undeclared now, idle, never rolled up
+    samples = scrape(scraper)
+    assert one(samples, "stackbone_limit_skipped_total", limit="exports") == 1
+    assert one(samples, "stackbone_limit_refused_total", limit="exports") == 0
+
+
 @pytest.mark.parametrize("limits", [2, 30])
-def test_a_scrape_is_five_queries_whatever_the_number_of_limits(
+def test_a_scrape_is_six_queries_whatever_the_number_of_limits(
     scraper, clock, django_assert_num_queries, limits
 ) -> None:
     declare(**{f"l{i}": {"capacity": 2, "max_hold": "1h"} for i in range(limits)})
@@ -176,8 +218,9 @@ def test_a_scrape_is_five_queries_whatever_the_number_of_limits(
         acquire(f"l{i}", run_id=f"b{i}")
         acquire(f"l{i}", run_id=f"c{i}")  # waits
     roll_up_all(clock)
-    # the limits, their totals, the sweep's state, the hosts' clock skew, the runs pending for a worker
-    with django_assert_num_queries(5):
+    # the limits, their totals, the sweep's state, the limits that skipped or refused, the hosts' clock
+    # skew, the runs pending for a worker
+    with django_assert_num_queries(6):
         samples = scrape(scraper)
     assert one(samples, "stackbone_limit_grants_total", limit=f"l{limits - 1}") == 2
     assert one(samples, "stackbone_limit_waiting", limit="l0") == 1
@@ -217,7 +260,7 @@ def test_a_paused_limit_is_1_on_stackbone_limit_paused_and_the_scrape_keeps_its_
     declare(m={"capacity": 2, "max_hold": "10m"}, other={"capacity": 3, "max_hold": "1h"})
     run_bounds.sync(["sync_tenant"])
     pause_limit("m", actor="test")
-    with django_assert_num_queries(5):
+    with django_assert_num_queries(6):
         samples = scrape(scraper)
     assert one(samples, "stackbone_limit_paused", limit="m") == 1
     assert one(samples, "stackbone_limit_paused", limit="other") == 0

@@ -16,9 +16,8 @@ from limits.tokens import TokenError, issue_token
 
 class Command(BaseCommand):
     help = (
-        "Operate concurrency limits: list, slots, keys, release, capacity, max-hold, per-key, pause, resume, "
-        "verify, forget, "
-        "sync, sweep, token."
+        "Operate concurrency limits: list, show, slots, keys, release, capacity, max-hold, per-key, pause, resume, "
+        "share, on-full, max-waiting, weight, min, box, verify, forget, sync, sweep, token."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
