@@ -1,9 +1,11 @@
-"""limits.selectors and limits.insights were single modules; issue 48 split each into a package
-along its seams (limits/selectors/: pages, limit_pages, keys_panel, places, fair;
-limits/insights/: rollups, peaks, reads, minutes). The package hands on every name the module had.
+"""limits.selectors, limits.insights and limits.views were single modules; issue 48 split each
+into a package along its seams (limits/selectors/: pages, limit_pages, keys_panel, places, fair;
+limits/insights/: rollups, peaks, reads, minutes; limits/views/: pages, edits, regions). The
+package hands on every name the module had.
 
-Must never happen: a name an embedding project or a test imported from limits.selectors or
-limits.insights that the package no longer gives; a name in a package's __all__ it does not give.
+Must never happen: a name an embedding project, the urls or a test imported from limits.selectors,
+limits.insights or limits.views that the package no longer gives; a name in a package's __all__ it
+does not give.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import pytest
 # one_database (tests/conftest.py): imports modules, never touches a database.
 pytestmark = pytest.mark.one_database
 
-# The public names of limits/selectors.py and limits/insights.py before the split. Two are gone
-# on purpose: with_group_partners and with_reasons stuck values on model instances for the
-# template; the limit page's rows are view models now (slot_rows, queue_rows: SlotRow, QueueRow).
+# The public names of limits/selectors.py, limits/insights.py and limits/views.py before the
+# split. Two are gone on purpose: with_group_partners and with_reasons stuck values on model
+# instances for the template; the limit page's rows are view models now (slot_rows, queue_rows:
+# SlotRow, QueueRow).
 BEFORE = {
     "limits.selectors": [
         "ARMS_PER_QUERY",
@@ -111,6 +114,69 @@ BEFORE = {
         "roll_up",
         "sample",
         "wait_figures",
+    ],
+    "limits.views": [
+        "ACTIVITY_SIZE",
+        "ALREADY_FREE",
+        "ALREADY_PAUSED",
+        "ALREADY_RUNNING",
+        "BAD_KEY",
+        "BOX_RESET",
+        "BOX_SET",
+        "BOX_UNCHANGED",
+        "CAPACITY_RESET",
+        "CAPACITY_SET",
+        "KEYS_PER_PAGE",
+        "KEY_FILTER_MAX_LENGTH",
+        "KEY_MIN_SET",
+        "KEY_POOL_RESET",
+        "KEY_POOL_RESET_TO_NONE",
+        "KEY_POOL_SET",
+        "KEY_WEIGHT_SET",
+        "KIND_CHOICES",
+        "LIMITS_PER_PAGE",
+        "LIMIT_CHANGED_EVENT",
+        "MAX_HOLD_RESET",
+        "MAX_HOLD_SET",
+        "NO_BOX_PAGE",
+        "NO_MAX_HOLD",
+        "Notice",
+        "PAUSED",
+        "PER_KEY_RESET",
+        "PER_KEY_RESET_TO_NONE",
+        "PER_KEY_SET",
+        "Pager",
+        "Place",
+        "QUEUE_PER_PAGE",
+        "RELEASED",
+        "RESUMED",
+        "RefusedPool",
+        "SEARCH_MAX_LENGTH",
+        "SHARE_RESET",
+        "SHARE_SET",
+        "SLOTS_PER_PAGE",
+        "TOTAL_RESET",
+        "TOTAL_SET",
+        "WHEN_FULL_DOES",
+        "WHEN_FULL_SET",
+        "limit_detail",
+        "limit_list",
+        "operator_required",
+        "pause_limit",
+        "release_slot",
+        "reset_key_pool",
+        "reset_limit",
+        "resume_limit",
+        "set_box",
+        "set_capacity",
+        "set_key_min",
+        "set_key_pool",
+        "set_key_weight",
+        "set_max_hold",
+        "set_per_key",
+        "set_share",
+        "set_when_full",
+        "workers_panel",
     ],
 }
 

@@ -257,9 +257,7 @@ def test_the_queue_is_listed_in_the_order_it_is_served_and_the_first_row_gets_th
 
 
 def test_past_the_first_page_places_are_estimated_and_said_so(fair_limit, operator_client, monkeypatch) -> None:
-    from limits import views
-
-    monkeypatch.setattr(views, "QUEUE_PER_PAGE", 2)
+    monkeypatch.setattr("limits.views.regions.QUEUE_PER_PAGE", 2)  # read where it is defined
     first = operator_client.get(URL).content.decode()
     assert "Past the first 2, the order is estimated from the keys’ turns (≈)." in first
     assert [place for place, _, _ in _queue(first)] == ["1", "2"]

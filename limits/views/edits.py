@@ -1,22 +1,19 @@
-"""The Studio Limits screen. Each view parses its input, calls one service (or selector) and
-renders one template or one of its partials (`limits/limit_detail.html#live` for htmx)."""
+"""The operator's edits on a limit's page, each a small POST: parse the form, call one service,
+render the updated partial (the edit panel, `_edited`, or the live region, `_live_changed`); a
+refused value comes back next to its field (`_edit_rejected`, `_pool_rejected`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.http import Http404, HttpResponse, HttpResponseBadRequest, QueryDict
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
-from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
-from django.views.decorators.vary import vary_on_headers
+from django.views.decorators.http import require_POST
 from django_htmx.http import trigger_client_event
 
-from limits import selectors, services, workers
+from limits import selectors, services
 from limits.config import check_max_waiting, check_on_full
 from limits.durations import format_duration
 from limits.forms import (
@@ -32,29 +29,26 @@ from limits.forms import (
     ResetForm,
     ShareForm,
     WhenFullForm,
-    duration_input,
 )
-from limits.models import AuditEvent, Limit
+from limits.models import Limit
 from limits.printable import printable
-from limits.selectors import limit_pages
-from stackbone.plumbing import clock as box_clock
+from limits.views.regions import (
+    Notice,
+    RefusedPool,
+    _burst,
+    _detail_url,
+    _edit_context,
+    _limit_or_404,
+    _live_context,
+)
 from stackbone.plumbing.access import (
     NEEDS_OPERATE_LIMIT,
     OPERATE_LIMIT,
     HtmxHttpRequest,
     actor,
-    holds_permission,
     permission_required,
-    studio_login_required,
 )
 
-LIMITS_PER_PAGE = 100
-SEARCH_MAX_LENGTH = 64
-SLOTS_PER_PAGE = 50
-QUEUE_PER_PAGE = selectors.FAIR_EXACT_ROWS  # 50: a fair queue's first page is walked exactly, as the run page's places
-KEYS_PER_PAGE = 25
-KEY_FILTER_MAX_LENGTH = 128
-ACTIVITY_SIZE = 20
 LIMIT_CHANGED_EVENT = "limit-changed"
 
 RELEASED = "Released {slot}. If runs were waiting, the first one now has it reserved."
@@ -93,117 +87,8 @@ BOX_RESET = "{field} reset to the declared {value}: the box executes at most {ce
 BOX_UNCHANGED = "Base {base} and burst {burst} are already in force: nothing changed."
 NO_BOX_PAGE = "The box has no run concurrency: declare run_concurrency={'base': n} in the workspace config first."
 
-# The kind filter of the list: (value of ?kind=, what the select shows).
-KIND_CHOICES = (
-    ("", "All kinds"),
-    (Limit.Kind.LIMIT.value, "Limits"),
-    (Limit.Kind.WORKFLOW.value, "Workflow bounds"),
-    (Limit.Kind.BOX.value, "The box"),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    level: str  # "success" | "info" | "error"
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Pager:
-    """The links around one page of a list (limits/pager.html), loaded into `target` by htmx."""
-
-    page: selectors.Page[Any]
-    label: str
-    target: str
-    url: Callable[[int], str]
-
-    @property
-    def first(self) -> str:
-        return self.url(1)
-
-    @property
-    def previous(self) -> str:
-        return self.url(self.page.number - 1)
-
-    @property
-    def next(self) -> str:
-        return self.url(self.page.number + 1)
-
-    @property
-    def last(self) -> str:
-        return self.url(self.page.pages)
-
-
-@dataclass(frozen=True, slots=True)
-class RefusedPool:
-    """A key's pool size (or weight, or min: `field`) that was refused: shown again in its row,
-    with the messages."""
-
-    key: str
-    value: str
-    errors: list[str]
-    field: str = "pool"
-
 
 operator_required = permission_required(OPERATE_LIMIT, NEEDS_OPERATE_LIMIT)
-
-
-# --- pages --------------------------------------------------------------------------------------
-
-
-@require_GET
-@studio_login_required
-def workers_panel(request: HtmxHttpRequest) -> HttpResponse:
-    """The Limits list's Workers panel (limits.workers): the Celery workers alive, the runs
-    waiting for one, and the limits the workers bound. Loaded by htmx after the page and every
-    10 s, so the list never waits for the workers' answer (kept 10 s per web process)."""
-    found = workers.alive()
-    bounded = workers.bounded_by_workers(found.concurrency)
-    context = {
-        "workers": found,
-        "pending": workers.pending(box_clock.display_now()),
-        "bounded": bounded[: workers.BOUNDED_SHOWN],
-        "more_bounded": len(bounded) > workers.BOUNDED_SHOWN,
-    }
-    return render(request, "limits/limit_list.html#workers-panel", context)
-
-
-@require_GET
-@vary_on_headers("HX-Request")
-@studio_login_required
-def limit_list(request: HtmxHttpRequest) -> HttpResponse:
-    """Every limit, LIMITS_PER_PAGE a page, optionally those whose name contains ?q= and those of
-    one ?kind= ("limit": declared in the workspace; "workflow": a workflow's own bound)."""
-    search, kind = _search(request.GET), _kind(request.GET)
-    number = _page_number(request.GET, "page")
-    page = selectors.limits_page(search=search, kind=kind, number=number, size=LIMITS_PER_PAGE)
-    context = {
-        "search": search,
-        "kind": kind,
-        "kinds": KIND_CHOICES,
-        "box_base": selectors.box_base(page.items),  # "capped by the box's base" on workflow bounds
-        "declared_limits": [limit for limit in page.items if limit.declared],
-        "undeclared_limits": [limit for limit in page.items if not limit.declared],
-        "list_url": _list_url(search, page.number, kind),
-        "pager": Pager(page, "Pages of limits", "#limits-table", lambda number: _list_url(search, number, kind)),
-    }
-    template = "limits/limit_list.html#limits-table" if request.htmx else "limits/limit_list.html"
-    return render(request, template, context)
-
-
-@require_GET
-@vary_on_headers("HX-Request")
-@studio_login_required
-def limit_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
-    limit = _limit_or_404(name)
-    context = _live_context(request, limit, request.GET)
-    if request.htmx:
-        return render(request, "limits/limit_detail.html#live", context)
-    context |= _edit_context(limit, can_operate=context["can_operate"])
-    return render(request, "limits/limit_detail.html", context)
-
-
-# --- operator actions: each a small POST ----------------------------------------------------------
 
 
 @require_POST
@@ -516,173 +401,6 @@ def set_box(request: HtmxHttpRequest) -> HttpResponse:
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _burst(value: float | None) -> str:
-    return "—" if value is None else f"{value:g}"
-
-
-def _limit_or_404(name: str) -> Limit:
-    limit = selectors.get_limit(name)
-    if limit is None:
-        raise Http404(f"No limit named {name!r}.")
-    return limit
-
-
-def _search(params: QueryDict) -> str:
-    """?q= as a limit name fragment: names are lowercase, at most 64 characters. (A NUL never
-    gets here: stackbone.plumbing.middleware answers 400 first.)"""
-    return params.get("q", "").strip().lower()[:SEARCH_MAX_LENGTH]
-
-
-def _kind(params: QueryDict) -> str:
-    """?kind= as one of the kinds, or "" (every kind) for anything else: a filter, not a form."""
-    value = params.get("kind", "")
-    return value if value in selectors.KINDS else ""
-
-
-def _list_url(search: str, number: int, kind: str = "") -> str:
-    query: dict[str, str | int] = {"q": search} if search else {}
-    if kind:
-        query["kind"] = kind
-    query["page"] = number
-    return f"{reverse('limits:list')}?{urlencode(query)}"
-
-
-def _page_number(params: QueryDict, key: str) -> int:
-    value = params.get(key, "")
-    return int(value) if value.isascii() and value.isdigit() and len(value) < 10 else 1
-
-
-@dataclass(frozen=True, slots=True)
-class Place:
-    """Where the operator is on a limit's page: the page of each list and the key filter. Every
-    link, poll and form of the page carries it, so a refresh or an action keeps it."""
-
-    slots: int = 1
-    queue: int = 1
-    keys: int = 1
-    key_filter: str = ""
-
-    @classmethod
-    def of(cls, params: QueryDict) -> Place:
-        return cls(
-            slots=_page_number(params, "slots"),
-            queue=_page_number(params, "queue"),
-            keys=_page_number(params, "keys"),
-            key_filter=_key_filter(params),
-        )
-
-    def link(self, limit: Limit) -> str:
-        """The page's address; keys and key_filter only when they are not the default, so the
-        address of a limit without keys reads as before."""
-        query: dict[str, int | str] = {"slots": self.slots, "queue": self.queue}
-        if self.keys != 1:
-            query["keys"] = self.keys
-        if self.key_filter:
-            query["key_filter"] = self.key_filter
-        return f"{reverse('limits:detail', args=[limit.name])}?{urlencode(query)}"
-
-
-def _key_filter(params: QueryDict) -> str:
-    """?key_filter= as a part of a key (keys are 1 to 128 characters, without control ones)."""
-    value = params.get("key_filter", "").strip()[:KEY_FILTER_MAX_LENGTH]
-    return value if value.isprintable() else ""
-
-
-def _live_context(
-    request: HtmxHttpRequest,
-    limit: Limit,
-    params: QueryDict,
-    notice: Notice | None = None,
-    refused_pool: RefusedPool | None = None,
-) -> dict[str, Any]:
-    """The figures, keys, slots, queue and activity of a limit: a constant number of queries,
-    whatever the number of keys, slots and queued runs (totals come from the counters)."""
-    here = Place.of(params)
-    slots = selectors.live_slots_page(limit, number=here.slots, size=SLOTS_PER_PAGE)
-    queue = selectors.queue_page(limit, number=here.queue, size=QUEUE_PER_PAGE)
-    weights = selectors.fair_weights(limit)  # one aggregate query on a fair limit (SPEC 13.5), none on fifo
-    keys = selectors.key_pools_page(
-        limit, search=here.key_filter, number=here.keys, size=KEYS_PER_PAGE, weights=weights
-    )
-    here = replace(here, slots=slots.number, queue=queue.number, keys=keys.number)
-    no_key = selectors.no_key_pool(limit, weights) if keys.number == 1 and not here.key_filter else None
-    box_base = None if limit.is_box else getattr(limit, "box_base", None)  # read with the limit
-    return {
-        "limit": limit,
-        # Runs hold its slots while they execute (a workflow's bound, the box): runs tables.
-        "runs_bound": limit.is_workflow_bound or limit.is_box,
-        # SPEC 12.3: a workflow's total, or a limit's capacity, above the box's base acts as the
-        # base for whole runs.
-        "capped_by_box": box_base if box_base is not None and box_base < limit.capacity else None,
-        "here": here,
-        "slots": selectors.slot_rows(limit, slots),
-        "queue": selectors.queue_rows(limit, queue),
-        "keys": keys,
-        "no_key": no_key,
-        "show_keys": bool(keys.total or here.key_filter or limit.per_key is not None or limit.is_fair),
-        "fair": limit.is_fair,
-        "held": selectors.held_capacity(limit),
-        "slots_pager": Pager(slots, "Slot pages", "#live", lambda number: replace(here, slots=number).link(limit)),
-        "queue_pager": Pager(queue, "Queue pages", "#live", lambda number: replace(here, queue=number).link(limit)),
-        "keys_pager": Pager(keys, "Key pages", "#live", lambda number: replace(here, keys=number).link(limit)),
-        "refused_pool": refused_pool,
-        "activity": _activity(limit),
-        "frees_scanned": f"{limit_pages.RECENT_FREES_SCANNED:,}",  # what slot_feed reads
-        "can_operate": holds_permission(request, OPERATE_LIMIT),
-        "notice": notice,
-        "live_url": here.link(limit),
-    }
-
-
-def _activity(limit: Limit) -> list[AuditEvent | selectors.SlotEvent]:
-    """The audit log (operator actions, deploys, max-hold take-backs) and the feed of grants and
-    frees from the slots (selectors.slot_feed), newest first, ACTIVITY_SIZE in all: three
-    queries, whatever the history holds."""
-    events: list[AuditEvent | selectors.SlotEvent] = [
-        *selectors.recent_activity(limit, size=ACTIVITY_SIZE),
-        *selectors.slot_feed(limit, size=ACTIVITY_SIZE),
-    ]
-    return sorted(events, key=lambda event: event.at, reverse=True)[:ACTIVITY_SIZE]
-
-
-def _edit_context(
-    limit: Limit,
-    *,
-    can_operate: bool = True,
-    capacity_form: CapacityForm | None = None,
-    max_hold_form: MaxHoldForm | None = None,
-    per_key_form: PerKeyForm | None = None,
-    share_form: ShareForm | None = None,
-    when_full_form: WhenFullForm | None = None,
-    box_form: BoxForm | None = None,
-    edit_notice: Notice | None = None,
-) -> dict[str, Any]:
-    if limit.is_box:
-        box_form = box_form or BoxForm(initial={"base": limit.per_key, "burst": _burst(limit.burst)})
-    return {
-        "limit": limit,
-        "box_form": box_form,
-        "capacity_form": capacity_form or CapacityForm(initial={"capacity": limit.capacity}),
-        "max_hold_form": None
-        if limit.is_workflow_bound
-        else max_hold_form or MaxHoldForm(initial={"max_hold": duration_input(limit.max_hold_ms)}),
-        "per_key_form": per_key_form or PerKeyForm(initial={"per_key": "" if limit.per_key is None else limit.per_key}),
-        "share_form": share_form or ShareForm(initial={"share": limit.share}),
-        "when_full_form": when_full_form
-        or WhenFullForm(
-            initial={
-                "on_full": limit.on_full_override,
-                "max_waiting": "" if limit.max_waiting_override is None else limit.max_waiting_override,
-                "max_waiting_per_key": ""
-                if limit.max_waiting_per_key_override is None
-                else limit.max_waiting_per_key_override,
-            }
-        ),
-        "edit_notice": edit_notice,
-        "can_operate": can_operate,
-    }
-
-
 def _edited(request: HtmxHttpRequest, limit: Limit, notice: Notice) -> HttpResponse:
     """A change went through: show the fresh edit panel, and tell the page to refresh its figures,
     keys, slots and queue (raising capacity may just have granted waiting runs)."""
@@ -741,7 +459,3 @@ def _pool_message(error: services.LimitsError) -> str:
 
 def _declared(limit: Limit) -> str:
     return "none declared" if limit.declared_per_key is None else f"declared {limit.declared_per_key}"
-
-
-def _detail_url(limit: Limit, params: QueryDict) -> str:
-    return Place.of(params).link(limit)
