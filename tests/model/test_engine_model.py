@@ -968,7 +968,8 @@ def test_the_engine_behaves_as_the_model() -> None:
     print("engine steps:", dict(sorted(SEEN.items())))
     assert SEEN["acquire: busy"] and SEEN["acquire: waiting"] and SEEN["returned True"], SEEN
     assert SEEN["acquire group: busy"] and SEEN["acquire group: waiting"], SEEN
-    assert SEEN["acquire: skipped"] and SEEN["acquire: refused"], SEEN  # SPEC 14.2, 14.5 met
+    assert SEEN["acquire: skipped"], SEEN  # SPEC 14.2 met
     if examples() >= 100:  # fairness at work, and both ways a run in the box goes on (long runs meet them)
         assert SEEN["fair: a younger key's run went first"], SEEN
         assert SEEN["box: a run kept its box slot"] and SEEN["box: a run gave its box slot back to wait"], SEEN
+        assert SEEN["acquire: refused"] + SEEN["acquire group: refused"], SEEN  # SPEC 14.5: a queue at its cap
