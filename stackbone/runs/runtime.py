@@ -674,14 +674,18 @@ def suspend(ctx: RunContext, *, waiting_for: str, deadline: Any) -> None:
 def wake(run_ids: list[str]) -> int:
     """Make suspended runs runnable, WAKE_BATCH runs per UPDATE, and dispatch them after commit.
     Idempotent: a run that is not suspended any more is left alone (its dispatch, if any, finds
-    nothing to do). No transaction encloses the batches (one round trip each when nothing
-    encloses the call): a crash before the dispatch leaves runnable runs that recover() sends."""
+    nothing to do). One batch is one statement (a hand-off's wake: no BEGIN and COMMIT of its
+    own); several are one transaction, so a sweep's wake of 100,000 runs waits for one commit, not
+    100 (issue 44). A crash before the commit leaves them suspended, and recover() wakes those a
+    layer above says are due (find_stuck_waits); one after it and before the dispatch leaves
+    runnable runs that recover() sends."""
     now = clock.param()
     woken = 0
-    for start in range(0, len(run_ids), WAKE_BATCH):
-        woken += statements.wake(run_ids[start : start + WAKE_BATCH], now)
-    if woken:
-        _dispatch_on_commit(run_ids)
+    with transaction.atomic() if len(run_ids) > WAKE_BATCH else contextlib.nullcontext():
+        for start in range(0, len(run_ids), WAKE_BATCH):
+            woken += statements.wake(run_ids[start : start + WAKE_BATCH], now)
+        if woken:
+            _dispatch_on_commit(run_ids)
     return woken
 
 

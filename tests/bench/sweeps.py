@@ -97,6 +97,38 @@ def worker_pass(rows: int, worker: Any, *, whole_wake: bool = False) -> dict[str
     }
 
 
+def lapse_pass(rows: int) -> dict[str, Any]:
+    """Scenario 3, lapses (SPEC 3.6): `rows` waiting runs granted by one pass and left unconfirmed
+    past their 2 minutes (their runs suspended again, as runs that never resumed), then one pass
+    in this process (`services.sweep`, to its end, the wake included): each reservation lapses,
+    its run goes back to the end of the queue and is granted again."""
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.db.models.functions import Now
+
+    from limits import services
+    from limits.models import Slot
+    from tests.bench.handoff import purge_broker
+
+    limit = data.limit_id(SWEEP)
+    data.clear(limit, tag=TAG)
+    log(f"  granting {rows:,} waiting runs, then letting their reservations lapse")
+    data.waiting_entries(limit, rows, tag=TAG, with_runs=True)
+    services.sweep()
+    Slot.objects.filter(limit_id=limit, state=Slot.State.RESERVED).update(reserved_until=Now() - timedelta(minutes=1))
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE studio_run SET suspended = true WHERE id LIKE %s", [f"run_{TAG}_%"])
+    data.analyze()
+    purge_broker()
+    started = time.perf_counter()
+    report = services.sweep()
+    seconds = time.perf_counter() - started
+    purge_broker()
+    data.clear(limit, tag=TAG)
+    return {"seconds": seconds, "lapsed": report.lapsed, "granted": report.granted}
+
+
 def idle(times: int = 20) -> dict[str, Any]:
     """Sweeps with nothing to do: median ms and the queries of one pass."""
     from django.db import connection

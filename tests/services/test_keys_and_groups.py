@@ -207,6 +207,32 @@ def test_a_group_that_does_not_confirm_lapses_together_and_goes_to_the_end_of_ev
     counters_ok("a", "b")
 
 
+def test_reservations_nobody_confirms_go_back_in_the_order_they_were_granted_with_their_pools(clock) -> None:
+    """3.6, 9.1: the sweep takes back every single run's reservation past its 2 minutes (one
+    statement on PostgreSQL, issue 44): each run goes to the end of the queue in the order it was
+    granted, with its key and its deadline, and the limit's and the pools' counters follow."""
+    declare(api={"capacity": 3, "max_hold": "1h", "per_key": 2})
+    held = [acquire("api", run_id=f"h{i}", key=key).slot_id for i, key in enumerate(["k1", "k2", None])]
+    for run_id, key in [("w1", "k1"), ("w2", "k2"), ("w3", None), ("w4", "k1")]:
+        assert acquire("api", run_id=run_id, key=key, timeout="1h").state == "waiting"
+    deadlines = dict(QueueEntry.objects.filter(state="waiting").values_list("run_id", "deadline"))
+    for slot_id in held:
+        release(slot_id)
+    assert live("api") == [("w1", "k1", "reserved"), ("w2", "k2", "reserved"), ("w3", "", "reserved")]
+    clock.advance(minutes=2, seconds=1)
+    report = sweep()
+    assert (report.lapsed, report.granted) == (3, 3)
+    # Back behind w4 as w1, w2, w3; the three slots then go to w4, w1 (k1's pool of 2) and w2.
+    assert queue("api") == ["w3"]
+    assert sorted(live("api")) == [("w1", "k1", "reserved"), ("w2", "k2", "reserved"), ("w4", "k1", "reserved")]
+    requeued = QueueEntry.objects.filter(run_id__in=["w1", "w2", "w3"], enqueued_at=clock.now())
+    assert list(requeued.order_by("position").values_list("run_id", flat=True)) == ["w1", "w2", "w3"]
+    assert min(requeued.values_list("position", flat=True)) > QueueEntry.objects.get(run_id="w4").position
+    assert {entry.run_id: entry.deadline for entry in requeued} == {r: deadlines[r] for r in ["w1", "w2", "w3"]}
+    assert LimitKey.objects.get(limit__name="api", key="k1").head is None  # nothing of k1 waits
+    counters_ok("api")
+
+
 def test_a_group_whose_run_ends_leaves_every_queue(ab) -> None:
     acquire("a", run_id="ra")
     acquire_group(["a", "b"], run_id="g", request="g")
