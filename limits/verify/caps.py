@@ -27,7 +27,9 @@ class CapChecks(HistoryRows):
         after the last audited change of its declared values or caps (the caps of the past are
         not kept), and only for an acquisition's first join: a reservation that lapsed goes back
         to the queue whatever its length (3.6), and a run's start is not capped yet (its request
-        '<run>:start')."""
+        '<run>:start'). An entry granted at the instant it joined never made the queue longer (a
+        run the room left fits joins and is granted in the same call, SPEC 14.2, 14.5): not
+        judged either."""
         limit = self.limit
         cap, per_key = limit.max_waiting, limit.max_waiting_per_key
         if cap is None and per_key is None:
@@ -52,7 +54,13 @@ class CapChecks(HistoryRows):
                 by_key[key] -= 1
             first_join = entry["request"] not in seen
             seen.add(entry["request"])
-            judged = first_join and (since is None or at > since) and not entry["request"].endswith(WHOLE_RUN_SUFFIX)
+            granted_as_it_joined = entry["state"] == "granted" and entry["finished_at"] == at  # never waited
+            judged = (
+                first_join
+                and not granted_as_it_joined
+                and (since is None or at > since)
+                and not entry["request"].endswith(WHOLE_RUN_SUFFIX)
+            )
             if judged and cap is not None and len(waiting) >= cap:
                 violations.append(
                     f"{limit.name}: {entry['request']} joined at {_iso(at)} behind {len(waiting)} waiting runs "

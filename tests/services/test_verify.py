@@ -291,3 +291,18 @@ def test_a_lowered_cap_and_a_lapsed_reservation_back_in_a_full_queue_are_not_vio
     sweep()  # ... which lapses: w0 goes back to the end of a queue past its cap, as 3.6 says
     assert QueueEntry.objects.filter(request="w0:1", state="waiting").exists()
     assert violations("low") == []
+
+
+def test_a_run_that_fits_joins_a_full_queue_and_is_granted_at_once_without_a_violation(clock) -> None:
+    """Check m against SPEC 14.5 as the engine applies it (the model test's seed 3680926626 found
+    the check too strict): a keyed limit whose queue is at its cap with runs of a key whose pool is
+    full; a run of another key fits the free slot, joins and is granted in the same call, never
+    having waited: not a join past the cap."""
+    declare(pools={"capacity": 3, "max_hold": "10m", "per_key": 1, "max_waiting": 2})
+    acquire("pools", run_id="a0", key="acme")
+    acquire("pools", run_id="a1", request="a1:1", key="acme")
+    acquire("pools", run_id="a2", request="a2:1", key="acme")  # the queue at its cap of 2
+    assert acquire("pools", run_id="g1", request="g1:1", key="globex").state == "busy"
+    assert QueueEntry.objects.get(request="g1:1").state == "granted"  # it joined, granted at once
+    assert acquire("pools", run_id="a3", request="a3:1", key="acme").state == "refused"
+    assert violations("pools") == []
