@@ -51,11 +51,12 @@ class Worker:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout=10)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10) -> None:
+        """A warm shutdown (SIGTERM); killed if it has not ended within `timeout` seconds."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(timeout=10)
+                self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
 
