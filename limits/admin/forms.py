@@ -23,7 +23,7 @@ from limits.config import (
 )
 from limits.durations import DURATION_HELP, DurationError, parse_duration
 from limits.forms import POOL_HELP, decimal_or_text, duration_input, number_or_text, shortened
-from limits.models import Limit, LimitKey
+from limits.models import Limit, LimitKey, capacity_in_force
 
 if TYPE_CHECKING:  # the stubs' generic classes, which are not subscriptable at run time
     LimitModelForm = forms.ModelForm[Limit]
@@ -217,7 +217,7 @@ class LimitOverridesForm(LimitModelForm):
         if value is None or value == limit.per_key_override:
             return cleaned
         if "capacity" in cleaned:
-            capacity = limit.declared_capacity if cleaned["capacity"] is None else cleaned["capacity"]
+            capacity = capacity_in_force(cleaned["capacity"], limit.declared_capacity)
         else:
             capacity = limit.capacity  # the capacity field was refused: it stays as it is
         try:

@@ -16,7 +16,7 @@ from limits.admin.base import NO_MAX_HOLD, SavedThroughServicesAdmin
 from limits.admin.filters import DeclaredFilter, OverriddenFilter, PausedFilter
 from limits.admin.forms import LimitOverridesForm
 from limits.durations import format_duration
-from limits.models import Limit
+from limits.models import Limit, capacity_in_force
 from stackbone.plumbing.access import OPERATE_LIMIT, actor
 
 
@@ -209,7 +209,7 @@ class LimitAdmin(SavedThroughServicesAdmin):
             return
         set_capacity = data["capacity"] != obj.capacity_override
         set_per_key = data["per_key"] != obj.per_key_override
-        lowering = set_capacity and (data["capacity"] or obj.declared_capacity) < obj.capacity
+        lowering = set_capacity and capacity_in_force(data["capacity"], obj.declared_capacity) < obj.capacity
         try:
             if set_per_key and lowering:
                 services.set_per_key(obj.name, data["per_key"], actor=who)

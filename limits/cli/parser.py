@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 from limits.cli.errors import BAD_CUT, BAD_KIND, BAD_SEARCH, EXIT_USAGE, CliError
 from limits.cli.remote import AGENTS_FILE_ENV
-from limits.config import KEY_MAX_LENGTH, check_key
+from limits.config import CAPACITY_HELP, KEY_MAX_LENGTH, MAX_BURST, MIN_BURST, check_key
 from limits.durations import DURATION_HELP
 
 VERBS = (
@@ -76,7 +76,7 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     capacity = verbs.add_parser("capacity", help="override a limit's capacity, or reset it", **kwargs)
     _values_may_start_with_a_minus(capacity)
     capacity.add_argument("limit", help="the limit's name")
-    capacity.add_argument("value", help="a whole number from 1 to 100000, or 'reset' for the declared value")
+    capacity.add_argument("value", help=f"{CAPACITY_HELP}, or 'reset' for the declared value")
     max_hold = verbs.add_parser("max-hold", help="override a limit's max hold, or reset it", **kwargs)
     _values_may_start_with_a_minus(max_hold)
     max_hold.add_argument("limit", help="the limit's name")
@@ -161,13 +161,13 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     box.add_argument(
         "--base",
         metavar="N|reset",
-        help="no single workflow executes more than N runs at once: a whole number from 1 to 100000, "
+        help=f"no single workflow executes more than N runs at once: {CAPACITY_HELP}, "
         "or 'reset' for the declared value",
     )
     box.add_argument(
         "--burst",
         metavar="F|reset",
-        help="the box executes at most floor(base x F) runs at once: a number from 1.0 to 10.0, "
+        help=f"the box executes at most floor(base x F) runs at once: a number from {MIN_BURST} to {MAX_BURST}, "
         "or 'reset' for the declared value",
     )
     verify = verbs.add_parser(

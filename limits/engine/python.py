@@ -109,9 +109,7 @@ class PythonEngine(OperatorActions):
                         new="released",
                     )
                 answers.append(True)
-            rules.settle_all(locked, now, changes)
-            rules.save_all(locked)
-            rules.wake_on_commit(changes.woken)
+            rules.settle_save_wake(locked, now, changes)
             return answers
 
     def tie_to_run(self, slot_id: str, run_id: str) -> bool:
@@ -145,9 +143,7 @@ class PythonEngine(OperatorActions):
                     )
                     keys.count_slots_freed(limit, freed)
                 ended += len(cancelled) + len(freed)
-            rules.settle_all(locked, now, changes)
-            rules.save_all(locked)
-            rules.wake_on_commit(changes.woken)
+            rules.settle_save_wake(locked, now, changes)
         return ended
 
     def sweep(self, now: datetime, report: SweepReport) -> None:
@@ -204,9 +200,7 @@ class PythonEngine(OperatorActions):
                     lapsing += [slot for slot in keys.group_slots(request, locked) if slot.state == Slot.State.RESERVED]
                 if lapsing:
                     keys.lapse(lapsing, now, changes)
-                rules.settle_all(locked, now, changes)  # times out the waits past their deadline first
-                rules.save_all(locked)
-                rules.wake_on_commit(changes.woken)
+                rules.settle_save_wake(locked, now, changes)  # times out the waits past their deadline first
             report.limits += 1
             report.expired += expired
             report.lapsed += changes.lapsed

@@ -317,11 +317,8 @@ def _settle_and_audit(
     `locked`, and the clock read after them, `now`): the free capacity granted to the queues (a
     capacity raised, a resume, a pool, min or weight that changed who is next), the counters
     written, the change's audit row, and the runs granted woken after the commit."""
-    changes = Changes()
-    rules.settle_all(locked, now, changes)
-    rules.save_all(locked)
+    rules.settle_save_wake(locked, now, Changes())
     rules.audit(limit, actor, action, now, old=old, new=new, key=key, capacity_after=capacity_after)
-    rules.wake_on_commit(changes.woken)
 
 
 def _with_partners(limit: Limit, by_id: dict[int, Limit]) -> dict[int, Limit]:

@@ -79,6 +79,15 @@ def save_all(locked: dict[int, Limit]) -> None:
         save_counters(limit)
 
 
+def settle_save_wake(locked: dict[int, Limit], now: datetime, changes: Changes) -> None:
+    """The end of a change to locked limits: their free capacity granted to the queues
+    (settle_all), their counters written once (save_all), the runs granted woken after the commit
+    (wake_on_commit)."""
+    settle_all(locked, now, changes)
+    save_all(locked)
+    wake_on_commit(changes.woken)
+
+
 def locked_by_name(name: str) -> tuple[Limit, dict[int, Limit]]:
     """Lock a limit by name with the other limits of its groups (limits.engine.keys.lock)."""
     if not is_storable_text(name):

@@ -1,5 +1,5 @@
 """The JSON API for runs, mounted at /api/runs/ beside /api/limits/: what `stackbone runs --agent`
-talks to. Auth, errors and bodies are limits.api's: a bearer token only (never the session, so no
+talks to. Auth, errors and bodies are limits.api.requests': a bearer token only (never the session, so no
 CSRF exposure), `{"error": ..., "field": ...}` with a 4xx. Reads need a token of any active user;
 starting and cancelling also need `studio.change_run` ("Can change run"), the permission Studio's
 Start form and Cancel buttons need.
@@ -37,9 +37,9 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from limits.api import ApiError, ApiRequest, _json_body, token_auth
+from limits.api.requests import ApiError, ApiRequest, json_body, token_auth
 from limits.config import check_key
-from limits.runs import listing
+from limits.runs import listing, pages
 from limits.runs.start import start_runs
 from limits.runs.values import DEFAULT_LIST_SIZE, MAX_LIST_SIZE, RunsError, batch_runs
 from stackbone.plumbing.access import CANCEL_RUN
@@ -110,7 +110,7 @@ def run_list_view(request: ApiRequest) -> JsonResponse:
 def start(request: ApiRequest) -> JsonResponse:
     """Start a run: `stackbone runs start` (its --input, --key, --limits); with `runs`, a batch
     (`stackbone runs start --from`). Checked in full before anything is created."""
-    body = _json_body(request)
+    body = json_body(request)
     batch = "runs" in body
     for name in body:
         if name not in (BATCH_FIELDS if batch else START_FIELDS):
@@ -156,7 +156,7 @@ def start_batch_answer(workflow: str, runs: object, limits: list[str] | None = N
     except WorkflowError as error:
         raise _batch_refusal(error, limits) from None
     # The waits, slots and keys of the whole batch in three queries (run_row would read them run by run).
-    return {"runs": [listing.run_summary(row) for row in listing._with_limits(started)]}
+    return {"runs": [listing.run_summary(row) for row in pages.run_rows(started)]}
 
 
 def _batch_refusal(error: WorkflowError, limits: list[str] | None) -> RunsError:
@@ -184,5 +184,5 @@ def cancel(request: ApiRequest, run_id: str) -> JsonResponse:
     """Cancel a run (the run page's Cancel): it leaves every queue and frees any reservation.
     The body is empty or `{}`. A finished run is `"cancelled": false` with a 200, like a release
     of a slot already free."""
-    _json_body(request)
+    json_body(request)
     return JsonResponse(listing.cancel_answer(run_id))

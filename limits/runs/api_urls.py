@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from limits.api import unknown_path
+from limits.api.requests import unknown_path
 from limits.runs import api
 
 app_name = "runs_api"

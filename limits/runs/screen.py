@@ -22,7 +22,7 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import trigger_client_event
 
 from limits.config import check_key
-from limits.runs import listing, views
+from limits.runs import listing, pages, views
 from stackbone.plumbing.access import CANCEL_RUN, HtmxHttpRequest, permission_required, studio_login_required
 
 OPERATE_RUN = CANCEL_RUN  # one permission starts and cancels runs: "Can change run"
@@ -183,7 +183,7 @@ def _context(
         "filter": run_filter,
         "statuses": listing.STATUSES,
         "limits": listing.limit_names(),
-        "search_matches": f"{listing.SEARCH_MATCHES:,}",
+        "search_matches": f"{pages.SEARCH_MATCHES:,}",
         "list_url": link(**here),
         "newest_url": link(),
         "newer_url": link(newer=page.newer.encode()) if page.newer else "",

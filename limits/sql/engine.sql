@@ -39,7 +39,7 @@
 -- its cycles in 30 s (211, 160, 140 cycles/s; 269, 273, 278 with plain index scans;
 -- docs/performance.md, "Dead index entries").
 --
--- Times come from the database's clock, the box's one clock (studio/plumbing/clock.py): the caller
+-- Times come from the database's clock, the box's one clock (stackbone/plumbing/clock.py): the caller
 -- passes p_now NULL, and limits_clock reads clock_timestamp() after the function took the limit's
 -- lock, so no worker's clock ever stamps a grant, an expiry or a deadline. A function writes
 -- limits_clock(p_now, limits_limit.last_event_at): one limit's timestamps never go back in lock
@@ -131,7 +131,7 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(l.burst_override, l.declared_burst)
 CREATE OR REPLACE FUNCTION limits_box_ceiling(p_base integer, p_burst double precision) RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $$ SELECT floor(p_base * p_burst + 1e-9)::bigint $$;
 
--- operator_actions._keep_box_capacity: the box's capacity_override, its ceiling from the base and
+-- python_operators._keep_box_capacity: the box's capacity_override, its ceiling from the base and
 -- burst in force while an operator overrides either (SPEC 12.5), else NULL (the declared ceiling).
 CREATE OR REPLACE FUNCTION limits_box_override(l limits_limit) RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $$
@@ -173,7 +173,7 @@ BEGIN
 END
 $$;
 
--- operator_actions._box_text: the box's audit text, "base N, burst B, ceiling C", B a float8's own
+-- python_operators._box_text: the box's audit text, "base N, burst B, ceiling C", B a float8's own
 -- text (the shortest that reads back as the same float, as config.burst_text writes it).
 CREATE OR REPLACE FUNCTION limits_box_text(l limits_limit) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
@@ -366,7 +366,7 @@ BEGIN
 END
 $$;
 
--- keys.fair_pass: the key's pass now (on the queue entry it joins with), NULL on a fifo limit.
+-- keys.Pools.fair_pass: the key's pass now (on the queue entry it joins with), NULL on a fifo limit.
 CREATE OR REPLACE FUNCTION limits_fair_pass(p_limit bigint, p_key text) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
@@ -532,7 +532,7 @@ BEGIN
     IF l.waiting_count = 0 THEN
         RETURN;
     END IF;
-    timed_out := limits_time_out(p_limit, p_now);  -- at every settle, room or not (keys.settle)
+    timed_out := limits_time_out(p_limit, p_now);  -- at every settle, room or not (grant.settle)
     v_free := limits_room(l);
     IF v_free > 0 AND l.waiting_count > cardinality(timed_out) THEN
         granted := limits_grant_heads(
@@ -1209,7 +1209,7 @@ BEGIN
             v_new := coalesce(limits_max_waiting_per_key(l)::text, 'none');
         END IF;
         v_new := v_new || CASE WHEN p_value IS NULL THEN ' (declared)' ELSE '' END;
-    ELSIF p_action IN ('weight', 'min') THEN  -- operator_actions._set_key_field: p_key's, NULL resets
+    ELSIF p_action IN ('weight', 'min') THEN  -- python_operators._set_key_field: p_key's, NULL resets
         IF p_action = 'min' AND p_value IS NOT NULL AND p_value NOT BETWEEN 0 AND limits_capacity(l) THEN
             outcome := 'bad_min';
             RETURN;
@@ -1271,7 +1271,7 @@ BEGIN
 END
 $$;
 
--- operator_actions._declared_text: a declared limit's audit text in a deploy.
+-- python_operators._declared_text: a declared limit's audit text in a deploy.
 -- PL/pgSQL, whose body is checked when it runs: declared_share comes with a later migration.
 CREATE OR REPLACE FUNCTION limits_declared_text(l limits_limit) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
@@ -1286,7 +1286,7 @@ BEGIN
 END
 $$;
 
--- operator_actions._bound_text: a workflow's own bound's audit text in a deploy.
+-- python_operators._bound_text: a workflow's own bound's audit text in a deploy.
 CREATE OR REPLACE FUNCTION limits_bound_text(l limits_limit) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
@@ -1443,7 +1443,7 @@ BEGIN
         );
         updated := updated || p_names[i];
     END LOOP;
-    -- operator_actions._sync_box (SPEC 12.1)
+    -- python_operators._sync_box (SPEC 12.1)
     SELECT * INTO l FROM limits_limit WHERE name = 'box' AND kind = 'box';
     IF p_box_base IS NULL THEN
         IF FOUND AND l.declared THEN
@@ -1618,7 +1618,7 @@ BEGIN
 END
 $$;
 
--- limits.engine.slots._previous_group_outcome: what became of an earlier acquire call with this
+-- limits.engine.python._previous_group_outcome: what became of an earlier acquire call with this
 -- request, in one call (issue 26). The request's slots and queue entries are read in one
 -- statement, so in one snapshot: a grant or a lapse that commits meanwhile is seen whole or not
 -- at all (the Python track reads them in two statements and reads again when a grant fell
@@ -1740,7 +1740,7 @@ BEGIN
     SELECT s.id, s.state, m.name, s.key INTO slot_id, v_state, limit_name, answer_key
     FROM limits_slot s JOIN limits_limit m ON m.id = s.limit_id
     WHERE s.request = p_request AND s.state IN ('busy', 'reserved')
-    ORDER BY m.name <> p_name, s.limit_id  -- a group's: the limit named first (slots._in_order)
+    ORDER BY m.name <> p_name, s.limit_id  -- a group's: the limit named first (python._in_order)
     LIMIT 1;
     IF FOUND THEN
         outcome := CASE WHEN v_state = 'busy' THEN 'busy' ELSE limits_confirm(slot_id, p_now) END;
@@ -1914,7 +1914,7 @@ BEGIN
             RAISE EXCEPTION USING ERRCODE = 'LMSLW';  -- 'undeclared', once the locks are given back
         END IF;
         UPDATE limits_limit SET last_event_at = v_now WHERE id = ANY (v_ids);  -- rules.clock_all
-        -- slots._held_slot: the box slot the run executes in (SPEC 12.2), kept if the rest is free
+        -- python._held_slot: the box slot the run executes in (SPEC 12.2), kept if the rest is free
         IF p_box THEN
             SELECT * INTO v_held FROM limits_slot
             WHERE run_id = p_run AND limit_id = v_mine[v_size] AND state = 'busy' LIMIT 1;
@@ -2059,7 +2059,7 @@ BEGIN
             -- granted at once: keys.confirm_group, its reservations turn busy together
             SELECT array_agg(c.slot_id ORDER BY array_position(v_mine, c.limit_id)) INTO slot_ids
             FROM limits_confirm_together(p_request, v_now) c;
-            -- this run resumes with its slots: one wake less (keys' `woken.remove`, the first
+            -- this run resumes with its slots: one wake less (limits.engine.python's `changes.woken.remove`, the first
             -- only: another wait of the same run, timed out or granted here, still wakes it)
             i := array_position(woken, p_run);
             woken := woken[:i - 1] || woken[i + 1:];
@@ -2078,7 +2078,7 @@ BEGIN
 END
 $$;
 
--- limits.runs.start_runs (SPEC 11.2, 11.3, 12.2; issue 44): runs of one workflow created and their
+-- limits.runs.start.start_runs (SPEC 11.2, 11.3, 12.2; issue 44): runs of one workflow created and their
 -- start acquisitions taken in the order given (trigger order), in one call. Each run's bounds are
 -- p_limits (its workflow's own bound first, then its named limits) and, while the box is
 -- declared, the box (its workflow's pool); each acquisition is limits_acquire_group's, request
@@ -2219,7 +2219,7 @@ BEGIN
 END
 $$;
 
--- keys._Grant._grant, for one entry: its slot, reserved for 2 minutes, and the counters.
+-- grant._Grant._grant, for one entry: its slot, reserved for 2 minutes, and the counters.
 CREATE OR REPLACE FUNCTION limits_reserve(e limits_queueentry, p_now timestamptz, p_reservation_ms bigint)
 RETURNS void
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
@@ -2252,7 +2252,7 @@ BEGIN
 END
 $$;
 
--- keys._Grant._fair_stream (SPEC 13.2), a fair limit's next entry: among the keys with a waiting
+-- grant._Grant._fair_stream (SPEC 13.2), a fair limit's next entry: among the keys with a waiting
 -- entry whose pool has room, first those holding fewer than their min, then the smallest in use /
 -- weight, ties to the smallest pass (the key's turns), then to the oldest head; that key's oldest entry not dealt with yet (p_dealt), not behind
 -- an owed run (p_owed) and with room for a whole run under the box's base (p_base). The no-key
@@ -2322,20 +2322,20 @@ BEGIN
 END
 $$;
 
--- limits.engine.keys.settle, in one call (issue 26): hand the free capacity of the locked limits
+-- limits.engine.grant.settle, in one call (issue 26): hand the free capacity of the locked limits
 -- p_limits (with key pools, or groups waiting) to their queues. The caller holds their locks, in
 -- id order, and has written their counters; this writes them again (the limits' and the pools').
 --
 -- 1. Time out the waits past their deadline (limits_time_out_keys, each locked limit in id order).
 -- 2. Oldest first over all the locked limits (entry ids follow arrival), grant each waiting run
---    that can be granted now (keys._Grant): its limit has room in its total and in the key's pool,
+--    that can be granted now (grant._Grant): its limit has room in its total and in the key's pool,
 --    and no owed run of the limit is older (10.4); a group is granted all of its slots, reserved
 --    together, or none. A group that cannot be granted is remembered as blocked; a younger grant
 --    on one of its limits, where its own key pool had room before that grant, passes it over.
 -- The next candidate is one index probe per open limit (queue_waiting_order), filtered by the
 -- pool's room and the owed run's position, so the waiting runs of full keys cost no round of the
 -- loop. Returns what the Python rules count (entries timed out, slots granted) and the runs to
--- wake. Must never happen, as in keys.py: a pool or a total above its size, a partial group, a
+-- wake. Must never happen, as in grant.py: a pool or a total above its size, a partial group, a
 -- younger run granted while an older one that could be granted waits, or while an owed run waits.
 CREATE OR REPLACE FUNCTION limits_grant(
     p_limits bigint[], p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
@@ -2359,7 +2359,7 @@ DECLARE
     v_count integer;
     v_runs text[];
     v_ok boolean;
-    v_base integer := limits_box_base();  -- SPEC 12.3: whole runs per limit (keys._Grant.base)
+    v_base integer := limits_box_base();  -- SPEC 12.3: whole runs per limit (grant._Grant.base)
     v_dealt bigint[] := '{}';  -- entries dealt with (fair limits choose again after each)
     -- A fair limit's key whose entry was dealt with: its head moved to its next entry (NULL when
     -- none: out of limitkey_fair_order) until the end of this call, so that limits_fair_next does
@@ -2383,7 +2383,7 @@ BEGIN
         woken := woken || v_runs;
     END LOOP;
     -- A plain limit (limits_is_plain: one pool, no group waiting in it) is granted set-based, its
-    -- heads in queue order while it has room (keys.grant_heads); the loop below then finds it
+    -- heads in queue order while it has room (grant.grant_heads); the loop below then finds it
     -- full or empty. No group waits in it, so the order between it and the others does not matter.
     FOR l IN SELECT * FROM limits_limit WHERE id = ANY (p_limits) AND waiting_count > 0 ORDER BY id LOOP
         CONTINUE WHEN NOT limits_is_plain(l) OR limits_room(l) = 0;
@@ -2421,7 +2421,7 @@ BEGIN
             WHERE lim.id = ANY (p_limits) AND lim.waiting_count > 0
               AND limits_room(lim) > 0 AND NOT limits_is_fair(lim)
             UNION ALL
-            -- keys._Grant._fair_stream (SPEC 13.2): the next entry of a fair limit (limits_fair_next)
+            -- grant._Grant._fair_stream (SPEC 13.2): the next entry of a fair limit (limits_fair_next)
             SELECT f.*
             FROM limits_limit lim
             CROSS JOIN LATERAL (
@@ -2437,7 +2437,7 @@ BEGIN
         LIMIT 1;
         EXIT WHEN e.id IS NULL;
         v_after := v_after || jsonb_build_object(e.limit_id::text, e.position);
-        v_dealt := v_dealt || e.id;  -- a fair limit's stream moves past it (keys._fair_stream)
+        v_dealt := v_dealt || e.id;  -- a fair limit's stream moves past it (grant._Grant._fair_stream)
         IF v_fair IS NULL THEN
             v_fair := ARRAY(SELECT m.id FROM limits_limit m WHERE m.id = ANY (p_limits) AND limits_is_fair(m));
         END IF;
@@ -2460,7 +2460,7 @@ BEGIN
             SELECT coalesce(array_agg(w), '{}') INTO v_group FROM limits_queueentry w
             WHERE w.request = e.request AND w.state = 'waiting';
             SELECT coalesce(array_agg(w), '{}') INTO v_here FROM unnest(v_group) w WHERE w.limit_id = ANY (p_limits);
-            -- keys._Grant._left_to_fairness: left to another of its limits that is fair, where an
+            -- grant._Grant._left_to_fairness: left to another of its limits that is fair, where an
             -- older run of its key waits undealt, or, met on a fifo limit and not owed (10.4), to
             -- the fair order: not decided, watched on this limit.
             IF EXISTS (
@@ -2509,7 +2509,7 @@ BEGIN
             END LOOP;
             CONTINUE;
         END IF;
-        -- Passed over (keys._mark_passed_over), judged before this grant takes its room.
+        -- Passed over (grant._Grant._mark_passed_over), judged before this grant takes its room.
         FOREACH g IN ARRAY v_here LOOP
             SELECT * INTO l FROM limits_limit WHERE id = g.limit_id;
             v_passed := '{}';
@@ -2541,7 +2541,7 @@ BEGIN
 END
 $$;
 
--- limits.engine.slots._previous_group_outcome for a request holding live slots (the woken run
+-- limits.engine.python._previous_group_outcome for a request holding live slots (the woken run
 -- asking again, with a key or several limits): its reservations, all still in time, turn busy
 -- together (keys.confirm_group, SPEC 3.5, 10.2) under the locks of their limits, taken in id order;
 -- 'busy' with the slot ids in the order of p_names. A late reservation (it lapses and the group

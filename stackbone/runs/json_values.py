@@ -4,7 +4,8 @@ the box stores and gives back unchanged.
 Python's json writes more than PostgreSQL's jsonb reads: NaN and Infinity (a number too large for
 a float, such as 1e999, reads as Infinity), text holding NUL (\\u0000), and text holding a lone
 surrogate (\\ud800, which is not Unicode text). SQLite would keep them all, so the rule is ours,
-checked before anything is written, the same on both databases (runtime._check_json).
+checked before anything is written, the same on both databases (errors.check_json). Text a run
+keeps that no caller wrote (a failure's message) is escaped instead (storable_text).
 """
 
 from __future__ import annotations
@@ -39,3 +40,9 @@ def unstorable(value: object) -> str | None:
     if _SURROGATE.search(text):
         return SURROGATE_IN_TEXT
     return None
+
+
+def storable_text(text: str) -> str:
+    """`text` as every database stores it: NUL and lone surrogates (which an exception's message
+    may carry) written as escapes, so recording a step's failure never fails itself."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")

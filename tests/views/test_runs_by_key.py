@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from limits import services
 from limits.runs import listing
+from limits.runs import pages as run_pages
 from stackbone.models import Run
 from tests.conftest import requires_postgres
 from tests.factories import declare
@@ -44,7 +45,7 @@ def acme_runs() -> list[str]:
 
 
 def test_the_key_filter_pages_a_tenants_runs_of_both_kinds_each_once_in_order(viewer_client, monkeypatch) -> None:
-    monkeypatch.setattr(listing, "RUNS_PER_PAGE", 3)
+    monkeypatch.setattr(run_pages, "RUNS_PER_PAGE", 3)
     expected = acme_runs()
 
     seen, response, pages = [], viewer_client.get(URL, {"key": "acme"}), 0

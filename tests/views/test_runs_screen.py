@@ -20,6 +20,7 @@ from limits import services
 from limits.models import QueueEntry
 from limits.runs import bounds as run_bounds
 from limits.runs import listing, screen
+from limits.runs import pages as run_pages
 from stackbone.models import Run
 from tests.conftest import requires_postgres
 from tests.factories import declare
@@ -104,7 +105,7 @@ def test_the_filters(viewer_client, query: str, expected: list[str]) -> None:
 def test_waiting_for_finds_the_same_runs_whether_the_queue_is_short_or_long(
     viewer_client, monkeypatch, as_list: int
 ) -> None:
-    monkeypatch.setattr(listing, "WAITING_AS_LIST", as_list)
+    monkeypatch.setattr(run_pages, "WAITING_AS_LIST", as_list)
     declare(voice_calls={"capacity": 1, "max_hold": "45m"})
     made = [make_run(status="running", seconds_ago=10 - n) for n in range(4)]
     for run in made:
@@ -151,9 +152,9 @@ def test_a_capped_search_lists_the_newest_matches_and_pages_through_them_once(
     """More runs match than SEARCH_MATCHES (lowered to 7): the matches are the 7 newest by
     (created_at, id) whatever the order of the queue, every request the same, the pages walk them
     once, and the page says the cap applies; the same when more match than SEARCH_SCANNED."""
-    monkeypatch.setattr(listing, "SEARCH_MATCHES", 7)
-    monkeypatch.setattr(listing, "SEARCH_SCANNED", scanned)
-    monkeypatch.setattr(listing, "RUNS_PER_PAGE", 3)
+    monkeypatch.setattr(run_pages, "SEARCH_MATCHES", 7)
+    monkeypatch.setattr(run_pages, "SEARCH_SCANNED", scanned)
+    monkeypatch.setattr(run_pages, "RUNS_PER_PAGE", 3)
     declare(voice_calls={"capacity": 1, "max_hold": "45m"})
     services.acquire("voice-calls", run_id="holder")
     made = [make_run(status="running", seconds_ago=100 - n) for n in range(12)]
@@ -219,7 +220,7 @@ def test_htmx_gets_the_table_only_and_it_polls_the_same_list(viewer_client, htmx
 def test_pages_are_keyset_pages_that_walk_every_run_once_even_created_in_the_same_instant(
     viewer_client, clock, monkeypatch
 ) -> None:
-    monkeypatch.setattr(listing, "RUNS_PER_PAGE", 4)
+    monkeypatch.setattr(run_pages, "RUNS_PER_PAGE", 4)
     made = [make_run() for _ in range(10)]  # one instant: the id breaks the tie
     newest_first = sorted((run.id for run in made), reverse=True)
 
@@ -248,10 +249,10 @@ def test_pages_are_keyset_pages_that_walk_every_run_once_even_created_in_the_sam
 def test_filtered_pages_walk_every_matching_run_once(
     viewer_client, clock, monkeypatch, query: str, as_list: int
 ) -> None:
-    """A search and a short queue are paged from the matching ids (listing._window), a long
+    """A search and a short queue are paged from the matching ids (limits.runs.pages._window), a long
     queue in SQL: both walk the same pages, ties in the creation time broken by the id."""
-    monkeypatch.setattr(listing, "RUNS_PER_PAGE", 3)
-    monkeypatch.setattr(listing, "WAITING_AS_LIST", as_list)
+    monkeypatch.setattr(run_pages, "RUNS_PER_PAGE", 3)
+    monkeypatch.setattr(run_pages, "WAITING_AS_LIST", as_list)
     declare(voice_calls={"capacity": 1, "max_hold": "45m"})
     services.acquire("voice-calls", run_id=make_run(status="running").id, label="holder")
     waiting = [make_run(status="running") for _ in range(7)]

@@ -1,0 +1,168 @@
+"""Starting and cancelling runs: a run created and dispatched after commit (start_run), created
+to start at a moment of the database's clock (start_run_at), or created in bulk by a writer that
+knows its rows (prepared_input, loaded_run: limits' start of a batch); and a cancel that tells
+whoever holds something for the run in the same transaction (cancel_run)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, transaction
+
+from stackbone.plumbing import clock
+from stackbone.runs.dispatch import DEFERRED, START_GATE, UNFINISHED, count_down_to, dispatch_on_commit
+from stackbone.runs.errors import WorkflowError, check_json
+from stackbone.runs.models import Run, Step
+from stackbone.runs.registry import Workflow, get_workflow, reference_of
+from stackbone.runs.signals import run_ended, run_queued
+
+
+def start_run(
+    wf: Workflow | str, input: Any = None, *, bounds: list[str] | None = None, concurrency_key: str = ""
+) -> Run:
+    """Create a run of a workflow (object or registered name) and dispatch it after commit.
+
+    With `bounds` (the limits the whole run holds, SPEC 11: limits.runs.start_run works them
+    out), the run is created queued and waiting, and `run_queued` tells the layer above in the
+    same transaction: it queues the run, or wakes it at once when its bounds have room. A worker
+    then starts it only once `run_starting` confirms (advance)."""
+    name, registered = _registered(wf, "start_run")
+    input = _checked_input(input, "the input")
+    reference = reference_of(registered, input)
+    now = clock.expression()  # the database's time, read by each statement
+    with transaction.atomic():
+        if bounds:
+            run = _queued(name, input, reference, START_GATE, bounds=bounds, concurrency_key=concurrency_key, now=now)
+            answers = [answer for _receiver, answer in run_queued.send(sender=Run, run=run)]
+            if answers and all(answer == "start" for answer in answers):
+                # Its bounds had room: the slots are its own already, so it starts like any run.
+                Run.objects.filter(id=run.id).update(
+                    status=Run.Status.PENDING, suspended=False, waiting_for="", dispatched_at=now
+                )
+                dispatch_on_commit([run.id])
+        else:
+            run = Run.objects.create(
+                workflow=name, input=input, reference=reference, created_at=now, updated_at=now, dispatched_at=now
+            )
+            dispatch_on_commit([run.id])
+    run.refresh_from_db()
+    return run
+
+
+def prepared_input(wf: Workflow, input: Any, what: str = "the input") -> tuple[Any, str]:
+    """A run's input as its row keeps it (None: {}; what JSON cannot keep is a WorkflowError
+    naming `what`) and its reference (reference_of)."""
+    input = _checked_input(input, what)
+    return json.loads(json.dumps(input)), reference_of(wf, input)
+
+
+def loaded_run(**fields: Any) -> Run:
+    """A Run holding `fields` as its row has them, without reading it back (a writer that knows
+    every column it wrote: limits' start of a batch)."""
+    run = Run(**fields)
+    run._state.adding = False
+    run._state.db = DEFAULT_DB_ALIAS
+    return run
+
+
+def cancel_run(run_id: str) -> bool:
+    """Cancel a pending or running run. Whoever holds something for it hears of it in the same
+    transaction (run_ended: the limits engine takes it out of every queue and frees what ends with
+    the run). Returns False for a run already finished or unknown."""
+    now = clock.expression()
+    with transaction.atomic():
+        cancelled = Run.objects.filter(id=run_id, status__in=UNFINISHED).update(
+            status=Run.Status.CANCELLED,
+            finished_at=now,
+            updated_at=now,
+            suspended=False,
+            lease_owner="",
+            lease_until=None,
+        )
+        if not cancelled:
+            return False
+        Step.objects.filter(run_id=run_id, status=Step.Status.WAITING).update(
+            status=Step.Status.FAILED, error="run cancelled", finished_at=now
+        )
+        run_ended.send(sender=Run, run_id=run_id, status=Run.Status.CANCELLED)
+    return True
+
+
+def start_run_at(
+    wf: Workflow | str,
+    input: Any = None,
+    *,
+    not_before: datetime,
+    bounds: list[str] | None = None,
+    concurrency_key: str = "",
+) -> Run:
+    """Create a run that starts at `not_before`, never earlier, and durably: a row, not a message.
+
+    1. The run is created queued and suspended on DEFERRED, its wait_deadline the start time: no
+       advance takes a suspended run, so nothing can run it early.
+    2. After commit, a start due within COUNTDOWN_WITHIN gets a countdown message
+       (start_deferred_run), which wakes the run once the database's clock has reached its time.
+    3. recover() (every 15 s, and at every worker's start) wakes any deferred run whose time has
+       passed, so a lost message, a broker or worker restart, or a start days away is started
+       within one pass.
+    4. Woken, it passes the start gate as a queued run does: with `bounds` it takes its place in
+       their queues then (run_starting, in the order such runs arrive), or starts if they have
+       room; without, it starts.
+    """
+    name, registered = _registered(wf, "start_run_at")
+    input = _checked_input(input, "the input")
+    now = clock.expression()
+    with transaction.atomic():
+        reference = reference_of(registered, input)
+        run = _queued(
+            name, input, reference, DEFERRED, bounds=bounds, concurrency_key=concurrency_key, now=now, until=not_before
+        )
+        transaction.on_commit(lambda: count_down_to(run.id, not_before))
+    run.refresh_from_db()
+    return run
+
+
+def _registered(wf: Workflow | str, verb: str) -> tuple[str, Workflow]:
+    """The name a run of `wf` (a @workflow function or its registered name) is started under, and
+    its registered workflow; anything else is a WorkflowError naming `verb`."""
+    name = wf.name if isinstance(wf, Workflow) else wf
+    if not isinstance(name, str):
+        raise WorkflowError(f"{verb} takes a @workflow function or its registered name")
+    return name, get_workflow(name)
+
+
+def _checked_input(input: Any, what: str) -> Any:
+    """A run's input as its row keeps it (None: {}); what JSON cannot keep is a WorkflowError."""
+    input = {} if input is None else input
+    check_json(input, what)
+    return input
+
+
+def _queued(
+    name: str,
+    input: Any,
+    reference: str,
+    waiting_for: str,
+    *,
+    bounds: list[str] | None,
+    concurrency_key: str,
+    now: Any,
+    until: datetime | None = None,
+) -> Run:
+    """A run created queued and suspended on `waiting_for`: its bounds (START_GATE), or its start
+    time `until` (DEFERRED, kept as its wait_deadline)."""
+    return Run.objects.create(
+        workflow=name,
+        input=input,
+        status=Run.Status.QUEUED,
+        suspended=True,
+        waiting_for=waiting_for,
+        wait_deadline=until,
+        bounds=list(bounds or []),
+        concurrency_key=concurrency_key,
+        reference=reference,
+        created_at=now,
+        updated_at=now,
+    )
