@@ -46,6 +46,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from limits.config import BOX_NAME, check_key
+from limits.engine.results import REASONS
 from limits.models import LIVE_SLOT_STATES, Limit, QueueEntry, Slot, is_storable_text
 from limits.runs import bounds as run_bounds
 from limits.runs.selectors import deferred_start, get_run
@@ -56,12 +57,13 @@ from limits.runs.values import parse_input as parse_input
 from limits.services import why_waiting
 from stackbone.plumbing import clock as box_clock
 from stackbone.runs import runtime
+from stackbone.runs.models import FINISHED_STATUSES as FINISHED_STATUSES_OF_RUNS
 from stackbone.runs.models import Run, RunKey
 
 RUNS_PER_PAGE = 50
 STATUSES: tuple[str, ...] = tuple(status.value for status in Run.Status)
 SEARCH_MAX_LENGTH = 128
-FINISHED_STATUSES = (Run.Status.COMPLETED.value, Run.Status.FAILED.value, Run.Status.CANCELLED.value)
+FINISHED_STATUSES = FINISHED_STATUSES_OF_RUNS  # stackbone.runs.models: skipped and replaced too
 WAITING_AS_LIST = 5_000  # a queue at most this long is paged as a list of run ids (runs_page)
 SEARCH_MATCHES = 500  # runs a label search can find (the labels of live slots and waiting runs)
 SEARCH_SCANNED = 5_000  # matching run ids a label search reads before it pages the runs instead
@@ -526,6 +528,11 @@ def run_summary(row: RunRow) -> dict[str, Any]:
         "waiting_for": [entry.limit.name for entry in row.waits],
         "holding": [slot.limit.name for slot in row.holds],
         "labels": row.labels,
+        # SPEC 14.6: why a run ended skipped or replaced (or was cancelled by another run), "" else
+        "end_reason": run.end_reason or "",
+        "end_reason_text": REASONS.get(run.end_reason or "", run.end_reason or ""),
+        "end_limit": run.end_limit or "",
+        "caused_by": run.caused_by or "",
     }
 
 
