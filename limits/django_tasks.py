@@ -21,15 +21,19 @@ What maps to what (docs/django-tasks.md has the table):
   arguments to it), and a worker that has not imported the task's module imports it to run it.
 - `concurrency`, `limits` are @workflow's (SPEC 11.1), checked when the task is defined with the
   same messages; `concurrency_key` names an argument, or is a callable of the arguments, and the
-  run's key is read from the arguments at enqueue. `on_full` (SPEC 14) is refused until that
-  section is built; a priority other than 0 is refused (SPEC 8.1).
+  run's key is read from the arguments at enqueue. `on_full` (SPEC 14.1: 'wait' or 'skip') is
+  what every start of the task asks for, as start_run(on_full=...): a run that cannot start at
+  once under it ends skipped; it needs concurrency= or limits=. A priority other than 0 is
+  refused (SPEC 8.1).
 - `enqueue` starts the run as limits.runs.start_run does: in the caller's transaction, dispatched
   once it commits (ENQUEUE_ON_COMMIT), queued while its bounds are full. `run_after` defers it
   durably (stackbone.runs.runtime.start_run_at). The TaskResult's id is the run's id.
 - A result is read from the run: queued, deferred or pending is READY; running (executing, or
-  held between attempts) RUNNING; completed SUCCESSFUL with the return value; failed or cancelled
-  FAILED, with the function's exception (its class path and traceback, kept on the failed step),
-  TaskRunCancelled, or TaskRunFailed (what stopped the run outside the function).
+  held between attempts) RUNNING; completed SUCCESSFUL with the return value; failed, cancelled,
+  skipped or replaced FAILED (SPEC 15.3), with the function's exception (its class path and
+  traceback, kept on the failed step), TaskRunCancelled, TaskRunSkipped (its reason and limit),
+  TaskRunReplaced (the run that replaced it), or TaskRunFailed (what stopped the run outside the
+  function).
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ __all__ = [
     "TaskFailed",
     "TaskRunCancelled",
     "TaskRunFailed",
+    "TaskRunReplaced",
+    "TaskRunSkipped",
 ]
 
 # Messages (tests assert on them). Those about a task's declaration name it as @workflow's do.
@@ -78,9 +84,8 @@ PRIORITY_REFUSED = (
     "priority {priority}: limits have no priorities (SPEC 8.1); runs start in the order they arrive, as their "
     "limits allow: leave priority at 0"
 )
-ON_FULL_NOT_YET = (
-    "workflow {name!r}: on_full needs SPEC 14's strategies (skip, replace, cancel_running), which are not "
-    "available yet: leave it out, and runs whose bounds are full wait in their queues"
+ON_FULL_WITHOUT_BOUNDS = (
+    "workflow {name!r}: on_full means nothing without concurrency= or limits= (the task caps no runs); leave it out"
 )
 BAD_KEY_SPEC = (
     "workflow {name!r}: concurrency_key must be the name of an argument of the task or a callable of its "
@@ -99,6 +104,8 @@ NOT_OUR_TASK = (
 )
 BAD_INPUT = 'a task\'s run takes {{"args": [...], "kwargs": {{...}}}} as its input, not {value}'
 CANCELLED = "the run was cancelled before the task finished"
+SKIPPED = "the run was skipped, never started: {reason} ({limit})"  # SPEC 14.2, 14.5, 15.3
+REPLACED = "the run was replaced by {run} before it started"  # SPEC 14.3, 15.3
 
 WORKFLOW_NAME_MAX_LENGTH = 200  # Run.workflow
 WORKER_ID = "stackbone"  # the box records no worker per attempt: a started run shows this one (attempts 1)
@@ -130,6 +137,16 @@ class TaskRunCancelled(TaskRunFailed):
     """A task's run was cancelled (Studio, `stackbone runs cancel`, cancel_run) before it finished."""
 
 
+class TaskRunSkipped(TaskRunFailed):
+    """A task's run ended skipped (SPEC 14.2, 14.5): its bounds were full and skip, or a queue was at
+    its cap; it never started."""
+
+
+class TaskRunReplaced(TaskRunFailed):
+    """A task's run ended replaced (SPEC 14.3): a newer run of its key took its place; it never
+    started."""
+
+
 # --- the task class: where @task's extra arguments land --------------------------------------------
 
 _tasks: dict[str, LimitsTask] = {}  # module path -> the task defined there (the first definition)
@@ -159,11 +176,11 @@ def declare(task: LimitsTask) -> None:
     name = task.module_path
     if len(name) > WORKFLOW_NAME_MAX_LENGTH:
         raise InvalidLimitsTask(PATH_TOO_LONG.format(name=name, maximum=WORKFLOW_NAME_MAX_LENGTH))
-    if task.on_full is not None:
-        raise InvalidLimitsTask(ON_FULL_NOT_YET.format(name=name))
+    if task.on_full is not None and task.concurrency is None and not task.limits:
+        raise InvalidLimitsTask(ON_FULL_WITHOUT_BOUNDS.format(name=name))
     _check_key_spec(task)
     try:
-        run_bounds.declare(name, task.concurrency, task.limits, module=task.func.__module__)
+        run_bounds.declare(name, task.concurrency, task.limits, module=task.func.__module__, start_on_full=task.on_full)
     except WorkflowError as error:
         raise InvalidLimitsTask(str(error)) from None
     if name not in _tasks:
@@ -308,6 +325,8 @@ _STATUS = {
     "completed": TaskResultStatus.SUCCESSFUL,
     "failed": TaskResultStatus.FAILED,
     "cancelled": TaskResultStatus.FAILED,
+    "skipped": TaskResultStatus.FAILED,  # SPEC 15.3: with the reason (errors_of)
+    "replaced": TaskResultStatus.FAILED,
 }
 
 
@@ -437,10 +456,16 @@ def task_named(name: str) -> LimitsTask | None:
 def errors_of(run: Run) -> list[TaskError]:
     """A failed task run's errors in Django's shape: the function's exception, from the failed
     step; or what ended the run outside it."""
+    from limits.engine.results import REASONS
     from stackbone.runs.models import Run, Step
 
     if run.status == Run.Status.CANCELLED:
         return [_error(TaskRunCancelled, CANCELLED)]
+    if run.status == Run.Status.SKIPPED:
+        reason = REASONS.get(run.end_reason or "", run.end_reason or "no reason recorded")
+        return [_error(TaskRunSkipped, SKIPPED.format(reason=reason, limit=run.end_limit or "no limit recorded"))]
+    if run.status == Run.Status.REPLACED:
+        return [_error(TaskRunReplaced, REPLACED.format(run=run.caused_by or "a newer run"))]
     step = (
         Step.objects.filter(run_id=run.id, kind=Step.Kind.STEP, status=Step.Status.FAILED)
         .order_by("seq")

@@ -119,8 +119,6 @@ class LimitOverridesForm(LimitModelForm):
             # A workflow's own bound: its capacity is the workflow's total, and it has no max hold.
             self.fields["capacity"].label = "Total"
             del self.fields["max_hold"]
-            # SPEC 14 on a workflow's own bound is not built yet (its runs' start always waits)
-            del self.fields["on_full"], self.fields["max_waiting"], self.fields["max_waiting_per_key"]
         if limit.pk:
             self.initial["capacity"] = "" if limit.capacity_override is None else str(limit.capacity_override)
             self.initial["max_hold"] = (

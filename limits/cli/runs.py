@@ -304,8 +304,9 @@ def start_batch(backend: RunsBackend, options: argparse.Namespace, io: Streams, 
     started = answer["runs"]
     for run in started:  # only the ids on stdout, in the file's order
         io.out(printable(run["id"]))
-    statuses = [f"{n} {status}" for status in ("pending", "queued") if (n := _count(started, status))]
-    others = len(started) - sum(_count(started, status) for status in ("pending", "queued"))
+    told = ("pending", "queued", "skipped")
+    statuses = [f"{n} {status}" for status in told if (n := _count(started, status))]
+    others = len(started) - sum(_count(started, status) for status in told)
     statuses += [f"{others} other"] if others else []
     count = f"{len(started)} run" + ("" if len(started) == 1 else "s")
     io.err(printable(f"started {count} ({options.workflow}): {', '.join(statuses)}"))
@@ -427,6 +428,11 @@ def show(backend: RunsBackend, options: argparse.Namespace, io: Streams) -> int:
     ]
     if details["error"]:
         facts.append(("error", details["error"].strip().splitlines()[-1]))
+    if details.get("end_reason") or details.get("caused_by"):  # SPEC 14.6 (an older installation sends none)
+        why = details.get("end_reason_text") or details["end_reason"]
+        facts.append(("why", why + (f" ({details['end_limit']})" if details.get("end_limit") else "")))
+        if details.get("caused_by"):
+            facts.append(("caused by", details["caused_by"]))
     for wait in details["waits"]:
         why = f": {wait['reason']['text']}" if wait["reason"] else ""
         facts.append(("waits for", f"{wait['limit']}" + (f" (label {wait['label']})" if wait["label"] else "") + why))

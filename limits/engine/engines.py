@@ -27,7 +27,7 @@ from django.db import connection
 
 from limits.config import Workspace
 from limits.engine.python import PythonEngine
-from limits.engine.results import Acquisition, SweepReport, SyncReport
+from limits.engine.results import Acquisition, BoundValues, SweepReport, SyncReport
 from limits.engine.server import PostgresEngine
 from limits.models import Limit
 
@@ -98,9 +98,7 @@ class Engine(Protocol):
 
     def sync_workspace(self, workspace: Workspace, actor: str) -> SyncReport: ...
 
-    def sync_workflow_bounds(
-        self, bounds: dict[str, tuple[int | None, int | None]], actor: str, only: bool
-    ) -> SyncReport: ...
+    def sync_workflow_bounds(self, bounds: dict[str, BoundValues], actor: str, only: bool) -> SyncReport: ...
 
 
 _BY_VENDOR: dict[str, Engine] = {"postgresql": PostgresEngine()}

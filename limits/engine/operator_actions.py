@@ -10,6 +10,9 @@ limits.engine.refusals."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from limits.config import (
     BOX_NAME,
     Workspace,
@@ -24,7 +27,7 @@ from limits.config import (
 from limits.engine.engines import engine
 from limits.engine.errors import BAD_CAPACITY, BAD_MAX_HOLD, LimitsError, check_key, duration_ms
 from limits.engine.refusals import BOUND_NAME_TAKEN, BOX_LIMIT_TAKEN, BOX_NAME_TAKEN, NO_BOX, NO_MAX_HOLD
-from limits.engine.results import SyncReport
+from limits.engine.results import BoundValues, SyncReport
 from limits.engine.rules import DEPLOY_ACTOR
 from limits.models import Limit
 
@@ -211,19 +214,37 @@ def sync_workspace(workspace: Workspace, *, actor: str = DEPLOY_ACTOR) -> SyncRe
 
 
 def sync_workflow_bounds(
-    bounds: dict[str, tuple[int | None, int | None]], *, actor: str = DEPLOY_ACTOR, only: bool = False
+    bounds: Mapping[str, tuple[Any, ...]], *, actor: str = DEPLOY_ACTOR, only: bool = False
 ) -> SyncReport:
     """Bring the workflows' own bounds (SPEC 11.5) in line with their @workflow(concurrency=...):
-    {limit name: (total, per_key)}. A bound is a limit of kind 'workflow' with no max hold (its
-    slots last as long as their run: the sweep never takes them back); total None means only the
-    per-key pools bind (capacity 100000). Operator overrides survive, as for declared limits; a
-    bound whose workflow no longer declares one is kept, undeclared. With `only`, the bounds
-    given are synced and nothing else is touched (start_run of a workflow whose bound the deploy
-    did not load, SPEC 11.6: `ensure_workflow_bound`)."""
-    return engine().sync_workflow_bounds(bounds, actor, only)
+    {limit name: (total, per_key)}, or (total, per_key, on_full, max_waiting,
+    max_waiting_per_key) with SPEC 14.1's values (two values: 'wait', no caps). A bound is a
+    limit of kind 'workflow' with no max hold (its slots last as long as their run: the sweep
+    never takes them back); total None means only the per-key pools bind (capacity 100000).
+    Operator overrides survive, as for declared limits; a bound whose workflow no longer declares
+    one is kept, undeclared. With `only`, the bounds given are synced and nothing else is touched
+    (start_run of a workflow whose bound the deploy did not load, SPEC 11.6:
+    `ensure_workflow_bound`)."""
+    return engine().sync_workflow_bounds({name: bound_values(values) for name, values in bounds.items()}, actor, only)
 
 
-def ensure_workflow_bound(name: str, total: int | None, per_key: int | None) -> None:
+def bound_values(values: tuple[Any, ...]) -> BoundValues:
+    """A bound's declared values, (total, per_key) or all five, as the five the engines sync."""
+    if len(values) == 2:
+        return (values[0], values[1], "wait", None, None)
+    if len(values) != 5:
+        raise ValueError(f"a bound's values are (total, per_key) or five, not {values!r}")
+    return (values[0], values[1], values[2], values[3], values[4])
+
+
+def ensure_workflow_bound(
+    name: str,
+    total: int | None,
+    per_key: int | None,
+    on_full: str = "wait",
+    max_waiting: int | None = None,
+    max_waiting_per_key: int | None = None,
+) -> None:
     """SPEC 11.6: a workflow's own bound exists and is declared from the first moment a run of it
     can start. When the deploy did not sync it (the workflow lives in a test module, or a module
     the deploy did not load), start_run syncs that one bound in its own transaction, exactly as a
@@ -231,4 +252,4 @@ def ensure_workflow_bound(name: str, total: int | None, per_key: int | None) -> 
     declared. One indexed read when it is there already."""
     if Limit.objects.filter(name=name, declared=True, kind=Limit.Kind.WORKFLOW).exists():
         return
-    sync_workflow_bounds({name: (total, per_key)}, only=True)
+    sync_workflow_bounds({name: (total, per_key, on_full, max_waiting, max_waiting_per_key)}, only=True)

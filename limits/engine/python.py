@@ -247,9 +247,10 @@ def _acquire_group_in_transaction(
         lim.waiting_count == 0 and lim.room and keys.pools(lim).has_room(k) and keys.whole_run_room(lim, request, base)
         for lim, k in needed
     )
-    # SPEC 14.2, 14.5, 14.7: skip (the strictest on_full), or a queue's cap; not yet for a run's
-    # start (it waits, 11.3: the skipped and replaced runs are to come)
-    if not free and not request.endswith(WHOLE_RUN_SUFFIX):
+    # SPEC 14.2, 14.5, 14.7: skip (the strictest on_full), or a queue's cap; a run's start too
+    # (limits.runs.bounds ends it 'skipped'; only 'skip' is built for a start: a bound's 'replace'
+    # or 'cancel_running' waits, as 'wait')
+    if not free:
         answered = _answered_at_once(members, needed, locked, request, base, now, changes, on_full)
         if answered is not None:
             rules.save_all(locked)

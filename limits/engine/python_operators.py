@@ -23,7 +23,7 @@ from limits.engine.refusals import (
     checked_minimum,
     checked_per_key,
 )
-from limits.engine.results import SyncReport
+from limits.engine.results import BoundValues, SyncReport
 from limits.engine.rules import Changes
 from limits.models import AuditEvent, Limit
 
@@ -254,15 +254,13 @@ class OperatorActions:
                     report.undeclared.append(name)
         return report
 
-    def sync_workflow_bounds(
-        self, bounds: dict[str, tuple[int | None, int | None]], actor: str, only: bool
-    ) -> SyncReport:
+    def sync_workflow_bounds(self, bounds: dict[str, BoundValues], actor: str, only: bool) -> SyncReport:
         report = SyncReport()
         with transaction.atomic(durable=not only):
             rows = Limit.objects.locked().filter(name__in=list(bounds)) if only else Limit.objects.locked()
             existing = {limit.name: limit for limit in rows.order_by("id")}
             by_id = {limit.id: limit for limit in existing.values()}
-            for name, (total, per_key) in sorted(bounds.items()):
+            for name, (total, per_key, on_full, max_waiting, max_waiting_per_key) in sorted(bounds.items()):
                 capacity = MAX_CAPACITY if total is None else total
                 limit = existing.get(name)
                 if limit is None:
@@ -274,6 +272,9 @@ class OperatorActions:
                                 declared_capacity=capacity,
                                 declared_max_hold_ms=MAX_DURATION_MS,
                                 declared_per_key=per_key,
+                                declared_on_full=on_full,
+                                declared_max_waiting=max_waiting,
+                                declared_max_waiting_per_key=max_waiting_per_key,
                             )
                         ],
                         ignore_conflicts=True,  # two first starts at once: one creates it, both use it
@@ -282,12 +283,36 @@ class OperatorActions:
                     continue
                 if not limit.is_workflow_bound:
                     raise LimitsError(BOUND_NAME_TAKEN.format(name=name), field="name")
-                before = (limit.declared, limit.declared_capacity, limit.declared_per_key)
-                after = (True, capacity, per_key)
+                before = (
+                    limit.declared,
+                    limit.declared_capacity,
+                    limit.declared_per_key,
+                    limit.declared_on_full,
+                    limit.declared_max_waiting,
+                    limit.declared_max_waiting_per_key,
+                )
+                after = (True, capacity, per_key, on_full, max_waiting, max_waiting_per_key)
                 if before == after:
                     continue
-                limit.declared, limit.declared_capacity, limit.declared_per_key = after
-                limit.save(update_fields=["declared", "declared_capacity", "declared_per_key", "updated_at"])
+                (
+                    limit.declared,
+                    limit.declared_capacity,
+                    limit.declared_per_key,
+                    limit.declared_on_full,
+                    limit.declared_max_waiting,
+                    limit.declared_max_waiting_per_key,
+                ) = after
+                limit.save(
+                    update_fields=[
+                        "declared",
+                        "declared_capacity",
+                        "declared_per_key",
+                        "declared_on_full",
+                        "declared_max_waiting",
+                        "declared_max_waiting_per_key",
+                        "updated_at",
+                    ]
+                )
                 touched = _with_partners(limit, by_id)
                 _settle_and_audit(
                     touched, rules.clock_all(touched), limit, actor, AuditEvent.Action.SYNC,
@@ -460,6 +485,20 @@ def _declared_text(
     return text + ("" if declared else ", undeclared")
 
 
-def _bound_text(declared: bool, capacity: int, per_key: int | None) -> str:
+def _bound_text(
+    declared: bool,
+    capacity: int,
+    per_key: int | None,
+    on_full: str = "wait",
+    max_waiting: int | None = None,
+    max_waiting_per_key: int | None = None,
+) -> str:
+    """A bound's audit text in a deploy (engine.sql: limits_bound_text)."""
     text = f"total {capacity}" + ("" if per_key is None else f", per_key {per_key}")
+    if on_full != "wait":
+        text += f", on_full {on_full}"
+    if max_waiting is not None:
+        text += f", max_waiting {max_waiting}"
+    if max_waiting_per_key is not None:
+        text += f", max_waiting_per_key {max_waiting_per_key}"
     return text + ("" if declared else ", undeclared")

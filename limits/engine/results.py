@@ -12,6 +12,9 @@ RESERVATION_MS = 2 * 60 * 1000  # SPEC 3.5
 # (SPEC 12.3: keys.whole_run_room).
 WHOLE_RUN_SUFFIX = ":start"
 DEFAULT_TIMEOUT_MS = 24 * 60 * 60 * 1000  # SPEC 3.3
+# A workflow's own bound as a deploy syncs it (SPEC 11.5, 14.1): (total, per_key, on_full,
+# max_waiting, max_waiting_per_key), total None for "only the per-key pools bind".
+type BoundValues = tuple[int | None, int | None, str, int | None, int | None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection, transaction
 
@@ -35,7 +35,7 @@ from limits.engine.refusals import (
     checked_minimum,
     checked_per_key,
 )
-from limits.engine.results import RESERVATION_MS, Acquisition, SweepReport, SyncReport
+from limits.engine.results import RESERVATION_MS, Acquisition, BoundValues, SweepReport, SyncReport
 from limits.engine.woken import wake_on_commit
 from limits.models import Limit, is_storable_text
 from stackbone.plumbing import clock
@@ -379,23 +379,24 @@ class PostgresEngine:
                 )
             )
 
-    def sync_workflow_bounds(
-        self, bounds: dict[str, tuple[int | None, int | None]], actor: str, only: bool
-    ) -> SyncReport:
+    def sync_workflow_bounds(self, bounds: dict[str, BoundValues], actor: str, only: bool) -> SyncReport:
         """limits_sync_bounds: the workflows' own bounds synced in one call, as (name, capacity,
-        per_key) in the order the report lists them; with `only`, those bounds alone. Outside
-        `only` it is a deploy's own transaction; with `only` it may run inside the caller's
-        (start_run's), which a refusal leaves as it was."""
+        per_key, on_full, max_waiting, max_waiting_per_key) in the order the report lists them;
+        with `only`, those bounds alone. Outside `only` it is a deploy's own transaction; with
+        `only` it may run inside the caller's (start_run's), which a refusal leaves as it was."""
         rows = [
-            (name, MAX_CAPACITY if total is None else total, per_key)
-            for name, (total, per_key) in sorted(bounds.items())
+            (name, MAX_CAPACITY if total is None else total, per_key, on_full, max_waiting, max_waiting_per_key)
+            for name, (total, per_key, on_full, max_waiting, max_waiting_per_key) in sorted(bounds.items())
         ]
+        columns = [[row[i] for row in rows] for i in range(6)]
         with _deploy_transaction(durable=not only):
             return _deployed(
                 *_call(
-                    _DEPLOYED + "limits_sync_bounds(%s::text[], %s::integer[], %s::integer[], %s, %s, %s, %s, %s, %s)",
-                    [[row[0] for row in rows], [row[1] for row in rows], [row[2] for row in rows]]
-                    + [MAX_DURATION_MS, only, actor, clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS],
+                    _DEPLOYED + "limits_sync_bounds(%s::text[], %s::integer[], %s::integer[], %s, %s, %s, %s, %s, %s, "
+                    "%s::text[], %s::integer[], %s::integer[])",
+                    columns[:3]
+                    + [MAX_DURATION_MS, only, actor, clock.param(), RESERVATION_MS, keys.OWED_AFTER_MS]
+                    + columns[3:],
                 )
             )
 
@@ -445,15 +446,19 @@ def start_runs(
     label: str,
     timeout_ms: int,
     owed_after_ms: int,
-) -> tuple[str | None, str | None, list[str], list[str], datetime, list[str]]:
+    on_full: str | None = None,
+) -> StartedRuns:
     """limits_start_runs: the runs created and their start acquisitions taken in order, in one
-    call (issue 44). (problem, bad_name, statuses, bounds, created, woken): a problem ('unknown',
-    'undeclared', 'slow') means nothing was written. The runs it woke are not woken here."""
+    call (issue 44). (problem, bad_name, statuses, bounds, created, woken, reasons, full_names): a
+    problem ('unknown', 'undeclared', 'slow') means nothing was written. A run answered at once
+    (SPEC 14.2, 14.5; `on_full` this start's, None its bounds' own) is 'skipped', with its reason
+    and the limit that stopped it in reasons and full_names ('' for the others). The runs it woke
+    are not woken here."""
     from psycopg.types.json import Jsonb  # psycopg: PostgreSQL only
 
     row = _call(
-        "SELECT problem, bad_name, statuses, bounds, created, woken FROM limits_start_runs("
-        "%s::text[], %s, %s::jsonb[], %s::text[], %s::text[], %s::text[], %s, %s, %s, %s, %s)",
+        "SELECT problem, bad_name, statuses, bounds, created, woken, reasons, full_names FROM limits_start_runs("
+        "%s::text[], %s, %s::jsonb[], %s::text[], %s::text[], %s::text[], %s, %s, %s, %s, %s, %s)",
         [
             ids,
             workflow,
@@ -466,10 +471,26 @@ def start_runs(
             clock.param(),
             RESERVATION_MS,
             owed_after_ms,
+            on_full,
         ],
     )
-    problem, bad_name, statuses, bounds, created, woken = row
-    return problem, bad_name, statuses or [], bounds or [], created, woken or []
+    problem, bad_name, statuses, bounds, created, woken, reasons, full_names = row
+    return StartedRuns(
+        problem, bad_name, statuses or [], bounds or [], created, woken or [], reasons or [], full_names or []
+    )
+
+
+class StartedRuns(NamedTuple):
+    """What limits_start_runs answers (start_runs)."""
+
+    problem: str | None
+    bad_name: str | None
+    statuses: list[str]
+    bounds: list[str]
+    created: datetime
+    woken: list[str]
+    reasons: list[str]
+    full_names: list[str]
 
 
 def _refuse(outcome: str, name: str) -> None:

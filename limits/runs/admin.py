@@ -41,10 +41,22 @@ class StepInline(StepTabularInline):
 
 @admin.register(Run)
 class RunAdmin(EscapedTextAdmin):
-    list_display = ["id", "workflow", "status", "suspended", "waiting_for", "created_at", "finished_at"]
+    # end_reason, end_limit, caused_by: why a run ended skipped or replaced, or was cancelled by another (SPEC 14.6)
+    list_display = ["id", "workflow", "status", "end_reason", "suspended", "waiting_for", "created_at", "finished_at"]
     list_filter = ["status", "suspended", "workflow"]
     search_fields = ["id", "workflow"]
-    escaped_fields = ("id", "workflow", "input", "output", "error", "waiting_for", "concurrency_key")
+    escaped_fields = (
+        "id",
+        "workflow",
+        "input",
+        "output",
+        "error",
+        "waiting_for",
+        "concurrency_key",
+        "end_reason",
+        "end_limit",
+        "caused_by",
+    )
     date_hierarchy = "created_at"
     show_full_result_count = False
     inlines = [StepInline]

@@ -37,7 +37,9 @@ per_key; a run takes a step before its bounds are confirmed for it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +56,7 @@ from limits.config import (
     MIN_CAPACITY,
     NAME_RE,
     check_key,
+    check_max_waiting,
     check_name,
 )
 from limits.config import KEY_MAX_LENGTH as KEY_MAX_LENGTH
@@ -62,6 +65,7 @@ from limits.engine import server
 from limits.engine.keys import OWED_AFTER_MS
 from limits.models import LABEL_MAX_LENGTH, Limit
 from stackbone.runs import runtime
+from stackbone.runs.endings import ENDED, end_unstarted
 from stackbone.runs.models import Run, new_run_id
 
 # Names limits.run_bounds had before issue 48 moved the box's place to limits.box (box_place,
@@ -74,7 +78,12 @@ BOX_NAMED = (
     "'box' is the box's run concurrency, not a named limit: every run holds it while the workspace "
     "declares run_concurrency"
 )
-CONCURRENCY_FIELDS = frozenset({"total", "per_key"})
+CONCURRENCY_FIELDS = frozenset({"total", "per_key", "on_full", "max_waiting", "max_waiting_per_key"})
+# SPEC 14.1: what a start does when its workflow's own bound is full. 'replace' and
+# 'cancel_running' are SPEC 14.3 and 14.4 for starts, not built yet: refused with NOT_BUILT.
+BOUND_ON_FULL = ("wait", "skip", "replace", "cancel_running")
+START_ON_FULL = ("wait", "skip")  # built for a run's start
+NOT_BUILT = "on_full {value!r} is not built yet for a run's start (SPEC 14.3, 14.4: issue 47): use 'wait' or 'skip'"
 START_REQUEST_SUFFIX = services.WHOLE_RUN_SUFFIX  # the acquisition of a run's bounds: "<run id>:start"
 
 
@@ -86,6 +95,17 @@ class Bounds:
     per_key: int | None
     limits: tuple[str, ...]
     module: str = ""  # where the workflow is defined
+    # SPEC 14.1: its own bound's on_full and queue caps (synced to the bound's Limit), and what its
+    # starts ask for by default (a django.tasks task's on_full; None: the bounds' own).
+    on_full: str = "wait"
+    max_waiting: int | None = None
+    max_waiting_per_key: int | None = None
+    start_on_full: str | None = None
+
+    @property
+    def declared(self) -> tuple[int | None, int | None, str, int | None, int | None]:
+        """What its own bound declares, as sync_workflow_bounds takes it."""
+        return (self.total, self.per_key, self.on_full, self.max_waiting, self.max_waiting_per_key)
 
     @property
     def has_own_bound(self) -> bool:
@@ -99,18 +119,31 @@ def bound_name(workflow_name: str) -> str:
     return f"{BOUND_PREFIX}{workflow_name}"
 
 
-def declare(workflow_name: str, concurrency: object, limits: object, module: str = "") -> None:
+def declare(
+    workflow_name: str, concurrency: object, limits: object, module: str = "", start_on_full: object = None
+) -> None:
     """Check a @workflow's concurrency and limits (at import) and remember them for sync and
-    start. Raises WorkflowError naming the workflow and the field."""
-    total = per_key = None
+    start. Raises WorkflowError naming the workflow and the field. `start_on_full`: what its starts
+    ask for when start_run names none (a django.tasks task's on_full)."""
+    total = per_key = max_waiting = max_waiting_per_key = None
+    on_full = "wait"
     if concurrency is not None:
         if not isinstance(concurrency, Mapping) or not concurrency:
             raise _error(workflow_name, "concurrency must be a dict with 'total', 'per_key' or both")
         unknown = sorted(set(concurrency) - CONCURRENCY_FIELDS, key=str)
         if unknown:
-            raise _error(workflow_name, f"concurrency: unknown field {unknown[0]!r} (allowed: total, per_key)")
+            raise _error(
+                workflow_name,
+                f"concurrency: unknown field {unknown[0]!r} "
+                "(allowed: total, per_key, on_full, max_waiting, max_waiting_per_key)",
+            )
+        if concurrency.get("total") is None and concurrency.get("per_key") is None:
+            raise _error(workflow_name, "concurrency must give 'total', 'per_key' or both")
         total = _whole(workflow_name, "total", concurrency.get("total"), MAX_CAPACITY)
         per_key = _whole(workflow_name, "per_key", concurrency.get("per_key"), total or MAX_CAPACITY)
+        on_full = check_start_on_full(workflow_name, concurrency.get("on_full", "wait"), "concurrency on_full")
+        max_waiting = _cap(workflow_name, "max_waiting", concurrency.get("max_waiting"))
+        max_waiting_per_key = _cap(workflow_name, "max_waiting_per_key", concurrency.get("max_waiting_per_key"))
         name = bound_name(workflow_name)
         if NAME_RE.fullmatch(name) is None:
             raise _error(
@@ -119,16 +152,22 @@ def declare(workflow_name: str, concurrency: object, limits: object, module: str
                 "give the workflow a name of lowercase letters, digits, '.', '_' and '-'",
             )
     named = _named_limits(workflow_name, limits)
-    _declared[workflow_name] = Bounds(total, per_key, named, module)
+    start = None if start_on_full is None else check_start_on_full(workflow_name, start_on_full, "on_full")
+    _declared[workflow_name] = Bounds(
+        total, per_key, named, module, on_full, max_waiting, max_waiting_per_key, start_on_full=start
+    )
 
 
-def declared_bounds(workflows: list[str] | None = None) -> dict[str, tuple[int | None, int | None]]:
-    """{bound name: (total, per_key)} of the box's workflows that cap their runs: those of the
-    modules settings.STACKBONE_WORKFLOWS names (what the box discovers), or those named."""
+def declared_bounds(
+    workflows: list[str] | None = None,
+) -> dict[str, tuple[int | None, int | None, str, int | None, int | None]]:
+    """{bound name: (total, per_key, on_full, max_waiting, max_waiting_per_key)} of the box's
+    workflows that cap their runs: those of the modules settings.STACKBONE_WORKFLOWS names (what
+    the box discovers), or those named."""
     runtime.discover()
     packages = tuple(settings.STACKBONE_WORKFLOWS)
     return {
-        bound_name(name): (bounds.total, bounds.per_key)
+        bound_name(name): bounds.declared
         for name, bounds in _declared.items()
         if bounds.has_own_bound
         and (name in workflows if workflows is not None else _in_packages(bounds.module, packages))
@@ -161,7 +200,7 @@ def bounds_for_run(workflow_name: str, limits: object = None, concurrency_key: o
                 raise _error(workflow_name, f"limit {name!r} is no longer declared in the workspace")
     key = run_key(workflow_name, concurrency_key)
     if declared.has_own_bound:
-        services.ensure_workflow_bound(bounds[0], declared.total, declared.per_key)  # SPEC 11.6
+        services.ensure_workflow_bound(bounds[0], *declared.declared)  # SPEC 11.6
     box = [BOX_NAME] if Limit.objects.filter(name=BOX_NAME, kind=Limit.Kind.BOX, declared=True).exists() else []
     return bounds + box, key
 
@@ -188,19 +227,24 @@ def run_key(workflow_name: str, concurrency_key: object, field: str = "concurren
 
 
 def start_on_server(
-    wf: runtime.Workflow, prepared: Sequence[tuple[Any, str]], keys: Sequence[str], limits: object
+    wf: runtime.Workflow,
+    prepared: Sequence[tuple[Any, str]],
+    keys: Sequence[str],
+    limits: object,
+    on_full: str | None = None,
 ) -> list[Run] | None:
     """limits.runs.start_runs on PostgreSQL: the runs written and their bounds acquired in one
     call (limits_start_runs; SPEC 11.2, 11.3, 11.6, 12.2), the runs it started published and the
     runs it woke woken after commit. A missing own bound (11.6) is synced and the call made
     again; an unknown or undeclared named limit is the WorkflowError bounds_for_run words. None:
-    the case is the Python rules' (nothing was written)."""
+    the case is the Python rules' (nothing was written). `on_full`: the start's (SPEC 14.1), None
+    for its bounds' own; a run answered at once comes back 'skipped' (SPEC 14.2, 14.5)."""
     bounds, declared = start_bounds(wf.name, limits)
     ids = [new_run_id() for _ in prepared]
     label = wf.name[:LABEL_MAX_LENGTH]
     for attempt in (1, 2):
         try:
-            problem, bad_name, statuses, held, created, woken = server.start_runs(
+            answer = server.start_runs(
                 ids,
                 wf.name,
                 [input for input, _ in prepared],
@@ -210,7 +254,9 @@ def start_on_server(
                 label,
                 QUEUE_TIMEOUT_MS,
                 OWED_AFTER_MS,
+                on_full,
             )
+            problem, bad_name, statuses, held, created, woken = answer[:6]
         except DatabaseError as error:
             if getattr(error.__cause__, "sqlstate", None) == "LMSTR":  # a limit undeclared mid-batch
                 raise _error(wf.name, f"the batch was refused, nothing started: {error.__cause__}") from None
@@ -219,7 +265,7 @@ def start_on_server(
             break
         own = bounds[0] if declared.has_own_bound else None
         if problem in ("unknown", "undeclared") and own is not None and bad_name == own and attempt == 1:
-            services.ensure_workflow_bound(own, declared.total, declared.per_key)
+            services.ensure_workflow_bound(own, *declared.declared)
             continue
         if problem == "unknown":
             raise _error(wf.name, f"unknown limit {bad_name!r}")
@@ -248,10 +294,15 @@ def start_on_server(
             dispatched_at=created if status == Run.Status.PENDING else None,
             created_at=created,
             started_at=None,
-            finished_at=None,
+            finished_at=created if status == Run.Status.SKIPPED else None,
             updated_at=created,
+            end_reason=reason or None,
+            end_limit=full_name or None,
+            caused_by=None,
         )
-        for run_id, (input, reference), key, status in zip(ids, prepared, keys, statuses, strict=True)
+        for run_id, (input, reference), key, status, reason, full_name in zip(
+            ids, prepared, keys, statuses, answer.reasons, answer.full_names, strict=True
+        )
     ]
     runtime.dispatch_on_commit([run.id for run in runs if run.status == Run.Status.PENDING])
     if runtime.advanced_inline():
@@ -263,13 +314,33 @@ def start_on_server(
 # --- the run layer's signals (limits/apps.py connects them) ---------------------------------------
 
 
+# The on_full of the start being made in this context (limits.runs.start_run's `on_full`), which the
+# run layer's run_queued does not carry: None for the bounds' own (SPEC 14.1).
+_start_on_full: contextvars.ContextVar[str | None] = contextvars.ContextVar("start_on_full", default=None)
+
+
+@contextlib.contextmanager
+def starting_with(on_full: str | None) -> Iterator[None]:
+    """The starts made inside ask for `on_full` (the Python rules' start_run, run by run)."""
+    token = _start_on_full.set(on_full)
+    try:
+        yield
+    finally:
+        _start_on_full.reset(token)
+
+
 def queued(sender: object, run: Run, **kwargs: object) -> str:
     """A run with bounds was created queued: take its place in every queue and answer 'wait', or,
-    if every bound had room, hold the slots for the run and answer 'start'."""
-    outcome = _acquire(run)
+    if every bound had room, hold the slots for the run and answer 'start'; or, answered at once
+    (SPEC 14.2, 14.5: its start's on_full 'skip', else its bounds' own, or a queue at its cap), end
+    it 'skipped' with its reason and answer 'ended' (nothing of it is in any queue)."""
+    outcome = _acquire(run, _start_on_full.get())
     if outcome.state == "busy":
         _tie(run, outcome)
         return "start"
+    if outcome.state in ("skipped", "refused"):
+        end_unstarted(run.id, Run.Status.SKIPPED, reason=outcome.reason, limit=outcome.limit)
+        return ENDED
     if outcome.state != "waiting":
         raise runtime.WorkflowError(f"run {run.id} could not queue for {' + '.join(run.bounds)}")
     return "wait"
@@ -278,8 +349,13 @@ def queued(sender: object, run: Run, **kwargs: object) -> str:
 def starting(sender: object, run: Run, **kwargs: object) -> str:
     """A worker is about to start a woken queued run: confirm its reserved slots together (the
     same request), tie them to the run, and say 'start'; 'wait' if they lapsed meanwhile (it is
-    back in the queues); an error message if its wait ended (timed out, cancelled)."""
-    outcome = _acquire(run)
+    back in the queues); an error message if its wait ended (timed out, cancelled). A run deferred
+    to its start time (runtime.start_run_at) asks for its place only now: answered at once (SPEC
+    14.2, 14.5, with its workflow's start on_full) it ends 'skipped' here ('ended')."""
+    outcome = _acquire(run, _declared.get(run.workflow, Bounds(None, None, ())).start_on_full)
+    if outcome.state in ("skipped", "refused"):
+        end_unstarted(run.id, Run.Status.SKIPPED, reason=outcome.reason, limit=outcome.limit)
+        return ENDED
     if outcome.state == "busy":
         _tie(run, outcome)
         return "start"
@@ -290,7 +366,7 @@ def starting(sender: object, run: Run, **kwargs: object) -> str:
     return f"the wait for {' + '.join(run.bounds)} was cancelled"
 
 
-def _acquire(run: Run) -> services.Acquisition:
+def _acquire(run: Run, on_full: str | None = None) -> services.Acquisition:
     box = box_pool(run.workflow) if BOX_NAME in run.bounds else None
     return services.acquire_group(
         [name for name in run.bounds if name != BOX_NAME],
@@ -300,6 +376,7 @@ def _acquire(run: Run) -> services.Acquisition:
         key=run.concurrency_key or None,
         timeout=QUEUE_TIMEOUT_MS,
         box=box,
+        on_full=on_full,
     )
 
 
@@ -331,6 +408,30 @@ def _named_limits(workflow_name: str, limits: object) -> tuple[str, ...]:
         if name == BOX_NAME:  # issue 45: it was held twice, once named and once as the box
             raise _error(workflow_name, f"limits: {BOX_NAMED}")
     return tuple(limits)
+
+
+def check_start_on_full(workflow_name: str, value: object, field: str = "on_full") -> str:
+    """SPEC 14.1: an on_full for a run's start ('wait' or 'skip'; 'replace' and 'cancel_running'
+    are refused as not built yet), or a WorkflowError naming `field`."""
+    if value in START_ON_FULL:
+        assert isinstance(value, str)
+        return value
+    if value in BOUND_ON_FULL:
+        raise runtime.WorkflowError(f"workflow {workflow_name!r}: {field}: {NOT_BUILT.format(value=value)}", field)
+    raise runtime.WorkflowError(
+        f"workflow {workflow_name!r}: {field} must be one of {', '.join(repr(v) for v in BOUND_ON_FULL)}, "
+        f"not {value!r}",
+        field,
+    )
+
+
+def _cap(workflow_name: str, field: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        return check_max_waiting(value)
+    except ValueError as error:
+        raise _error(workflow_name, f"concurrency {field} {error}") from None
 
 
 def _whole(workflow_name: str, field: str, value: Any, maximum: int) -> int | None:

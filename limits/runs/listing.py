@@ -14,6 +14,7 @@ import inspect
 from typing import Any
 
 from limits.config import BOX_NAME, check_key
+from limits.engine.results import REASONS
 from limits.runs import bounds as run_bounds
 
 # A page of runs: limits.runs.pages' (each name handed on, as this module had it).
@@ -174,6 +175,11 @@ def run_summary(row: RunRow) -> dict[str, Any]:
         "waiting_for": [entry.limit.name for entry in row.waits],
         "holding": [slot.limit.name for slot in row.holds],
         "labels": row.labels,
+        # SPEC 14.6: why a run ended skipped or replaced (or was cancelled by another run), "" else
+        "end_reason": run.end_reason or "",
+        "end_reason_text": REASONS.get(run.end_reason or "", run.end_reason or ""),
+        "end_limit": run.end_limit or "",
+        "caused_by": run.caused_by or "",
     }
 
 

@@ -46,12 +46,13 @@ from limits.config import check_key
 from limits.models import LIVE_SLOT_STATES, Limit, QueueEntry, Slot, is_storable_text
 from limits.runs.values import RunsError
 from stackbone.plumbing import clock as box_clock
+from stackbone.runs.models import FINISHED_STATUSES as FINISHED_STATUSES_OF_RUNS
 from stackbone.runs.models import Run, RunKey
 
 RUNS_PER_PAGE = 50
 STATUSES: tuple[str, ...] = tuple(status.value for status in Run.Status)
 SEARCH_MAX_LENGTH = 128
-FINISHED_STATUSES = (Run.Status.COMPLETED.value, Run.Status.FAILED.value, Run.Status.CANCELLED.value)
+FINISHED_STATUSES = FINISHED_STATUSES_OF_RUNS  # stackbone.runs.models: skipped and replaced too
 WAITING_AS_LIST = 5_000  # a queue at most this long is paged as a list of run ids (runs_page)
 SEARCH_MATCHES = 500  # runs a label search can find (the labels of live slots and waiting runs)
 SEARCH_SCANNED = 5_000  # matching run ids a label search reads before it pages the runs instead

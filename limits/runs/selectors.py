@@ -33,6 +33,31 @@ def get_run(run_id: str) -> Run | None:
     return Run.objects.filter(id=run_id).first()
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a run ended when another rule than its own work ended it (SPEC 14.6): skipped, replaced,
+    or cancelled by a newer run. Read from the row: no query."""
+
+    status: str
+    reason: str  # the code (limits.engine.results.REASONS), "" for none
+    reason_text: str
+    limit: str
+    caused_by: str
+
+    def as_json(self) -> dict[str, str]:
+        return {"reason": self.reason, "text": self.reason_text, "limit": self.limit, "caused_by": self.caused_by}
+
+
+def run_outcome(run: Run) -> Outcome | None:
+    """A run's recorded cause of its end (Run.end_reason, end_limit, caused_by), or None."""
+    from limits.engine.results import REASONS
+
+    if not (run.end_reason or run.end_limit or run.caused_by):
+        return None
+    reason = run.end_reason or ""
+    return Outcome(run.status, reason, REASONS.get(reason, reason), run.end_limit or "", run.caused_by or "")
+
+
 def deferred_start(run: Run) -> dt.datetime | None:
     """When a deferred run (runtime.start_run_at: django.tasks' run_after, SPEC 15.4) starts:
     its start time while it waits for it, None for any other run. Read from the row: no query."""

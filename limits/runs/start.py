@@ -25,7 +25,7 @@ def workflow(
     fn: Callable[[Any], Any],
     *,
     name: str | None = None,
-    concurrency: dict[str, int] | None = None,
+    concurrency: dict[str, Any] | None = None,
     limits: list[str] | None = None,
     reference: str | None = None,
 ) -> Workflow: ...
@@ -36,7 +36,7 @@ def workflow(
     fn: None = None,
     *,
     name: str | None = None,
-    concurrency: dict[str, int] | None = None,
+    concurrency: dict[str, Any] | None = None,
     limits: list[str] | None = None,
     reference: str | None = None,
 ) -> Callable[[Callable[[Any], Any]], Workflow]: ...
@@ -46,7 +46,7 @@ def workflow(
     fn: Callable[[Any], Any] | None = None,
     *,
     name: str | None = None,
-    concurrency: dict[str, int] | None = None,
+    concurrency: dict[str, Any] | None = None,
     limits: list[str] | None = None,
     reference: str | None = None,
 ) -> Workflow | Callable[[Callable[[Any], Any]], Workflow]:
@@ -69,14 +69,22 @@ def workflow(
 
 
 def start_run(
-    wf: Workflow | str, input: Any = None, concurrency_key: str | None = None, limits: list[str] | None = None
+    wf: Workflow | str,
+    input: Any = None,
+    concurrency_key: str | None = None,
+    limits: list[str] | None = None,
+    *,
+    on_full: str | None = None,
 ) -> Run:
     """Create a run and dispatch it after commit. A workflow that caps its runs (or a start with
     `limits`) makes the run wait 'queued' until every bound has room (SPEC 11.2, 11.3):
     `concurrency_key` picks the per-key pool of each bound; `limits` replaces the workflow's named
-    limits for this run (`[]`: only its own bound)."""
+    limits for this run (`[]`: only its own bound). A run that cannot start at once under bounds
+    that skip (`on_full="skip"` for this start, else its bounds' own on_full), or whose queue is at
+    its cap (max_waiting, max_waiting_per_key), comes back ended 'skipped' with its reason
+    (`end_reason`, `end_limit`), never started and in no queue (SPEC 14.2, 14.5)."""
     keys: list[str | None] | None = None if concurrency_key is None else [concurrency_key]
-    return _start(wf, [input], keys, limits, batch=False)[0]
+    return _start(wf, [input], keys, limits, batch=False, on_full=on_full)[0]
 
 
 def start_runs(
@@ -84,12 +92,16 @@ def start_runs(
     inputs: Sequence[Any],
     concurrency_keys: Sequence[str | None] | None = None,
     limits: list[str] | None = None,
+    *,
+    on_full: str | None = None,
 ) -> list[Run]:
     """Start many runs of one workflow at once: created in one transaction, their bounds taken in
     the order given (trigger order, SPEC 11.3), published after commit; the runs come back in
     that order. `concurrency_keys`: one per input (None for a run without a key), or None;
-    `limits` as for start_run, for every run. A bad input or key refuses the whole batch with its
-    index named (`inputs[3]: ...`), and nothing is written."""
+    `limits` and `on_full` as for start_run, for every run: each run is judged in order, so a run
+    the batch's earlier runs filled the bounds for ends 'skipped' under a bound that skips. A bad
+    input or key refuses the whole batch with its index named (`inputs[3]: ...`), and nothing is
+    written."""
     if isinstance(inputs, str | bytes | Mapping) or not isinstance(inputs, Sequence):
         raise WorkflowError("inputs must be a list of inputs, one per run")
     if concurrency_keys is not None and (
@@ -102,7 +114,8 @@ def start_runs(
         )
     if not inputs:
         return []
-    return _start(wf, list(inputs), None if concurrency_keys is None else list(concurrency_keys), limits, batch=True)
+    keys = None if concurrency_keys is None else list(concurrency_keys)
+    return _start(wf, list(inputs), keys, limits, batch=True, on_full=on_full)
 
 
 def _named[T](check: Callable[[Any, Any, str], T], of: Any, value: Any, field: str) -> T:
@@ -115,7 +128,13 @@ def _named[T](check: Callable[[Any, Any, str], T], of: Any, value: Any, field: s
 
 
 def _start(
-    wf: Workflow | str, inputs: list[Any], keys: list[str | None] | None, limits: object, *, batch: bool
+    wf: Workflow | str,
+    inputs: list[Any],
+    keys: list[str | None] | None,
+    limits: object,
+    *,
+    batch: bool,
+    on_full: object = None,
 ) -> list[Run]:
     """start_run and start_runs: everything checked before anything is written; on PostgreSQL one
     engine call for the lot (run_bounds.start_on_server), else the Python rules, run by run in
@@ -132,14 +151,15 @@ def _start(
         _named(run_bounds.run_key, workflow_name, key, f"concurrency_keys[{i}]" if batch else "concurrency_key")
         for i, key in enumerate(keys or [None] * len(inputs))
     ]
-    run_bounds.start_bounds(workflow_name, limits)  # the named limits' form, before any query
+    _, declared = run_bounds.start_bounds(workflow_name, limits)  # the named limits' form, before any query
+    chosen = declared.start_on_full if on_full is None else run_bounds.check_start_on_full(workflow_name, on_full)
     if engine().starts_runs_in_one_call:
-        started = run_bounds.start_on_server(registered, prepared, checked, limits)
+        started = run_bounds.start_on_server(registered, prepared, checked, limits, chosen)
         if started is not None:
             return started
     # Checked, and the workflow's own bound synced if missing (11.6), before the batch's transaction.
     bounds, _ = run_bounds.bounds_for_run(workflow_name, limits)
-    with transaction.atomic() if batch else nullcontext():
+    with transaction.atomic() if batch else nullcontext(), run_bounds.starting_with(chosen):
         return [
             runtime.start_run(registered, input, bounds=bounds or None, concurrency_key=key if bounds else "")
             for input, key in zip(inputs, checked, strict=True)

@@ -19,7 +19,7 @@ INPUT_MAX_LENGTH = 64 * 1024
 # 1,000), so a larger batch would hold one request for seconds: send several.
 MAX_BATCH_SIZE = 500
 BATCH_RUN_FIELDS = ("input", "key")
-FINISHED_STATUSES = ("completed", "failed", "cancelled")
+FINISHED_STATUSES = ("completed", "failed", "cancelled", "skipped", "replaced")  # stackbone.runs.models
 
 # Messages (tests assert on them). Each error names its field.
 BAD_JSON = "input is not valid JSON: {error}"

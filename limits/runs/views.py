@@ -76,6 +76,7 @@ def _run_context(request: HtmxHttpRequest, run: Run, notice: dict[str, str] | No
         "waits": selectors.describe_waits(waits),
         "waits_eta": selectors.run_eta_text(waits),
         "starts_at": selectors.deferred_start(run),
+        "outcome": selectors.run_outcome(run),  # SPEC 14.6: skipped, replaced, cancelled by a run
         "input_json": json.dumps(run.input, indent=2, sort_keys=True, ensure_ascii=False),
         "output_json": ""
         if run.output is None

@@ -288,3 +288,39 @@ def get_slot(slot_id: str) -> Slot | None:
     if not is_storable_text(slot_id):
         return None
     return Slot.objects.select_related("limit").filter(id=slot_id).first()
+
+
+@dataclass(frozen=True, slots=True)
+class RunEndEvent:
+    """One line of a limit's activity feed from a run this limit ended before it started (SPEC
+    14.6): `run_skipped` (its reason: the limit full, or its queue at its cap) or `run_replaced`
+    (by `caused_by`). Shown as a slot event is (a run's line)."""
+
+    at: datetime
+    action: str
+    run_id: str
+    key: str
+    reason: str  # the sentence of its reason code (limits.engine.results.REASONS)
+    caused_by: str
+    slot_id: str = ""
+    label: str = ""
+
+    is_slot_event = True
+
+
+def run_endings(limit: Limit, *, size: int) -> list[RunEndEvent]:
+    """The newest `size` runs this limit skipped or replaced, newest first: one query along the
+    partial index run_ended_by_limit (only runs ended so have an end_limit)."""
+    from limits.engine.results import REASONS
+    from stackbone.runs.models import Run
+
+    rows = (
+        Run.objects.filter(end_limit=limit.name)
+        .order_by("-finished_at")
+        .values_list("finished_at", "status", "id", "concurrency_key", "end_reason", "caused_by")[:size]
+    )
+    return [
+        RunEndEvent(at, f"run_{status}", run_id, key, REASONS.get(reason or "", reason or ""), caused_by or "")
+        for at, status, run_id, key, reason, caused_by in rows
+        if at is not None
+    ]

@@ -1291,6 +1291,9 @@ CREATE OR REPLACE FUNCTION limits_bound_text(l limits_limit) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     RETURN 'total ' || l.declared_capacity || coalesce(', per_key ' || l.declared_per_key, '')
+        || CASE WHEN l.declared_on_full <> 'wait' THEN ', on_full ' || l.declared_on_full ELSE '' END
+        || coalesce(', max_waiting ' || l.declared_max_waiting, '')
+        || coalesce(', max_waiting_per_key ' || l.declared_max_waiting_per_key, '')
         || CASE WHEN l.declared THEN '' ELSE ', undeclared' END;
 END
 $$;
@@ -1485,7 +1488,9 @@ END
 $$;
 
 -- operator_actions.sync_workflow_bounds in one call (SPEC 11.5): each workflow's own bound
--- (p_names[i], total p_capacities[i], per_key p_per_keys[i]) created, or its declared values
+-- (p_names[i], total p_capacities[i], per_key p_per_keys[i], and SPEC 14.1's on_full and caps:
+-- p_on_fulls[i], p_max_waitings[i], p_max_waitings_per_key[i]; NULL arrays, a caller of the
+-- release before in a rolling deploy, keep what is declared) created, or its declared values
 -- written where they changed with the grant and the audit row (limits_sync_one); every other
 -- declared bound marked undeclared. With p_only (ensure_workflow_bound, SPEC 11.6) only the bounds
 -- named are locked and synced. A name a plain limit holds is refused ('bound_taken', bad_name)
@@ -1493,6 +1498,7 @@ $$;
 CREATE OR REPLACE FUNCTION limits_sync_bounds(
     p_names text[], p_capacities integer[], p_per_keys integer[], p_no_max_hold bigint, p_only boolean,
     p_actor text, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    p_on_fulls text[] DEFAULT NULL, p_max_waitings integer[] DEFAULT NULL, p_max_waitings_per_key integer[] DEFAULT NULL,
     OUT outcome text, OUT bad_name text, OUT created text[], OUT updated text[], OUT undeclared text[],
     OUT woken text[]
 )
@@ -1500,6 +1506,9 @@ LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = 
 DECLARE
     v_locked bigint[];
     v_old text;
+    v_on_full text;
+    v_max_waiting integer;
+    v_max_waiting_per_key integer;
     l limits_limit;
     i integer;
 BEGIN
@@ -1520,23 +1529,39 @@ BEGIN
     END IF;
     FOR i IN 1 .. coalesce(cardinality(p_names), 0) LOOP
         SELECT * INTO l FROM limits_limit WHERE name = p_names[i] AND id = ANY (v_locked);
-        IF NOT FOUND THEN
+        IF p_on_fulls IS NULL THEN
+            v_on_full := coalesce(l.declared_on_full, 'wait');
+            v_max_waiting := l.declared_max_waiting;
+            v_max_waiting_per_key := l.declared_max_waiting_per_key;
+        ELSE
+            v_on_full := p_on_fulls[i];
+            v_max_waiting := p_max_waitings[i];
+            v_max_waiting_per_key := p_max_waitings_per_key[i];
+        END IF;
+        IF l.id IS NULL THEN
             INSERT INTO limits_limit (
                 name, kind, declared, declared_capacity, declared_max_hold_ms, declared_per_key,
+                declared_on_full, declared_max_waiting, declared_max_waiting_per_key,
                 busy_count, reserved_count, waiting_count, next_position, created_at, updated_at
             ) VALUES (
                 p_names[i], 'workflow', true, p_capacities[i], p_no_max_hold, p_per_keys[i],
+                v_on_full, v_max_waiting, v_max_waiting_per_key,
                 0, 0, 0, 1, coalesce(p_now, clock_timestamp()), coalesce(p_now, clock_timestamp())
             ) ON CONFLICT (name) DO NOTHING;  -- two first starts at once: one creates it, both use it
             created := created || p_names[i];
             CONTINUE;
         END IF;
-        IF (l.declared, l.declared_capacity, l.declared_per_key)
-           IS NOT DISTINCT FROM (true, p_capacities[i], p_per_keys[i]) THEN
+        IF (l.declared, l.declared_capacity, l.declared_per_key, l.declared_on_full::text, l.declared_max_waiting,
+            l.declared_max_waiting_per_key)
+           IS NOT DISTINCT FROM (
+            true, p_capacities[i], p_per_keys[i], v_on_full, v_max_waiting, v_max_waiting_per_key
+           ) THEN
             CONTINUE;
         END IF;
         v_old := limits_bound_text(l);
-        UPDATE limits_limit SET declared = true, declared_capacity = p_capacities[i], declared_per_key = p_per_keys[i]
+        UPDATE limits_limit SET declared = true, declared_capacity = p_capacities[i], declared_per_key = p_per_keys[i],
+            declared_on_full = v_on_full, declared_max_waiting = v_max_waiting,
+            declared_max_waiting_per_key = v_max_waiting_per_key
         WHERE id = l.id;
         woken := woken || limits_sync_one(l.id, v_locked, v_old, 'bound', p_actor, p_now, p_reservation_ms, p_owed_after_ms);
         updated := updated || p_names[i];
@@ -1930,9 +1955,10 @@ BEGIN
             v_free := v_free AND l.waiting_count = 0 AND limits_room(l) > 0 AND limits_pool_room(l, p_keys[i])
                       AND limits_whole_run_room(l, p_request, v_base);
         END LOOP;
-        -- SPEC 14.2, 14.5, 14.7: skip (the strictest on_full), or a queue's cap; not yet for a run's
-        -- start (its request '<run>:start' waits, 11.3: the skipped and replaced runs are to come)
-        IF NOT v_free AND right(p_request, 6) <> ':start' THEN
+        -- SPEC 14.2, 14.5, 14.7: skip (the strictest on_full), or a queue's cap; a run's start (its
+        -- request '<run>:start') too: limits_start_runs ends it 'skipped' (only 'skip' is built for
+        -- a start: a bound's 'replace' or 'cancel_running' waits, as 'wait')
+        IF NOT v_free THEN
             FOR i IN 1 .. v_size LOOP
                 SELECT * INTO l FROM limits_limit WHERE id = v_mine[i];
                 IF p_on_full IS NULL AND limits_on_full(l) = 'skip' THEN
@@ -2084,15 +2110,19 @@ $$;
 -- declared, the box (its workflow's pool); each acquisition is limits_acquire_group's, request
 -- '<run id>:start', the run's key on every limit. A run whose bounds all had room starts
 -- 'pending' (its slots busy and tied to it: ending the run frees them); the others wait 'queued'.
--- A run without bounds and no box is created 'pending'. Refusals (a limit unknown or undeclared:
+-- A run without bounds and no box is created 'pending'. A run whose acquisition is answered at once
+-- (SPEC 14.2, 14.5: p_on_full 'skip', else its bounds' own, or a queue at its cap) is created
+-- 'skipped', finished, never started, with its reason and the limit that stopped it (reasons[i],
+-- full_names[i]; '' for the others). Refusals (a limit unknown or undeclared:
 -- bad_name; 'slow': the Python rules) are answered for the first run before anything is written;
 -- a later run refused (a limit undeclared meanwhile) raises LMSTR, so nothing of the batch stays.
 -- statuses: each run's; bounds: what every run holds (stored on it); woken: other runs to wake.
 CREATE OR REPLACE FUNCTION limits_start_runs(
     p_ids text[], p_workflow text, p_inputs jsonb[], p_references text[], p_keys text[], p_limits text[],
     p_label text, p_timeout_ms bigint, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    p_on_full text DEFAULT NULL,  -- SPEC 14.1: the start's on_full ('wait', 'skip'), NULL: its bounds' own
     OUT problem text, OUT bad_name text, OUT statuses text[], OUT bounds text[], OUT created timestamptz,
-    OUT woken text[]
+    OUT woken text[], OUT reasons text[], OUT full_names text[]
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
@@ -2103,6 +2133,8 @@ DECLARE
 BEGIN
     created := coalesce(p_now, statement_timestamp());  -- the run layer's time (clock.expression)
     woken := '{}';
+    reasons := array_fill(''::text, ARRAY[cardinality(p_ids)]);
+    full_names := reasons;
     bounds := p_limits || CASE WHEN v_box THEN ARRAY['box'] ELSE '{}'::text[] END;
     IF cardinality(bounds) = 0 THEN
         INSERT INTO studio_run (
@@ -2121,8 +2153,22 @@ BEGIN
                   || CASE WHEN v_box THEN ARRAY[left(p_workflow, 128)] ELSE '{}'::text[] END;  -- run_bounds._box_place
         SELECT * INTO g FROM limits_acquire_group(
             bounds, p_ids[i], p_ids[i] || ':start', p_label, v_keys, p_timeout_ms, p_now, p_reservation_ms,
-            p_owed_after_ms, v_box
+            p_owed_after_ms, v_box, p_on_full
         );
+        IF g.outcome IN ('skipped', 'refused') THEN  -- SPEC 14.2, 14.5: ended at once, in no queue
+            woken := woken || g.woken;
+            reasons[i] := g.reason;
+            full_names[i] := g.full_name;
+            INSERT INTO studio_run (
+                id, workflow, input, status, error, suspended, waiting_for, bounds, concurrency_key, reference,
+                lease_owner, created_at, updated_at, finished_at, end_reason, end_limit, caused_by
+            ) VALUES (
+                p_ids[i], p_workflow, p_inputs[i], 'skipped', '', false, '', to_jsonb(bounds), p_keys[i],
+                p_references[i], '', created, created, created, g.reason, g.full_name, NULL
+            );
+            statuses := statuses || 'skipped'::text;
+            CONTINUE;
+        END IF;
         IF g.outcome NOT IN ('busy', 'waiting') THEN
             IF i = 1 THEN
                 problem := g.outcome;

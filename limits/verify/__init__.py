@@ -48,7 +48,12 @@ l. fair shares (SPEC 13.6), on a limit whose share is fair now: no single run wa
 m. queue caps (SPEC 14.5), on a limit with max_waiting or max_waiting_per_key in force now: no
    acquisition joined the queue while it already held the cap's number of runs (of its key, for
    max_waiting_per_key), since the last change of the limit's declared values or caps; a
-   reservation that lapsed back into the queue, and a run's start, are not judged.
+   reservation that lapsed back into the queue is not judged.
+
+n. the causes of runs ended by SPEC 14 (once for the box, not per limit): every run ended
+   `skipped` or `replaced` has its reason (a 6.5 code) and the limit that stopped it recorded, a
+   replaced run the run that replaced it, and a run cancelled by cancel_running the run that
+   cancelled it (`runs.unrecorded_endings`).
 
 Why timestamps are enough: every change to a limit's slots and queue happens under that limit's
 row lock, and every service reads the clock *after* taking the lock (tests/services/
@@ -69,8 +74,8 @@ snapshot (REPEATABLE READ on PostgreSQL; on SQLite the transaction blocks writer
 the counters and the rows are read as of one instant even while the box runs.
 
 Where each lives (limits/verify/): the rows, and the readings several checks share, in
-`history.py`; a, d and f in `counts.py`; b, c and g in `grants.py`; i and j in `times.py`; e, h
-and k in `runs.py`; l in `fair.py`; m in `caps.py`; `History` (every check over one limit's
+`history.py`; a, d and f in `counts.py`; b, c and g in `grants.py`; i and j in `times.py`; e, h,
+k and n in `runs.py`; l in `fair.py`; m in `caps.py`; `History` (every check over one limit's
 rows), `verify` and the `Verification` it reports in `report.py`.
 """
 

@@ -10,7 +10,6 @@ import datetime as dt
 import heapq
 from collections import Counter
 
-from limits.engine.results import WHOLE_RUN_SUFFIX
 from limits.models import AuditEvent
 from limits.verify.history import FOREVER, HistoryRows, _iso
 
@@ -26,10 +25,10 @@ class CapChecks(HistoryRows):
         (finished_at after its instant). Judged on a limit with a cap in force now, for joins
         after the last audited change of its declared values or caps (the caps of the past are
         not kept), and only for an acquisition's first join: a reservation that lapsed goes back
-        to the queue whatever its length (3.6), and a run's start is not capped yet (its request
-        '<run>:start'). An entry granted at the instant it joined never made the queue longer (a
-        run the room left fits joins and is granted in the same call, SPEC 14.2, 14.5): not
-        judged either."""
+        to the queue whatever its length (3.6). A run's start (its request '<run>:start') is
+        judged as any acquisition (capped since issue 47). An entry granted at the instant it
+        joined never made the queue longer (a run the room left fits joins and is granted in the
+        same call, SPEC 14.2, 14.5): not judged either."""
         limit = self.limit
         cap, per_key = limit.max_waiting, limit.max_waiting_per_key
         if cap is None and per_key is None:
@@ -55,12 +54,7 @@ class CapChecks(HistoryRows):
             first_join = entry["request"] not in seen
             seen.add(entry["request"])
             granted_as_it_joined = entry["state"] == "granted" and entry["finished_at"] == at  # never waited
-            judged = (
-                first_join
-                and not granted_as_it_joined
-                and (since is None or at > since)
-                and not entry["request"].endswith(WHOLE_RUN_SUFFIX)
-            )
+            judged = first_join and not granted_as_it_joined and (since is None or at > since)
             if judged and cap is not None and len(waiting) >= cap:
                 violations.append(
                     f"{limit.name}: {entry['request']} joined at {_iso(at)} behind {len(waiting)} waiting runs "

@@ -12,7 +12,7 @@ from limits.verify.counts import CountChecks
 from limits.verify.fair import FairChecks
 from limits.verify.grants import GrantChecks
 from limits.verify.history import _snapshot
-from limits.verify.runs import RunChecks
+from limits.verify.runs import RunChecks, unrecorded_endings
 from limits.verify.times import TimeChecks
 from stackbone.plumbing import clock as box_clock
 
@@ -88,6 +88,8 @@ def verify(names: list[str] | None = None, *, retention_ms: int | None = None) -
             result.entries += len(history.entries)
             result.capacity_changes += len(history.capacity_events)
             result.violations.extend(history.violations(cutoff) + history.times_off_the_clock(now))
+    if names is None:  # n: the runs, once for the box (not per limit)
+        result.violations.extend(unrecorded_endings())
     return result
 
 

@@ -120,3 +120,47 @@ def _steady_box_base() -> int | None:
     ):
         return None
     return box.per_key
+
+
+# --- n. the causes of runs ended by SPEC 14 ----------------------------------------------------------
+
+ENDING_CHECK_LIMIT = 100  # violations reported at most: one query, whatever the number of runs
+
+
+def unrecorded_endings() -> list[str]:
+    """SPEC 14.6: every run ended `skipped` or `replaced` names why (a reason code of
+    limits.engine.results.REASONS) and the limit that stopped it; a replaced run names the run
+    that replaced it. One query (run_by_status): the runs of those two statuses whose cause is
+    missing or not a known code, at most ENDING_CHECK_LIMIT of them."""
+    from django.db.models import Q
+
+    from limits.engine.results import REASONS
+    from stackbone.runs.models import Run
+
+    ended = Run.objects.filter(status__in=[Run.Status.SKIPPED, Run.Status.REPLACED])
+
+    def empty(field: str) -> Q:  # NULL (no cause), or an empty text
+        return Q(**{f"{field}__isnull": True}) | Q(**{field: ""})
+
+    missing = ended.filter(
+        empty("end_reason")
+        | empty("end_limit")
+        | (Q(status=Run.Status.REPLACED) & empty("caused_by"))
+        | ~Q(end_reason__in=REASONS)
+    )
+    violations = []
+    for run_id, status, reason, limit, caused_by in missing.values_list(
+        "id", "status", "end_reason", "end_limit", "caused_by"
+    )[:ENDING_CHECK_LIMIT]:
+        lacks = [
+            what
+            for what, wanting in (
+                ("its reason", not reason),
+                (f"a known reason (not {reason!r})", bool(reason) and reason not in REASONS),
+                ("the limit that stopped it", not limit),
+                ("the run that replaced it", status == Run.Status.REPLACED and not caused_by),
+            )
+            if wanting
+        ]
+        violations.append(f"run {run_id} ended {status} without {' and '.join(lacks)} recorded")
+    return violations

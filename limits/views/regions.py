@@ -176,14 +176,17 @@ def _live_context(
     }
 
 
-def _activity(limit: Limit) -> list[AuditEvent | selectors.SlotEvent]:
-    """The audit log (operator actions, deploys, max-hold take-backs) and the feed of grants and
-    frees from the slots (selectors.slot_feed), newest first, ACTIVITY_SIZE in all: three
-    queries, whatever the history holds."""
-    events: list[AuditEvent | selectors.SlotEvent] = [
+def _activity(limit: Limit) -> list[AuditEvent | selectors.SlotEvent | selectors.RunEndEvent]:
+    """The audit log (operator actions, deploys, max-hold take-backs), the feed of grants and
+    frees from the slots (selectors.slot_feed) and the runs it skipped or replaced
+    (selectors.run_endings, SPEC 14.6; asked only of a limit that ever skipped or refused),
+    newest first, ACTIVITY_SIZE in all: three queries, or four, whatever the history holds."""
+    events: list[AuditEvent | selectors.SlotEvent | selectors.RunEndEvent] = [
         *selectors.recent_activity(limit, size=ACTIVITY_SIZE),
         *selectors.slot_feed(limit, size=ACTIVITY_SIZE),
     ]
+    if limit.skipped_count or limit.refused_count:
+        events += selectors.run_endings(limit, size=ACTIVITY_SIZE)
     return sorted(events, key=lambda event: event.at, reverse=True)[:ACTIVITY_SIZE]
 
 

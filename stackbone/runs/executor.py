@@ -18,6 +18,7 @@ from django.db.models.functions import Coalesce
 from stackbone.plumbing import clock
 from stackbone.runs import statements
 from stackbone.runs.dispatch import START_GATE, dispatch
+from stackbone.runs.endings import ENDED
 from stackbone.runs.errors import INTERRUPTIONS, LeaseLost, Suspend, check_json
 from stackbone.runs.json_values import storable_text
 from stackbone.runs.models import Run, Step
@@ -32,8 +33,8 @@ HEARTBEAT_SECONDS = 10.0  # how often an advance renews its run's lease (steps.L
 
 def advance(run_id: str) -> str:
     """Advance a run as far as it goes. Returns what happened: 'completed', 'failed',
-    'suspended', 'cancelled' (stopped by a cancel), or 'skipped' (not runnable, or another worker
-    holds it).
+    'suspended', 'cancelled' (stopped by a cancel), 'skipped' (not runnable, or another worker
+    holds it), or 'ended' (a queued run ended unstarted at its start gate: skipped, SPEC 14).
 
     1. Take the lease with a compare-and-set (runnable, and no live lease). A queued run starts
        only if `run_starting` confirms its bounds (SPEC 11.3); otherwise it waits again
@@ -57,6 +58,8 @@ def advance(run_id: str) -> str:
         verdict = _pass_the_start_gate(run, owner)
         if verdict == "wait":
             return "queued"
+        if verdict == ENDED:  # the layer above ended it unstarted (skipped, SPEC 14): stackbone.runs.endings
+            return ENDED
         if verdict != "start":
             return _finish(ctx, Run.Status.FAILED, error=verdict)
     token = current_context.set(ctx)
@@ -151,6 +154,8 @@ def _pass_the_start_gate(run: Run, owner: str) -> str:
             return "wait"  # cancelled meanwhile: nothing to start
         # A queued run without bounds (one deferred to its start time, start_run_at) has nothing to confirm.
         answers = [answer for _receiver, answer in run_starting.send(sender=Run, run=locked)] if locked.bounds else []
+        if ENDED in answers:
+            return ENDED
         failure = next((answer for answer in answers if answer not in ("start", "wait")), None)
         if failure is not None:
             return str(failure)

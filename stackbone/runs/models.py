@@ -12,6 +12,10 @@ def new_run_id() -> str:
     return "run_" + uuid.uuid4().hex[:24]
 
 
+# A run's finished states: it will never run again. Skipped and replaced runs never started (SPEC 14).
+FINISHED_STATUSES = ("completed", "failed", "cancelled", "skipped", "replaced")
+
+
 class Run(models.Model):
     """One execution of a workflow. Durable by replay: the body is called again on every
     advance, and each step returns its recorded result instead of running twice."""
@@ -23,6 +27,9 @@ class Run(models.Model):
         COMPLETED = "completed"
         FAILED = "failed"
         CANCELLED = "cancelled"
+        # SPEC 14: ended before it started, by its bounds' on_full (never started, in no queue)
+        SKIPPED = "skipped"  # a bound that skips was full, or a queue at its cap (end_reason says which)
+        REPLACED = "replaced"  # a newer run of its key took its place in the queue (caused_by names it)
 
     id = models.CharField(primary_key=True, max_length=64, default=new_run_id, editable=False)
     workflow = models.CharField(max_length=200)
@@ -43,6 +50,25 @@ class Run(models.Model):
         default="",
         db_default="",
         help_text="The value of the input field its workflow names as reference (@workflow(reference=...)).",
+    )
+    # SPEC 14.6: why a run ended skipped, replaced or cancelled by another run: the 6.5 reason code
+    # (limits.engine.results.REASONS: 'limit_full', 'queue_full', ...), the limit that stopped it,
+    # and the run that caused it (the run that replaced it, or that cancelled it by cancel_running).
+    # NULL (None) for every other run, not "": a NULL takes no room in the row, and most runs never
+    # have a cause (three empty texts widened every run row enough to change the Runs screen's
+    # plans: tests/views/test_runs_screen.py). An older release's INSERT names none of them.
+    end_reason = models.CharField(  # noqa: DJ001 - NULL: no cause (see above)
+        max_length=32, null=True, blank=True, default=None, help_text="Why it ended so (SPEC 14.6): a reason code."
+    )
+    end_limit = models.CharField(  # noqa: DJ001
+        max_length=64, null=True, blank=True, default=None, help_text="The limit that stopped it (SPEC 14.6)."
+    )
+    caused_by = models.CharField(  # noqa: DJ001
+        max_length=64,
+        null=True,
+        blank=True,
+        default=None,
+        help_text="The run that replaced it or cancelled it (SPEC 14.3, 14.4).",
     )
     lease_owner = models.CharField(max_length=64, blank=True, default="")
     lease_until = models.DateTimeField(null=True, blank=True)
@@ -79,6 +105,11 @@ class Run(models.Model):
             # A search matches a run's reference exactly (limits/runs/listing.py search_matches): only
             # runs that have one, newest first.
             models.Index(fields=["reference", "created_at", "id"], condition=~Q(reference=""), name="run_by_reference"),
+            # A limit's activity: the runs it skipped or replaced, newest first (SPEC 14.6). Only
+            # runs ended so have an end_limit.
+            models.Index(
+                fields=["end_limit", "finished_at"], condition=Q(end_limit__isnull=False), name="run_ended_by_limit"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -86,7 +117,7 @@ class Run(models.Model):
 
     @property
     def is_finished(self) -> bool:
-        return self.status in (self.Status.COMPLETED, self.Status.FAILED, self.Status.CANCELLED)
+        return self.status in FINISHED_STATUSES
 
     @property
     def steps(self) -> list[Step]:

@@ -8,11 +8,13 @@ find_stuck_waits(sender=Run, now): recovery asks which suspended runs should be 
 run_queued(sender=Run, run): a run with bounds (SPEC 11) was created queued, inside the transaction
     that creates it. A receiver takes its place in the bounds' queues and answers "start" (its
     bounds had room: the run starts as any run does) or "wait"; raising refuses the start (the
-    run is not created).
+    run is not created); "ended" when it ended the run unstarted itself (skipped, SPEC 14:
+    stackbone.runs.endings.end_unstarted).
 run_starting(sender=Run, run): a worker is about to start a queued run that was woken, inside a
     transaction that holds the run's row lock. Each receiver answers "start" (its bounds are
     confirmed for the run), "wait" (not yet: the run goes back to waiting) or an error message
-    (the run fails before its first step). Not sent for a queued run without bounds (one
+    (the run fails before its first step), or "ended" when it ended the run unstarted itself
+    (stackbone.runs.endings.end_unstarted). Not sent for a queued run without bounds (one
     deferred to its start time, runtime.start_run_at): it starts.
 """
 

@@ -41,7 +41,7 @@ import django
 django.setup()
 
 from limits.models import Limit  # noqa: E402
-from stackbone.runs.models import Run  # noqa: E402
+from stackbone.runs.models import FINISHED_STATUSES, Run  # noqa: E402
 from studio.demo.load import FAIR_LIMIT, TenantJobs, set_weights  # noqa: E402
 from studio.workflows import start_run  # noqa: E402
 
@@ -112,7 +112,7 @@ def main() -> None:
             run = start_run("refresh_report", {"report_id": f"report-{reports}", "demo": True})
             holding[run.id] = rng.uniform(8, 14)
             next_reports = now + 5
-        finished = Run.objects.filter(id__in=list(holding), status__in=["completed", "failed", "cancelled"])
+        finished = Run.objects.filter(id__in=list(holding), status__in=FINISHED_STATUSES)
         for run_id, output in finished.values_list("id", "output"):
             hold = holding.pop(run_id)
             slot_id = (output or {}).get("slot_id")

@@ -27,7 +27,7 @@ from collections import Counter
 
 from limits import services
 from limits.models import LimitKey
-from stackbone.runs.models import Run
+from stackbone.runs.models import FINISHED_STATUSES, Run
 from studio.workflows import start_run
 
 FAIR_LIMIT = "tenant-jobs"
@@ -50,7 +50,7 @@ FLOOD_PER_TICK = 2  # acme's jobs started at once while it has fewer than it kee
 # 3 s), short enough that the turns show within the first minute.
 JOB_HOLD = (10.0, 20.0)
 ACTOR = "stackbone dev --demo"
-ENDED = ("completed", "failed", "cancelled")
+ENDED = FINISHED_STATUSES  # stackbone.runs.models: skipped and replaced runs too (SPEC 14)
 
 
 def set_weights() -> None:

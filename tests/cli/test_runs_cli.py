@@ -38,6 +38,10 @@ SUMMARY_KEYS = {
     "waiting_for",
     "holding",
     "labels",
+    "end_reason",
+    "end_reason_text",
+    "end_limit",
+    "caused_by",
 }
 
 

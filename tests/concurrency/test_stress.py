@@ -216,6 +216,48 @@ def test_skips_and_a_capped_queue_hold_under_six_processes_and_two_sweeps(tmp_pa
     assert (limit.skipped_count, limit.refused_count) == (outcomes["capped:skipped"], outcomes["capped:refused"])
 
 
+def test_starts_under_a_bound_that_skips_and_caps_its_queue_hold_under_six_processes(tmp_path: Path) -> None:
+    """SPEC 14.2, 14.5 for a run's start, under real concurrency: six processes start runs of a
+    workflow whose own bound skips (total 3, per_key 2, max_waiting 4, max_waiting_per_key 2),
+    some asking to wait instead; they advance their runs as workers do and cancel some, while two
+    sweeps run. Never: a bound or pool over its size, a queue over its cap (the monitor, and
+    `limits verify` from the rows, starts judged too), a skipped run with a row in any queue or a
+    slot, or without its cause; the skips counted on the bound as they happened; and once quiet,
+    every run finished and nothing held or queued."""
+    from limits.runs import bounds as run_bounds
+    from stackbone.runs.models import Run
+    from tests.concurrency import starters
+
+    run_bounds.sync([starters.WORKFLOW])
+    results = run_load(tmp_path, [starters.BOUND], role="starter", extra={"drain": 30}, drain=30, ops=OPERATIONS)
+    seed, monitor = results["seed"], results["monitor"]
+    assert monitor["violation_count"] == 0, (seed, monitor["violations"])
+    services.sweep()
+    bound = Limit.objects.get(name=starters.BOUND)
+    assert all_violations(bound) == [], seed
+    assert verify().violations == [], seed  # check n: every skipped run's cause recorded
+    answers = [answer for client in results["clients"] for answer in client["started"]]
+    skipped = [answer for answer in answers if answer["status"] == "skipped"]
+    reasons = Counter(answer["reason"] for answer in skipped)
+    print("starts:", Counter(answer["status"] for answer in answers), "skipped:", reasons)  # pytest -s
+    assert {answer["limit"] for answer in skipped} == {starters.BOUND}, seed
+    assert set(reasons) <= {"limit_full", "key_pool_full", "queue_full", "key_queue_full", "held_for_owed"}, reasons
+    assert reasons["limit_full"] + reasons["key_pool_full"] > 0, reasons  # skipped: the bound full
+    assert reasons["queue_full"] + reasons["key_queue_full"] > 0, reasons  # refused: the queue at its cap
+    refused = reasons["queue_full"] + reasons["key_queue_full"]
+    assert (bound.skipped_count + bound.refused_count, bound.refused_count) == (len(skipped), refused), seed
+    ids = [answer["id"] for answer in skipped]
+    assert not QueueEntry.objects.filter(run_id__in=ids).exists() and not Slot.objects.filter(run_id__in=ids).exists()
+    assert Run.objects.filter(id__in=ids, status="skipped", started_at__isnull=True).count() == len(ids), seed
+    # Quiet: every run ended; nothing held or queued.
+    assert not Run.objects.filter(status__in=["queued", "pending", "running"]).exists(), seed
+    assert Slot.objects.filter(state__in=["busy", "reserved"]).count() == 0, seed
+    assert QueueEntry.objects.filter(state="waiting").count() == 0, seed
+    assert Run.objects.filter(status="completed").count() > 20, seed
+    assert any(answer["status"] == "queued" for answer in answers), seed  # some waited, on_full="wait"
+    assert_counters_match_rows(starters.BOUND)
+
+
 KEYS = [f"tenant-{i:03d}" for i in range(200)]
 OWED_AFTER_MS = 1000  # compressed from SPEC 10.4's 2 minutes, in the workers only
 DRAIN_SECONDS = 60

@@ -15,6 +15,8 @@ JSON document on stdout. Roles:
 - ``enqueuer``: queues runs one by one, announcing each commit, then parks inside an open
   transaction holding the limit's lock until it is killed.
 - ``reader``: a fresh process that reports the queues as it finds them.
+- ``starter``: starts runs of a workflow whose own bound skips and caps its queue, and advances
+  them as a Celery worker would (SPEC 14.2, 14.5 for starts: tests/concurrency/starters.py).
 
 `python -m tests.concurrency.worker zygote {}` sets Django up once and forks a worker per order
 it reads on stdin (tests.concurrency.processes.Crew starts its workers so: nine interpreters that
@@ -548,6 +550,12 @@ def reader(params: dict[str, Any]) -> dict[str, Any]:
     return {"queue": entries, "counters": counters, "joined": joined, "reserved": reserved}
 
 
+def starter(params: dict[str, Any]) -> dict[str, Any]:
+    from tests.concurrency.starters import starter as play  # declares its workflow: after django.setup()
+
+    return play(params)
+
+
 ROLES = {
     "client": client,
     "juggler": juggler,
@@ -556,6 +564,7 @@ ROLES = {
     "monitor": monitor,
     "enqueuer": enqueuer,
     "reader": reader,
+    "starter": starter,
 }
 
 if __name__ == "__main__":

@@ -86,6 +86,12 @@ def per_account(account: int, note: str = "") -> int:
     return account
 
 
+@task(concurrency={"per_key": 1}, concurrency_key="report", on_full="skip")  # type: ignore[call-overload]
+def build_report(report: str) -> str:
+    """SPEC 14.2 for a task: if the report is already being built, don't queue another."""
+    return report
+
+
 @task
 def noop(*args: Any, **kwargs: Any) -> None:
     return None

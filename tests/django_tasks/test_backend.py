@@ -34,12 +34,13 @@ from limits.django_tasks import (
     KEY_NOT_AN_ARGUMENT,
     KEY_WITHOUT_BOUNDS,
     NOT_OUR_TASK,
-    ON_FULL_NOT_YET,
+    ON_FULL_WITHOUT_BOUNDS,
     PRIORITY_REFUSED,
     InvalidLimitsTask,
     LimitsBackend,
     TaskRunCancelled,
     TaskRunFailed,
+    TaskRunSkipped,
 )
 from limits.models import Limit, QueueEntry
 from limits.runs import bounds as run_bounds
@@ -189,11 +190,35 @@ def test_a_priority_is_refused_when_the_task_is_defined(tasks) -> None:
     assert tasks.add.using(priority=0).priority == 0
 
 
-def test_on_full_is_refused_until_spec_14_is_built(tasks) -> None:
-    with pytest.raises(InvalidLimitsTask) as defined:
-        task(limits=["partner-api"], on_full="skip")(spare)  # type: ignore[call-overload]
-    assert str(defined.value) == ON_FULL_NOT_YET.format(name="tests.django_tasks.test_backend.spare")
-    assert isinstance(defined.value, InvalidTask) and isinstance(defined.value, WorkflowError)
+def test_a_task_s_on_full_is_what_its_starts_ask_for_and_a_skipped_run_is_failed_with_its_reason(tasks) -> None:
+    """SPEC 14.2 and 15.3: the task's on_full applies to every enqueue; a run that cannot start at
+    once ends skipped, never started, and its result is FAILED with the reason and the limit."""
+    first = tasks.build_report.enqueue("q3")
+    second = tasks.build_report.enqueue("q3")
+    other = tasks.build_report.enqueue("q4")
+    assert [r.status for r in (first, other)] == [READY, READY]
+    assert second.status == FAILED
+    [error] = second.errors
+    bound = "workflow.tests.django_tasks.tasks.build_report"
+    assert error.exception_class is TaskRunSkipped
+    assert error.traceback == f"the run was skipped, never started: its key's pool is full ({bound})\n"
+    assert tasks.build_report.get_result(second.id).status == FAILED
+    run = Run.objects.get(id=second.id)
+    assert (run.status, run.end_reason, run.end_limit, run.started_at) == ("skipped", "key_pool_full", bound, None)
+    assert not QueueEntry.objects.filter(run_id=second.id).exists()
+
+
+def test_a_task_s_on_full_is_checked_when_the_task_is_defined(tasks) -> None:
+    name = "tests.django_tasks.test_backend.spare"
+    with pytest.raises(InvalidLimitsTask, match="on_full must be one of 'wait', 'skip', 'replace'") as bad:
+        task(limits=["partner-api"], on_full="drop")(spare)  # type: ignore[call-overload]
+    assert isinstance(bad.value, InvalidTask) and isinstance(bad.value, WorkflowError)
+    with pytest.raises(InvalidLimitsTask, match="on_full 'replace' is not built yet"):
+        task(limits=["partner-api"], on_full="replace")(spare)  # type: ignore[call-overload]
+    with pytest.raises(InvalidLimitsTask) as unbounded:
+        task(on_full="skip")(spare)  # type: ignore[call-overload]
+    assert str(unbounded.value) == ON_FULL_WITHOUT_BOUNDS.format(name=name)
+    assert name not in run_bounds._declared
 
 
 @pytest.mark.parametrize(

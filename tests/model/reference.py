@@ -351,8 +351,9 @@ class Model:
             and self.whole_run_room(lim.name, request)
             for lim, k in needed
         )
-        if not free and not request.endswith(":start") and self._answers_at_once(names, on_full):
-            # 14.2, 14.5, 14.7: the runs waiting first; the room left is this run's if it fits
+        if not free and self._answers_at_once(names, on_full):
+            # 14.2, 14.5, 14.7 (a run's start '<run>:start' too): the runs waiting first; the room
+            # left is this run's if it fits
             timeout_ms = DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms
             strategy = on_full or ("skip" if any(lim.declared_on_full == "skip" for lim in mine) else "wait")
             self._settle_keys(locked, now)

@@ -448,6 +448,8 @@ class EngineAgainstModel(RuleBasedStateMachine):
         self.same_outcome(got, expected)
         event(describe(got))
         SEEN[describe(got)] += 1
+        if getattr(got, "state", None) in ("skipped", "refused") and got.request.endswith(":start"):
+            SEEN["start: answered at once"] += 1  # SPEC 14.2, 14.5 for a run's start
         if self.model.fair_reordered:
             SEEN["fair: a younger key's run went first"] += self.model.fair_reordered
             self.model.fair_reordered = 0
@@ -535,17 +537,22 @@ class EngineAgainstModel(RuleBasedStateMachine):
                 st.booleans(),
                 st.sampled_from(KEYS),
                 st.sampled_from(ON_FULL),
+                st.booleans(),
             ),
             min_size=1,
             max_size=2,
         )
     )
-    def acquire_group(self, calls: list[tuple[list[str], int, str | int | None, bool, str | None, str | None]]) -> None:
+    def acquire_group(
+        self, calls: list[tuple[list[str], int, str | int | None, bool, str | None, str | None, bool]]
+    ) -> None:
         """A run takes one slot of each of two or three limits, in any order, all or nothing (one or
-        two such calls in a row), with an on_full of its own or its limits' strictest."""
-        for limits, run, timeout, labelled, key, on_full in calls:
+        two such calls in a row), with an on_full of its own or its limits' strictest; or a run's
+        start takes its bounds so (its request '<run>:start', SPEC 11: skipped or refused at once
+        as an acquisition is, SPEC 14.2, 14.5)."""
+        for limits, run, timeout, labelled, key, on_full, start in calls:
             run_id = self.runs[run]
-            request = f"{run_id}:{len(self.requests)}"
+            request = f"{run_id}:{len(self.requests)}" + (":start" if start else "")
             label = f"order-{len(self.requests)}" if labelled else None
             self.requests.append((request, tuple(limits), run_id, key, True, None))
             timeout_ms = None if timeout is None else parse_duration(timeout)
@@ -973,3 +980,4 @@ def test_the_engine_behaves_as_the_model() -> None:
         assert SEEN["fair: a younger key's run went first"], SEEN
         assert SEEN["box: a run kept its box slot"] and SEEN["box: a run gave its box slot back to wait"], SEEN
         assert SEEN["acquire: refused"] + SEEN["acquire group: refused"], SEEN  # SPEC 14.5: a queue at its cap
+        assert SEEN["start: answered at once"], SEEN  # SPEC 14.2, 14.5 for a run's start

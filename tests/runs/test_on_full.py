@@ -1,8 +1,9 @@
 """SPEC 14.2 and 14.5 through the run layer: a workflow body's acquire_slot, acquire_slots,
 with_limit and hold_slot answered at once raise SlotUnavailableError (recognised by `.is_`, with
 the limit and the 6.5 reason), leave nothing in any queue, and a replay raises it again from the
-recorded step, never asking the engine anew. A run's start still waits (11.3) whatever its
-bounds' on_full: skipped and replaced runs are not built yet (docs/rules.md, 14)."""
+recorded step, never asking the engine anew. A run's start under named limits that skip, or
+whose queue is at its cap, ends 'skipped' (tests/runs/test_start_on_full.py: a workflow's own
+bound)."""
 
 from __future__ import annotations
 
@@ -138,13 +139,22 @@ def test_the_error_pickles_and_is_recognised_from_another_copy() -> None:
     assert SlotUnavailableError.is_(CopyOfIt()) and not SlotUnavailableError.is_(ValueError())
 
 
-def test_a_start_waits_whatever_its_limits_on_full(full) -> None:
-    """11.3 until SPEC 14's skipped runs are built: a run whose named limits skip or are capped
-    waits for them to start, as before."""
-    first = start_run(skip_or_wait, {"limit": "voice-calls"}, limits=["exports", "capped"])
-    second = start_run(skip_or_wait, {"limit": "voice-calls"}, limits=["exports", "capped"])
-    assert Run.objects.get(id=first.id).status == Run.objects.get(id=second.id).status == "queued"
-    assert queue("exports") == [first.id, second.id]
+def test_a_start_under_named_limits_that_skip_or_are_capped_ends_skipped(full) -> None:
+    """SPEC 14.2, 14.5, 14.7 for a start: its named limits' strictest on_full decides (a run
+    whose named limit skips ends 'skipped'); the start's own on_full="wait" overrides that, but a
+    queue's cap still refuses it. Either way: never started, in no queue, its cause kept."""
+    skipped = start_run(skip_or_wait, {"limit": "voice-calls"}, limits=["exports"])
+    assert (skipped.status, skipped.end_reason, skipped.end_limit) == ("skipped", "limit_full", "exports")
+    assert skipped.started_at is None and skipped.finished_at is not None and skipped.is_finished
+    first = start_run(skip_or_wait, {"limit": "voice-calls"}, limits=["exports", "capped"], on_full="wait")
+    second = start_run(skip_or_wait, {"limit": "voice-calls"}, limits=["exports", "capped"], on_full="wait")
+    assert Run.objects.get(id=first.id).status == "queued"
+    assert (second.status, second.end_reason, second.end_limit) == ("skipped", "queue_full", "capped")
+    assert queue("exports") == queue("capped") == [first.id]
+    assert not Slot.objects.filter(run_id__in=[skipped.id, second.id]).exists()
+    assert not QueueEntry.objects.filter(run_id__in=[skipped.id, second.id]).exists()
+    for name in ("exports", "capped"):
+        assert_counters_match_rows(name)
 
 
 def test_the_example_refresh_report_skips_while_both_report_exports_slots_are_held(clock) -> None:
