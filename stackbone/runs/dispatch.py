@@ -18,6 +18,7 @@ from django.db.models import Q
 
 from stackbone.plumbing import clock
 from stackbone.runs import statements
+from stackbone.runs.endings import stop_cancelled
 from stackbone.runs.models import Run
 from stackbone.runs.signals import find_stuck_waits
 
@@ -84,6 +85,8 @@ def recover() -> int:
        30 s ago (the sweep has timed the wait out), or a layer above says so (find_stuck_waits:
        the limits engine reserved a slot for them), or a deferred run's time has come
        (start_run_at; its countdown message was lost, or never sent): wake them.
+    3. Runs cancelled while they executed whose worker died (its lease ran out): end them, which
+       frees what they held (end_stopped_cancels).
 
     Every "due" here is in the database's time (stackbone.plumbing.clock), read once.
     """
@@ -107,7 +110,21 @@ def recover() -> int:
         .values_list("id", flat=True)[:RECOVER_BATCH]
     )
     woken = wake(stuck) if stuck else 0
-    return len(ids) + woken
+    return len(ids) + woken + end_stopped_cancels(now)
+
+
+def end_stopped_cancels(now: datetime) -> int:
+    """End runs cancelled while they executed whose worker is gone (SPEC 2.5, 11.4): cancelled,
+    not yet ended (no finished_at), and no live lease left (the worker died and its heartbeat
+    stopped, or it gave the lease back without ending the run). Each ends in its own transaction
+    (endings.stop_cancelled: run_ended frees what it held). A run whose worker still beats is
+    left alone: its step may still run. The partial index run_stopping holds only such runs."""
+    ids = list(
+        Run.objects.filter(status=Run.Status.CANCELLED, finished_at__isnull=True)
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+        .values_list("id", flat=True)[:RECOVER_BATCH]
+    )
+    return sum(stop_cancelled(run_id) for run_id in ids)
 
 
 def start_if_due(run_id: str) -> bool:

@@ -18,7 +18,7 @@ from django.db.models.functions import Coalesce
 from stackbone.plumbing import clock
 from stackbone.runs import statements
 from stackbone.runs.dispatch import START_GATE, dispatch
-from stackbone.runs.endings import ENDED
+from stackbone.runs.endings import ENDED, stop_cancelled
 from stackbone.runs.errors import INTERRUPTIONS, LeaseLost, Suspend, check_json
 from stackbone.runs.json_values import storable_text
 from stackbone.runs.models import Run, Step
@@ -71,6 +71,7 @@ def advance(run_id: str) -> str:
     except Suspend:
         return _release_lease(ctx)
     except LeaseLost:
+        stop_cancelled(ctx.run_id, ctx.owner)  # cancelled while it ran: it has stopped now
         return "cancelled"
     except INTERRUPTIONS:
         # The database went away under this advance (a restart, a failover): not the workflow's
@@ -91,7 +92,11 @@ def advance(run_id: str) -> str:
 class _Heartbeat:
     """Renews a run's lease every HEARTBEAT_SECONDS from a thread (its own database connection)
     while this worker advances it; a compare-and-set on the owner, so a lease already lost stays
-    lost. Most advances end long before the first beat and never touch the database here."""
+    lost. A run cancelled while it executes keeps its lease so (starts.cancel_run): the step still
+    running is work its slots guard, and they stay held until the body reaches its next step
+    boundary and stops (endings.stop_cancelled); a worker that dies stops the beats, and recovery
+    ends the run once the lease has run out. Most advances end long before the first beat and
+    never touch the database here."""
 
     def __init__(self, run_id: str, owner: str) -> None:
         self.run_id, self.owner = run_id, owner
@@ -130,12 +135,15 @@ class _Heartbeat:
 def _finish(ctx: RunContext, status: str, *, output: Any = None, error: str = "") -> str:
     with transaction.atomic():
         if not statements.finish(ctx.run_id, ctx.owner, status, output, error, clock.param()):
+            stop_cancelled(ctx.run_id, ctx.owner)  # cancelled while its last step ran
             return "cancelled"
         run_ended.send(sender=Run, run_id=ctx.run_id, status=status)
     return str(status)
 
 
 def _release_lease(ctx: RunContext) -> str:
+    if stop_cancelled(ctx.run_id, ctx.owner):  # cancelled as it suspended
+        return "cancelled"
     Run.objects.filter(id=ctx.run_id, lease_owner=ctx.owner).update(lease_owner="", lease_until=None)
     if Run.objects.filter(id=ctx.run_id, status=Run.Status.RUNNING, suspended=False).exists():
         # A wake arrived while this worker still held the lease: its task may have found the

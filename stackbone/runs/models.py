@@ -110,6 +110,12 @@ class Run(models.Model):
             models.Index(
                 fields=["end_limit", "finished_at"], condition=Q(end_limit__isnull=False), name="run_ended_by_limit"
             ),
+            # Runs cancelled while they executed that have not stopped yet (SPEC 2.5, 11.4: they
+            # keep what they hold until their worker stops): recovery ends those whose lease ran
+            # out (stackbone.runs.dispatch.end_stopped_cancels). A handful at any time.
+            models.Index(
+                fields=["lease_until"], condition=Q(status="cancelled", finished_at__isnull=True), name="run_stopping"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -1,7 +1,7 @@
 """Starting and cancelling runs: a run created and dispatched after commit (start_run), created
 to start at a moment of the database's clock (start_run_at), or created in bulk by a writer that
-knows its rows (prepared_input, loaded_run: limits' start of a batch); and a cancel that tells
-whoever holds something for the run in the same transaction (cancel_run)."""
+knows its rows (prepared_input, loaded_run: limits' start of a batch); and a cancel that ends a
+run not executing at once and lets an executing one keep what it holds until it stops (cancel_run)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, transaction
+from django.db.models import Case, DateTimeField, F, Q, Value, When
 
 from stackbone.plumbing import clock
 from stackbone.runs.dispatch import DEFERRED, START_GATE, UNFINISHED, count_down_to, dispatch_on_commit
@@ -68,25 +69,41 @@ def loaded_run(**fields: Any) -> Run:
 
 
 def cancel_run(run_id: str) -> bool:
-    """Cancel a pending or running run. Whoever holds something for it hears of it in the same
-    transaction (run_ended: the limits engine takes it out of every queue and frees what ends with
-    the run). Returns False for a run already finished or unknown."""
+    """Cancel an unfinished run. Returns False for a run already finished (or cancelled) or unknown.
+
+    The cancel is recorded at once: the run's status is `cancelled` from this commit on, whatever
+    it was doing. What it holds is freed only once its work has stopped (SPEC 2.5, 11.4):
+
+    - A run not executing (queued, pending, suspended on a wait, or running with no live lease)
+      ends now: whoever holds something for it hears of it in the same transaction (run_ended:
+      the limits engine takes it out of every queue and frees what ends with the run).
+    - A run executing (running, not suspended, a live lease held by a worker) may be inside a
+      step or a with_limit block: it keeps its lease and everything it holds, and its finished_at
+      stays empty ("stopping"). The worker advancing it finds the cancel at its next step
+      boundary (lock_own_run), stops, and only then ends it (endings.stop_cancelled: run_ended
+      in that transaction). A worker that died stops renewing the lease: once it expires,
+      recover() ends the run (dispatch.end_stopped_cancels).
+    """
     now = clock.expression()
+    executing = Q(status=Run.Status.RUNNING, suspended=False, lease_until__gt=now) & ~Q(lease_owner="")
     with transaction.atomic():
+        # One UPDATE decides on the row as it is (its SET reads the old values): an executing run
+        # keeps its lease and waits for its worker; any other run ends now.
         cancelled = Run.objects.filter(id=run_id, status__in=UNFINISHED).update(
             status=Run.Status.CANCELLED,
-            finished_at=now,
             updated_at=now,
             suspended=False,
-            lease_owner="",
-            lease_until=None,
+            finished_at=Case(When(executing, then=Value(None)), default=now, output_field=DateTimeField()),
+            lease_owner=Case(When(executing, then=F("lease_owner")), default=Value("")),
+            lease_until=Case(When(executing, then=F("lease_until")), default=Value(None), output_field=DateTimeField()),
         )
         if not cancelled:
             return False
         Step.objects.filter(run_id=run_id, status=Step.Status.WAITING).update(
             status=Step.Status.FAILED, error="run cancelled", finished_at=now
         )
-        run_ended.send(sender=Run, run_id=run_id, status=Run.Status.CANCELLED)
+        if Run.objects.filter(id=run_id, finished_at__isnull=False).exists():
+            run_ended.send(sender=Run, run_id=run_id, status=Run.Status.CANCELLED)
     return True
 
 
