@@ -30,7 +30,7 @@ Writes go through limits.services with the actor `api:<username>`.
          with it that key's pool size; a bad value is a 400 with field "value"
     POST /api/limits/<name>/share/     {"value": "fifo" | "fair" | null}   {"old": "fifo", "limit": limit}:
          first come, first served or fair shares between keys (SPEC 13.5); null resets to the declared share
-    POST /api/limits/<name>/on-full/   {"value": "wait" | "skip" | null}   {"old": "wait", "limit": limit}:
+    POST /api/limits/<name>/on-full/   {"value": "wait" | "skip" | "replace" | null}   {"old": "wait", "limit": limit}:
          what an acquisition that cannot be granted at once does (SPEC 14.1); null resets to the declared one
     POST /api/limits/<name>/max-waiting/   {"value": 1-1000000 | null, "per_key": false | true}
          {"old": n | null, "limit": limit}: the queue's cap, or with per_key each key's (SPEC 14.5); null
@@ -102,7 +102,7 @@ UNKNOWN_SLOT = "unknown slot {slot_id!r}"
 BAD_SEARCH = f"search must be text of at most {KEY_MAX_LENGTH} characters (no NUL characters)"
 PER_KEY_HELP = "a whole number from 1 to the limit's capacity"
 SHARE_HELP = "'fifo' or 'fair'"
-ON_FULL_HELP = "'wait' or 'skip'"
+ON_FULL_HELP = "'wait', 'skip' or 'replace'"
 MAX_WAITING_HELP = "a whole number from 1 to 1,000,000"
 BAD_PER_KEY_FLAG = "per_key must be true (each key's cap of the queue) or false (the queue's cap), not {value!r}"
 WEIGHT_HELP = "a whole number from 1 to 100"
@@ -467,9 +467,9 @@ def set_share(request: ApiRequest, name: str) -> JsonResponse:
 @require_POST
 @token_auth(operate=True)
 def set_on_full(request: ApiRequest, name: str) -> JsonResponse:
-    """SPEC 14.1, 14.6: {"value": "wait" | "skip" | null}; null resets to the declared on_full.
-    A bad value ('replace' and 'cancel_running' included: not built) is a 400 with field "value",
-    and nothing changes."""
+    """SPEC 14.1, 14.6: {"value": "wait" | "skip" | "replace" | null}; null resets to the declared
+    on_full. A bad value ('cancel_running' included: a workflow's own bound's, not built) is a 400
+    with field "value", and nothing changes."""
     body = _json_body(request)
     if "value" not in body:
         raise ApiError(400, MISSING_FIELD.format(field="value", help=ON_FULL_HELP), field="value")

@@ -48,7 +48,10 @@ l. fair shares (SPEC 13.6), on a limit whose share is fair now: no single run wa
 m. queue caps (SPEC 14.5), on a limit with max_waiting or max_waiting_per_key in force now: no
    acquisition joined the queue while it already held the cap's number of runs (of its key, for
    max_waiting_per_key), since the last change of the limit's declared values or caps; a
-   reservation that lapsed back into the queue, and a run's start, are not judged.
+   reservation that lapsed back into the queue, and a run's start, are not judged;
+n. replace (SPEC 14.3): an entry that joined with on_full 'replace' left no other entry of its key
+   waiting for the same limits (entries joined at the same instant are not judged against each
+   other), and every replaced entry names its replacer, an acquisition of its key.
 
 Why timestamps are enough: every change to a limit's slots and queue happens under that limit's
 row lock, and every service reads the clock *after* taking the lock (tests/services/
@@ -70,7 +73,7 @@ the counters and the rows are read as of one instant even while the box runs.
 
 Where each lives (limits/verify/): the rows, and the readings several checks share, in
 `history.py`; a, d and f in `counts.py`; b, c and g in `grants.py`; i and j in `times.py`; e, h
-and k in `runs.py`; l in `fair.py`; m in `caps.py`; `History` (every check over one limit's
+and k in `runs.py`; l in `fair.py`; m and n in `caps.py`; `History` (every check over one limit's
 rows), `verify` and the `Verification` it reports in `report.py`.
 """
 
