@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -25,8 +25,12 @@ LIMIT_FIELDS = frozenset({"capacity", "max_hold", "per_key", "share", "on_full",
 LIMIT_FIELDS_SHOWN = "capacity, max_hold, per_key, share, on_full, max_waiting, max_waiting_per_key"
 SHARES = ("fifo", "fair")  # SPEC 13.1: first come, first served (the default), or fair shares between keys
 # SPEC 14.1: what an acquisition that cannot be granted at once does: wait in the queue (the
-# default) or skip (answered at once, queued nowhere). replace and cancel_running: not built yet.
-ON_FULL = ("wait", "skip")
+# default), skip (answered at once, queued nowhere) or replace (take the place of its key's runs
+# waiting, 14.3). cancel_running (a workflow's own bound): not built yet.
+ON_FULL = ("wait", "skip", "replace")
+# SPEC 14.7: a group is answered by the strictest on_full of its limits, skip before replace
+# before wait (engine.sql: limits_acquire_group's own loop).
+ON_FULL_STRICTNESS = ("skip", "replace", "wait")
 MAX_WAITING = 1_000_000  # SPEC 14.1: the largest cap on a queue
 MIN_WEIGHT, MAX_WEIGHT = 1, 100
 KEY_MAX_LENGTH = 128
@@ -185,11 +189,16 @@ def check_share(value: object) -> str:
 
 
 def check_on_full(value: object) -> str:
-    """SPEC 14.1: 'wait' or 'skip' ('replace' and 'cancel_running' are not built yet)."""
+    """SPEC 14.1: 'wait', 'skip' or 'replace' ('cancel_running' is not built yet)."""
     if value not in ON_FULL:
-        raise ValueError(f"must be 'wait' or 'skip', not {value!r}")
+        raise ValueError(f"must be 'wait', 'skip' or 'replace', not {value!r}")
     assert isinstance(value, str)
     return value
+
+
+def strictest_on_full(values: Iterable[str]) -> str:
+    """SPEC 14.7: the on_full that answers a group, skip before replace before wait."""
+    return min(values, key=ON_FULL_STRICTNESS.index, default="wait")
 
 
 def check_max_waiting(value: object) -> int:

@@ -156,6 +156,7 @@ class WhenFullForm(forms.Form):
                 ("", "the declared value"),
                 ("wait", "wait: queue the acquisition"),
                 ("skip", "skip: answer it at once, queue nothing"),
+                ("replace", "replace: take the place of its key's runs waiting"),
             ]
         ),
     )

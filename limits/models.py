@@ -126,7 +126,8 @@ class Limit(models.Model):
         max_length=16,
         default="wait",
         db_default="wait",
-        help_text="SPEC 14.1: 'wait' (the default: queue), or 'skip' (answer at once, queue nothing).",
+        help_text="SPEC 14.1: 'wait' (the default: queue), 'skip' (answer at once, queue nothing), or "
+        "'replace' (take the place of its key's runs waiting).",
     )
     on_full_override = models.CharField(
         max_length=16,
@@ -150,6 +151,12 @@ class Limit(models.Model):
     )
     refused_count = models.BigIntegerField(
         default=0, db_default=0, editable=False, help_text="Acquisitions refused: the queue was full (SPEC 14.5)."
+    )
+    replaced_count = models.BigIntegerField(
+        default=0,
+        db_default=0,
+        editable=False,
+        help_text="Entries of its queue a newer acquisition of their key replaced (SPEC 14.3, 14.6).",
     )
     declared_burst = models.FloatField(
         null=True, blank=True, help_text="The box bound only (SPEC 12.1): its burst factor from the config."
@@ -249,8 +256,8 @@ class Limit(models.Model):
 
     @property
     def on_full(self) -> str:
-        """What an acquisition that cannot be granted at once does (SPEC 14.1): 'wait' or 'skip'
-        (engine.sql: limits_on_full)."""
+        """What an acquisition that cannot be granted at once does (SPEC 14.1): 'wait', 'skip' or
+        'replace' (engine.sql: limits_on_full)."""
         return self.on_full_override or self.declared_on_full
 
     @property
@@ -407,6 +414,7 @@ class QueueEntry(models.Model):
         GRANTED = "granted"
         TIMED_OUT = "timed_out", "timed out"
         CANCELLED = "cancelled"
+        REPLACED = "replaced"  # SPEC 14.3: a newer acquisition of its key took its place
 
     # No index of its own: queue_position_unique (limit, position) leads with it.
     limit = models.ForeignKey(Limit, on_delete=models.PROTECT, related_name="queue_entries", db_index=False)
@@ -434,6 +442,19 @@ class QueueEntry(models.Model):
     deadline = models.DateTimeField()
     timeout_ms = models.BigIntegerField()
     finished_at = models.DateTimeField(null=True, blank=True)
+    replaced_by = models.CharField(
+        max_length=REQUEST_MAX_LENGTH,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="SPEC 14.3: the request of the acquisition that replaced it (state 'replaced').",
+    )
+    replacing = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="SPEC 14.3: joined with on_full 'replace' in force: no other entry of its key waiting for "
+        "the same limits stayed (limits verify, check n).",
+    )
 
     class Meta:
         verbose_name_plural = "queue entries"

@@ -38,10 +38,11 @@ def limit_summary(limit: Limit, *, box_base: int | None = None) -> dict[str, obj
     not yet confirmed, `in_use` both (what counts against capacity). `per_key` is each key's
     pool size in force, null when only the total applies. `paused` is true while an operator has
     paused the limit (SPEC 5.6: it grants nothing until resumed), `paused_at` since when (null
-    while it runs). `on_full` ("wait" or "skip"), `max_waiting` and `max_waiting_per_key` (null:
+    while it runs). `on_full` ("wait", "skip" or "replace"), `max_waiting` and `max_waiting_per_key` (null:
     no cap) are in force, each with its declared value and whether an operator overrode it (SPEC
     14.1, 14.6); `skipped_count` and `refused_count` count the acquisitions answered at once
-    instead of queued: skipped, or refused at a queue's cap (SPEC 14.2, 14.5).
+    instead of queued: skipped, or refused at a queue's cap (SPEC 14.2, 14.5); `replaced_count` the
+    entries of its queue a newer acquisition of their key replaced (SPEC 14.3).
 
     The box's run concurrency (SPEC 12, `kind` "box") has `capacity` its ceiling, floor(base x
     burst), and also `base` (no workflow executes more runs at once; its per_key), `burst`, their
@@ -86,6 +87,7 @@ def limit_summary(limit: Limit, *, box_base: int | None = None) -> dict[str, obj
         "max_waiting_per_key_overridden": limit.max_waiting_per_key_override is not None,
         "skipped_count": limit.skipped_count,
         "refused_count": limit.refused_count,
+        "replaced_count": limit.replaced_count,
     }
     if limit.is_box:
         summary |= box_fields(limit)

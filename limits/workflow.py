@@ -139,6 +139,30 @@ class SlotUnavailableError(Exception):
         return any(getattr(cls, "stackbone_error", None) == "SlotUnavailableError" for cls in type(error).__mro__)
 
 
+class SlotReplacedError(Exception):
+    """SPEC 14.3: the acquisition waited in the queue and a newer acquisition of its key, with
+    on_full 'replace', took its place: it has left the queue and holds nothing. `limiter`: the
+    limit (the first of a group's); `replaced_by`: the request of the acquisition that replaced
+    it; `replaced_by_run`: that acquisition's run ('' if its rows were purged since)."""
+
+    stackbone_error = "SlotReplacedError"
+
+    def __init__(self, limiter: str, replaced_by: str, replaced_by_run: str = "") -> None:
+        by = f"run {replaced_by_run!r}" if replaced_by_run else f"acquisition {replaced_by!r}"
+        super().__init__(f"the wait for {limiter!r} was replaced by {by}")
+        self.limiter = limiter
+        self.replaced_by = replaced_by
+        self.replaced_by_run = replaced_by_run
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.limiter, self.replaced_by, self.replaced_by_run))
+
+    @staticmethod
+    def is_(error: object) -> bool:
+        """True for a SlotReplacedError, even one from another copy of this module."""
+        return any(getattr(cls, "stackbone_error", None) == "SlotReplacedError" for cls in type(error).__mro__)
+
+
 def acquire_slot(
     limit: str,
     timeout: int | str | None = None,
@@ -147,7 +171,9 @@ def acquire_slot(
     on_full: str | None = None,
 ) -> SlotHandle:
     """Take a slot of `limit` (of `key`'s pool, SPEC 9), waiting in its queue if need be; with
-    on_full="skip" (or the limit's own, SPEC 14) raise SlotUnavailableError at once instead."""
+    on_full="skip" (or the limit's own, SPEC 14) raise SlotUnavailableError at once instead; with
+    on_full="replace" take the place of the key's runs waiting for it (SPEC 14.3: their
+    acquire_slot raises SlotReplacedError)."""
     return _acquire([limit], timeout=timeout, label=label, key=key, on_full=on_full, ends_with_run=False, many=False)[0]
 
 
@@ -212,6 +238,8 @@ def _acquire(
         failed: dict[str, Any] = step.result  # type: ignore[assignment]  # failed: a dict
         if "unavailable" in failed:  # SPEC 14: answered at once, as it was then
             raise SlotUnavailableError(failed["limit"], failed["unavailable"], failed["outcome"])
+        if "replaced_by" in failed:  # SPEC 14.3: replaced, as it was then
+            raise SlotReplacedError(failed["limit"], failed["replaced_by"], failed["replaced_by_run"])
         raise SlotTimeoutError(shown, failed["timeout_ms"])
     request = f"{ctx.run_id}:{seq}"
     with transaction.atomic():
@@ -274,8 +302,28 @@ def _acquire(
                 result=unavailable,
                 error=outcome.state,
             )
-        elif outcome.state == "timed_out" and box is not None and not _box_slot_again(ctx, request, label, box):
+        elif (
+            outcome.state in ("timed_out", "replaced")
+            and box is not None
+            and not _box_slot_again(ctx, request, label, box)
+        ):
             outcome = services.Acquisition("waiting", box.limit, request)  # suspended: waits for the box alone
+        elif outcome.state == "replaced":  # SPEC 14.3: recorded, so a replay raises it again
+            replaced = {
+                "replaced_by": outcome.replaced_by,
+                "replaced_by_run": outcome.replaced_by_run,
+                "limit": outcome.limit,
+            }
+            record_step(
+                ctx,
+                seq,
+                name,
+                key=replay_key,
+                kind=Step.Kind.HOOK,
+                status=Step.Status.FAILED,
+                result=replaced,
+                error="replaced",
+            )
         elif outcome.state == "timed_out":
             failure = {"timeout_ms": outcome.timeout_ms}
             record_step(
@@ -294,6 +342,8 @@ def _acquire(
         raise SlotTimeoutError(shown, outcome.timeout_ms)  # type: ignore[arg-type]  # timed out: has timeout_ms
     if outcome.state in ("skipped", "refused"):
         raise SlotUnavailableError(outcome.limit, outcome.reason, outcome.state)
+    if outcome.state == "replaced":
+        raise SlotReplacedError(outcome.limit, outcome.replaced_by, outcome.replaced_by_run)
     raise WorkflowError(f"the wait for {shown!r} was cancelled")
 
 

@@ -73,6 +73,7 @@ class LimitOverridesForm(LimitModelForm):
             ("", "the declared value"),
             ("wait", "wait: queue the acquisition"),
             ("skip", "skip: answer it at once (SlotUnavailableError), queue nothing"),
+            ("replace", "replace: take the place of its key's runs waiting (theirs raise SlotReplacedError)"),
         ],
         help_text="SPEC 14: what an acquisition that cannot be granted at once does.",
     )

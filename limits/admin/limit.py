@@ -258,7 +258,8 @@ def _when_full(limit: Limit) -> str:
         return ""
     return (
         f"; when full: {limit.on_full}, max waiting {_none_or(limit.max_waiting)}, per key "
-        f"{_none_or(limit.max_waiting_per_key)} ({limit.skipped_count} skipped, {limit.refused_count} refused)"
+        f"{_none_or(limit.max_waiting_per_key)} ({limit.skipped_count} skipped, {limit.refused_count} refused, "
+        f"{limit.replaced_count} replaced)"
     )
 
 

@@ -30,7 +30,7 @@ Writes go through limits.services with the actor `api:<username>`.
          with it that key's pool size; a bad value is a 400 with field "value"
     POST /api/limits/<name>/share/     {"value": "fifo" | "fair" | null}   {"old": "fifo", "limit": limit}:
          first come, first served or fair shares between keys (SPEC 13.5); null resets to the declared share
-    POST /api/limits/<name>/on-full/   {"value": "wait" | "skip" | null}   {"old": "wait", "limit": limit}:
+    POST /api/limits/<name>/on-full/   {"value": "wait" | "skip" | "replace" | null}   {"old": "wait", "limit": limit}:
          what an acquisition that cannot be granted at once does (SPEC 14.1); null resets to the declared one
     POST /api/limits/<name>/max-waiting/   {"value": 1-1000000 | null, "per_key": false | true}
          {"old": n | null, "limit": limit}: the queue's cap, or with per_key each key's (SPEC 14.5); null

@@ -86,7 +86,7 @@ class ShareChange:
 
 @dataclass(slots=True)
 class OnFullChange:
-    """A change of what a full limit does (SPEC 14.1): on_full before ('wait' or 'skip') and the
+    """A change of what a full limit does (SPEC 14.1): on_full before ('wait', 'skip' or 'replace') and the
     limit after."""
 
     old: str

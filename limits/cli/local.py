@@ -197,7 +197,7 @@ class LocalBackend:
         return ShareChange(old, serializers.limit_summary(services.set_share(name, value, actor=self.actor)))
 
     def set_on_full(self, name: str, value: str | None) -> OnFullChange:
-        """'wait' or 'skip' (SPEC 14.1); None resets it to the declared on_full."""
+        """'wait', 'skip' or 'replace' (SPEC 14.1); None resets it to the declared on_full."""
         from limits import serializers, services
 
         old = self._limit(name).on_full

@@ -110,12 +110,12 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     # SPEC 14.1, 14.5, no --yes like capacity: neither takes anything back, and `reset` undoes it.
     on_full = verbs.add_parser(
         "on-full",
-        help="what an acquisition of a full limit does: wait in its queue, or skip (answered at once, queued "
-        "nowhere); or reset",
+        help="what an acquisition of a full limit does: wait in its queue, skip (answered at once, queued "
+        "nowhere), or replace (take the place of its key's runs waiting); or reset",
         **kwargs,
     )
     on_full.add_argument("limit", help="the limit's name")
-    on_full.add_argument("value", help="'wait', 'skip', or 'reset' for the declared value")
+    on_full.add_argument("value", help="'wait', 'skip', 'replace', or 'reset' for the declared value")
     max_waiting = verbs.add_parser(
         "max-waiting",
         help="cap a limit's queue (or, with --per-key, each key's part of it): a run past the cap is refused "
@@ -263,7 +263,7 @@ def share_value(text: str) -> str | None:
 
 def on_full_value(text: str) -> str | None:
     """'reset' → None; anything else is passed on as it is, for the service to accept ('wait',
-    'skip') or reject naming the field ('replace' and 'cancel_running' are not built)."""
+    'skip', 'replace') or reject naming the field ('cancel_running' is not built)."""
     return share_value(text)
 
 

@@ -174,7 +174,7 @@ class AgentBackend:
         return ShareChange(answer["old"], answer["limit"])
 
     def set_on_full(self, name: str, value: str | None) -> OnFullChange:
-        """`POST <name>/on-full/` {"value": "wait" | "skip" | null}: on_full before, the limit after."""
+        """`POST <name>/on-full/` {"value": "wait" | "skip" | "replace" | null}: on_full before, the limit after."""
         answer = self._call(
             "POST", f"{_quote(name)}/on-full/", {"value": value}, not_found=UNKNOWN_LIMIT.format(name=name)
         )

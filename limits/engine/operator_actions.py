@@ -151,8 +151,8 @@ def set_share(name: str, value: object, *, actor: str | None = None) -> Limit:
 
 
 def set_on_full(name: str, value: object, *, actor: str | None = None) -> Limit:
-    """Set what an acquisition of a limit that cannot be granted at once does, 'wait' or 'skip'
-    (SPEC 14.1), or reset it to the declared value with None. Audited; a deploy keeps it. The
+    """Set what an acquisition of a limit that cannot be granted at once does, 'wait', 'skip' or
+    'replace' (SPEC 14.1), or reset it to the declared value with None. Audited; a deploy keeps it. The
     runs waiting stay."""
     on_full = None
     if value is not None:

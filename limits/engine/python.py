@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import F, Q
 
+from limits.config import strictest_on_full
 from limits.engine import keys, rules
 from limits.engine.errors import UNDECLARED_LIMIT, UNKNOWN_LIMIT, LimitsError
 from limits.engine.python_operators import OperatorActions
@@ -247,15 +248,22 @@ def _acquire_group_in_transaction(
         lim.waiting_count == 0 and lim.room and keys.pools(lim).has_room(k) and keys.whole_run_room(lim, request, base)
         for lim, k in needed
     )
-    # SPEC 14.2, 14.5, 14.7: skip (the strictest on_full), or a queue's cap; a run's start too
-    # (limits.runs.bounds ends it 'skipped'; only 'skip' is built for a start: a bound's 'replace'
-    # or 'cancel_running' waits, as 'wait')
+    # SPEC 14.2, 14.3, 14.5, 14.7: skip or replace (the strictest on_full), or a queue's cap; a
+    # run's start too (limits.runs.bounds ends it 'skipped'), except that replace is not built for
+    # a start: a bound's 'replace' waits there, as 'wait'
+    replaced: list[QueueEntry] = []
+    replacing = False  # SPEC 14.3: its entries join with on_full 'replace'
     if not free:
+        on_full = on_full or strictest_on_full(limit.on_full for limit, _ in members)
+        if on_full == "replace" and request.endswith(WHOLE_RUN_SUFFIX):
+            on_full = "wait"
+        replacing = on_full == "replace"
         answered = _answered_at_once(members, needed, locked, request, base, now, changes, on_full)
-        if answered is not None:
+        if isinstance(answered, Acquisition):
             rules.save_all(locked)
             rules.wake_on_commit(changes.woken)
             return replace(answered, request=request, limits=tuple(names), key=key, timeout_ms=timeout_ms)
+        replaced = answered or []
     if free:
         slots = [  # a kept box slot is an earlier acquisition's: this one takes `needed` together
             keys.grant_busy(lim, run_id=run_id, request=request, label=label, key=k, group_size=len(needed), now=now)
@@ -269,19 +277,42 @@ def _acquire_group_in_transaction(
         keys.count_slots_freed(kept.limit, [kept])
     deadline = now + timedelta(milliseconds=timeout_ms)
     for limit, k in members:
-        keys.join(
+        placed = keys.take_place(  # SPEC 14.3: in the oldest replaced one's place, if any here
             limit,
+            replaced,
             run_id=run_id,
             request=request,
             label=label,
-            key=k,
-            group_size=size,
             now=now,
             deadline=deadline,
             timeout_ms=timeout_ms,
         )
+        if placed is None:
+            keys.join(
+                limit,
+                run_id=run_id,
+                request=request,
+                label=label,
+                key=k,
+                group_size=size,
+                now=now,
+                deadline=deadline,
+                timeout_ms=timeout_ms,
+                replacing=replacing,
+            )
+    keys.wake_replaced(replaced, changes)
     rules.settle_all(locked, now, changes)
     granted = keys.group_slots(request, locked)
+    if not granted and replacing and not replaced:
+        # SPEC 14.3: the room left fitted it before it joined, yet the grant did not reach it (it
+        # gave back the box slot it executed in, 12.2, and an older run took it): it replaces now
+        late = keys.replaceable(members, request)
+        if late:
+            keys.wake_replaced(late, changes)
+            for limit, _ in members:
+                keys.swap_place(limit, late, request, now)
+            rules.settle_all(locked, now, changes)
+            granted = keys.group_slots(request, locked)
     if granted:
         changes.woken.remove(run_id)
         keys.confirm_group(granted, now, changes)
@@ -304,27 +335,35 @@ def _answered_at_once(
     now: datetime,
     changes: Changes,
     on_full: str | None,
-) -> Acquisition | None:
-    """SPEC 14.2, 14.5, 14.7 for an acquisition that cannot be granted at once as things stand,
-    with on_full 'skip' (this call's, else the strictest of its limits') or a cap on one of its
-    queues. The runs waiting have their turn first (settle); if the room left fits this run in
-    every limit, None: it joins the queues and that room is granted to it at once, as to any
-    run (3.5; verify refuses a slot granted past runs waiting). Otherwise a skip is answered
-    'skipped' with the first limit that stops it and why (keys.refusal), a wait one of whose
-    queues is at its cap 'refused' (keys.queue_full), counted on that limit, and nothing of it
-    joins a queue; a wait under its caps: None, it waits as any run does.
+) -> Acquisition | list[QueueEntry] | None:
+    """SPEC 14.2, 14.3, 14.5, 14.7 for an acquisition that cannot be granted at once as things
+    stand, with on_full 'skip' or 'replace' (this call's, else the strictest of its limits':
+    skip before replace before wait) or a cap on one of its queues. The runs waiting have their
+    turn first (settle); if the room left fits this run in every limit, None: it joins the
+    queues and that room is granted to it at once, as to any run (3.5; verify refuses a slot
+    granted past runs waiting). Otherwise a skip is answered 'skipped' with the first limit that
+    stops it and why (keys.refusal); a replace answers the entries it replaces (keys.replaceable:
+    its key's waiting for the same limits), if any, which the caller takes out of the queues as
+    it joins in the oldest one's place; a wait (or a replace with nothing to replace) one of
+    whose queues is at its cap is answered 'refused' (keys.queue_full). Each counted on that
+    limit, and nothing of it joins a queue; a wait under its caps: None, it waits as any run does.
 
-    Must never happen: a 'skipped' or 'refused' run left in a queue; one answered so while
-    room it fits was free and not held for an owed run."""
+    Must never happen: a 'skipped' or 'refused' run left in a queue; one answered so, or one
+    replacing others, while room it fits was free and not held for an owed run; a replacement
+    touching a run that holds a slot, or another key's."""
     if on_full is None:
-        on_full = "skip" if any(limit.on_full == "skip" for limit, _ in members) else "wait"
+        on_full = strictest_on_full(limit.on_full for limit, _ in members)
     capped = any(limit.max_waiting is not None or limit.max_waiting_per_key is not None for limit, _ in members)
-    if on_full != "skip" and not capped:
+    if on_full == "wait" and not capped:
         return None
     rules.settle_all(locked, now, changes)
     stopped = next(
         ((limit, why) for limit, k in needed if (why := keys.refusal(limit, k, request, base, now)) is not None), None
     )
+    if stopped is not None and on_full == "replace":
+        replaced = keys.replaceable(members, request)
+        if replaced:
+            return replaced
     if stopped is not None and on_full != "skip":
         stopped = next(((limit, why) for limit, k in members if (why := keys.queue_full(limit, k)) is not None), None)
     if stopped is None:
@@ -403,6 +442,18 @@ def _previous_group_outcome(
                 limits=shown,
                 key=key,
             )
+        if QueueEntry.State.REPLACED in states:  # SPEC 14.3: a newer acquisition took its place
+            return Acquisition(
+                "replaced",
+                names[0],
+                request,
+                timeout_ms=first.timeout_ms,
+                deadline=first.deadline,
+                limits=shown,
+                key=key,
+                replaced_by=first.replaced_by,
+                replaced_by_run=_run_of(first.replaced_by),
+            )
         if QueueEntry.State.TIMED_OUT in states:
             return Acquisition(
                 "timed_out",
@@ -438,6 +489,14 @@ def _previous_group_outcome(
         names = [slot.limit.name for slot in ended]
         return Acquisition("cancelled", names[0], request, limits=tuple(names), key=ended[0].key)
     return None
+
+
+def _run_of(request: str) -> str:
+    """The run of an acquisition (its request), from its rows; '' when the purge took them."""
+    found = QueueEntry.objects.filter(request=request).values_list("run_id", flat=True).first()
+    if found is None:
+        found = Slot.objects.filter(request=request).values_list("run_id", flat=True).first()
+    return found or ""
 
 
 def _in_order[R: (Slot, QueueEntry)](rows: list[R], order: list[str] | None) -> list[R]:

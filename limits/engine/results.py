@@ -22,9 +22,11 @@ class Acquisition:
     """What an acquire call amounts to now. `state` is 'busy' (the slot is yours), 'waiting'
     (queued; the run is woken when that changes), 'timed_out' or 'cancelled'; or, answered at
     once and queued nowhere (SPEC 14), 'skipped' (its on_full is 'skip') or 'refused' (a queue's
-    cap): then `reason` (a key of REASONS) says why, of the limit `limit`."""
+    cap): then `reason` (a key of REASONS) says why, of the limit `limit`. 'replaced' (SPEC 14.3):
+    it waited and a newer acquisition of its key with on_full 'replace' took its place;
+    `replaced_by` is that acquisition's request, `replaced_by_run` its run."""
 
-    state: Literal["busy", "waiting", "timed_out", "cancelled", "skipped", "refused"]
+    state: Literal["busy", "waiting", "timed_out", "cancelled", "skipped", "refused", "replaced"]
     limit: str
     request: str
     slot_id: str | None = None
@@ -35,6 +37,8 @@ class Acquisition:
     limits: tuple[str, ...] = ()
     key: str = ""
     reason: str = ""
+    replaced_by: str = ""
+    replaced_by_run: str = ""
 
 
 @dataclass(frozen=True, slots=True)

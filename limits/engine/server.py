@@ -85,9 +85,9 @@ class PostgresEngine:
         earlier request's outcome (limits_previous: `answer_timeout_ms` its timeout)."""
         if not is_storable_text(limit_name):  # no limit bears a name PostgreSQL cannot store
             raise LimitsError(UNKNOWN_LIMIT.format(name=limit_name), field="limit")
-        outcome, name, slot_id, deadline, woken, answer_timeout_ms, answer_key, reason = _call(
-            "SELECT outcome, limit_name, slot_id, deadline, woken, answer_timeout_ms, answer_key, reason"
-            " FROM limits_acquire(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        outcome, name, slot_id, deadline, woken, answer_timeout_ms, answer_key, reason, replaced_by, by_run = _call(
+            "SELECT outcome, limit_name, slot_id, deadline, woken, answer_timeout_ms, answer_key, reason,"
+            " replaced_by, replaced_by_run FROM limits_acquire(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
             [
                 limit_name,
                 run_id,
@@ -109,7 +109,16 @@ class PostgresEngine:
             return Acquisition(outcome, name, request, timeout_ms=timeout_ms, key=key, reason=reason)
         if outcome == "waiting" and answer_timeout_ms is None:  # a new request's wait
             answer_timeout_ms = timeout_ms
-        return Acquisition(outcome, name, request, timeout_ms=answer_timeout_ms, deadline=deadline, key=key)
+        return Acquisition(
+            outcome,
+            name,
+            request,
+            timeout_ms=answer_timeout_ms,
+            deadline=deadline,
+            key=key,
+            replaced_by=replaced_by or "",
+            replaced_by_run=by_run or "",
+        )
 
     def acquire_group(
         self,
@@ -142,9 +151,12 @@ class PostgresEngine:
             answer_timeout_ms,
             reason,
             full_name,
+            replaced_by,
+            by_run,
         ) = _call(
             "SELECT outcome, slot_ids, deadline, woken, bad_name, answer_names, answer_key, answer_timeout_ms,"
-            " reason, full_name FROM limits_acquire_group(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            " reason, full_name, replaced_by, replaced_by_run"
+            " FROM limits_acquire_group(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             [
                 names,
                 run_id,
@@ -171,7 +183,15 @@ class PostgresEngine:
             key = answer_key
         if outcome != "busy":
             return Acquisition(
-                outcome, names[0], request, timeout_ms=timeout_ms, deadline=deadline, limits=tuple(names), key=key
+                outcome,
+                names[0],
+                request,
+                timeout_ms=timeout_ms,
+                deadline=deadline,
+                limits=tuple(names),
+                key=key,
+                replaced_by=replaced_by or "",
+                replaced_by_run=by_run or "",
             )
         return Acquisition(
             "busy",

@@ -40,7 +40,8 @@ def acquire(
     on_full: str | None = None,
 ) -> Acquisition:
     """Take a slot of `limit_name` for `run_id`, or join the queue (or, with on_full 'skip' or
-    a queue at its cap, SPEC 14, be answered 'skipped' or 'refused' at once).
+    a queue at its cap, SPEC 14, be answered 'skipped' or 'refused' at once; with on_full
+    'replace', join in the place of the key's runs waiting, which are answered 'replaced').
 
     `request` names this acquire call (the run layer passes a key that is stable across replays):
     calling again with the same request returns what became of it instead of acquiring twice, and
@@ -99,6 +100,8 @@ def acquire_group(
     With on_full 'skip' (this call's, else the strictest of its limits', SPEC 14.7) or a cap on a
     queue (14.5), step 3 settles first and grants this run what room is left if it fits, else
     answers 'skipped' or 'refused' at once, queued nowhere (the box slot a run executes in kept).
+    With on_full 'replace' (14.3) a run that cannot be granted at once takes the place of the
+    key's runs waiting for the same limits (and pools), which leave the queue as 'replaced'.
     """
     check_run_id(run_id)
     on_full = check_on_full(on_full)

@@ -97,10 +97,17 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(p_pool_override, limits_per_key(l))
 CREATE OR REPLACE FUNCTION limits_share(l limits_limit) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(nullif(l.share_override, ''), l.declared_share) $$;
 
--- Limit.on_full (SPEC 14.1): what an acquisition that cannot be granted at once does, 'wait' or
--- 'skip', an operator's choice ('' for none) else the declared one.
+-- Limit.on_full (SPEC 14.1): what an acquisition that cannot be granted at once does, 'wait',
+-- 'skip' or 'replace', an operator's choice ('' for none) else the declared one.
 CREATE OR REPLACE FUNCTION limits_on_full(l limits_limit) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(nullif(l.on_full_override, ''), l.declared_on_full) $$;
+
+-- config.strictest_on_full (SPEC 14.7): the stricter of two on_full, skip before replace before wait.
+CREATE OR REPLACE FUNCTION limits_stricter_on_full(p_a text, p_b text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN array_position(ARRAY['skip', 'replace', 'wait'], p_b)
+                     < array_position(ARRAY['skip', 'replace', 'wait'], p_a) THEN p_b ELSE p_a END
+$$;
 
 -- Limit.max_waiting, Limit.max_waiting_per_key (SPEC 14.5): the caps on its queue, NULL for none.
 CREATE OR REPLACE FUNCTION limits_max_waiting(l limits_limit) RETURNS integer
@@ -1658,7 +1665,7 @@ $$;
 CREATE OR REPLACE FUNCTION limits_previous(
     p_request text, p_names text[], p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
     OUT outcome text, OUT names text[], OUT slot_ids text[], OUT deadline timestamptz, OUT timeout_ms bigint,
-    OUT key text, OUT woken text[]
+    OUT key text, OUT woken text[], OUT replaced_by text, OUT replaced_by_run text
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
@@ -1693,6 +1700,7 @@ BEGIN
             v_states := ARRAY(SELECT DISTINCT e.state::text FROM unnest(v_latest) e);
             outcome := CASE
                 WHEN v_states = ARRAY['waiting'] THEN 'waiting'
+                WHEN 'replaced' = ANY (v_states) THEN 'replaced'  -- SPEC 14.3
                 WHEN 'timed_out' = ANY (v_states) THEN 'timed_out'
                 WHEN 'cancelled' = ANY (v_states) OR 'waiting' = ANY (v_states) THEN 'cancelled'
             END;
@@ -1703,6 +1711,14 @@ BEGIN
                 key := v_first.key;
                 timeout_ms := v_first.timeout_ms;
                 deadline := v_first.deadline;
+                IF outcome = 'replaced' THEN  -- python._run_of: the replacing acquisition's run
+                    replaced_by := v_first.replaced_by;
+                    replaced_by_run := coalesce(
+                        (SELECT e.run_id FROM limits_queueentry e WHERE e.request = v_first.replaced_by LIMIT 1),
+                        (SELECT s.run_id FROM limits_slot s WHERE s.request = v_first.replaced_by LIMIT 1),
+                        ''
+                    );
+                END IF;
                 RETURN;
             END IF;
             outcome := 'busy';  -- granted (its slot in the same snapshot): the slots answer
@@ -1747,10 +1763,11 @@ CREATE OR REPLACE FUNCTION limits_acquire(
     -- results.RESERVATION_MS, keys.OWED_AFTER_MS: defaults, so that a caller of the older six
     -- arguments (a worker of the release before, during a rolling deploy) is answered as before
     p_reservation_ms bigint DEFAULT 120000, p_owed_after_ms bigint DEFAULT 120000,
-    -- SPEC 14: this call's on_full ('wait', 'skip'), NULL for the limit's own
+    -- SPEC 14: this call's on_full ('wait', 'skip', 'replace'), NULL for the limit's own
     p_on_full text DEFAULT NULL,
     OUT outcome text, OUT limit_name text, OUT slot_id text, OUT deadline timestamptz, OUT woken text[],
-    OUT answer_timeout_ms bigint, OUT answer_key text, OUT reason text
+    OUT answer_timeout_ms bigint, OUT answer_key text, OUT reason text, OUT replaced_by text,
+    OUT replaced_by_run text
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
@@ -1808,6 +1825,11 @@ BEGIN
             outcome := 'busy';
             RETURN;
         END IF;
+        -- SPEC 14.3: a replace with runs waiting (all without a key here) is the rules' case
+        IF coalesce(p_on_full, limits_on_full(l)) = 'replace' AND l.waiting_count > 0 THEN
+            v_rules := true;
+            RAISE EXCEPTION USING ERRCODE = 'LMSLW';
+        END IF;
         -- SPEC 14.2, 14.5: a plain limit without room grants nothing to this run at once
         IF coalesce(p_on_full, limits_on_full(l)) = 'skip' THEN
             reason := CASE WHEN l.paused_at IS NOT NULL THEN 'limit_paused' ELSE 'limit_full' END;
@@ -1824,8 +1846,11 @@ BEGIN
         END IF;
         deadline := v_now + p_timeout_ms * interval '1 millisecond';
         INSERT INTO limits_queueentry (
-            limit_id, run_id, request, label, position, state, enqueued_at, deadline, timeout_ms
-        ) VALUES (l.id, p_run, p_request, p_label, l.next_position, 'waiting', v_now, deadline, p_timeout_ms);
+            limit_id, run_id, request, label, position, state, enqueued_at, deadline, timeout_ms, replacing
+        ) VALUES (
+            l.id, p_run, p_request, p_label, l.next_position, 'waiting', v_now, deadline, p_timeout_ms,
+            coalesce(p_on_full, limits_on_full(l)) = 'replace'  -- SPEC 14.3: nobody of its key waits here
+        );
         UPDATE limits_limit
         SET waiting_count = waiting_count + 1, next_position = next_position + 1, last_event_at = v_now
         WHERE id = l.id;
@@ -1848,6 +1873,8 @@ BEGIN
         answer_timeout_ms := v_group.answer_timeout_ms;
         answer_key := v_group.answer_key;
         reason := v_group.reason;
+        replaced_by := v_group.replaced_by;
+        replaced_by_run := v_group.replaced_by_run;
     END IF;
 END
 $$;
@@ -1872,11 +1899,11 @@ $$;
 CREATE OR REPLACE FUNCTION limits_acquire_group(
     p_names text[], p_run text, p_request text, p_label text, p_keys text[], p_timeout_ms bigint,
     p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint, p_box boolean,
-    -- SPEC 14: this call's on_full ('wait', 'skip'), NULL for the strictest of the limits' own
+    -- SPEC 14: this call's on_full ('wait', 'skip', 'replace'), NULL for the strictest of the limits' own
     p_on_full text DEFAULT NULL,
     OUT outcome text, OUT slot_ids text[], OUT deadline timestamptz, OUT woken text[], OUT bad_name text,
     OUT answer_names text[], OUT answer_key text, OUT answer_timeout_ms bigint, OUT reason text,
-    OUT full_name text
+    OUT full_name text, OUT replaced_by text, OUT replaced_by_run text
 )
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
 DECLARE
@@ -1893,8 +1920,12 @@ DECLARE
     v_keyed integer;
     v_grouped integer := (cardinality(p_names) > 1)::integer;
     v_pass bigint;
-    v_on_full text := p_on_full;
+    v_on_full text := coalesce(p_on_full, 'wait');
     v_capped boolean := false;
+    v_replaced text[] := '{}';  -- SPEC 14.3: the requests this one replaces
+    v_place bigint;
+    v_oldest bigint;
+    v_gone integer;
     settled record;
     i integer;
 BEGIN
@@ -1910,8 +1941,10 @@ BEGIN
     END IF;
     IF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request)
        OR EXISTS (SELECT 1 FROM limits_queueentry WHERE request = p_request) THEN
-        SELECT p.outcome, coalesce(p.slot_ids, '{}'), p.deadline, p.woken, p.names, p.key, p.timeout_ms
-        INTO outcome, slot_ids, deadline, woken, answer_names, answer_key, answer_timeout_ms
+        SELECT p.outcome, coalesce(p.slot_ids, '{}'), p.deadline, p.woken, p.names, p.key, p.timeout_ms,
+               p.replaced_by, p.replaced_by_run
+        INTO outcome, slot_ids, deadline, woken, answer_names, answer_key, answer_timeout_ms, replaced_by,
+             replaced_by_run
         FROM limits_previous(p_request, p_names, p_now, p_reservation_ms, p_owed_after_ms) p;
         IF outcome IS NOT NULL THEN
             RETURN;
@@ -1955,18 +1988,22 @@ BEGIN
             v_free := v_free AND l.waiting_count = 0 AND limits_room(l) > 0 AND limits_pool_room(l, p_keys[i])
                       AND limits_whole_run_room(l, p_request, v_base);
         END LOOP;
-        -- SPEC 14.2, 14.5, 14.7: skip (the strictest on_full), or a queue's cap; a run's start (its
-        -- request '<run>:start') too: limits_start_runs ends it 'skipped' (only 'skip' is built for
-        -- a start: a bound's 'replace' or 'cancel_running' waits, as 'wait')
+        -- SPEC 14.2, 14.3, 14.5, 14.7: skip or replace (the strictest on_full), or a queue's cap
+        -- (python._answered_at_once); a run's start (its request '<run>:start') too, except that
+        -- replace is not built for a start: a bound's 'replace' waits there, as 'wait'
+        -- (limits_start_runs ends a start answered at once 'skipped')
         IF NOT v_free THEN
             FOR i IN 1 .. v_size LOOP
                 SELECT * INTO l FROM limits_limit WHERE id = v_mine[i];
-                IF p_on_full IS NULL AND limits_on_full(l) = 'skip' THEN
-                    v_on_full := 'skip';
+                IF p_on_full IS NULL THEN
+                    v_on_full := limits_stricter_on_full(v_on_full, limits_on_full(l));
                 END IF;
                 v_capped := v_capped OR limits_max_waiting(l) IS NOT NULL OR limits_max_waiting_per_key(l) IS NOT NULL;
             END LOOP;
-            IF v_on_full = 'skip' OR v_capped THEN
+            IF v_on_full = 'replace' AND right(p_request, 6) = ':start' THEN
+                v_on_full := 'wait';
+            END IF;
+            IF v_on_full <> 'wait' OR v_capped THEN
                 -- the runs waiting first; what room is left then is this run's if it fits: it
                 -- joins below and the grant reaches it at once, as it reaches any run (3.5)
                 SELECT * INTO settled FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms);
@@ -1979,7 +2016,44 @@ BEGIN
                         EXIT;
                     END IF;
                 END LOOP;
-                IF full_name IS NOT NULL AND v_on_full IS DISTINCT FROM 'skip' THEN
+                IF full_name IS NOT NULL AND v_on_full = 'replace' THEN
+                    -- keys.replaceable: the requests waiting for exactly these limits, each entry of
+                    -- the same key ('' the runs without one); a run holding a slot waits for nothing
+                    IF p_keys[1] <> '' THEN
+                        v_replaced := ARRAY(
+                            SELECT e.request FROM limits_queueentry e
+                            WHERE e.limit_id = v_mine[1] AND e.key = p_keys[1] AND e.key <> '' AND e.state = 'waiting'
+                              AND e.group_size = v_size AND e.request <> p_request
+                            ORDER BY e.position
+                        );
+                    ELSE
+                        v_replaced := ARRAY(
+                            SELECT e.request FROM limits_queueentry e
+                            WHERE e.limit_id = v_mine[1] AND e.state = 'waiting' AND e.key = ''
+                              AND e.group_size = v_size AND e.request <> p_request
+                            ORDER BY e.position
+                        );
+                    END IF;
+                    FOR i IN 2 .. v_size LOOP
+                        EXIT WHEN cardinality(v_replaced) = 0;
+                        v_replaced := ARRAY(
+                            SELECT e.request FROM limits_queueentry e
+                            WHERE e.request = ANY (v_replaced) AND e.limit_id = v_mine[i] AND e.key = p_keys[i]
+                              AND e.state = 'waiting'
+                        );
+                    END LOOP;
+                    IF cardinality(v_replaced) > 0 THEN  -- it joins in the oldest one's place below
+                        reason := NULL;
+                        full_name := NULL;
+                        -- keys.wake_replaced: their runs wake to SlotReplacedError (limits_previous)
+                        woken := woken || ARRAY(
+                            SELECT e.run_id FROM limits_queueentry e
+                            WHERE e.request = ANY (v_replaced) AND e.state = 'waiting'
+                            GROUP BY e.run_id ORDER BY min(e.id)
+                        );
+                    END IF;
+                END IF;
+                IF full_name IS NOT NULL AND v_on_full <> 'skip' THEN
                     reason := NULL;
                     full_name := NULL;
                     FOR i IN 1 .. v_size LOOP
@@ -2058,6 +2132,46 @@ BEGIN
                 PERFORM limits_enter_turns(l.id, p_keys[i]);
                 v_pass := limits_fair_pass(l.id, p_keys[i]);
             END IF;
+            -- SPEC 14.3 (keys.take_place): in the place of the oldest entry it replaces here, if
+            -- any: that row becomes this entry (its position and id), what it was is kept as a row
+            -- of history at a new ticket (positions are unique per limit), and the others replaced
+            -- leave; the key's turns and head stay as they were (the key still waits here)
+            v_place := NULL;
+            v_gone := 0;
+            IF cardinality(v_replaced) > 0 THEN
+                SELECT e.id, e.position INTO v_oldest, v_place FROM limits_queueentry e
+                WHERE e.limit_id = v_mine[i] AND e.state = 'waiting' AND e.request = ANY (v_replaced)
+                ORDER BY e.position LIMIT 1;
+                SELECT count(*) INTO v_gone FROM limits_queueentry e
+                WHERE e.limit_id = v_mine[i] AND e.state = 'waiting' AND e.request = ANY (v_replaced);
+            END IF;
+            IF v_place IS NOT NULL THEN
+                UPDATE limits_limit
+                SET next_position = next_position + 1, waiting_count = waiting_count + 1 - v_gone,
+                    keyed_waiting_count = keyed_waiting_count + v_keyed * (1 - v_gone),
+                    group_waiting_count = group_waiting_count + v_grouped * (1 - v_gone),
+                    replaced_count = replaced_count + v_gone
+                WHERE id = v_mine[i]
+                RETURNING * INTO l;
+                INSERT INTO limits_queueentry (
+                    limit_id, run_id, request, label, key, group_size, position, passed_over_at, fair_pass, state,
+                    enqueued_at, deadline, timeout_ms, finished_at, replaced_by, replacing
+                )
+                SELECT e.limit_id, e.run_id, e.request, e.label, e.key, e.group_size, l.next_position - 1,
+                       e.passed_over_at, e.fair_pass, 'replaced', e.enqueued_at, e.deadline, e.timeout_ms, v_now,
+                       p_request, e.replacing
+                FROM limits_queueentry e WHERE e.limit_id = l.id AND e.state = 'waiting' AND e.id = v_oldest;
+                UPDATE limits_queueentry
+                SET run_id = p_run, request = p_request, label = p_label, passed_over_at = NULL, fair_pass = v_pass,
+                    enqueued_at = v_now, deadline = limits_acquire_group.deadline, timeout_ms = p_timeout_ms,
+                    replacing = true
+                WHERE limit_id = l.id AND state = 'waiting' AND id = v_oldest;
+                UPDATE limits_queueentry SET state = 'replaced', finished_at = v_now, replaced_by = p_request
+                WHERE limit_id = l.id AND state = 'waiting' AND request = ANY (v_replaced);
+                UPDATE limits_limitkey SET waiting_count = waiting_count + 1 - v_gone
+                WHERE limit_id = l.id AND key = p_keys[i] AND p_keys[i] <> '';
+                CONTINUE;
+            END IF;
             UPDATE limits_limit
             SET next_position = next_position + 1, waiting_count = waiting_count + 1,
                 keyed_waiting_count = keyed_waiting_count + v_keyed,
@@ -2066,10 +2180,10 @@ BEGIN
             RETURNING * INTO l;
             INSERT INTO limits_queueentry (
                 limit_id, run_id, request, label, key, group_size, position, state, enqueued_at, deadline, timeout_ms,
-                fair_pass
+                fair_pass, replacing
             ) VALUES (
                 l.id, p_run, p_request, p_label, p_keys[i], v_size, l.next_position - 1, 'waiting', v_now, deadline,
-                p_timeout_ms, v_pass
+                p_timeout_ms, v_pass, v_on_full = 'replace' AND right(p_request, 6) <> ':start'
             );
             IF p_keys[i] <> '' THEN
                 INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at, head)
@@ -2081,6 +2195,77 @@ BEGIN
         END LOOP;
         SELECT * INTO settled FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms);
         woken := woken || settled.woken;  -- after those of a grant before the join (SPEC 14), if any
+        -- SPEC 14.3 (python: keys.swap_place): the room left fitted it before it joined, yet the
+        -- grant did not reach it (it gave back the box slot it executed in, 12.2, and an older run
+        -- took it): it replaces now, the oldest one's row becoming its entry, its own row what the
+        -- oldest was (history, at the end); then the grant again
+        IF v_on_full = 'replace' AND cardinality(v_replaced) = 0 AND right(p_request, 6) <> ':start'
+           AND NOT EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request AND state = 'reserved') THEN
+            IF p_keys[1] <> '' THEN
+                v_replaced := ARRAY(
+                    SELECT e.request FROM limits_queueentry e
+                    WHERE e.limit_id = v_mine[1] AND e.key = p_keys[1] AND e.key <> '' AND e.state = 'waiting'
+                      AND e.group_size = v_size AND e.request <> p_request
+                    ORDER BY e.position
+                );
+            ELSE
+                v_replaced := ARRAY(
+                    SELECT e.request FROM limits_queueentry e
+                    WHERE e.limit_id = v_mine[1] AND e.state = 'waiting' AND e.key = ''
+                      AND e.group_size = v_size AND e.request <> p_request
+                    ORDER BY e.position
+                );
+            END IF;
+            FOR i IN 2 .. v_size LOOP
+                EXIT WHEN cardinality(v_replaced) = 0;
+                v_replaced := ARRAY(
+                    SELECT e.request FROM limits_queueentry e
+                    WHERE e.request = ANY (v_replaced) AND e.limit_id = v_mine[i] AND e.key = p_keys[i]
+                      AND e.state = 'waiting'
+                );
+            END LOOP;
+            IF cardinality(v_replaced) > 0 THEN
+                woken := woken || ARRAY(
+                    SELECT e.run_id FROM limits_queueentry e
+                    WHERE e.request = ANY (v_replaced) AND e.state = 'waiting'
+                    GROUP BY e.run_id ORDER BY min(e.id)
+                );
+                FOR i IN 1 .. v_size LOOP
+                    SELECT e.id INTO v_oldest FROM limits_queueentry e
+                    WHERE e.limit_id = v_mine[i] AND e.state = 'waiting' AND e.request = ANY (v_replaced)
+                    ORDER BY e.position LIMIT 1;
+                    SELECT count(*) INTO v_gone FROM limits_queueentry e
+                    WHERE e.limit_id = v_mine[i] AND e.state = 'waiting' AND e.request = ANY (v_replaced);
+                    SELECT e.id, e.fair_pass INTO v_place, v_pass FROM limits_queueentry e
+                    WHERE e.limit_id = v_mine[i] AND e.state = 'waiting' AND e.request = p_request;
+                    UPDATE limits_queueentry n
+                    SET run_id = o.run_id, request = o.request, label = o.label, key = o.key, group_size = o.group_size,
+                        passed_over_at = o.passed_over_at, fair_pass = o.fair_pass, state = 'replaced',
+                        enqueued_at = o.enqueued_at, deadline = o.deadline, timeout_ms = o.timeout_ms,
+                        finished_at = v_now, replaced_by = p_request, replacing = o.replacing
+                    FROM limits_queueentry o
+                    WHERE n.limit_id = v_mine[i] AND n.state = 'waiting' AND n.id = v_place
+                      AND o.limit_id = v_mine[i] AND o.state = 'waiting' AND o.id = v_oldest;
+                    UPDATE limits_queueentry
+                    SET run_id = p_run, request = p_request, label = p_label, passed_over_at = NULL,
+                        fair_pass = v_pass, enqueued_at = v_now, deadline = limits_acquire_group.deadline,
+                        timeout_ms = p_timeout_ms, replacing = true
+                    WHERE limit_id = v_mine[i] AND state = 'waiting' AND id = v_oldest;
+                    UPDATE limits_queueentry SET state = 'replaced', finished_at = v_now, replaced_by = p_request
+                    WHERE limit_id = v_mine[i] AND state = 'waiting' AND request = ANY (v_replaced);
+                    UPDATE limits_limit
+                    SET waiting_count = waiting_count - v_gone,
+                        keyed_waiting_count = keyed_waiting_count - (p_keys[i] <> '')::integer * v_gone,
+                        group_waiting_count = group_waiting_count - v_grouped * v_gone,
+                        replaced_count = replaced_count + v_gone
+                    WHERE id = v_mine[i];
+                    UPDATE limits_limitkey SET waiting_count = waiting_count - v_gone
+                    WHERE limit_id = v_mine[i] AND key = p_keys[i] AND p_keys[i] <> '';
+                END LOOP;
+                SELECT * INTO settled FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms);
+                woken := woken || settled.woken;
+            END IF;
+        END IF;
         IF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request AND state = 'reserved') THEN
             -- granted at once: keys.confirm_group, its reservations turn busy together
             SELECT array_agg(c.slot_id ORDER BY array_position(v_mine, c.limit_id)) INTO slot_ids

@@ -55,6 +55,10 @@ n. the causes of runs ended by SPEC 14 (once for the box, not per limit): every 
    replaced run the run that replaced it, and a run cancelled by cancel_running the run that
    cancelled it (`runs.unrecorded_endings`).
 
+o. replace (SPEC 14.3): an entry that joined with on_full 'replace' left no other entry of its key
+   waiting for the same limits (entries joined at the same instant are not judged against each
+   other), and every replaced entry names its replacer, an acquisition of its key.
+
 Why timestamps are enough: every change to a limit's slots and queue happens under that limit's
 row lock, and every service reads the clock *after* taking the lock (tests/services/
 test_replay_races.py holds it to that), so for one limit the times written follow the order of
@@ -75,7 +79,7 @@ the counters and the rows are read as of one instant even while the box runs.
 
 Where each lives (limits/verify/): the rows, and the readings several checks share, in
 `history.py`; a, d and f in `counts.py`; b, c and g in `grants.py`; i and j in `times.py`; e, h,
-k and n in `runs.py`; l in `fair.py`; m in `caps.py`; `History` (every check over one limit's
+k and n in `runs.py`; l in `fair.py`; m and o in `caps.py`; `History` (every check over one limit's
 rows), `verify` and the `Verification` it reports in `report.py`.
 """
 

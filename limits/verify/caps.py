@@ -1,16 +1,20 @@
-"""Check m of `limits verify` (limits/verify/__init__.py): the caps on a limit's queue (SPEC
-14.5). No acquisition joined the queue while it already held max_waiting runs, or while its key's
-runs held max_waiting_per_key of it (the runs without a key are one key); a lowering takes nobody
-out, so the queue may stay longer than a lowered cap until runs leave it, and only a join can
-break the rule."""
+"""Checks m and n of `limits verify` (limits/verify/__init__.py). m: the caps on a limit's queue
+(SPEC 14.5). No acquisition joined the queue while it already held max_waiting runs, or while its
+key's runs held max_waiting_per_key of it (the runs without a key are one key); a lowering takes
+nobody out, so the queue may stay longer than a lowered cap until runs leave it, and only a join
+can break the rule. o: replace (SPEC 14.3). An entry that joined with on_full 'replace' left no
+other entry of its key waiting for the same limits, and every replaced entry names the
+acquisition that replaced it, of its key, joined at that instant."""
 
 from __future__ import annotations
 
 import datetime as dt
 import heapq
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
-from limits.models import AuditEvent
+from limits.models import AuditEvent, QueueEntry
 from limits.verify.history import FOREVER, HistoryRows, _iso
 
 
@@ -70,3 +74,87 @@ class CapChecks(HistoryRows):
                 heapq.heappush(waiting, (finished or FOREVER, entry["position"], entry["key"]))
                 by_key[entry["key"]] += 1
         return violations
+
+    # --- o. replace ---------------------------------------------------------------------------
+
+    def replace_left_two(self) -> list[str]:
+        """A sweep line over the instants entries joined: at each, the entries that left by then
+        leave first; an entry that joined with on_full 'replace' (`replacing`) must find no entry
+        of its key, waiting for the same limits (its group's, read from the rows of its round),
+        (each with the same key pool: a box bound's is the run's workflow, 12.3) that joined at an
+        earlier instant and is still waiting after it (those it replaced left
+        at that very instant). Entries joined at the same instant are not judged against each
+        other (a lapse's requeue in the same call may follow the join), nor an entry granted at
+        the instant it joined: the room left fitted it, so it replaced nobody (SPEC 14.3 as 14.2:
+        "cannot be granted at once"; a run keeping its box slot needs no other, 12.2). And a 'replaced' entry
+        names its replacer (`replaced_by`): an acquisition of its key here, not joined after it
+        was replaced."""
+        entries = self.entries
+        if not any(e["replacing"] or e["state"] == QueueEntry.State.REPLACED for e in entries):
+            return []
+        limit = self.limit
+        violations: list[str] = []
+        sets = self._group_sets()
+        by_request: dict[str, list[Mapping[str, Any]]] = {}
+        for e in entries:
+            by_request.setdefault(e["request"], []).append(e)
+
+        def kind(e: Mapping[str, Any]) -> tuple[str, frozenset[tuple[int, str]]]:
+            return (e["key"], sets.get((e["request"], e["enqueued_at"]), frozenset({(limit.id, e["key"])})))
+
+        waiting: list[tuple[dt.datetime, int, str, frozenset[tuple[int, str]]]] = []
+        by_kind: Counter[tuple[str, frozenset[tuple[int, str]]]] = Counter()
+        ordered = sorted(entries, key=lambda e: (e["enqueued_at"], e["position"]))
+        i = 0
+        while i < len(ordered):
+            at = ordered[i]["enqueued_at"]
+            instant = []
+            while i < len(ordered) and ordered[i]["enqueued_at"] == at:
+                instant.append(ordered[i])
+                i += 1
+            while waiting and waiting[0][0] <= at:
+                _, _, key, limits = heapq.heappop(waiting)
+                by_kind[(key, limits)] -= 1
+            for e in instant:
+                granted_as_it_joined = e["state"] == "granted" and e["finished_at"] == at  # it fit: replaced nobody
+                if e["replacing"] and not granted_as_it_joined and by_kind[kind(e)] > 0:
+                    violations.append(
+                        f"{limit.name}: {e['request']} joined at {_iso(at)} with on_full 'replace' and "
+                        f"{by_kind[kind(e)]} other run(s) of key {e['key']!r} waiting for the same limits stayed"
+                    )
+            for e in instant:
+                finished = e["finished_at"]
+                if finished is None or finished > at:
+                    heapq.heappush(waiting, (finished or FOREVER, e["position"], *kind(e)))
+                    by_kind[kind(e)] += 1
+        for e in entries:
+            if e["state"] != QueueEntry.State.REPLACED:
+                continue
+            by = e["replaced_by"]
+            replacer = by_request.get(by, []) if by else []
+            if not by:
+                violations.append(f"{limit.name}: #{e['position']} ({e['request']}) was replaced by no one named")
+            elif replacer and (
+                min(r["enqueued_at"] for r in replacer) > e["finished_at"]
+                or any(r["key"] != e["key"] for r in replacer)
+            ):
+                violations.append(
+                    f"{limit.name}: #{e['position']} ({e['request']}) names {by} as its replacer, which is not an "
+                    f"acquisition of its key joined when it was replaced ({_iso(e['finished_at'])})"
+                )
+        return violations
+
+    def _group_sets(self) -> dict[tuple[str, dt.datetime], frozenset[tuple[int, str]]]:
+        """The limits of each round of the groups waiting here (request, joined at), each with
+        its key pool (a box bound's is the run's workflow, SPEC 12.3): the rows of every limit
+        that round joined together. A replace replaces the acquisitions waiting for the same
+        limits with the same key in each (engine.sql: limits_acquire_group's replace)."""
+        requests = sorted({e["request"] for e in self.entries if e["group_size"] > 1})
+        found: dict[tuple[str, dt.datetime], set[tuple[int, str]]] = {}
+        for start in range(0, len(requests), 500):
+            rows = QueueEntry.objects.filter(request__in=requests[start : start + 500]).values_list(
+                "request", "enqueued_at", "limit_id", "key"
+            )
+            for request, at, limit_id, key in rows:
+                found.setdefault((request, at), set()).add((limit_id, key))
+        return {round_: frozenset(limits) for round_, limits in found.items()}

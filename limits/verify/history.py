@@ -88,6 +88,8 @@ class HistoryRows:
                 "group_size",
                 "passed_over_at",
                 "fair_pass",
+                "replaced_by",
+                "replacing",
             )
         )
         events = list(

@@ -38,6 +38,7 @@ class History(CountChecks, GrantChecks, TimeChecks, RunChecks, FairChecks, CapCh
             + self.whole_runs_over_the_base()
             + self.unfair_grants(cutoff)
             + self.queue_over_cap()
+            + self.replace_left_two()
         )
 
 

@@ -71,7 +71,11 @@ SHARE_SET = {
 }
 SHARE_RESET = "Share reset to the declared {value}."
 WHEN_FULL_SET = "When full, {name} now {does}; max waiting {max_waiting}, per key {per_key}."
-WHEN_FULL_DOES = {"wait": "queues an acquisition", "skip": "skips: an acquisition is answered at once"}
+WHEN_FULL_DOES = {
+    "wait": "queues an acquisition",
+    "skip": "skips: an acquisition is answered at once",
+    "replace": "replaces: an acquisition takes the place of its key's runs waiting",
+}
 KEY_WEIGHT_SET = "The weight of key “{key}” is now {value}."
 KEY_MIN_SET = "The min of key “{key}” is now {value}."
 PAUSED = "Paused: {name} grants nothing until resumed. Held slots stay; waiting runs keep their places."

@@ -1,7 +1,7 @@
 """SPEC 14.1, 14.5, 14.6 in the JSON API (issue 47): POST <name>/on-full/ and <name>/max-waiting/,
 and on_full, max_waiting, max_waiting_per_key (with their declared values) and the skipped and
 refused counts on a limit's row. A bad value is a 400 naming the field and changes nothing
-('replace' and 'cancel_running' too: not built); writes need limits.operate_limit and are
+('cancel_running' too: not built); writes need limits.operate_limit and are
 audited as the token's owner."""
 
 from __future__ import annotations
@@ -106,12 +106,12 @@ def test_max_waiting_caps_the_queue_or_each_keys_part_and_null_resets(full, ops)
 @pytest.mark.parametrize(
     ("path", "body", "field", "start"),
     [
-        ("on-full/", {"value": "replace"}, "value", "on_full must be 'wait' or 'skip', not 'replace'"),
-        ("on-full/", {"value": "cancel_running"}, "value", "on_full must be 'wait' or 'skip'"),
-        ("on-full/", {"value": "SKIP"}, "value", "on_full must be 'wait' or 'skip'"),
-        ("on-full/", {"value": 1}, "value", "on_full must be 'wait' or 'skip'"),
-        ("on-full/", {"value": ["skip"]}, "value", "on_full must be 'wait' or 'skip'"),
-        ("on-full/", {"value": {"skip": True}}, "value", "on_full must be 'wait' or 'skip'"),
+        ("on-full/", {"value": "drop"}, "value", "on_full must be 'wait', 'skip' or 'replace', not 'drop'"),
+        ("on-full/", {"value": "cancel_running"}, "value", "on_full must be 'wait', 'skip' or 'replace'"),
+        ("on-full/", {"value": "SKIP"}, "value", "on_full must be 'wait', 'skip' or 'replace'"),
+        ("on-full/", {"value": 1}, "value", "on_full must be 'wait', 'skip' or 'replace'"),
+        ("on-full/", {"value": ["skip"]}, "value", "on_full must be 'wait', 'skip' or 'replace'"),
+        ("on-full/", {"value": {"skip": True}}, "value", "on_full must be 'wait', 'skip' or 'replace'"),
         ("on-full/", {}, "value", "value is required"),
         ("max-waiting/", {"value": 0}, "value", "max_waiting must be a whole number from 1 to 1,000,000"),
         ("max-waiting/", {"value": 1_000_001}, "value", "max_waiting must be a whole number from 1 to 1,000,000"),
@@ -167,3 +167,14 @@ def test_the_box_has_neither_on_full_nor_caps_of_its_own(full, ops) -> None:
         assert response.json()["error"].startswith("'box' is the box's run concurrency")
     box = Limit.objects.get(name="box")
     assert (box.on_full, box.max_waiting, box.max_waiting_per_key) == ("wait", None, None)
+
+
+def test_replace_is_set_and_the_row_counts_the_replaced(full, ops) -> None:
+    """SPEC 14.3, 14.6: POST on-full 'replace'; a newer acquisition of a key replaces its waiting
+    run, and the limit's row counts it (replaced_count)."""
+    answer = ops.post("report-exports/on-full/", {"value": "replace"}).json()
+    assert (answer["old"], answer["limit"]["on_full"], answer["limit"]["replaced_count"]) == ("skip", "replace", 0)
+    acquire("report-exports", run_id="r1", key="acme", timeout="1h")
+    acquire("report-exports", run_id="r2", key="acme", timeout="1h")
+    assert acquire("report-exports", run_id="r3", key="acme", timeout="1h").state == "waiting"
+    assert ops.get("report-exports/").json()["replaced_count"] >= 1

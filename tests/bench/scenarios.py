@@ -224,6 +224,16 @@ def keyed_and_groups(args: argparse.Namespace, one: dict[str, Any]) -> list[Row]
                 PER_CALL_REFERENCE,
             )
         )
+        replaced = statements.replace_at_a_key(KEYED)  # SPEC 14.3 (issue 47): one call whatever it replaces
+        rows.append(
+            Row(
+                "7. Replace at a key with 1,000 waiting: acquire(key, on_full='replace') behind the key's holder",
+                f"{replaced['engine_calls']} engine call ({replaced['under_lock']} statement under lock; "
+                f"{replaced['statements']} in all, the other the wake of the replaced runs after the commit; "
+                f"{replaced['ms']:.1f} ms), {replaced['replaced']:,} entries replaced, answered {replaced['state']}",
+                PER_CALL_REFERENCE,
+            )
+        )
     if 8 in args.only:
         log(f"scenario 8: acquire_group over {GROUP_A} + {GROUP_B} (half reversed), {procs} processes")
         both = load.repeat(load.Load("group", (GROUP_A, GROUP_B), procs, args.seconds, hold_ms=args.hold), args.runs)

@@ -117,6 +117,43 @@ def per_operation(
     return {name: (*counts[name], median(times[name][1:] or times[name])) for name in counts}
 
 
+def replace_at_a_key(limit: str, waiting: int = 1000, key: str = "key-replace") -> dict[str, Any]:
+    """SPEC 14.3 (issue 47): one acquisition with on_full 'replace' at a key of `limit` (pool of
+    1) with `waiting` runs of that key waiting behind its holder: its statements (and how many
+    ran under the lock, and how many were engine calls: the rest is the run layer's wake of the
+    replaced runs, after the commit), its ms, and how many entries it replaced. Issue 47 asks
+    that it be one call. Leaves the limit empty."""
+    from limits import services
+    from limits.models import Limit
+
+    tag = uuid.uuid4().hex[:8]
+    holder = services.acquire(limit, run_id=f"rep-h-{tag}", request=f"rep-h-{tag}:1", key=key)
+    for n in range(waiting):
+        run_id = f"rep-w{n}-{tag}"
+        services.acquire(limit, run_id=run_id, request=f"{run_id}:1", key=key, timeout="1h", on_full="wait")
+    before = Limit.objects.get(name=limit).replaced_count
+    newest = f"rep-n-{tag}"
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        got, total, under, ms = _count(
+            lambda: services.acquire(limit, run_id=newest, request=f"{newest}:1", key=key, on_full="replace")
+        )
+    engine_calls = sum(1 for query in captured.captured_queries if _takes_lock(query["sql"]))
+    replaced = Limit.objects.get(name=limit).replaced_count - before
+    services.release(holder.slot_id)  # the newest, first in line, is reserved the slot ...
+    services.end_run(newest)  # ... and its run ends: the limit is empty again
+    return {
+        "state": got.state,
+        "statements": total,
+        "engine_calls": engine_calls,  # the acquisition itself; any other statement is the wake of the replaced
+        "under_lock": under,
+        "ms": ms,
+        "replaced": replaced,
+    }
+
+
 def summary(figures: dict[str, tuple[int, int, float]], *, timed: bool = False) -> str:
     """Each operation's statements (and, timed, the median ms of one uncontended call)."""
     return "; ".join(

@@ -883,8 +883,11 @@ class Load:
             limits = limits[:1]
         key = rng.choice([None, "tenant-1", "tenant-1", "tenant-2", "tenant-3"])
         guarded = {"label": f"guarded-{n}", "seconds": round(rng.uniform(0.5, 2.0), 3), "timeout": "90s"}
-        if workflow in SINGLE_WORKFLOWS and rng.random() < 0.25:
+        roll = rng.random()
+        if workflow in SINGLE_WORKFLOWS and roll < 0.15:
             guarded["on_full"] = "skip"  # SPEC 14.2: answered at once when full, the work not run
+        elif workflow in SINGLE_WORKFLOWS and roll < 0.5:
+            guarded["on_full"] = "replace"  # SPEC 14.3: the key's runs waiting are replaced, their work not run
         return workflow, {**guarded, "limits": limits, "key": key}
 
     def cancel_one(self, cancel_run: Any) -> None:

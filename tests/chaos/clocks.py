@@ -53,15 +53,17 @@ CREATE TABLE IF NOT EXISTS {PROBE_TABLE} (
     tbl text NOT NULL,
     row_id text NOT NULL,
     state text NOT NULL,
-    at timestamptz NOT NULL DEFAULT clock_timestamp()
+    at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    request text
 );
 CREATE OR REPLACE FUNCTION {PROBE_TABLE}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'INSERT' OR OLD.state IS DISTINCT FROM NEW.state THEN
+    IF TG_OP = 'INSERT' OR OLD.state IS DISTINCT FROM NEW.state OR OLD.request IS DISTINCT FROM NEW.request THEN
         -- on PostgreSQL the tables are partitioned (limits/0034): a partition's name stands for
-        -- its table, and a row that changes state between partitions fires the INSERT here
-        INSERT INTO {PROBE_TABLE} (tbl, row_id, state)
-        VALUES (regexp_replace(TG_TABLE_NAME, '_(live|history)$', ''), NEW.id::text, NEW.state);
+        -- its table, and a row that changes state between partitions fires the INSERT here; a
+        -- row of another request is another wait (SPEC 14.3: a replacement takes a row's place)
+        INSERT INTO {PROBE_TABLE} (tbl, row_id, state, request)
+        VALUES (regexp_replace(TG_TABLE_NAME, '_(live|history)$', ''), NEW.id::text, NEW.state, NEW.request);
     END IF;
     RETURN NULL;
 END
@@ -99,9 +101,12 @@ def drop_probe(cursor: Any) -> None:
 @dataclass
 class Life:
     """One row's states in the database's time, from the probe: (state, at) in order, the first
-    the state it was inserted with."""
+    the state it was inserted with (or took when the row became another request's: SPEC 14.3's
+    replacement turns the oldest replaced wait's row into the new one's, and the new one's row,
+    if it had joined already, into the history of the replaced wait: each starts a new life)."""
 
     states: list[tuple[str, float]]
+    request: str | None = None
 
     @property
     def born(self) -> float:
@@ -124,14 +129,18 @@ class Probed:
 
 def read_probe(cursor: Any) -> Probed:
     """The probe's lives of slots and of queue entries, the sweep passes, the database's time now."""
-    cursor.execute(f"SELECT tbl, row_id, state, extract(epoch FROM at) FROM {PROBE_TABLE} ORDER BY at, id")
+    cursor.execute(f"SELECT tbl, row_id, state, extract(epoch FROM at), request FROM {PROBE_TABLE} ORDER BY at, id")
     lives: dict[str, dict[str, Life]] = {table: {} for table in PROBED}
     passes = []
-    for table, row_id, state, at in cursor.fetchall():
+    for table, row_id, state, at, request in cursor.fetchall():
         if table == SWEEP_STATE:
             passes.append((float(at) - float(state) / 1000, float(at)))
-        else:
-            lives[table].setdefault(row_id, Life([])).states.append((state, float(at)))
+            continue
+        life = lives[table].get(row_id)
+        if life is None or (request is not None and life.request is not None and request != life.request):
+            life = lives[table][row_id] = Life([], request)  # a new row, or the row of another wait
+        life.request = request if request is not None else life.request
+        life.states.append((state, float(at)))
     cursor.execute("SELECT extract(epoch FROM clock_timestamp())")
     (now,) = cursor.fetchone()
     return Probed(lives["limits_slot"], lives["limits_queueentry"], passes, float(now))
@@ -181,6 +190,8 @@ def stamp_problems(
         if life is None:
             continue
         pairs = [(born_field, _epoch(row[born_field]), life.born)]
+        if what == "wait" and life.states[0][0] == "replaced":
+            pairs = []  # SPEC 14.3: the history of a replaced wait, whose life was another row's
         left = life.left(live)
         if left is not None and row[end_field] is not None:
             pairs.append((end_field, _epoch(row[end_field]), left[1]))

@@ -18,6 +18,7 @@ from typing import Any
 
 from limits.workflow import (
     HOOK_NAME,
+    SlotReplacedError,
     SlotTimeoutError,
     SlotUnavailableError,
     acquire_slot,
@@ -94,6 +95,8 @@ def chaos_with_limit(input: dict[str, Any]) -> dict[str, Any]:
         )
     except SlotUnavailableError as error:  # SPEC 14.2: full, skipped; the work never ran
         return {"skipped": error.reason}
+    except SlotReplacedError as error:  # SPEC 14.3: a newer run of its key took its place; the work never ran
+        return {"replaced_by": error.replaced_by_run}
 
 
 @workflow
@@ -108,6 +111,8 @@ def chaos_acquire(input: dict[str, Any]) -> dict[str, Any]:
         return {"slot_id": None}
     except SlotUnavailableError as error:  # SPEC 14.2: full, skipped; the work never ran
         return {"slot_id": None, "skipped": error.reason}
+    except SlotReplacedError as error:  # SPEC 14.3: a newer run of its key took its place; the work never ran
+        return {"slot_id": None, "replaced_by": error.replaced_by_run}
     result = guarded_work(limits, float(input["seconds"]), [[slot.limiter, slot.id]], key=key)
     release_slot(slot.id)
     return {"slot_id": slot.id, **result}

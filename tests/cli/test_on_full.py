@@ -2,7 +2,7 @@
 `max-waiting <limit> <n|reset> [--per-key]` and `show <limit>` on this installation, with their
 --json and exit codes (0 done; 1 unknown limit; 2 a bad value: one line naming the field, nothing
 changed), the values and counts in `list`, and what an operator's change does to the next
-acquisition. 'replace' and 'cancel_running' are not built: refused like any bad value."""
+acquisition. 'cancel_running' is not built: refused like any bad value."""
 
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ def test_show_gives_each_value_in_force_and_what_the_limit_answered_at_once(full
         "max waiting per key   1",
         "skipped               0",
         "refused (queue full)  2",
+        "replaced              0",
     ]
     lines = run_cli("show", "report-exports").out.splitlines()
     assert "on full               skip" in lines
@@ -150,11 +151,11 @@ def test_on_full_wait_makes_a_skipping_limit_queue(full) -> None:
     assert queue("report-exports") == ["r3"]
 
 
-@pytest.mark.parametrize("value", ["replace", "cancel_running", "SKIP", "queue", "", "-1", "reset-it", "skip\x1b[31m"])
+@pytest.mark.parametrize("value", ["cancel_running", "SKIP", "queue", "", "-1", "reset-it", "skip\x1b[31m"])
 def test_a_bad_on_full_is_one_line_naming_the_field_and_changes_nothing(full, value) -> None:
     result = run_cli("on-full", "partner-api", value)
     assert (result.code, result.out) == (2, "")
-    assert result.err.startswith("error: on_full must be 'wait' or 'skip', not ")
+    assert result.err.startswith("error: on_full must be 'wait', 'skip' or 'replace', not ")
     assert result.err.count("\n") == 1
     assert "\x1b" not in result.err
     error = json.loads(run_cli("on-full", "partner-api", value, "--json").err)
@@ -162,11 +163,22 @@ def test_a_bad_on_full_is_one_line_naming_the_field_and_changes_nothing(full, va
     _nothing_changed()
 
 
-def test_replace_and_cancel_running_are_refused_with_the_engines_message(full) -> None:
-    for value in ("replace", "cancel_running"):
-        result = run_cli("on-full", "report-exports", value)
-        assert (result.code, result.err) == (2, f"error: on_full must be 'wait' or 'skip', not '{value}'\n")
+def test_cancel_running_is_refused_with_the_engines_message(full) -> None:
+    result = run_cli("on-full", "report-exports", "cancel_running")
+    assert (result.code, result.err) == (
+        2,
+        "error: on_full must be 'wait', 'skip' or 'replace', not 'cancel_running'\n",
+    )
     _nothing_changed()
+
+
+def test_replace_is_set_audited_and_shown(full) -> None:
+    """SPEC 14.3, 14.6: on-full replace sets it (audited), show gives it and the replaced count."""
+    result = run_cli("on-full", "partner-api", "replace")
+    assert (result.code, result.out) == (0, "partner-api on full: wait → replace\n")
+    assert Limit.objects.get(name="partner-api").on_full == "replace"
+    assert "replaced" in run_cli("show", "partner-api").out
+    assert json.loads(run_cli("show", "partner-api", "--json").out)["replaced_count"] == 0
 
 
 # --- max-waiting ----------------------------------------------------------------------------------
@@ -260,7 +272,10 @@ def test_the_verbs_run_through_manage_py(full) -> None:
     assert lines[:2] == ["partner-api on full: wait → skip", "partner-api max waiting per key: 1 → 4"]
     assert "max waiting per key   4 (overridden; declared 1)" in lines
     with pytest.raises(CommandError) as raised:
-        call_command("limits", "on-full", "partner-api", "replace", stdout=io.StringIO(), stderr=io.StringIO())
-    assert (str(raised.value), raised.value.returncode) == ("on_full must be 'wait' or 'skip', not 'replace'", 2)
+        call_command("limits", "on-full", "partner-api", "drop", stdout=io.StringIO(), stderr=io.StringIO())
+    assert (str(raised.value), raised.value.returncode) == (
+        "on_full must be 'wait', 'skip' or 'replace', not 'drop'",
+        2,
+    )
     assert _values("partner-api") == ("skip", 2, 4)
     assert not QueueEntry.objects.filter(run_id__in=["p3", "p5"]).exists()  # the refused runs left nothing

@@ -71,10 +71,10 @@ def test_on_full_and_max_waiting_through_an_agent_are_audited_as_the_token_owner
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("on-full", "partner-api", "replace"), "error: on_full must be 'wait' or 'skip', not 'replace'\n"),
+        (("on-full", "partner-api", "drop"), "error: on_full must be 'wait', 'skip' or 'replace', not 'drop'\n"),
         (
             ("on-full", "partner-api", "cancel_running"),
-            "error: on_full must be 'wait' or 'skip', not 'cancel_running'\n",
+            "error: on_full must be 'wait', 'skip' or 'replace', not 'cancel_running'\n",
         ),
         (
             ("max-waiting", "partner-api", "0"),

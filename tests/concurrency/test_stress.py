@@ -137,6 +137,11 @@ def check_outcomes(results: dict[str, Any]) -> list[str]:
             elif outcome["state"] in ("skipped", "refused"):  # SPEC 14.2, 14.5: queued nowhere
                 if slots or entries:
                     violations.append(f"{request}: told {outcome['state']}, rows {entries} {slots}")
+            elif outcome["state"] == "replaced":  # SPEC 14.3: its last wait replaced, naming its replacer
+                last = max(entries, key=lambda e: e.id) if entries else None
+                by = QueueEntry.objects.filter(request=last.replaced_by).first() if last is not None else None
+                if last is None or last.state != "replaced" or by is None or by.key != last.key:
+                    violations.append(f"{request}: told replaced, last entry {last} by {by}")
             elif outcome["state"] == "timed_out":
                 if not entries or entries[-1].state != "timed_out":
                     violations.append(f"{request}: told timed_out, last entry {entries[-1:]}")
@@ -256,6 +261,22 @@ def test_starts_under_a_bound_that_skips_and_caps_its_queue_hold_under_six_proce
     assert Run.objects.filter(status="completed").count() > 20, seed
     assert any(answer["status"] == "queued" for answer in answers), seed  # some waited, on_full="wait"
     assert_counters_match_rows(starters.BOUND)
+
+
+def test_replacements_hold_under_six_processes_and_two_sweeps(tmp_path: Path) -> None:
+    """SPEC 14.3 under real concurrency: a limit whose acquisitions replace, of three keys and
+    none, some waiting by their own on_full. Besides every rule above: never two entries of a
+    key waiting that joined replacing (the monitor's samples; limits verify, check o, from the
+    rows), every acquisition told 'replaced' ended so with a replacer of its key named, and the
+    count on the limit is the rows'."""
+    declare(syncs={"capacity": 2, "max_hold": "300ms", "on_full": "replace"})
+    extra = {"on_full": [None, None, None, "wait"], "acquire_keys": ["acme", "globex", "initech", None]}
+    results = run_load(tmp_path, ["syncs"], extra=extra)
+    outcomes = assert_invariants(results, ["syncs"])
+    assert outcomes["syncs:busy"] > 20, outcomes
+    assert outcomes["syncs:replaced"] > 0, outcomes
+    limit = Limit.objects.get(name="syncs")
+    assert limit.replaced_count == QueueEntry.objects.filter(limit=limit, state="replaced").count() > 0
 
 
 KEYS = [f"tenant-{i:03d}" for i in range(200)]

@@ -158,6 +158,7 @@ class Client:
         self.min_ops: int = params["min_ops"]
         self.long_holds = 1  # every client holds its first slot past a 300 ms max hold
         self.on_full: list[str | None] = params.get("on_full", [None])  # SPEC 14: drawn per acquisition
+        self.acquire_keys: list[str | None] = params.get("acquire_keys", [None])  # SPEC 9, 14.3: drawn likewise
         self.rng = random.Random(params["seed"])
         self.run_number = 0
         self.request_number = 0
@@ -212,7 +213,8 @@ class Client:
         request = self._new_request()
         timeout = timeout or self.rng.choice([None, None, None, 5, 30, 200])
         on_full = self.rng.choice(self.on_full)
-        got = services.acquire(limit, run_id=self.run_id, request=request, timeout=timeout, on_full=on_full)
+        key = self.rng.choice(self.acquire_keys)
+        got = services.acquire(limit, run_id=self.run_id, request=request, timeout=timeout, on_full=on_full, key=key)
         ended = False
         while got.state == "waiting":
             self.stats["polls"] += 1
@@ -374,6 +376,13 @@ FROM (SELECT request, group_size, state AS kind, NULL::timestamptz AS deadline F
       WHERE state = 'waiting' AND group_size > 1) x
 GROUP BY request
 """
+# SPEC 14.3: the keys with two entries waiting for one limit alone that joined replacing (each
+# replaces the key's others as it joins, so at most one such is ever waiting).
+REPLACING_SQL = """
+SELECT l.name, q.key, COUNT(*) FROM limits_queueentry q JOIN limits_limit l ON l.id = q.limit_id
+WHERE q.state = 'waiting' AND q.replacing AND q.group_size = 1
+GROUP BY l.name, q.key HAVING COUNT(*) > 1
+"""
 # The latest entries of a group found waiting in some of its queues only.
 GROUP_ENTRIES_SQL = """
 SELECT l.name, q.state, q.position, q.enqueued_at, q.deadline, q.finished_at FROM limits_queueentry q
@@ -433,6 +442,8 @@ def monitor(params: dict[str, Any]) -> dict[str, Any]:
             pool_live = {(limit_id, key): row for limit_id, key, *row in cursor.fetchall()}
             cursor.execute(GROUPS_SQL)
             groups = cursor.fetchall()
+            cursor.execute(REPLACING_SQL)
+            doubled = cursor.fetchall()
             split = {}
             for request, size, _, _, waiting, _ in groups:
                 if waiting not in (0, size) and request not in splits_seen:
@@ -443,6 +454,8 @@ def monitor(params: dict[str, Any]) -> dict[str, Any]:
                         for name, state, pos, enq, dl, fin in cursor.fetchall()
                     ]
         samples += 1
+        for name, key, count in doubled:
+            violations.append(f"{name}: key {key!r} has {count} entries waiting that joined replacing")  # SPEC 14.3
         changed: dict[int, bool] = {}
         per_keys: dict[int, tuple[str, int | None]] = {}
         for row in limits:

@@ -196,6 +196,19 @@ def test_the_acquisitions_skipped_and_refused_are_counted_per_limit_live(scraper
         assert f"\n# HELP {name} Acquisitions " in text
 
 
+def test_the_entries_replaced_are_counted_per_limit_live(scraper, clock) -> None:
+    """SPEC 14.3, 14.6 on /metrics: stackbone_limit_replaced_total counts the waiting entries of
+    each limit's queue a newer acquisition of their key replaced; 0 for a limit that replaced none."""
+    declare(syncs={"capacity": 1, "max_hold": "30m", "on_full": "replace"}, quiet={"capacity": 1, "max_hold": "1m"})
+    acquire("syncs", run_id="h1", key="acme")
+    for n in range(3):
+        acquire("syncs", run_id=f"a{n}", key="acme", timeout="1h")
+    samples = scrape(scraper)
+    assert one(samples, "stackbone_limit_replaced_total", limit="syncs") == 2
+    assert one(samples, "stackbone_limit_replaced_total", limit="quiet") == 0
+    assert "\n# TYPE stackbone_limit_replaced_total counter\n" in scraper.get("/metrics").content.decode()
+
+
 def test_a_limit_that_left_the_config_keeps_its_skipped_and_refused_counts(scraper, clock) -> None:
     declare(exports={"capacity": 1, "max_hold": "30m", "on_full": "skip"})
     first = acquire("exports", run_id="e1").slot_id

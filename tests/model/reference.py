@@ -69,6 +69,7 @@ class MLimit:
     declared_on_full: str = "wait"  # SPEC 14.1
     declared_max_waiting: int | None = None
     declared_max_waiting_per_key: int | None = None
+    replaced_count: int = 0  # 14.3, 14.6: entries of its queue a replace took out
 
     @property
     def share(self) -> str:
@@ -113,6 +114,8 @@ class MEntry:
     finished_at: datetime | None = None
     passed_over_at: datetime | None = None  # 10.4; the same on every entry of one waiting run
     fair_pass: int | None = None  # 13.2: its key's pass when it joined (requeued: when it came back); None: fifo
+    replaced_by: str = ""  # 14.3: the request that replaced it (state 'replaced')
+    replacing: bool = False  # 14.3: joined with on_full 'replace' in force
 
 
 @dataclass
@@ -156,6 +159,8 @@ class MAcquisition:
     # An acquisition answered by the rules of keys and groups: its slots in the order given (10.1).
     slots: tuple[MSlot, ...] | None = None
     reason: str = ""  # 14.2, 14.5: why it was answered 'skipped' or 'refused'
+    replaced_by: str = ""  # 14.3: the request, and its run, that replaced it ('replaced')
+    replaced_by_run: str = ""
 
 
 @dataclass
@@ -198,6 +203,7 @@ class Model:
     passes: dict[tuple[str, str], int] = field(default_factory=dict)
     turns_seen: Counter[str] = field(default_factory=Counter)  # 13.2: where the turns were in play (statistics)
     next_arrival: int = 1
+    replaces: int = 0  # 14.3: acquisitions that replaced waiting runs (statistics)
 
     # --- what the engine's counters must say --------------------------------------------------
 
@@ -337,6 +343,8 @@ class Model:
         key = key or ""
         keys = [key] * (len(names) - 1) + [box if box is not None else key]
         self.asked.setdefault(request, tuple(names))
+        replaced: list[MEntry] = []
+        replacing = False
         mine = [self.limits[name] for name in names]
         size = len(names)
         locked = self._lock(names)
@@ -355,9 +363,14 @@ class Model:
             # 14.2, 14.5, 14.7 (a run's start '<run>:start' too): the runs waiting first; the room
             # left is this run's if it fits
             timeout_ms = DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms
-            strategy = on_full or ("skip" if any(lim.declared_on_full == "skip" for lim in mine) else "wait")
+            strategy = on_full or _strictest(lim.declared_on_full for lim in mine)
+            replacing = strategy == "replace"
             self._settle_keys(locked, now)
             stopped = next(((lim, why) for lim, k in needed if (why := self._refusal(lim, k, request, now))), None)
+            if stopped is not None and strategy == "replace":  # 14.3: the key's runs waiting for these limits
+                replaced = self._replaceable(names, keys, request)
+                if replaced:
+                    stopped = None
             if stopped is not None:  # else: it joins, and the room left is granted to it at once
                 if strategy != "skip":
                     stopped = next(
@@ -376,13 +389,32 @@ class Model:
             held.state, held.freed_at, held.freed_by = "released", now, "wait"
         timeout_ms = DEFAULT_TIMEOUT_MS if timeout_ms is None else timeout_ms
         deadline = now + timedelta(milliseconds=timeout_ms)
+        replaced_runs = list(dict.fromkeys(e.run_id for e in sorted(replaced, key=self._order)))
         for lim, k in zip(mine, keys, strict=True):
-            self._enqueue(lim, run_id, request, label, k, size, now, deadline, timeout_ms)
+            here = [e for e in replaced if e.limit == lim.name]
+            if here:
+                self._take_place(lim, here, run_id, request, label, now, deadline, timeout_ms)
+            else:
+                self._enqueue(lim, run_id, request, label, k, size, now, deadline, timeout_ms).replacing = replacing
+        if replaced:  # 14.3: their runs wake, and their acquire answers 'replaced'
+            self.replaces += 1
+            self.woken += replaced_runs
         woken_before = len(self.woken)
         # Engine choice: the group path settles with the rules of keys and groups, whatever the
         # limits (limits.engine.grant.settle).
         self._settle_keys(locked, now)
         granted = [s for s in self.slots if s.request == request and s.state == "reserved"]
+        if not granted and replacing and not replaced:
+            # 14.3, engine choice: the room left fitted it before it joined, yet the grant did not
+            # reach it (it gave back its box slot, 12.2, and an older run took it): it replaces now
+            late = self._replaceable(names, keys, request)
+            if late:
+                self.replaces += 1
+                self.woken += list(dict.fromkeys(e.run_id for e in sorted(late, key=self._order)))
+                for lim in mine:
+                    self._swap_place(lim, [e for e in late if e.limit == lim.name], request, now)
+                self._settle_keys(locked, now)
+                granted = [s for s in self.slots if s.request == request and s.state == "reserved"]
         if granted:
             del self.woken[self.woken.index(run_id, woken_before)]
             self._confirm_together(granted, locked, now)
@@ -736,13 +768,23 @@ class Model:
         entries = sorted((e for e in self.entries if e.request == request), key=lambda e: e.position)
         if entries and entries[-1].state != "granted":
             last = entries[-1]
-            return MAcquisition(last.state, last.limit, request, timeout_ms=last.timeout_ms, deadline=last.deadline)
+            by = last.replaced_by  # 14.3: a replaced wait names what replaced it
+            return MAcquisition(
+                last.state, last.limit, request, timeout_ms=last.timeout_ms, deadline=last.deadline, replaced_by=by,
+                replaced_by_run=self._run_of(by),
+            )  # fmt: skip
         confirmed = next((s for s in slots if s.confirmed_at is not None), None)
         if confirmed is not None:
             return MAcquisition("busy", confirmed.limit, request, confirmed)
         if slots:  # granted, then its run ended before confirming
             return MAcquisition("cancelled", slots[0].limit, request)
         return None
+
+    def _run_of(self, request: str) -> str:
+        """14.3: the run of the acquisition `request` (a replacer), from its entries or slots."""
+        runs = [e.run_id for e in self.entries if request and e.request == request]
+        runs += [s.run_id for s in self.slots if request and s.request == request]
+        return runs[0] if runs else ""
 
     def _previous_group(self, request: str, now: datetime) -> MAcquisition | None:
         """A replay of an acquisition by the rules of keys and groups: its live slots in the
@@ -766,6 +808,12 @@ class Model:
                 return MAcquisition(
                     "waiting", names[0], request, timeout_ms=first.timeout_ms, deadline=first.deadline, slots=()
                 )
+            if "replaced" in states:  # 14.3
+                by = first.replaced_by
+                return MAcquisition(
+                    "replaced", names[0], request, timeout_ms=first.timeout_ms, deadline=first.deadline, slots=(),
+                    replaced_by=by, replaced_by_run=self._run_of(by),
+                )  # fmt: skip
             if "timed_out" in states:
                 return MAcquisition(
                     "timed_out", names[0], request, timeout_ms=first.timeout_ms, deadline=first.deadline, slots=()
@@ -1164,11 +1212,83 @@ class Model:
         queued) if it may skip (its own on_full, else the strictest of its limits') or a queue
         it would join has a cap."""
         limits = [self.limits[name] for name in names if name in self.limits]
-        strategy = on_full or ("skip" if any(lim.declared_on_full == "skip" for lim in limits) else "wait")
+        strategy = on_full or _strictest(lim.declared_on_full for lim in limits)
         capped = any(
             lim.declared_max_waiting is not None or lim.declared_max_waiting_per_key is not None for lim in limits
         )
-        return strategy == "skip" or capped
+        return strategy != "wait" or capped
+
+    def _replaceable(self, names: list[str], keys: list[str], request: str) -> list[MEntry]:
+        """14.3, 14.7: the waiting entries of every other request waiting for exactly these
+        limits, each with the same key ('' the runs without one)."""
+        wanted = set(zip(names, keys, strict=True))
+        by_request: dict[str, list[MEntry]] = {}
+        for e in self.entries:
+            if e.state == "waiting" and e.request != request:
+                by_request.setdefault(e.request, []).append(e)
+        return [
+            e
+            for found in by_request.values()
+            if len(found) == len(names) == found[0].group_size and {(e.limit, e.key) for e in found} == wanted
+            for e in found
+        ]
+
+    def _swap_place(self, limit: MLimit, here: list[MEntry], request: str, now: datetime) -> None:
+        """14.3 after the join (engine choice, as _take_place leaves it): the oldest entry `here`
+        becomes the new entry of `request` (its position and arrival), the new entry keeps what
+        the oldest was as history, the others leave."""
+        if not here:
+            return
+        oldest = min(here, key=lambda e: e.position)
+        new = next(e for e in self.entries if e.limit == limit.name and e.request == request and e.state == "waiting")
+        mine = (new.run_id, new.request, new.label, new.enqueued_at, new.deadline, new.timeout_ms, new.fair_pass)
+        new.run_id, new.request, new.label, new.key = oldest.run_id, oldest.request, oldest.label, oldest.key
+        new.group_size, new.passed_over_at, new.fair_pass = oldest.group_size, oldest.passed_over_at, oldest.fair_pass
+        new.enqueued_at, new.deadline, new.timeout_ms = oldest.enqueued_at, oldest.deadline, oldest.timeout_ms
+        new.state, new.finished_at, new.replaced_by, new.replacing = "replaced", now, request, oldest.replacing
+        oldest.run_id, oldest.request, oldest.label, oldest.enqueued_at = mine[:4]
+        oldest.deadline, oldest.timeout_ms, oldest.fair_pass = mine[4:]
+        oldest.passed_over_at, oldest.replacing = None, True
+        for e in here:
+            if e is not oldest:
+                e.state, e.finished_at, e.replaced_by = "replaced", now, request
+        limit.replaced_count += len(here)
+
+    def _take_place(
+        self,
+        limit: MLimit,
+        here: list[MEntry],
+        run_id: str,
+        request: str,
+        label: str,
+        now: datetime,
+        deadline: datetime,
+        timeout_ms: int,
+    ) -> None:
+        """14.3: the new acquisition takes the place of the oldest entry it replaces here (its
+        position and its arrival: engine choice, the row itself becomes the new entry), which is
+        kept as history at a new position (and arrival); the others leave. The key's turns stay
+        (it still waits here)."""
+        oldest = min(here, key=lambda e: e.position)
+        copy = replace(
+            oldest,
+            position=limit.next_position,
+            arrival=self.next_arrival,
+            state="replaced",
+            finished_at=now,
+            replaced_by=request,
+        )
+        limit.next_position += 1
+        self.next_arrival += 1
+        self.entries.append(copy)
+        oldest.run_id, oldest.request, oldest.label = run_id, request, label
+        oldest.enqueued_at, oldest.deadline, oldest.timeout_ms = now, deadline, timeout_ms
+        oldest.passed_over_at, oldest.replacing = None, True
+        oldest.fair_pass = self.fair_pass(limit.name, oldest.key) if limit.share == "fair" else None
+        for e in here:
+            if e is not oldest:
+                e.state, e.finished_at, e.replaced_by = "replaced", now, request
+        limit.replaced_count += len(here)
 
     def _refusal(self, limit: MLimit, key: str, request: str, now: datetime) -> str | None:
         """14.2, 6.5: why this acquisition cannot take a slot of `limit` now the runs waiting
@@ -1233,6 +1353,11 @@ class Model:
     def _expiry(limit: MLimit, now: datetime) -> datetime:
         """4.3: grant time + the max hold in force at grant; never changes."""
         return now + timedelta(milliseconds=limit.max_hold_ms)
+
+
+def _strictest(values: Iterable[str]) -> str:
+    """14.7: skip before replace before wait."""
+    return min(values, key=("skip", "replace", "wait").index, default="wait")
 
 
 def _check_key(key: str) -> None:

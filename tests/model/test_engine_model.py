@@ -59,9 +59,26 @@ BOXES = st.sampled_from((None, (1, 1.0), (1, 2.0), (2, 1.5)))
 SHARES = st.sampled_from(("fifo", "fair", "fair"))  # SPEC 13.1: most limits fair, so keys compete on them
 # SPEC 14.1: (on_full, max_waiting, max_waiting_per_key) of a limit: mostly as the seeds have it
 CAPS = st.sampled_from(
-    (*[("wait", None, None)] * 6, ("skip", None, None), ("wait", 3, None), ("wait", 4, 2), ("skip", 3, 1))
+    (
+        *[("wait", None, None)] * 6,
+        ("skip", None, None),
+        ("replace", None, None),
+        ("wait", 3, None),
+        ("wait", 4, 2),
+        ("skip", 3, 1),
+        ("replace", 3, None),
+    )
 )
-ON_FULL = (None, None, None, None, None, "skip", "wait")  # an acquisition's own (SPEC 14.1), mostly its limits'
+ON_FULL = (
+    None,
+    None,
+    None,
+    None,
+    None,
+    "skip",
+    "wait",
+    "replace",
+)  # an acquisition's own (SPEC 14.1), mostly its limits'
 FAIR_KEYS = ("t1", "t2", "t3", "")  # keys taking turns on a fair limit ("": the no-key runs, one key of weight 1)
 CLOCK_STEPS_MS = (1, 500, 15_000, 60_000, 119_999, 120_000, 121_000, 45 * 60_000, 2 * 3_600_000, 24 * 3_600_000)
 OPERATOR = "user:op"
@@ -190,6 +207,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
             "keyed_waiting_count",
             "group_waiting_count",
             "nokey_fair_pass",
+            "replaced_count",
             "paused_at",
         )
         rows_of_limits = list(
@@ -231,6 +249,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
                     sum(1 for e in waiting if e.key),
                     sum(1 for e in waiting if e.group_size > 1),
                     model.fair_pass(lim.name, ""),  # 13.2: the no-key runs' turns
+                    lim.replaced_count,  # 14.3
                     lim.paused,
                 )
             )
@@ -283,6 +302,8 @@ class EngineAgainstModel(RuleBasedStateMachine):
             "finished_at",
             "passed_over_at",
             "fair_pass",
+            "replaced_by",
+            "replacing",
         )
         engine_entries = sorted(
             ((names[limit_id], *row) for limit_id, *row in QueueEntry.objects.values_list(*fields)), key=repr
@@ -304,6 +325,8 @@ class EngineAgainstModel(RuleBasedStateMachine):
                     e.finished_at,
                     e.passed_over_at,
                     e.fair_pass,
+                    e.replaced_by,
+                    e.replacing,
                 )
                 for e in model.entries
             ),
@@ -416,6 +439,8 @@ class EngineAgainstModel(RuleBasedStateMachine):
             )
             if expected.state in ("skipped", "refused"):  # SPEC 14.2, 14.5: why, as 6.5 words it
                 assert got.reason == expected.reason, (got.reason, expected.reason)
+            if expected.state == "replaced":  # SPEC 14.3: by which acquisition, of which run
+                assert (got.replaced_by, got.replaced_by_run) == (expected.replaced_by, expected.replaced_by_run)
             if expected.slots is not None and expected.state == "busy":
                 # 10.1: the handles in the order given.
                 assert got.slots == tuple((slot.limit, slot.engine_id) for slot in expected.slots)
@@ -453,6 +478,9 @@ class EngineAgainstModel(RuleBasedStateMachine):
         if self.model.fair_reordered:
             SEEN["fair: a younger key's run went first"] += self.model.fair_reordered
             self.model.fair_reordered = 0
+        if self.model.replaces:
+            SEEN["replace: a key's waiting runs replaced"] += self.model.replaces
+            self.model.replaces = 0
         if self.model.turns_seen:
             SEEN.update({f"fair: {what}": count for what, count in self.model.turns_seen.items()})
             self.model.turns_seen.clear()
@@ -746,6 +774,15 @@ class EngineAgainstModel(RuleBasedStateMachine):
         slot = data.draw(st.sampled_from([slot for slot in self.model.slots if slot.state == "reserved"]))
         self.replay_request(*next(call for call in self.requests if call[0] == slot.request))
 
+    @precondition(lambda self: any(e.state == "replaced" for e in self.model.entries))
+    @rule(data=st.data())
+    def replaced_run_resumes(self, data: st.DataObject) -> None:
+        """A run woken because a newer acquisition of its key replaced its wait (SPEC 14.3)
+        resumes and re-calls acquire, which answers 'replaced', naming the replacing one."""
+        replaced = {e.request for e in self.model.entries if e.state == "replaced"}
+        request = data.draw(st.sampled_from(sorted(replaced)))
+        self.replay_request(*next(call for call in self.requests if call[0] == request))
+
     def known_slot_ids(self) -> list[str]:
         return [slot.engine_id for slot in self.model.slots if slot.engine_id] + ["slot_unknown", ""]
 
@@ -976,6 +1013,8 @@ def test_the_engine_behaves_as_the_model() -> None:
     assert SEEN["acquire: busy"] and SEEN["acquire: waiting"] and SEEN["returned True"], SEEN
     assert SEEN["acquire group: busy"] and SEEN["acquire group: waiting"], SEEN
     assert SEEN["acquire: skipped"], SEEN  # SPEC 14.2 met
+    assert SEEN["replace: a key's waiting runs replaced"], SEEN  # SPEC 14.3 met
+    assert SEEN["acquire: replaced"] + SEEN["acquire group: replaced"], SEEN  # and its answer compared
     if examples() >= 100:  # fairness at work, and both ways a run in the box goes on (long runs meet them)
         assert SEEN["fair: a younger key's run went first"], SEEN
         assert SEEN["box: a run kept its box slot"] and SEEN["box: a run gave its box slot back to wait"], SEEN

@@ -140,13 +140,13 @@ def test_bad_values_name_their_field_and_change_nothing(clock) -> None:
         acquire("calls", run_id="r1", on_full="later")
     assert raised.value.field == "on_full"
     with pytest.raises(LimitsError) as raised:
-        acquire_group(["calls"], run_id="r1", on_full="replace")
+        acquire_group(["calls"], run_id="r1", on_full="cancel_running")  # a workflow's own bound's only
     assert raised.value.field == "on_full"
     assert holders("calls") == []
     with pytest.raises(ConfigError) as config:
         define_workspace(limits={"calls": {"capacity": 1, "max_hold": "1h", "on_full": "drop", "max_waiting": 0}})
     assert [str(e) for e in config.value.errors] == [
-        "limit 'calls': on_full must be 'wait' or 'skip', not 'drop'",
+        "limit 'calls': on_full must be 'wait', 'skip' or 'replace', not 'drop'",
         "limit 'calls': max_waiting must be a whole number from 1 to 1,000,000, not 0",
     ]
 
@@ -195,7 +195,7 @@ def test_operators_bad_values_name_the_field_and_change_nothing(clock) -> None:
 
     declare(calls={"capacity": 1, "max_hold": "1h"})
     for call, field in (
-        (lambda: set_on_full("calls", "replace"), "on_full"),
+        (lambda: set_on_full("calls", "cancel_running"), "on_full"),
         (lambda: set_max_waiting("calls", 0), "max_waiting"),
         (lambda: set_max_waiting("calls", 1_000_001, per_key=True), "max_waiting_per_key"),
         (lambda: set_max_waiting("calls", True), "max_waiting"),

@@ -306,3 +306,29 @@ def test_a_run_that_fits_joins_a_full_queue_and_is_granted_at_once_without_a_vio
     assert QueueEntry.objects.get(request="g1:1").state == "granted"  # it joined, granted at once
     assert acquire("pools", run_id="a3", request="a3:1", key="acme").state == "refused"
     assert violations("pools") == []
+
+
+def test_a_replace_that_left_its_keys_run_waiting_and_a_replaced_entry_naming_no_one_are_violations(clock) -> None:
+    """Check n (SPEC 14.3): the engine's replacements hold the rule; a hand-made join with on_full
+    'replace' beside a run of its key still waiting is caught (another key's is not), as is a
+    replaced entry that names no replacer; a join with on_full 'wait' beside it is no violation,
+    nor one granted at the instant it joined (it fitted: it replaces nobody)."""
+    limit = declare(syncs={"capacity": 1, "max_hold": "10m", "on_full": "replace"})["syncs"]
+    acquire("syncs", run_id="holder", key="acme")
+    acquire("syncs", run_id="a1", request="a1:1", key="acme")
+    acquire("syncs", run_id="a2", request="a2:1", key="acme")  # replaces a1
+    acquire("syncs", run_id="g1", request="g1:1", key="globex")
+    acquire("syncs", run_id="a3", request="a3:1", key="acme", on_full="wait")  # the call's own: two wait
+    assert violations("syncs") == []
+    start = timezone.now() + dt.timedelta(seconds=1)
+    raw_entry(limit, "a4:1", start, key="acme", replacing=True)  # what an engine replacing nobody would write
+    raw_entry(limit, "g2:1", start, key="other", replacing=True)
+    found = [v for v in violations("syncs") if "on_full 'replace'" in v]
+    assert len(found) == 1 and "a4:1 joined" in found[0] and "2 other run(s) of key 'acme'" in found[0]
+    raw_entry(limit, "x1:1", start, key="acme", state="replaced", finished_at=start)
+    assert any("(x1:1) was replaced by no one named" in v for v in violations("syncs"))
+    # one the room left fitted, granted as it joined, replaced nobody: no violation (the model
+    # test found it: a run keeping its box slot needs only the limit, SPEC 12.2)
+    later = start + dt.timedelta(seconds=1)
+    raw_entry(limit, "a5:1", later, key="acme", replacing=True, state="granted", finished_at=later)
+    assert not [v for v in violations("syncs") if "a5:1" in v]

@@ -30,7 +30,7 @@ def test_on_full_and_the_caps_are_set_and_reset_through_the_services(calls, admi
     limit = Limit.objects.get(name="calls")
     assert (limit.on_full, limit.max_waiting, limit.max_waiting_per_key) == ("skip", 5, 1)
     assert (
-        "when full: skip, max waiting 5, per key 1 (0 skipped, 0 refused)"
+        "when full: skip, max waiting 5, per key 1 (0 skipped, 0 refused, 0 replaced)"
         in admin_client.get(f"/admin/limits/limit/{calls.id}/change/").content.decode()
     )
     _change(admin_client, calls)
@@ -56,3 +56,14 @@ def test_bad_values_are_shown_by_their_field_and_change_nothing(calls, admin_cli
     limit = Limit.objects.get(name="calls")
     assert (limit.on_full_override, limit.max_waiting_override, limit.max_waiting_per_key_override) == ("", None, None)
     assert not AuditEvent.objects.exclude(action="sync").exists()
+
+
+def test_replace_is_a_choice_set_through_the_service(calls, admin_client) -> None:
+    """SPEC 14.3, 14.6: the admin's When full offers replace, set through set_on_full (audited)."""
+    assert (
+        "replace: take the place of its key"
+        in admin_client.get(f"/admin/limits/limit/{calls.id}/change/").content.decode()
+    )
+    assert _change(admin_client, calls, on_full="replace").status_code == 302
+    assert Limit.objects.get(name="calls").on_full == "replace"
+    assert AuditEvent.objects.filter(action="on_full", new_value="replace").exists()

@@ -37,7 +37,7 @@ def test_the_operator_sets_skip_and_the_caps_then_goes_back_to_the_declared(expo
     assert services.acquire("exports", run_id="late").state == "skipped"
     limit = Limit.objects.get(name="exports")
     assert (limit.on_full, limit.max_waiting, limit.max_waiting_per_key, limit.skipped_count) == ("skip", 5, 2, 1)
-    assert "So far 1 skipped, 0 refused." in operator_client.get(URL).content.decode()
+    assert "So far 1 skipped, 0 refused, 0 replaced." in operator_client.get(URL).content.decode()
     body = operator_client.post(URL + "when-full/", EMPTY, headers=htmx).content.decode()
     assert "When full, exports now queues an acquisition; max waiting 20, per key none." in body
     actions = AuditEvent.objects.exclude(action="sync").order_by("id").values_list("action", "actor", "new_value")
@@ -53,11 +53,13 @@ def test_the_operator_sets_skip_and_the_caps_then_goes_back_to_the_declared(expo
 
 def test_bad_values_are_shown_by_their_fields_and_change_nothing(exports, operator_client, htmx) -> None:
     response = operator_client.post(
-        URL + "when-full/", {"on_full": "replace", "max_waiting": "0", "max_waiting_per_key": "lots"}, headers=htmx
+        URL + "when-full/", {"on_full": "newest", "max_waiting": "0", "max_waiting_per_key": "lots"}, headers=htmx
     )
     assert response.status_code == 422
     body = response.content.decode()
-    assert "When full must be &#x27;wait&#x27; or &#x27;skip&#x27;, not &#x27;replace&#x27;." in body
+    assert (
+        "When full must be &#x27;wait&#x27;, &#x27;skip&#x27; or &#x27;replace&#x27;, not &#x27;newest&#x27;." in body
+    )
     assert "Max waiting must be a whole number from 1 to 1,000,000, not 0." in body
     assert "Max waiting per key must be a whole number from 1 to 1,000,000, not &#x27;lots&#x27;." in body
     limit = Limit.objects.get(name="exports")
@@ -70,3 +72,18 @@ def test_a_viewer_sees_the_values_and_cannot_change_them(exports, viewer_client,
     assert 'id="fact-when-full"' in page and "wait, max waiting 20, per key none" in page
     assert viewer_client.post(URL + "when-full/", {"on_full": "skip"}, headers=htmx).status_code == 403
     assert Limit.objects.get(name="exports").on_full == "wait"
+
+
+def test_the_operator_sets_replace_and_the_hint_counts_the_replaced(exports, operator_client, htmx) -> None:
+    """SPEC 14.3, 14.6: the When-full choice 'replace' (audited); the next acquisition of a key
+    takes the place of that key's run waiting, and the hint counts it."""
+    response = operator_client.post(URL + "when-full/", {"on_full": "replace"}, headers=htmx)
+    assert response.status_code == 200
+    assert "When full, exports now replaces: an acquisition takes the place of its key&#x27;s runs waiting" in (
+        response.content.decode()
+    )
+    services.acquire("exports", run_id="older", key="acme")
+    services.acquire("exports", run_id="newer", key="acme")
+    assert Limit.objects.get(name="exports").replaced_count == 1
+    assert "0 refused, 1 replaced." in operator_client.get(URL).content.decode()
+    assert AuditEvent.objects.filter(action="on_full", new_value="replace", actor="user:ada").exists()
