@@ -48,9 +48,7 @@ def start_run(
                 workflow=name, input=input, reference=reference, created_at=now, updated_at=now, dispatched_at=now
             )
             dispatch_on_commit([run.id])
-        # The run as started, read before the commit publishes it: a worker may take it at once,
-        # and the caller is answered what it started (queued or pending), not a worker's progress.
-        run.refresh_from_db()
+    run.refresh_from_db()
     return run
 
 
