@@ -555,6 +555,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
                     limit, label=label or "", timeout_ms=timeout_ms, now=self.now(), **asked
                 ),
             )
+        self.resume_a_replaced_run()
 
     @rule(
         calls=st.lists(
@@ -593,6 +594,7 @@ class EngineAgainstModel(RuleBasedStateMachine):
                     limits, label=label or "", timeout_ms=timeout_ms, now=self.now(), **asked
                 ),
             )
+        self.resume_a_replaced_run()
 
     def replay_request(
         self, request: str, limits: tuple[str, ...], run_id: str, key: str | None, group: bool, box: str | None
@@ -773,6 +775,17 @@ class EngineAgainstModel(RuleBasedStateMachine):
         the rest of its group; or, if the 2 minutes passed, sends it to the end of each queue)."""
         slot = data.draw(st.sampled_from([slot for slot in self.model.slots if slot.state == "reserved"]))
         self.replay_request(*next(call for call in self.requests if call[0] == slot.request))
+
+    def resume_a_replaced_run(self) -> None:
+        """Every other time a call replaced waiting runs, one of them resumes at once, as a woken
+        run does (SPEC 14.3: its acquire answers 'replaced'); the rest are left to
+        replaced_run_resumes, so replaced rows also meet the other rules first. A rule drawn among
+        many alone met a replaced answer too seldom in runs of 100 examples."""
+        resumed: set[str] = self.__dict__.setdefault("resumed_replaced", set())
+        fresh = sorted({e.request for e in self.model.entries if e.state == "replaced"} - resumed)
+        if fresh and len(self.requests) % 2 == 0:
+            resumed.add(fresh[-1])
+            self.replay_request(*next(call for call in self.requests if call[0] == fresh[-1]))
 
     @precondition(lambda self: any(e.state == "replaced" for e in self.model.entries))
     @rule(data=st.data())
@@ -1013,9 +1026,9 @@ def test_the_engine_behaves_as_the_model() -> None:
     assert SEEN["acquire: busy"] and SEEN["acquire: waiting"] and SEEN["returned True"], SEEN
     assert SEEN["acquire group: busy"] and SEEN["acquire group: waiting"], SEEN
     assert SEEN["acquire: skipped"], SEEN  # SPEC 14.2 met
-    assert SEEN["replace: a key's waiting runs replaced"], SEEN  # SPEC 14.3 met
-    assert SEEN["acquire: replaced"] + SEEN["acquire group: replaced"], SEEN  # and its answer compared
     if examples() >= 100:  # fairness at work, and both ways a run in the box goes on (long runs meet them)
+        assert SEEN["replace: a key's waiting runs replaced"], SEEN  # SPEC 14.3 met
+        assert SEEN["acquire: replaced"] + SEEN["acquire group: replaced"], SEEN  # and its answer compared
         assert SEEN["fair: a younger key's run went first"], SEEN
         assert SEEN["box: a run kept its box slot"] and SEEN["box: a run gave its box slot back to wait"], SEEN
         assert SEEN["acquire: refused"] + SEEN["acquire group: refused"], SEEN  # SPEC 14.5: a queue at its cap
