@@ -20,7 +20,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 
 from limits.config import strictest_on_full
-from limits.engine import keys, rules
+from limits.engine import full, keys, rules
 from limits.engine.errors import UNDECLARED_LIMIT, UNKNOWN_LIMIT, LimitsError
 from limits.engine.python_operators import OperatorActions
 from limits.engine.results import WHOLE_RUN_SUFFIX, Acquisition, SweepReport
@@ -277,7 +277,7 @@ def _acquire_group_in_transaction(
         keys.count_slots_freed(kept.limit, [kept])
     deadline = now + timedelta(milliseconds=timeout_ms)
     for limit, k in members:
-        placed = keys.take_place(  # SPEC 14.3: in the oldest replaced one's place, if any here
+        placed = full.take_place(  # SPEC 14.3: in the oldest replaced one's place, if any here
             limit,
             replaced,
             run_id=run_id,
@@ -300,17 +300,17 @@ def _acquire_group_in_transaction(
                 timeout_ms=timeout_ms,
                 replacing=replacing,
             )
-    keys.wake_replaced(replaced, changes)
+    full.wake_replaced(replaced, changes)
     rules.settle_all(locked, now, changes)
     granted = keys.group_slots(request, locked)
     if not granted and replacing and not replaced:
         # SPEC 14.3: the room left fitted it before it joined, yet the grant did not reach it (it
         # gave back the box slot it executed in, 12.2, and an older run took it): it replaces now
-        late = keys.replaceable(members, request)
+        late = full.replaceable(members, request)
         if late:
-            keys.wake_replaced(late, changes)
+            full.wake_replaced(late, changes)
             for limit, _ in members:
-                keys.swap_place(limit, late, request, now)
+                full.swap_place(limit, late, request, now)
             rules.settle_all(locked, now, changes)
             granted = keys.group_slots(request, locked)
     if granted:
@@ -342,10 +342,10 @@ def _answered_at_once(
     turn first (settle); if the room left fits this run in every limit, None: it joins the
     queues and that room is granted to it at once, as to any run (3.5; verify refuses a slot
     granted past runs waiting). Otherwise a skip is answered 'skipped' with the first limit that
-    stops it and why (keys.refusal); a replace answers the entries it replaces (keys.replaceable:
+    stops it and why (full.refusal); a replace answers the entries it replaces (full.replaceable:
     its key's waiting for the same limits), if any, which the caller takes out of the queues as
     it joins in the oldest one's place; a wait (or a replace with nothing to replace) one of
-    whose queues is at its cap is answered 'refused' (keys.queue_full). Each counted on that
+    whose queues is at its cap is answered 'refused' (full.queue_full). Each counted on that
     limit, and nothing of it joins a queue; a wait under its caps: None, it waits as any run does.
 
     Must never happen: a 'skipped' or 'refused' run left in a queue; one answered so, or one
@@ -358,14 +358,14 @@ def _answered_at_once(
         return None
     rules.settle_all(locked, now, changes)
     stopped = next(
-        ((limit, why) for limit, k in needed if (why := keys.refusal(limit, k, request, base, now)) is not None), None
+        ((limit, why) for limit, k in needed if (why := full.refusal(limit, k, request, base, now)) is not None), None
     )
     if stopped is not None and on_full == "replace":
-        replaced = keys.replaceable(members, request)
+        replaced = full.replaceable(members, request)
         if replaced:
             return replaced
     if stopped is not None and on_full != "skip":
-        stopped = next(((limit, why) for limit, k in members if (why := keys.queue_full(limit, k)) is not None), None)
+        stopped = next(((limit, why) for limit, k in members if (why := full.queue_full(limit, k)) is not None), None)
     if stopped is None:
         return None
     limit, why = stopped

@@ -210,7 +210,7 @@ BEGIN
 END
 $$;
 
--- keys.queue_full (SPEC 14.5): 'queue_full' when the limit's queue holds max_waiting runs,
+-- full.queue_full (SPEC 14.5): 'queue_full' when the limit's queue holds max_waiting runs,
 -- 'key_queue_full' when p_key's runs hold max_waiting_per_key of it ('' is the no-key runs'
 -- share: the limit's counters minus the keyed ones), else NULL: one more may join.
 CREATE OR REPLACE FUNCTION limits_queue_full(l limits_limit, p_key text) RETURNS text
@@ -233,7 +233,7 @@ BEGIN
 END
 $$;
 
--- keys.refusal (SPEC 14.2, 6.5): why an acquisition of l (p_key's pool) cannot be granted at once
+-- full.refusal (SPEC 14.2, 6.5): why an acquisition of l (p_key's pool) cannot be granted at once
 -- now that the runs waiting have had their turn (limits_grant ran), as a results.REASONS code;
 -- NULL when it can. Capacity held for an owed run (10.4) is not free for it.
 CREATE OR REPLACE FUNCTION limits_refusal(
@@ -2017,7 +2017,7 @@ BEGIN
                     END IF;
                 END LOOP;
                 IF full_name IS NOT NULL AND v_on_full = 'replace' THEN
-                    -- keys.replaceable: the requests waiting for exactly these limits, each entry of
+                    -- full.replaceable: the requests waiting for exactly these limits, each entry of
                     -- the same key ('' the runs without one); a run holding a slot waits for nothing
                     IF p_keys[1] <> '' THEN
                         v_replaced := ARRAY(
@@ -2045,7 +2045,7 @@ BEGIN
                     IF cardinality(v_replaced) > 0 THEN  -- it joins in the oldest one's place below
                         reason := NULL;
                         full_name := NULL;
-                        -- keys.wake_replaced: their runs wake to SlotReplacedError (limits_previous)
+                        -- full.wake_replaced: their runs wake to SlotReplacedError (limits_previous)
                         woken := woken || ARRAY(
                             SELECT e.run_id FROM limits_queueentry e
                             WHERE e.request = ANY (v_replaced) AND e.state = 'waiting'
@@ -2132,7 +2132,7 @@ BEGIN
                 PERFORM limits_enter_turns(l.id, p_keys[i]);
                 v_pass := limits_fair_pass(l.id, p_keys[i]);
             END IF;
-            -- SPEC 14.3 (keys.take_place): in the place of the oldest entry it replaces here, if
+            -- SPEC 14.3 (full.take_place): in the place of the oldest entry it replaces here, if
             -- any: that row becomes this entry (its position and id), what it was is kept as a row
             -- of history at a new ticket (positions are unique per limit), and the others replaced
             -- leave; the key's turns and head stay as they were (the key still waits here)
@@ -2195,7 +2195,7 @@ BEGIN
         END LOOP;
         SELECT * INTO settled FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms);
         woken := woken || settled.woken;  -- after those of a grant before the join (SPEC 14), if any
-        -- SPEC 14.3 (python: keys.swap_place): the room left fitted it before it joined, yet the
+        -- SPEC 14.3 (python: full.swap_place): the room left fitted it before it joined, yet the
         -- grant did not reach it (it gave back the box slot it executed in, 12.2, and an older run
         -- took it): it replaces now, the oldest one's row becoming its entry, its own row what the
         -- oldest was (history, at the end); then the grant again

@@ -273,12 +273,12 @@ def test_limits_lock_locks_what_keys_lock_locks_and_reads_the_clock_as_rules_clo
 @pytest.mark.django_db
 def test_the_sql_homes_of_on_full_and_the_queue_caps_answer_as_their_python_homes(clock) -> None:
     """SPEC 14: limits_on_full, limits_max_waiting(_per_key), limits_queue_full and limits_refusal
-    against Limit.on_full, Limit.max_waiting(_per_key), keys.queue_full and keys.refusal, on
+    against Limit.on_full, Limit.max_waiting(_per_key), full.queue_full and full.refusal, on
     limits that take each branch (declared and overridden values, a full queue, a key's full
     share, the no-key runs' share, paused, full, a key's full pool, room)."""
     from limits import services
     from limits.config import MAX_WAITING, check_max_waiting, define_workspace
-    from limits.engine import keys
+    from limits.engine import full, keys
     from limits.models import Limit
 
     services.sync_workspace(
@@ -311,6 +311,6 @@ def test_the_sql_homes_of_on_full_and_the_queue_caps_answer_as_their_python_home
                     f"SELECT limits_queue_full(l, %s), limits_refusal(l, %s, 'r:1', NULL, %s, %s) {rows}",
                     [key, key, clock.now(), keys.OWED_AFTER_MS, limit.id],
                 )
-                python = (keys.queue_full(limit, key), keys.refusal(limit, key, "r:1", None, clock.now()))
+                python = (full.queue_full(limit, key), full.refusal(limit, key, "r:1", None, clock.now()))
                 assert cursor.fetchone() == python, (limit.name, key)
     assert check_max_waiting(MAX_WAITING) == 1_000_000

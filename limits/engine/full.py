@@ -1,0 +1,194 @@
+"""When a limit is full (SPEC 14), the Python track's home: whether a queue is at its cap
+(`queue_full`, 14.5), why an acquisition cannot be granted at once once the runs waiting had
+their turn (`refusal`, 14.2 and 6.5), and replace (14.3): which waiting entries a new acquisition
+replaces (`replaceable`), how it takes the oldest one's place (`take_place`, or `swap_place` after
+it joined) and wakes their runs (`wake_replaced`). limits.engine.python decides with these what an
+acquisition that cannot be granted at once does (`_answered_at_once`); limits/sql/engine.sql holds
+the PostgreSQL homes (limits_queue_full, limits_refusal, limits_acquire_group's replace), held to
+these by the model test on both databases.
+
+Runs under the row locks of the limits it is given (limits.engine.keys.lock), as the rest of the
+grant rules do.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db.models import F
+
+from limits.engine.keys import count_entries, owed_barrier, pools, whole_run_room
+from limits.engine.results import Changes
+from limits.models import Limit, QueueEntry
+
+
+def queue_full(limit: Limit, key: str) -> str | None:
+    """SPEC 14.5: 'queue_full' when the limit's queue holds its max_waiting runs,
+    'key_queue_full' when `key`'s runs hold its max_waiting_per_key of it (the no-key runs are
+    one key), else None: one more may join (engine.sql: limits_queue_full)."""
+    cap = limit.max_waiting
+    if cap is not None and limit.waiting_count >= cap:
+        return "queue_full"
+    per_key = limit.max_waiting_per_key
+    if per_key is not None and pools(limit).waiting(key) >= per_key:
+        return "key_queue_full"
+    return None
+
+
+def refusal(limit: Limit, key: str, request: str, base: int | None, now: datetime) -> str | None:
+    """SPEC 14.2, 6.5: why an acquisition of `limit` (`key`'s pool) cannot be granted at once,
+    once the runs waiting had their turn (the caller settled the limit), as a results.REASONS
+    code; None when it can. Capacity held for an owed run (10.4) is not free for it
+    (engine.sql: limits_refusal)."""
+    if limit.paused:
+        return "limit_paused"
+    if not limit.room:
+        return "box_full" if limit.is_box else "limit_full"
+    if not pools(limit).has_room(key):
+        return "workflow_at_base" if limit.is_box else "key_pool_full"
+    if not whole_run_room(limit, request, base):
+        return "whole_runs_at_base"
+    if limit.waiting_count and owed_barrier(limit, now) is not None:
+        return "held_for_owed"
+    return None
+
+
+def replaceable(members: list[tuple[Limit, str]], request: str) -> list[QueueEntry]:
+    """SPEC 14.3, 14.7: the waiting entries a new acquisition of these limits (each with its key
+    pool) would replace: those of every other request waiting for exactly the same limits, each
+    with the same key ('' the runs without a key). A run holding a slot has no waiting entry and
+    is never among them (engine.sql: limits_acquire_group's replace)."""
+    first, first_key = members[0]
+    size = len(members)
+    candidates = QueueEntry.objects.filter(
+        limit=first, key=first_key, state=QueueEntry.State.WAITING, group_size=size
+    ).exclude(request=request)
+    requests = set(candidates.values_list("request", flat=True))
+    for limit, key in members[1:]:
+        if not requests:
+            break
+        requests &= set(
+            QueueEntry.objects.filter(
+                request__in=requests, limit=limit, key=key, state=QueueEntry.State.WAITING
+            ).values_list("request", flat=True)
+        )
+    if not requests:
+        return []
+    return list(
+        QueueEntry.objects.filter(request__in=requests, state=QueueEntry.State.WAITING).order_by("limit_id", "position")
+    )
+
+
+def take_place(
+    limit: Limit,
+    replaced: list[QueueEntry],
+    *,
+    run_id: str,
+    request: str,
+    label: str,
+    now: datetime,
+    deadline: datetime,
+    timeout_ms: int,
+) -> QueueEntry | None:
+    """SPEC 14.3: join `limit`'s queue in the place of the oldest of the `replaced` entries here,
+    which all leave it as 'replaced' by `request`, counted on the limit; None (nothing done) when
+    none is here. The place is the oldest one's row itself: it becomes the new entry (its
+    position, and its id, by which the grant orders the queues' heads, 'oldest first'), and what
+    it was is kept as a row of history at a new ticket (positions are unique per limit). The
+    key's turns and head are as they were: the key still waits here (engine.sql:
+    limits_acquire_group's replace)."""
+    mine = [entry for entry in replaced if entry.limit_id == limit.id]
+    if not mine:
+        return None
+    oldest = min(mine, key=lambda entry: entry.position)
+    QueueEntry.objects.create(
+        limit=limit,
+        run_id=oldest.run_id,
+        request=oldest.request,
+        label=oldest.label,
+        key=oldest.key,
+        group_size=oldest.group_size,
+        position=limit.next_position,
+        passed_over_at=oldest.passed_over_at,
+        fair_pass=oldest.fair_pass,
+        state=QueueEntry.State.REPLACED,
+        enqueued_at=oldest.enqueued_at,
+        deadline=oldest.deadline,
+        timeout_ms=oldest.timeout_ms,
+        finished_at=now,
+        replaced_by=request,
+        replacing=oldest.replacing,
+    )
+    limit.next_position += 1
+    QueueEntry.objects.filter(id=oldest.id).update(
+        run_id=run_id,
+        request=request,
+        label=label,
+        passed_over_at=None,
+        fair_pass=pools(limit).fair_pass(oldest.key) if limit.is_fair else None,
+        enqueued_at=now,
+        deadline=deadline,
+        timeout_ms=timeout_ms,
+        replacing=True,
+    )
+    others = [entry for entry in mine if entry is not oldest]
+    QueueEntry.objects.filter(id__in=[entry.id for entry in others]).update(
+        state=QueueEntry.State.REPLACED, finished_at=now, replaced_by=request
+    )
+    count_entries(limit, others, waiting=-1)
+    Limit.objects.filter(id=limit.id).update(replaced_count=F("replaced_count") + len(mine))
+    return QueueEntry.objects.get(id=oldest.id)
+
+
+def swap_place(limit: Limit, replaced: list[QueueEntry], request: str, now: datetime) -> int:
+    """SPEC 14.3, after the join: `request` joined `limit`'s queue at its end and the grant did
+    not reach it, though the room left had fitted it before it joined (a run that gave back the
+    box slot it executed in to wait, 12.2, found that slot taken by an older run): it replaces the
+    `replaced` entries here now. The result is take_place's: the oldest one's row becomes the new
+    entry (its place), the new entry's row keeps what the oldest was as history (at the end), the
+    others leave as 'replaced'; counted on the limit. How many were replaced here."""
+    mine = [entry for entry in replaced if entry.limit_id == limit.id]
+    if not mine:
+        return 0
+    oldest = min(mine, key=lambda entry: entry.position)
+    new = QueueEntry.objects.get(limit=limit, request=request, state=QueueEntry.State.WAITING)
+    QueueEntry.objects.filter(id=new.id).update(
+        run_id=oldest.run_id,
+        request=oldest.request,
+        label=oldest.label,
+        key=oldest.key,
+        group_size=oldest.group_size,
+        passed_over_at=oldest.passed_over_at,
+        fair_pass=oldest.fair_pass,
+        state=QueueEntry.State.REPLACED,
+        enqueued_at=oldest.enqueued_at,
+        deadline=oldest.deadline,
+        timeout_ms=oldest.timeout_ms,
+        finished_at=now,
+        replaced_by=request,
+        replacing=oldest.replacing,
+    )
+    QueueEntry.objects.filter(id=oldest.id).update(
+        run_id=new.run_id,
+        request=new.request,
+        label=new.label,
+        passed_over_at=None,
+        fair_pass=new.fair_pass,
+        enqueued_at=new.enqueued_at,
+        deadline=new.deadline,
+        timeout_ms=new.timeout_ms,
+        replacing=True,
+    )
+    others = [entry for entry in mine if entry is not oldest]
+    QueueEntry.objects.filter(id__in=[entry.id for entry in others]).update(
+        state=QueueEntry.State.REPLACED, finished_at=now, replaced_by=request
+    )
+    count_entries(limit, mine, waiting=-1)
+    Limit.objects.filter(id=limit.id).update(replaced_count=F("replaced_count") + len(mine))
+    return len(mine)
+
+
+def wake_replaced(entries: list[QueueEntry], changes: Changes) -> None:
+    """SPEC 14.3: wake the runs of the replaced entries, each once, in the order they joined: they
+    resume and their acquire answers 'replaced' (the grant's own wakes come after)."""
+    changes.woken += list(dict.fromkeys(entry.run_id for entry in sorted(entries, key=lambda entry: entry.id)))
