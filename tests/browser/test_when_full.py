@@ -82,7 +82,7 @@ def test_the_operator_sets_skip_and_the_caps_and_goes_back(exports, operator) ->
     page.get_by_label("Max waiting per key").fill("")
     page.locator("#when-full").get_by_role("button", name="Save").click()
     expect(page.locator("#edit-notice")).to_contain_text(f"When full, {NAME} now queues an acquisition")
-    expect(page.locator("#when-full .hint")).to_contain_text("So far 1 skipped, 0 refused.")
+    expect(page.locator("#when-full .hint")).to_contain_text("So far 1 skipped, 0 refused, 0 replaced.")
     limit = Limit.objects.get(name=NAME)
     assert (limit.on_full, limit.max_waiting, limit.max_waiting_per_key) == ("wait", 20, None)
     _fits(page, width)
