@@ -1922,6 +1922,7 @@ DECLARE
     v_pass bigint;
     v_on_full text := coalesce(p_on_full, 'wait');
     v_capped boolean := false;
+    v_special boolean := false;  -- a limit read for v_free skips, replaces or caps its queue
     v_replaced text[] := '{}';  -- SPEC 14.3: the requests this one replaces
     v_place bigint;
     v_oldest bigint;
@@ -1987,12 +1988,18 @@ BEGIN
             SELECT * INTO l FROM limits_limit WHERE id = v_mine[i];
             v_free := v_free AND l.waiting_count = 0 AND limits_room(l) > 0 AND limits_pool_room(l, p_keys[i])
                       AND limits_whole_run_room(l, p_request, v_base);
+            -- from the row just read: does this limit skip, replace or cap its queue (SPEC 14)?
+            v_special := v_special OR l.declared_on_full <> 'wait' OR l.on_full_override NOT IN ('', 'wait')
+                         OR l.declared_max_waiting IS NOT NULL OR l.max_waiting_override IS NOT NULL
+                         OR l.declared_max_waiting_per_key IS NOT NULL OR l.max_waiting_per_key_override IS NOT NULL;
         END LOOP;
         -- SPEC 14.2, 14.3, 14.5, 14.7: skip or replace (the strictest on_full), or a queue's cap
         -- (python._answered_at_once); a run's start (its request '<run>:start') too, except that
         -- replace is not built for a start: a bound's 'replace' waits there, as 'wait'
-        -- (limits_start_runs ends a start answered at once 'skipped')
-        IF NOT v_free THEN
+        -- (limits_start_runs ends a start answered at once 'skipped'). A call whose limits all
+        -- wait uncapped (v_special false, the box slot it holds aside), with no on_full of its own,
+        -- reads no row again here.
+        IF NOT v_free AND (v_special OR v_need < v_size OR v_on_full <> 'wait') THEN
             FOR i IN 1 .. v_size LOOP
                 SELECT * INTO l FROM limits_limit WHERE id = v_mine[i];
                 IF p_on_full IS NULL THEN
