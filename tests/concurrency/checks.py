@@ -686,7 +686,7 @@ def _entering_violations(
     return violations
 
 
-def fair_interleaving(name: str) -> list[str]:
+def fair_interleaving(name: str, fewer_than: int = 2) -> list[str]:
     """Issue 43's interleaving, where the turns promise it: no key K served three turns (3 ×
     its weight grants in a row of its own, ranked at passes its stride apart: it stayed in the
     turns) while another key J competed throughout and was served fewer than two turns (2 × its
@@ -703,7 +703,8 @@ def fair_interleaving(name: str) -> list[str]:
     window found here is a grant out of 13.2's order that the single-grant check may also see.
     After the last audited change of the limit's rules only; grants at an instant at which an
     owed run (10.4) may have waited are left out (it comes first, 13.4), and a window over them
-    breaks where its passes no longer step by the stride."""
+    breaks where its passes no longer step by the stride. `fewer_than`: the turns J must have been
+    served in the window (2; the six-process stress test asks 1, see its docstring)."""
     fair = _Fair.load(name)
     turns = _Turns(fair)
     grants: dict[str, list[tuple[dt.datetime, int | None, dict[str, int | None]]]] = defaultdict(list)
@@ -735,7 +736,7 @@ def fair_interleaving(name: str) -> list[str]:
                     continue  # ahead in the turns when the window began: K's grants were due
                 theirs = served.get(other, [])
                 count = bisect_right(theirs, ended) - bisect_left(theirs, began)
-                if count < 2 * fair.weight(other):
+                if count < fewer_than * fair.weight(other):
                     reported.add(other)
                     violations.append(
                         f"{name}: key {key!r} served {size} times from {began.isoformat()} to {ended.isoformat()} "
