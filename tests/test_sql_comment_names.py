@@ -5,7 +5,7 @@ engine.sql says beside each function and helper which Python code it mirrors (`g
 code moves (the grant went from keys.py to grant.py), a comment that still names the old place
 sends a reader to nothing. Read from the source: every `<module>.<name>` and `<module>.<Class>.<name>`
 whose module is one of limits' (limits/engine/*.py by its name, and limits/config.py,
-limits/models.py), every dotted `limits.<...>` path, and every `<path>.py` the file names.
+the package limits/models/), every dotted `limits.<...>` path, and every `<path>.py` the file names.
 
 Must never happen: a comment of engine.sql naming a module, function, class, method or constant
 of limits that is not there.
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENGINE_SQL = ROOT / "limits" / "sql" / "engine.sql"
 SHORT = {path.stem: path for path in (ROOT / "limits" / "engine").glob("*.py") if path.stem != "__init__"} | {
     "config": ROOT / "limits" / "config.py",
-    "models": ROOT / "limits" / "models.py",
+    "models": ROOT / "limits" / "models" / "__init__.py",
 }
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 SHORT_REFERENCE = re.compile(rf"(?<![\w.])(?:limits\.engine\.)?({'|'.join(SHORT)})\.({NAME})(?:\.({NAME}))?")
@@ -57,7 +57,12 @@ def definitions(path: Path) -> dict[str, set[str]]:
     """A module's top-level names, each with the names of its body if it is a class (else none)."""
     body = ast.parse(path.read_text()).body
     classes = {node.name: bound_names(node.body) for node in body if isinstance(node, ast.ClassDef)}
-    return {name: classes.get(name, set()) for name in bound_names(body)}
+    found = {name: classes.get(name, set()) for name in bound_names(body)}
+    if path.name == "__init__.py":  # a package (limits.models): its modules' classes, by the names it exports
+        for module in path.parent.glob("*.py"):
+            if module != path:
+                found.update((name, members) for name, members in definitions(module).items() if members)
+    return found
 
 
 def comments() -> list[tuple[int, str]]:
@@ -123,3 +128,5 @@ def test_the_check_sees_the_names_it_must_judge() -> None:
     assert missing_dotted("limits.engine.slots._previous_group_outcome") is not None
     assert missing_dotted("limits.engine.python._previous_group_outcome") is None
     assert missing_dotted("limits.sql.install") is None
+    assert missing_short("models", "Limit", "room") is None  # a class of the package limits/models/
+    assert missing_short("models", "Limit", "no_such_field") == "models.Limit.no_such_field"
