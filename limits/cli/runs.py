@@ -1,16 +1,22 @@
 """`stackbone runs start|list|show|cancel` (and `python manage.py runs ...`): start and watch workflow
 runs from a terminal.
 
-    stackbone runs start <workflow> [--input JSON] [--key K] [--limits L,...] [--json] [--agent ID]
-    stackbone runs start <workflow> --from FILE [--limits L,...] [--json] [--agent ID]
+    stackbone runs start <workflow> [--input JSON] [--key K] [--limits L,...] [--on-full V] [--json] [--agent ID]
+    stackbone runs start <workflow> --from FILE [--limits L,...] [--on-full V] [--json] [--agent ID]
     stackbone runs list [--status S] [--workflow W] [--key K] [--waiting-for L] [--rows N] [--json] [--agent ID]
     stackbone runs show <run id> [--json] [--agent ID]
     stackbone runs cancel <run id> [--json] [--agent ID]
 
 Exit codes, as `stackbone limits`: 0 done; 1 not found (an unknown run) or nothing cancelled (the
 run had already finished); 2 bad usage or a bad value (an unknown workflow, input that is not a
-JSON object, a bad key or status). An error is one line on stderr, never a traceback; with
-`--json` it is JSON on stderr: `{"error": ..., "field": ...}`. A refused start creates nothing.
+JSON object, a bad key, status or --on-full). An error is one line on stderr, never a traceback;
+with `--json` it is JSON on stderr: `{"error": ..., "field": ...}`. A refused start creates nothing.
+
+`start --on-full V` is start_run's `on_full` (SPEC 14.1): what the run does if its bounds cannot
+take it at once (the values a run's start accepts on the installation, which checks them: 'wait',
+'skip', ...; left out: its bounds' own). A start is not refused for being skipped: the run was
+created and ended at once, exit 0, its status 'skipped' and why on stderr (`--json`: `status`,
+`end_reason`, `end_reason_text`, `end_limit` of each run).
 
 `start --from FILE` (`-`: stdin) starts a batch (limits.runs.start_runs: one transaction, in the
 order of the file): JSON lines, each one run as the API's batch takes it, `{"input": {...}, "key":
@@ -109,6 +115,14 @@ def add_verbs(parser: argparse.ArgumentParser) -> None:
         '{"input": {...}, "key": "K"} (both optional); - reads stdin; prints the ids in that order '
         f"(at most {MAX_BATCH_SIZE} runs; not with --input or --key)",
     )
+    start.add_argument(
+        "--on-full",
+        dest="on_full",
+        metavar="V",
+        help="what the run does if its bounds cannot take it at once, for this start (every run of a --from "
+        "batch): wait, skip, ... as start_run(on_full=) accepts it; default: its bounds' own. A skipped run "
+        "ends at once, status 'skipped' with its reason",
+    )
     listing = verbs.add_parser("list", help="runs, newest first", **kwargs)
     listing.add_argument("--status", metavar="S", help="only runs in this status (queued, pending, running, ...)")
     listing.add_argument("--workflow", metavar="W", help="only runs of this workflow")
@@ -173,9 +187,13 @@ def run(options: argparse.Namespace, *, streams: Streams | None = None, setup: C
 
 
 class RunsBackend(Protocol):
-    def start(self, workflow: str, input: dict[str, Any], key: str | None, limits: list[str] | None) -> Any: ...
+    def start(
+        self, workflow: str, input: dict[str, Any], key: str | None, limits: list[str] | None, on_full: str | None
+    ) -> Any: ...
 
-    def start_batch(self, workflow: str, runs: list[dict[str, Any]], limits: list[str] | None) -> Any: ...
+    def start_batch(
+        self, workflow: str, runs: list[dict[str, Any]], limits: list[str] | None, on_full: str | None
+    ) -> Any: ...
 
     def list(self, filters: dict[str, str], size: int) -> Any: ...
 
@@ -205,17 +223,21 @@ def _local_errors() -> Iterator[None]:
 class LocalRuns:
     """This installation: limits.runs.listing (Django loaded by the caller's setup)."""
 
-    def start(self, workflow: str, input: dict[str, Any], key: str | None, limits: list[str] | None) -> Any:
+    def start(
+        self, workflow: str, input: dict[str, Any], key: str | None, limits: list[str] | None, on_full: str | None
+    ) -> Any:
         from limits.runs import listing
 
         with _local_errors():
-            return listing.start_answer(workflow, input, key, limits)
+            return listing.start_answer(workflow, input, key, limits, on_full)
 
-    def start_batch(self, workflow: str, runs: list[dict[str, Any]], limits: list[str] | None) -> Any:
+    def start_batch(
+        self, workflow: str, runs: list[dict[str, Any]], limits: list[str] | None, on_full: str | None
+    ) -> Any:
         from limits.runs import api  # the API's own batch start, so both answer the same
 
         with _local_errors():
-            return api.start_batch_answer(workflow, runs, limits)
+            return api.start_batch_answer(workflow, runs, limits, on_full)
 
     def list(self, filters: dict[str, str], size: int) -> Any:
         from limits.runs import listing
@@ -245,13 +267,18 @@ class AgentRuns(AgentBackend):
     """Another installation: its /api/runs/ (limits.runs.api), through limits.cli.remote's client
     (its agents file, token, time-out and the errors of its answers)."""
 
-    def start(self, workflow: str, input: dict[str, Any], key: str | None, limits: list[str] | None) -> Any:
+    # on_full is sent only when given: an installation from before it refuses a field it does not know.
+    def start(
+        self, workflow: str, input: dict[str, Any], key: str | None, limits: list[str] | None, on_full: str | None
+    ) -> Any:
         body: dict[str, object] = {"workflow": workflow, "input": input, "key": key, "limits": limits}
-        return self._call("POST", "", body, api="runs")
+        return self._call("POST", "", body | _on_full(on_full), api="runs")
 
-    def start_batch(self, workflow: str, runs: list[dict[str, Any]], limits: list[str] | None) -> Any:
+    def start_batch(
+        self, workflow: str, runs: list[dict[str, Any]], limits: list[str] | None, on_full: str | None
+    ) -> Any:
         body: dict[str, object] = {"workflow": workflow, "runs": runs, "limits": limits}
-        return self._call("POST", "", body, api="runs")
+        return self._call("POST", "", body | _on_full(on_full), api="runs")
 
     def list(self, filters: dict[str, str], size: int) -> Any:
         query = urllib.parse.urlencode({**{name: value for name, value in filters.items() if value}, "size": size})
@@ -276,15 +303,27 @@ def start(backend: RunsBackend, options: argparse.Namespace, io: Streams) -> int
     if options.from_file is not None:
         return start_batch(backend, options, io, limits)
     values = _checked(parse_input, options.input)
-    run = backend.start(options.workflow, values, options.key, limits)
+    run = backend.start(options.workflow, values, options.key, limits, options.on_full)
     if options.json:
         io.json(run)
     else:
         # Only the id on stdout, so `R=$(stackbone runs start ...)` holds it; the rest to stderr.
         key = f", key {run['key']}" if run["key"] else ""
         io.out(printable(run["id"]))
-        io.err(printable(f"started {run['id']} ({run['workflow']}{key}): {run['status']}"))
+        io.err(printable(f"started {run['id']} ({run['workflow']}{key}): {run['status']}{_why(run)}"))
     return EXIT_OK
+
+
+def _on_full(on_full: str | None) -> dict[str, object]:
+    return {} if on_full is None else {"on_full": on_full}
+
+
+def _why(run: dict[str, Any]) -> str:
+    """Why a run ended at its start (SPEC 14.6): ', never started: the limit is full (L)', or ""."""
+    if not run.get("end_reason"):  # an older installation sends none
+        return ""
+    limit = f" ({run['end_limit']})" if run.get("end_limit") else ""
+    return f", never started: {run.get('end_reason_text') or run['end_reason']}{limit}"
 
 
 def start_batch(backend: RunsBackend, options: argparse.Namespace, io: Streams, limits: list[str] | None) -> int:
@@ -295,7 +334,7 @@ def start_batch(backend: RunsBackend, options: argparse.Namespace, io: Streams, 
     name = "stdin" if options.from_file == "-" else options.from_file
     runs, lines = _batch_file(_read_from(options.from_file, io), name)
     try:
-        answer = backend.start_batch(options.workflow, runs, limits)
+        answer = backend.start_batch(options.workflow, runs, limits, options.on_full)
     except CliError as error:  # the installation's `runs[2]: ...` is the file's line 3
         raise _on_line(error, name, lines) from None
     if options.json:

@@ -7,12 +7,17 @@ Start form and Cancel buttons need.
     GET  /api/runs/?status=&workflow=&key=&waiting_for=&search=&size=20&before=<run id>
          {"runs": [run, ...], "more": bool}: newest first, the filters of `stackbone runs list`;
          `before` pages on: the runs created before that run
-    POST /api/runs/  {"workflow": "place_call", "input": {...}, "key": "acme", "limits": ["voice-calls"]}
-         201, the run; only `workflow` is required (`key`, `limits`: null or left out for none)
-    POST /api/runs/  {"workflow": "sync_tenant", "runs": [{"input": {...}, "key": "acme"}, ...], "limits": [...]}
+    POST /api/runs/  {"workflow": "place_call", "input": {...}, "key": "acme", "limits": ["voice-calls"],
+                      "on_full": "skip"}
+         201, the run; only `workflow` is required (`key`, `limits`, `on_full`: null or left out for
+         none). `on_full` is start_run's (SPEC 14.1): what the run does if its bounds cannot take it
+         at once; a run that ends at once says so in its `status` ('skipped'), `end_reason`, `end_limit`
+    POST /api/runs/  {"workflow": "sync_tenant", "runs": [{"input": {...}, "key": "acme"}, ...], "limits": [...],
+                      "on_full": "skip"}
          a batch (limits.runs.start_runs): 201, {"runs": [run, ...]} in the order given, started
          in that order in one transaction; 1 to MAX_BATCH_SIZE runs, each's `input` and `key` as a
-         single start's; a bad one refuses the batch, naming it (`runs[2].input`), nothing written
+         single start's, `on_full` for every run (each judged in order); a bad one refuses the
+         batch, naming it (`runs[2].input`), nothing written
     GET  /api/runs/<run id>/          the run with its input, output, error, waits, slots and steps
     POST /api/runs/<run id>/cancel/   {"cancelled": true, "id", "status"}, or for a finished run
          {"cancelled": false, "id", "status", "reason": "already finished"} (nothing changed)
@@ -46,8 +51,8 @@ from stackbone.plumbing.access import CANCEL_RUN
 from stackbone.runs.runtime import WorkflowError
 
 OPERATE_RUN = CANCEL_RUN  # as in Studio (limits.runs.screen): one permission starts and cancels runs
-START_FIELDS = ("workflow", "input", "key", "limits")
-BATCH_FIELDS = ("workflow", "runs", "limits")  # a batch: `runs` holds each run's input and key
+START_FIELDS = ("workflow", "input", "key", "limits", "on_full")
+BATCH_FIELDS = ("workflow", "runs", "limits", "on_full")  # a batch: `runs` holds each run's input and key
 FILTERS = ("status", "workflow", "waiting_for", "key", "search")  # `stackbone runs list`'s, by RunFilter's names
 
 NO_PERMISSION = "user {username!r} may not start or cancel runs (needs the studio.change_run permission)"
@@ -108,8 +113,8 @@ def run_list_view(request: ApiRequest) -> JsonResponse:
 
 @runs_api(operate=True)
 def start(request: ApiRequest) -> JsonResponse:
-    """Start a run: `stackbone runs start` (its --input, --key, --limits); with `runs`, a batch
-    (`stackbone runs start --from`). Checked in full before anything is created."""
+    """Start a run: `stackbone runs start` (its --input, --key, --limits, --on-full); with `runs`,
+    a batch (`stackbone runs start --from`). Checked in full before anything is created."""
     body = json_body(request)
     batch = "runs" in body
     for name in body:
@@ -118,7 +123,7 @@ def start(request: ApiRequest) -> JsonResponse:
             raise ApiError(400, message.format(name=name), field=name)
     if "workflow" not in body:
         raise ApiError(400, NO_WORKFLOW, field="workflow")
-    workflow, key, limits = body["workflow"], body.get("key"), body.get("limits")
+    workflow, key, limits, on_full = body["workflow"], body.get("key"), body.get("limits"), body.get("on_full")
     if not isinstance(workflow, str):
         raise ApiError(400, NOT_TEXT.format(field="workflow"), field="workflow")
     if key is not None and not isinstance(key, str):
@@ -126,16 +131,20 @@ def start(request: ApiRequest) -> JsonResponse:
     if limits is not None and (not isinstance(limits, list) or not all(isinstance(name, str) for name in limits)):
         raise ApiError(400, LIMITS_NOT_A_LIST, field="limits")
     if batch:
-        return JsonResponse(start_batch_answer(workflow, body["runs"], limits), status=201)
-    answer = listing.start_answer(workflow, body.get("input", {}), key, limits)
+        return JsonResponse(start_batch_answer(workflow, body["runs"], limits, on_full), status=201)
+    answer = listing.start_answer(workflow, body.get("input", {}), key, limits, on_full)
     return JsonResponse(answer, status=201)
 
 
-def start_batch_answer(workflow: str, runs: object, limits: list[str] | None = None) -> dict[str, Any]:
+def start_batch_answer(
+    workflow: str, runs: object, limits: list[str] | None = None, on_full: object = None
+) -> dict[str, Any]:
     """Start a batch through the public limits.runs.start_runs (one transaction, trigger order):
     `{"runs": [summary, ...]}` in the order given. `runs` as sent (values.batch_runs); each
     run checked as a single start is (listing.check_start), a refusal a RunsError naming the
-    run (`runs[2].key`), nothing created. The API's batch and `stackbone runs start --from`."""
+    run (`runs[2].key`), nothing created; `on_full` (listing.check_on_full) for every run: a run
+    the batch's earlier runs filled its bounds for may come back 'skipped'. The API's batch and
+    `stackbone runs start --from`."""
     checked = batch_runs(runs)
     keys = [key or None for _, key in checked]  # "" is no key, as in a single start
     for index, key in enumerate(keys):
@@ -146,13 +155,19 @@ def start_batch_answer(workflow: str, runs: object, limits: list[str] | None = N
                 raise RunsError(f"runs[{index}]: {error}", f"runs[{index}].key") from None
     first = next((index for index, key in enumerate(keys) if key is not None), None)
     try:  # the workflow, the limits, and a key for a run without bounds (one key says it for all)
-        listing.check_start(workflow, None if first is None else keys[first], limits)
+        listing.check_start(workflow, None if first is None else keys[first], limits, on_full)
     except RunsError as error:
         if error.field != "key" or first is None:
             raise
         raise RunsError(f"runs[{first}]: {error.message}", f"runs[{first}].key") from None
     try:
-        started = start_runs(workflow, [input for input, _ in checked], None if first is None else keys, limits)
+        started = start_runs(
+            workflow,
+            [input for input, _ in checked],
+            None if first is None else keys,
+            limits,
+            on_full=listing.check_on_full(workflow, on_full),
+        )
     except WorkflowError as error:
         raise _batch_refusal(error, limits) from None
     # The waits, slots and keys of the whole batch in three queries (run_row would read them run by run).
@@ -163,6 +178,8 @@ def _batch_refusal(error: WorkflowError, limits: list[str] | None) -> RunsError:
     """start_runs' refusal, naming the run as the API does: its `inputs[2]` is `runs[2].input`,
     its `concurrency_keys[2]` `runs[2].key` (a refusal of the whole batch names limits or workflow,
     as listing.start does)."""
+    if error.field == "on_full":
+        return RunsError(str(error), "on_full")
     found = re.fullmatch(r"(inputs|concurrency_keys)\[(\d+)\]", error.field or "")
     if found is None:
         return RunsError(str(error), "limits" if limits else "workflow")

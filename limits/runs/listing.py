@@ -92,15 +92,17 @@ def workflow_hints() -> dict[str, str]:
 # --- starting and cancelling --------------------------------------------------------------------
 
 
-def check_start(workflow: str, key: str | None, limits: list[str] | None = None) -> str | None:
-    """Refuse, before anything is created, an unknown workflow, bad `limits` (the named limits
-    this run holds instead of the workflow's: SPEC 11.1), a bad key, or a key for a run without
-    bounds of its own (start_run would drop it without a word; under the box's run concurrency,
-    whose pools are the workflows', it would keep it and limit nothing by it). Returns the key."""
+def check_start(workflow: str, key: str | None, limits: list[str] | None = None, on_full: object = None) -> str | None:
+    """Refuse, before anything is created, an unknown workflow, a bad `on_full` (check_on_full),
+    bad `limits` (the named limits this run holds instead of the workflow's: SPEC 11.1), a bad
+    key, or a key for a run without bounds of its own (start_run would drop it without a word;
+    under the box's run concurrency, whose pools are the workflows', it would keep it and limit
+    nothing by it). Returns the key."""
     names = workflow_names()
     if workflow not in names:
         known = ", ".join(names) if names else NO_WORKFLOWS
         raise RunsError(UNKNOWN_WORKFLOW.format(name=workflow, known=known), "workflow")
+    check_on_full(workflow, on_full)
     bounds: list[str] | None = None
     if limits is not None:
         try:
@@ -123,13 +125,35 @@ def check_start(workflow: str, key: str | None, limits: list[str] | None = None)
     return key
 
 
-def start(workflow: str, input: dict[str, Any], key: str | None = None, limits: list[str] | None = None) -> Run:
-    """Start a run through the public limits.runs.start_run, after check_start. A refusal
-    of start_run itself (a bound's limit no longer declared) is a RunsError, nothing created."""
-    key = check_start(workflow, key, limits)
+def check_on_full(workflow: str, on_full: object) -> str | None:
+    """A start's own `on_full` (SPEC 14.1: what the run does if its bounds cannot take it at once),
+    checked as the public start_run checks it (limits.runs.bounds.check_start_on_full: whatever a
+    run's start accepts in this release), or a RunsError naming `on_full`. None: the bounds' own."""
+    if on_full is None:
+        return None
     try:
-        return start_run(workflow, input, concurrency_key=key, limits=limits)
+        return run_bounds.check_start_on_full(workflow, on_full)
     except runtime.WorkflowError as error:
+        raise RunsError(str(error), "on_full") from None
+
+
+def start(
+    workflow: str,
+    input: dict[str, Any],
+    key: str | None = None,
+    limits: list[str] | None = None,
+    on_full: object = None,
+) -> Run:
+    """Start a run through the public limits.runs.start_run, after check_start. A refusal
+    of start_run itself (a bound's limit no longer declared) is a RunsError, nothing created.
+    A run its bounds could not take at once under `on_full` (or theirs) comes back ended, as
+    start_run returns it ('skipped', with its end_reason and end_limit: SPEC 14.2, 14.5)."""
+    key = check_start(workflow, key, limits, on_full)
+    try:
+        return start_run(workflow, input, concurrency_key=key, limits=limits, on_full=check_on_full(workflow, on_full))
+    except runtime.WorkflowError as error:
+        if error.field == "on_full":
+            raise RunsError(str(error), "on_full") from None
         field = "input" if "input" in str(error) else "limits" if limits else "workflow"
         raise RunsError(str(error), field) from None
 
@@ -236,10 +260,11 @@ def run_details(row: RunRow) -> dict[str, Any]:
 
 
 def start_answer(
-    workflow: str, input: object, key: str | None = None, limits: list[str] | None = None
+    workflow: str, input: object, key: str | None = None, limits: list[str] | None = None, on_full: object = None
 ) -> dict[str, Any]:
-    """Start a run (start, with the input checked: check_input) and answer its summary."""
-    return run_summary(run_row(start(workflow, check_input(input), key, limits)))
+    """Start a run (start, with the input checked: check_input, and its on_full: check_on_full)
+    and answer its summary (a skipped run's with its end_reason, end_limit)."""
+    return run_summary(run_row(start(workflow, check_input(input), key, limits, on_full)))
 
 
 def list_answer(run_filter: RunFilter, *, size: int, older_than: str | None = None) -> dict[str, Any]:

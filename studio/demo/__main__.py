@@ -24,6 +24,11 @@ in the broker's queue) must not be stuck behind the demo's runs on a slow machin
   both slots busy ends at once, queued nowhere, with `{"skipped": "limit_full"}`, within the
   first minute (the limit's page counts the skips).
 
+- when full (SPEC 14), from 2 s in and every 30 s: a `rebuild_search_index` run skipped (its bound
+  skips when full), a `send_digest` run refused by its queue's cap ("the queue is full"), and a
+  `refresh_account` waiting for `account-refresh` replaced by a newer one of its account
+  (studio/demo/when_full.py, which a test drives; it prints the runs' pages the first time).
+
 - fair shares (SPEC 13) on `tenant-jobs`: acme floods it from the start, three small tenants join
   within 11 s and get their share as slots free; two newcomers join after 22 s, more keys than
   slots, and are served in turn within one hold (studio/demo/load.py, which a test drives).
@@ -43,6 +48,7 @@ django.setup()
 from limits.models import Limit  # noqa: E402
 from stackbone.runs.models import FINISHED_STATUSES, Run  # noqa: E402
 from studio.demo.load import FAIR_LIMIT, TenantJobs, set_weights  # noqa: E402
+from studio.demo.when_full import WhenFull  # noqa: E402
 from studio.workflows import start_run  # noqa: E402
 
 logger = logging.getLogger("studio.demo")
@@ -65,6 +71,7 @@ def main() -> None:
     next_call = next_session = next_partner_call = next_sync = next_export = time.monotonic()
     next_reports, reports = next_call + 3, 0
     tenants = TenantJobs(rng, start=next_call)
+    when_full = WhenFull(start=next_call, say=lambda line: print(f"demo: {line}", flush=True))
     set_weights()
     calls = 0
     print(f"demo: starting example runs against voice-calls, partner-api and {FAIR_LIMIT}", flush=True)
@@ -122,6 +129,7 @@ def main() -> None:
             releases.remove((due, slot_id))
             start_run("call_ended", {"slot_id": slot_id, "demo": True})
         tenants.release_due(now)
+        when_full.tick(now, arrivals=not behind)
         time.sleep(0.25)
 
 

@@ -24,6 +24,10 @@ DEMO_WORKFLOWS = (
     "sync_tenant",
     "partner_export",
     "tenant_job",
+    "refresh_report",
+    "rebuild_search_index",
+    "send_digest",
+    "refresh_account",
 )
 
 
