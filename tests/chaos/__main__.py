@@ -1408,7 +1408,7 @@ def fair_figures(
       pass, a pass kept that its grants do not add up to), groups included;
     - `fair_interleaving`: a tenant served three turns (3 x its weight grants) while another
       competing tenant got fewer than two (fair_interleaving: competing where the turns promise
-      it, holding no more of its share and not ahead in the turns).
+      it, holding no more of its share, not ahead in the turns and staying in them).
 
     Fails the run when a grant jumped 13.2's order, when the turns do not add up, when a tenant
     was served three turns while a competing one got fewer than two, when a small tenant's wait

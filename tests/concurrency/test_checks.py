@@ -482,6 +482,54 @@ def test_three_grants_of_a_key_behind_in_the_turns_or_holding_less_are_due(pair,
     assert fair_rule_violations("pair", idle=False) == []
 
 
+def test_a_key_that_leaves_the_turns_and_enters_again_at_the_smallest_pass_is_not_owed_its_turns(clock) -> None:
+    """The six-process stress test's schedule, small, through the services: a fair limit of
+    capacity 2; x and k (weight 1) keep runs waiting, j (weight 2) has one run at a time and
+    asks again only once its slot is released. Each time j comes back it had nothing held or
+    waiting, so it enters the turns at the smallest pass of the keys active then (SPEC 13.2),
+    k's, above the half turn j had left: j forfeits it. So k is served three turns (ranked 2, 3,
+    4) while j waited at each of those grants and was served twice in between, and nothing was
+    out of 13.2's order. The interleaving's bound holds only while j stays in the turns (its pass
+    moved by its own grants alone): here it left, and no window is reported."""
+    declare(trio={"capacity": 2, "max_hold": "10m", "share": "fair"})
+    set_weight("trio", 2, key="j")
+    keys: dict[str, str] = {}
+
+    def ask(run: str) -> str:
+        keys.setdefault(run, run[0])
+        clock.advance(seconds=0.01)
+        return acquire("trio", run_id=run, request=run, key=keys[run], timeout="1h").state
+
+    def release_and_confirm(run: str) -> str:
+        """`run`'s slot released; the run its slot went to confirms it. That run."""
+        clock.advance(seconds=0.01)
+        release(Slot.objects.get(limit__name="trio", run_id=run, state="busy").id)
+        reserved = Slot.objects.get(limit__name="trio", state="reserved")
+        assert ask(reserved.run_id) == "busy"
+        return reserved.run_id
+
+    assert [ask("h1"), ask("h2")] == ["busy", "busy"]  # h ranked at 0 and 1: its pass is 2
+    assert {ask(run) for run in ["x1", "x2", "x3", "k1", "k2", "k3", "j1"]} == {"waiting"}  # all at 2
+    served = [release_and_confirm("h1"), release_and_confirm("h2")]  # x (2 -> 3), k (2 -> 3)
+    served.append(release_and_confirm("x1"))  # j at 2 before k at 3 (k holds one): j 2 -> 2.5
+    served.append(release_and_confirm("j1"))  # x, j had nothing left
+    assert ask("j2") == "waiting"  # j enters at 3 (k's), not 2.5
+    served.append(release_and_confirm("k1"))  # k at 3 before j at 3: k's run waited first
+    served.append(release_and_confirm("x2"))  # j 3 -> 3.5
+    served.append(release_and_confirm("j2"))  # x
+    assert ask("j3") == "waiting"  # j enters at 4 (k's), not 3.5
+    served.append(release_and_confirm("k2"))  # k at 4 before j at 4
+
+    assert served == ["x1", "k1", "j1", "x2", "k2", "j2", "x3", "k3"]
+    joins = QueueEntry.objects.filter(limit__name="trio", key="j").order_by("id").values_list("fair_pass", flat=True)
+    assert list(joins) == [2 * S, 3 * S, 4 * S]
+    ranked = Slot.objects.filter(limit__name="trio", key="k").order_by("granted_at").values_list("fair_pass", flat=True)
+    assert list(ranked) == [2 * S, 3 * S, 4 * S]
+    assert fair_rule_violations("trio") == []
+    assert fair_pass_violations("trio") == []
+    assert fair_interleaving("trio") == []
+
+
 def test_the_contest_window_runs_from_all_waiting_until_the_key_named_has_none(clock) -> None:
     declare(turns={"capacity": 1, "max_hold": "10m", "share": "fair"})
     limit = Limit.objects.get(name="turns")
