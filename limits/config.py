@@ -26,11 +26,14 @@ LIMIT_FIELDS_SHOWN = "capacity, max_hold, per_key, share, on_full, max_waiting, 
 SHARES = ("fifo", "fair")  # SPEC 13.1: first come, first served (the default), or fair shares between keys
 # SPEC 14.1: what an acquisition that cannot be granted at once does: wait in the queue (the
 # default), skip (answered at once, queued nowhere) or replace (take the place of its key's runs
-# waiting, 14.3). cancel_running (a workflow's own bound): not built yet.
+# waiting, 14.3). cancel_running (SPEC 14.4): a workflow's own bound's only (BOUND_ON_FULL).
 ON_FULL = ("wait", "skip", "replace")
+CANCEL_RUNNING = "cancel_running"
+BOUND_ON_FULL = (*ON_FULL, CANCEL_RUNNING)
+BOUND_ONLY = "it is a workflow's own bound's only (SPEC 14.4), not a named limit's or an acquisition's"
 # SPEC 14.7: a group is answered by the strictest on_full of its limits, skip before replace
-# before wait (engine.sql: limits_acquire_group's own loop).
-ON_FULL_STRICTNESS = ("skip", "replace", "wait")
+# before cancel_running before wait (engine.sql: limits_stricter_on_full).
+ON_FULL_STRICTNESS = ("skip", "replace", CANCEL_RUNNING, "wait")
 MAX_WAITING = 1_000_000  # SPEC 14.1: the largest cap on a queue
 MIN_WEIGHT, MAX_WEIGHT = 1, 100
 KEY_MAX_LENGTH = 128
@@ -188,10 +191,14 @@ def check_share(value: object) -> str:
     return value
 
 
-def check_on_full(value: object) -> str:
-    """SPEC 14.1: 'wait', 'skip' or 'replace' ('cancel_running' is not built yet)."""
-    if value not in ON_FULL:
-        raise ValueError(f"must be 'wait', 'skip' or 'replace', not {value!r}")
+def check_on_full(value: object, bound: bool = False) -> str:
+    """SPEC 14.1: 'wait', 'skip' or 'replace'; with `bound` (a workflow's own bound) also
+    'cancel_running' (14.4), which anywhere else is refused as BOUND_ONLY says."""
+    if value == CANCEL_RUNNING and not bound:
+        raise ValueError(f"must be 'wait', 'skip' or 'replace', not {value!r}: {BOUND_ONLY}")
+    if value not in (BOUND_ON_FULL if bound else ON_FULL):
+        allowed = "'wait', 'skip', 'replace' or 'cancel_running'" if bound else "'wait', 'skip' or 'replace'"
+        raise ValueError(f"must be {allowed}, not {value!r}")
     assert isinstance(value, str)
     return value
 

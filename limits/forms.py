@@ -157,6 +157,7 @@ class WhenFullForm(forms.Form):
                 ("wait", "wait: queue the acquisition"),
                 ("skip", "skip: answer it at once, queue nothing"),
                 ("replace", "replace: take the place of its key's runs waiting"),
+                ("cancel_running", "cancel_running: a workflow's own bound only, cancel its key's oldest run"),
             ]
         ),
     )

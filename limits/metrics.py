@@ -7,7 +7,8 @@ metric_rows), and two for the hosts' clock skew (the database's time, the recent
 limits' counters (gauges, live), their running totals (counters and the time-to-grant
 histogram, from the sweep's per-minute rollup, so 30-45 s behind the end of each minute; a late
 commit is added by a later pass, within its recount window) and the sweep's state. One more
-for the acquisitions each limit skipped and refused, and the entries it replaced (SPEC 14.6, answered_at_once): counters
+for the acquisitions each limit skipped and refused, the entries it replaced and the runs holding a
+workflow's own bound that cancel_running cancelled (SPEC 14.6, answered_at_once): counters
 read live from the limit's row, not the rollup. Every
 limit's metric carries `limit` and `kind` ("limit", or "workflow" for a workflow's own bound);
 busy, reserved and in use mean what they mean everywhere (SPEC 6.5): confirmed slots, slots
@@ -189,12 +190,13 @@ class WorkersCollector(Collector):
         yield from (count, concurrency, busy, runs, oldest)
 
 
-def answered_at_once(names: list[str], kinds: dict[str, str]) -> tuple[Metric, Metric, Metric]:
+def answered_at_once(names: list[str], kinds: dict[str, str]) -> tuple[Metric, Metric, Metric, Metric]:
     """The acquisitions each limit answered at once instead of queueing them (SPEC 14.6): skipped
     (on_full 'skip', 14.2) and refused (a queue at its cap, 14.5); and the entries of its queue a
-    newer acquisition of their key replaced (on_full 'replace', 14.3). Live, from the limit's own
-    counters (one query: the limits that counted any), not the rollup; 0 for every other limit
-    the scrape names."""
+    newer acquisition of their key replaced (on_full 'replace', 14.3); and the runs holding a
+    workflow's own bound that a newer run of their key cancelled (on_full 'cancel_running',
+    14.4). Live, from the limit's own counters (one query: the limits that counted any), not the
+    rollup; 0 for every other limit the scrape names."""
     labels = ["limit", "kind"]
     skipped = CounterMetricFamily(
         "stackbone_limit_skipped",
@@ -211,18 +213,26 @@ def answered_at_once(names: list[str], kinds: dict[str, str]) -> tuple[Metric, M
         "Waiting entries of the limit's queue a newer acquisition of their key replaced (on_full 'replace').",
         labels=labels,
     )
+    cancelled = CounterMetricFamily(
+        "stackbone_limit_cancelled",
+        "Runs holding a workflow's own bound that a newer run of their key cancelled (on_full 'cancel_running').",
+        labels=labels,
+    )
     counted = {
-        name: (kind, skipped_count, refused_count, replaced_count)
-        for name, kind, skipped_count, refused_count, replaced_count in Limit.objects.filter(
-            Q(skipped_count__gt=0) | Q(refused_count__gt=0) | Q(replaced_count__gt=0)
-        ).values_list("name", "kind", "skipped_count", "refused_count", "replaced_count")
+        name: (kind, skipped_count, refused_count, replaced_count, cancelled_count)
+        for name, kind, skipped_count, refused_count, replaced_count, cancelled_count in Limit.objects.filter(
+            Q(skipped_count__gt=0) | Q(refused_count__gt=0) | Q(replaced_count__gt=0) | Q(cancelled_count__gt=0)
+        ).values_list("name", "kind", "skipped_count", "refused_count", "replaced_count", "cancelled_count")
     }
     for name in sorted(set(names) | set(counted)):
-        kind, skipped_count, refused_count, replaced_count = counted.get(name, (kinds.get(name, "limit"), 0, 0, 0))
+        kind, skipped_count, refused_count, replaced_count, cancelled_count = counted.get(
+            name, (kinds.get(name, "limit"), 0, 0, 0, 0)
+        )
         skipped.add_metric([name, kind], float(skipped_count))
         refused.add_metric([name, kind], float(refused_count))
         replaced.add_metric([name, kind], float(replaced_count))
-    return skipped, refused, replaced
+        cancelled.add_metric([name, kind], float(cancelled_count))
+    return skipped, refused, replaced, cancelled
 
 
 def largest_skew_by_host() -> dict[str, float]:

@@ -88,6 +88,7 @@ def limit_summary(limit: Limit, *, box_base: int | None = None) -> dict[str, obj
         "skipped_count": limit.skipped_count,
         "refused_count": limit.refused_count,
         "replaced_count": limit.replaced_count,
+        "cancelled_count": limit.cancelled_count,
     }
     if limit.is_box:
         summary |= box_fields(limit)

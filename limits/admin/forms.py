@@ -74,6 +74,7 @@ class LimitOverridesForm(LimitModelForm):
             ("wait", "wait: queue the acquisition"),
             ("skip", "skip: answer it at once (SlotUnavailableError), queue nothing"),
             ("replace", "replace: take the place of its key's runs waiting (theirs raise SlotReplacedError)"),
+            ("cancel_running", "cancel_running: a workflow's own bound only: cancel the key's oldest running run"),
         ],
         help_text="SPEC 14: what an acquisition that cannot be granted at once does.",
     )
@@ -135,7 +136,7 @@ class LimitOverridesForm(LimitModelForm):
     def clean_on_full(self) -> str:
         value = self.cleaned_data.get("on_full") or ""
         try:
-            return check_on_full(value) if value else ""
+            return check_on_full(value, bound=self.instance.kind == Limit.Kind.WORKFLOW) if value else ""
         except ValueError as error:
             raise forms.ValidationError(f"When full {error}.") from None
 

@@ -259,7 +259,8 @@ def _when_full(limit: Limit) -> str:
     return (
         f"; when full: {limit.on_full}, max waiting {_none_or(limit.max_waiting)}, per key "
         f"{_none_or(limit.max_waiting_per_key)} ({limit.skipped_count} skipped, {limit.refused_count} refused, "
-        f"{limit.replaced_count} replaced)"
+        f"{limit.replaced_count} replaced"
+        + (f", {limit.cancelled_count} cancelled)" if limit.kind == Limit.Kind.WORKFLOW else ")")
     )
 
 

@@ -33,7 +33,7 @@ from limits.forget import forget_limit
 
 PER_KEY_HELP = "a whole number from 1 to the limit's capacity"
 SHARE_HELP = "'fifo' or 'fair'"
-ON_FULL_HELP = "'wait', 'skip' or 'replace'"
+ON_FULL_HELP = "'wait', 'skip' or 'replace' ('cancel_running' on a workflow's own bound)"
 MAX_WAITING_HELP = "a whole number from 1 to 1,000,000"
 BAD_PER_KEY_FLAG = "per_key must be true (each key's cap of the queue) or false (the queue's cap), not {value!r}"
 WEIGHT_HELP = "a whole number from 1 to 100"
@@ -125,9 +125,10 @@ def set_share(request: ApiRequest, name: str) -> JsonResponse:
 @require_POST
 @token_auth(operate=True)
 def set_on_full(request: ApiRequest, name: str) -> JsonResponse:
-    """SPEC 14.1, 14.6: {"value": "wait" | "skip" | "replace" | null}; null resets to the declared
-    on_full. A bad value ('cancel_running' included: a workflow's own bound's, not built) is a 400 with field "value",
-    and nothing changes."""
+    """SPEC 14.1, 14.6: {"value": "wait" | "skip" | "replace" | "cancel_running" | null}; null
+    resets to the declared on_full; 'cancel_running' on a workflow's own bound only (14.4). A bad
+    value ('cancel_running' on a named limit included) is a 400 with field "value", and nothing
+    changes."""
     body = _with_value(request, ON_FULL_HELP)
     old = limit_named(name).on_full
     with _as_value("on_full"):

@@ -111,11 +111,14 @@ def add_verbs(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any
     on_full = verbs.add_parser(
         "on-full",
         help="what an acquisition of a full limit does: wait in its queue, skip (answered at once, queued "
-        "nowhere), or replace (take the place of its key's runs waiting); or reset",
+        "nowhere), replace (take the place of its key's runs waiting), or on a workflow's own bound "
+        "cancel_running (cancel its key's oldest running run); or reset",
         **kwargs,
     )
     on_full.add_argument("limit", help="the limit's name")
-    on_full.add_argument("value", help="'wait', 'skip', 'replace', or 'reset' for the declared value")
+    on_full.add_argument(
+        "value", help="'wait', 'skip', 'replace', 'cancel_running' (a bound's), or 'reset' for the declared value"
+    )
     max_waiting = verbs.add_parser(
         "max-waiting",
         help="cap a limit's queue (or, with --per-key, each key's part of it): a run past the cap is refused "
@@ -263,7 +266,7 @@ def share_value(text: str) -> str | None:
 
 def on_full_value(text: str) -> str | None:
     """'reset' → None; anything else is passed on as it is, for the service to accept ('wait',
-    'skip', 'replace') or reject naming the field ('cancel_running' is not built)."""
+    'skip', 'replace'; 'cancel_running' for a workflow's own bound) or reject naming the field."""
     return share_value(text)
 
 

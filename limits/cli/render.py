@@ -270,6 +270,7 @@ def render_limit(io: Streams, limit: dict[str, Any]) -> None:
         ["skipped", str(limit.get("skipped_count", "-"))],
         ["refused (queue full)", str(limit.get("refused_count", "-"))],
         ["replaced", str(limit.get("replaced_count", "-"))],
+        ["cancelled", str(limit.get("cancelled_count", "-"))],
     ]
     for line in table(["", ""], rows)[1:]:
         io.out(line)

@@ -210,9 +210,10 @@ def share(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
 
 def on_full(backend: Backend, options: argparse.Namespace, io: Streams) -> int:
     """SPEC 14.1: 'wait' (queue, the default), 'skip' (answered at once, queued nowhere),
-    'replace' (take the place of its key's runs waiting, 14.3) or 'reset' (the declared value).
-    'cancel_running' is refused with the engine's message naming on_full: it is not built. The
-    next acquisition follows it; the runs waiting keep their places."""
+    'replace' (take the place of its key's runs waiting, 14.3), 'cancel_running' (a workflow's own
+    bound only, 14.4: a new run cancels its key's oldest running run; on a named limit refused with
+    the engine's message naming on_full) or 'reset' (the declared value). The next acquisition
+    follows it; the runs waiting keep their places."""
     value = on_full_value(options.value)
     change = backend.set_on_full(options.limit, value)
     if options.json:

@@ -177,9 +177,11 @@ class _Grant:
             yield entry
 
     def _stream(self, limit: Limit) -> Iterator[QueueEntry]:
-        after = 0
+        after = None  # from the lowest position: the front band (SPEC 14.4) is below 0
         while limit.room:
-            rows = QueueEntry.objects.filter(limit=limit, state=QueueEntry.State.WAITING, position__gt=after)
+            rows = QueueEntry.objects.filter(limit=limit, state=QueueEntry.State.WAITING)
+            if after is not None:
+                rows = rows.filter(position__gt=after)
             full = pools(limit).full_keys()
             if full:
                 rows = rows.exclude(key__in=full)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from limits.config import (
+    BOUND_PREFIX,
     BOX_NAME,
     Workspace,
     check_base,
@@ -152,12 +153,13 @@ def set_share(name: str, value: object, *, actor: str | None = None) -> Limit:
 
 def set_on_full(name: str, value: object, *, actor: str | None = None) -> Limit:
     """Set what an acquisition of a limit that cannot be granted at once does, 'wait', 'skip' or
-    'replace' (SPEC 14.1), or reset it to the declared value with None. Audited; a deploy keeps it. The
-    runs waiting stay."""
+    'replace' (SPEC 14.1), and for a workflow's own bound also 'cancel_running' (14.4), or reset it
+    to the declared value with None. Audited; a deploy keeps it. The runs waiting stay."""
     on_full = None
     if value is not None:
+        bound = name.startswith(BOUND_PREFIX) and Limit.objects.filter(name=name, kind=Limit.Kind.WORKFLOW).exists()
         try:
-            on_full = check_on_full(value)
+            on_full = check_on_full(value, bound=bound)
         except ValueError as error:
             raise LimitsError(f"on_full {error}", field="on_full") from None
     _not_the_box(name, "on_full")

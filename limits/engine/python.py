@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import F, Q
 
-from limits.config import strictest_on_full
+from limits.config import CANCEL_RUNNING, strictest_on_full
 from limits.engine import full, keys, rules
 from limits.engine.errors import UNDECLARED_LIMIT, UNKNOWN_LIMIT, LimitsError
 from limits.engine.python_operators import OperatorActions
@@ -256,6 +256,8 @@ def _acquire_group_in_transaction(
     if not free:
         on_full = on_full or strictest_on_full(limit.on_full for limit, _ in members)
         if on_full == "replace" and request.endswith(WHOLE_RUN_SUFFIX):
+            on_full = "wait"
+        if on_full == CANCEL_RUNNING:  # SPEC 14.4: it waits; the start's cancel is limits.runs.bounds'
             on_full = "wait"
         replacing = on_full == "replace"
         answered = _answered_at_once(members, needed, locked, request, base, now, changes, on_full)

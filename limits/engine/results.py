@@ -70,6 +70,8 @@ REASONS = {
     # SPEC 14.5: why an acquisition or a start was refused instead of queued
     "queue_full": "the queue is full",
     "key_queue_full": "its key's share of the queue is full",
+    # SPEC 14.4: why a run was cancelled by another (Run.end_reason; Run.caused_by the newer run)
+    "cancel_running": "a newer run of its key cancelled it (cancel_running): its bound's pool was full",
 }
 
 

@@ -110,6 +110,12 @@ class Limit(models.Model):
         editable=False,
         help_text="Entries of its queue a newer acquisition of their key replaced (SPEC 14.3, 14.6).",
     )
+    cancelled_count = models.BigIntegerField(
+        default=0,
+        db_default=0,
+        editable=False,
+        help_text="Runs holding it that a newer run of their key cancelled (cancel_running, SPEC 14.4, 14.6).",
+    )
     declared_burst = models.FloatField(
         null=True, blank=True, help_text="The box bound only (SPEC 12.1): its burst factor from the config."
     )

@@ -45,6 +45,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
+from django.db.models import F, Subquery
 
 from limits import services
 from limits.box import QUEUE_TIMEOUT_MS, box_pool
@@ -52,18 +53,20 @@ from limits.box import box_place as box_place
 from limits.config import (
     BOUND_PREFIX,
     BOX_NAME,
+    CANCEL_RUNNING,
     MAX_CAPACITY,
     MIN_CAPACITY,
     NAME_RE,
     check_key,
     check_max_waiting,
     check_name,
+    strictest_on_full,
 )
 from limits.config import KEY_MAX_LENGTH as KEY_MAX_LENGTH
 from limits.durations import MAX_DURATION_MS as MAX_DURATION_MS
 from limits.engine import server
-from limits.engine.keys import OWED_AFTER_MS
-from limits.models import LABEL_MAX_LENGTH, Limit
+from limits.engine.keys import OWED_AFTER_MS, pools
+from limits.models import LABEL_MAX_LENGTH, Limit, LimitKey, QueueEntry, Slot
 from stackbone.runs import runtime
 from stackbone.runs.endings import ENDED, end_unstarted
 from stackbone.runs.models import Run, new_run_id
@@ -79,11 +82,19 @@ BOX_NAMED = (
     "declares run_concurrency"
 )
 CONCURRENCY_FIELDS = frozenset({"total", "per_key", "on_full", "max_waiting", "max_waiting_per_key"})
-# SPEC 14.1: what a start does when its workflow's own bound is full. 'replace' and
-# 'cancel_running' are SPEC 14.3 and 14.4 for starts, not built yet: refused with NOT_BUILT.
-BOUND_ON_FULL = ("wait", "skip", "replace", "cancel_running")
-START_ON_FULL = ("wait", "skip")  # built for a run's start
+# SPEC 14.1: what a start does when its workflow's own bound is full. 'replace' is SPEC 14.3 for
+# starts, not built yet: refused with NOT_BUILT. 'cancel_running' (14.4) needs the workflow's own
+# bound (NO_OWN_BOUND).
+BOUND_ON_FULL = ("wait", "skip", "replace", CANCEL_RUNNING)
+START_ON_FULL = ("wait", "skip", CANCEL_RUNNING)  # built for a run's start
 NOT_BUILT = "on_full {value!r} is not built yet for a run's start (SPEC 14.3, 14.4: issue 47): use 'wait' or 'skip'"
+NO_OWN_BOUND = (
+    "'cancel_running' needs the workflow's own bound (SPEC 14.4): declare @workflow(concurrency={{'total' or "
+    "'per_key': ...}}); {workflow!r} has none"
+)
+# SPEC 14.4: a canceller's entry in its bound's queue waits in the front band, at its ticket less
+# this (engine.sql: limits_cancel_running), ahead of every entry at its ticket.
+FRONT_BAND = 1 << 62
 START_REQUEST_SUFFIX = services.WHOLE_RUN_SUFFIX  # the acquisition of a run's bounds: "<run id>:start"
 
 
@@ -141,7 +152,9 @@ def declare(
             raise _error(workflow_name, "concurrency must give 'total', 'per_key' or both")
         total = _whole(workflow_name, "total", concurrency.get("total"), MAX_CAPACITY)
         per_key = _whole(workflow_name, "per_key", concurrency.get("per_key"), total or MAX_CAPACITY)
-        on_full = check_start_on_full(workflow_name, concurrency.get("on_full", "wait"), "concurrency on_full")
+        on_full = check_start_on_full(
+            workflow_name, concurrency.get("on_full", "wait"), "concurrency on_full", own_bound=True
+        )
         max_waiting = _cap(workflow_name, "max_waiting", concurrency.get("max_waiting"))
         max_waiting_per_key = _cap(workflow_name, "max_waiting_per_key", concurrency.get("max_waiting_per_key"))
         name = bound_name(workflow_name)
@@ -152,7 +165,12 @@ def declare(
                 "give the workflow a name of lowercase letters, digits, '.', '_' and '-'",
             )
     named = _named_limits(workflow_name, limits)
-    start = None if start_on_full is None else check_start_on_full(workflow_name, start_on_full, "on_full")
+    own_bound = total is not None or per_key is not None
+    start = (
+        None
+        if start_on_full is None
+        else check_start_on_full(workflow_name, start_on_full, "on_full", own_bound=own_bound)
+    )
     _declared[workflow_name] = Bounds(
         total, per_key, named, module, on_full, max_waiting, max_waiting_per_key, start_on_full=start
     )
@@ -343,6 +361,7 @@ def queued(sender: object, run: Run, **kwargs: object) -> str:
         return ENDED
     if outcome.state != "waiting":
         raise runtime.WorkflowError(f"run {run.id} could not queue for {' + '.join(run.bounds)}")
+    cancel_running(run, _start_on_full.get())
     return "wait"
 
 
@@ -367,7 +386,10 @@ def starting(sender: object, run: Run, **kwargs: object) -> str:
 
 
 def _acquire(run: Run, on_full: str | None = None) -> services.Acquisition:
+    """The start's acquisition; a start's 'cancel_running' waits there (its cancel is cancel_running's)."""
     box = box_pool(run.workflow) if BOX_NAME in run.bounds else None
+    if on_full == CANCEL_RUNNING:
+        on_full = "wait"
     return services.acquire_group(
         [name for name in run.bounds if name != BOX_NAME],
         run_id=run.id,
@@ -378,6 +400,42 @@ def _acquire(run: Run, on_full: str | None = None) -> services.Acquisition:
         box=box,
         on_full=on_full,
     )
+
+
+def cancel_running(run: Run, on_full: str | None) -> str | None:
+    """SPEC 14.4, the Python rules' limits_cancel_running (engine.sql, which says the rule): a
+    queued run under its workflow's own bound (run.bounds[0]), on_full 'cancel_running' in force
+    (`on_full`, the start's, else the strictest of its bounds'), whose key's pool of the bound is
+    full, cancels the pool's oldest holder not already being cancelled (cancel_run's path, its cause
+    recorded) and moves its own entry in the bound's queue to the front band. The run cancelled,
+    or None."""
+    limits = {limit.name: limit for limit in Limit.objects.filter(name__in=run.bounds)}
+    own = limits.get(run.bounds[0]) if run.bounds else None
+    if own is None or own.kind != Limit.Kind.WORKFLOW:
+        return None
+    if (on_full or strictest_on_full(limit.on_full for limit in limits.values())) != CANCEL_RUNNING:
+        return None
+    key = run.concurrency_key
+    keyed = own.per_key is not None
+    if (keyed and pools(own).has_room(key)) or (not keyed and own.room):
+        return None  # the bound's pool has room: something else stops it
+    holders = Slot.objects.filter(limit=own, state=Slot.State.BUSY, ends_with_run=True).exclude(run_id=run.id)
+    if keyed:
+        holders = holders.filter(key=key)
+    live = Run.objects.filter(status__in=[Run.Status.PENDING, Run.Status.RUNNING]).values("id")
+    victim = holders.filter(run_id__in=live).order_by("granted_at", "id").values_list("run_id", flat=True).first()
+    if victim is None:
+        return None  # every holder is being cancelled already: it waits at its ticket
+    request = f"{run.id}{START_REQUEST_SUFFIX}"
+    QueueEntry.objects.filter(limit=own, request=request, state=QueueEntry.State.WAITING).update(
+        position=F("position") - FRONT_BAND
+    )
+    if key:
+        head = QueueEntry.objects.filter(limit=own, key=key, state=QueueEntry.State.WAITING).order_by("position")
+        LimitKey.objects.filter(limit=own, key=key).update(head=Subquery(head.values("position")[:1]))
+    Limit.objects.filter(id=own.id).update(cancelled_count=F("cancelled_count") + 1)
+    runtime.cancel_run(victim, reason=CANCEL_RUNNING, limit=own.name, caused_by=run.id)
+    return victim
 
 
 def _tie(run: Run, outcome: services.Acquisition) -> None:
@@ -410,9 +468,14 @@ def _named_limits(workflow_name: str, limits: object) -> tuple[str, ...]:
     return tuple(limits)
 
 
-def check_start_on_full(workflow_name: str, value: object, field: str = "on_full") -> str:
-    """SPEC 14.1: an on_full for a run's start ('wait' or 'skip'; 'replace' and 'cancel_running'
-    are refused as not built yet), or a WorkflowError naming `field`."""
+def check_start_on_full(workflow_name: str, value: object, field: str = "on_full", *, own_bound: bool = True) -> str:
+    """SPEC 14.1: an on_full for a run's start ('wait', 'skip', and 'cancel_running' when the
+    workflow has its own bound, `own_bound`; 'replace' is refused as not built yet), or a
+    WorkflowError naming `field`."""
+    if value == CANCEL_RUNNING and not own_bound:
+        raise runtime.WorkflowError(
+            f"workflow {workflow_name!r}: {field}: {NO_OWN_BOUND.format(workflow=workflow_name)}", field
+        )
     if value in START_ON_FULL:
         assert isinstance(value, str)
         return value

@@ -152,7 +152,11 @@ def _start(
         for i, key in enumerate(keys or [None] * len(inputs))
     ]
     _, declared = run_bounds.start_bounds(workflow_name, limits)  # the named limits' form, before any query
-    chosen = declared.start_on_full if on_full is None else run_bounds.check_start_on_full(workflow_name, on_full)
+    chosen = (
+        declared.start_on_full
+        if on_full is None
+        else run_bounds.check_start_on_full(workflow_name, on_full, own_bound=declared.has_own_bound)
+    )
     if engine().starts_runs_in_one_call:
         started = run_bounds.start_on_server(registered, prepared, checked, limits, chosen)
         if started is not None:

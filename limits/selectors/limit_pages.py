@@ -293,8 +293,9 @@ def get_slot(slot_id: str) -> Slot | None:
 @dataclass(frozen=True, slots=True)
 class RunEndEvent:
     """One line of a limit's activity feed from a run this limit ended before it started (SPEC
-    14.6): `run_skipped` (its reason: the limit full, or its queue at its cap) or `run_replaced`
-    (by `caused_by`). Shown as a slot event is (a run's line)."""
+    14.6): `run_skipped` (its reason: the limit full, or its queue at its cap), `run_replaced`
+    (by `caused_by`), or `run_cancelled` (a workflow's own bound's cancel_running, 14.4: by
+    `caused_by`, once its work has stopped). Shown as a slot event is (a run's line)."""
 
     at: datetime
     action: str
@@ -309,13 +310,14 @@ class RunEndEvent:
 
 
 def run_endings(limit: Limit, *, size: int) -> list[RunEndEvent]:
-    """The newest `size` runs this limit skipped or replaced, newest first: one query along the
-    partial index run_ended_by_limit (only runs ended so have an end_limit)."""
+    """The newest `size` runs this limit skipped, replaced or cancelled (cancel_running), newest
+    first: one query along the partial index run_ended_by_limit (only runs ended so have an
+    end_limit); a cancelled run still stopping (no finished_at yet) is not listed."""
     from limits.engine.results import REASONS
     from stackbone.runs.models import Run
 
     rows = (
-        Run.objects.filter(end_limit=limit.name)
+        Run.objects.filter(end_limit=limit.name, finished_at__isnull=False)
         .order_by("-finished_at")
         .values_list("finished_at", "status", "id", "concurrency_key", "end_reason", "caused_by")[:size]
     )

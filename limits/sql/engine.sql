@@ -102,11 +102,12 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(nullif(l.share_override, ''), l.dec
 CREATE OR REPLACE FUNCTION limits_on_full(l limits_limit) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(nullif(l.on_full_override, ''), l.declared_on_full) $$;
 
--- config.strictest_on_full (SPEC 14.7): the stricter of two on_full, skip before replace before wait.
+-- config.strictest_on_full (SPEC 14.7): the stricter of two on_full, skip before replace before
+-- cancel_running (a workflow's own bound's, 14.4) before wait.
 CREATE OR REPLACE FUNCTION limits_stricter_on_full(p_a text, p_b text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN array_position(ARRAY['skip', 'replace', 'wait'], p_b)
-                     < array_position(ARRAY['skip', 'replace', 'wait'], p_a) THEN p_b ELSE p_a END
+    SELECT CASE WHEN array_position(ARRAY['skip', 'replace', 'cancel_running', 'wait'], p_b)
+                     < array_position(ARRAY['skip', 'replace', 'cancel_running', 'wait'], p_a) THEN p_b ELSE p_a END
 $$;
 
 -- Limit.max_waiting, Limit.max_waiting_per_key (SPEC 14.5): the caps on its queue, NULL for none.
@@ -257,9 +258,11 @@ END
 $$;
 
 -- LimitKey.head (keys.Pools.save): the position of the key's oldest waiting entry after p_after
--- (every one by default), NULL when none waits; `key <> ''` as written lets the planner use the
--- partial index queue_waiting_by_key.
-CREATE OR REPLACE FUNCTION limits_key_head(p_limit bigint, p_key text, p_after bigint DEFAULT 0) RETURNS bigint
+-- (every one by default: a canceller's entry in the front band, SPEC 14.4, has a position below 0),
+-- NULL when none waits; `key <> ''` as written lets the planner use the partial index
+-- queue_waiting_by_key.
+CREATE OR REPLACE FUNCTION limits_key_head(p_limit bigint, p_key text, p_after bigint DEFAULT -9223372036854775808)
+RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN (
@@ -2010,6 +2013,9 @@ BEGIN
             IF v_on_full = 'replace' AND right(p_request, 6) = ':start' THEN
                 v_on_full := 'wait';
             END IF;
+            IF v_on_full = 'cancel_running' THEN  -- SPEC 14.4: the acquisition waits; the start's
+                v_on_full := 'wait';              -- cancel is limits_cancel_running's, after it joined
+            END IF;
             IF v_on_full <> 'wait' OR v_capped THEN
                 -- the runs waiting first; what room is left then is this run's if it fits: it
                 -- joins below and the grant reaches it at once, as it reaches any run (3.5)
@@ -2296,6 +2302,102 @@ BEGIN
 END
 $$;
 
+-- limits.runs.bounds.cancel_running (SPEC 14.4, 2.5, 11.4): a start of run p_run under its
+-- workflow's own bound p_limit (on_full 'cancel_running') has joined its queues and waits. If the
+-- bound is what stops it (its key's pool full: the pool of p_key when the bound has a per_key,
+-- else the whole bound full), the oldest run holding a slot of that pool (busy, held for the whole
+-- run, granted first) that is not already being cancelled (status 'pending' or 'running') is
+-- cancelled as cancel_run cancels it, its cause recorded (end_reason 'cancel_running', end_limit
+-- the bound, caused_by p_run) and counted (cancelled_count); and p_run's entry in the bound's
+-- queue moves to the front band: its ticket less 2^62, so it waits ahead of every entry that
+-- joined by its ticket (the key's other runs, and the other keys'), behind the cancellers before
+-- it (their tickets are older). A run executing (running, not suspended, a live lease) keeps its
+-- lease and slots until its worker stops (endings.stop_cancelled, or recovery once the lease has
+-- run out); any other ends now (limits_end_run: its slots free, and the grant reaches p_run first).
+-- No such holder (every one is being cancelled already, or its row is held by a transaction that
+-- ends it): nothing is cancelled, p_run waits at its ticket, behind the cancellers. Called with
+-- the limits locked (limits_acquire_group took them).
+-- victim: the run cancelled (NULL: none); woken: the runs a grant woke.
+CREATE OR REPLACE FUNCTION limits_cancel_running(
+    p_limit bigint, p_run text, p_key text, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
+    OUT victim text, OUT woken text[]
+)
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
+DECLARE
+    l limits_limit;
+    v_keyed boolean;
+    v_now timestamptz := coalesce(p_now, statement_timestamp());  -- the run layer's time
+    v_position bigint;
+    v_ended boolean;
+    v_candidate text;
+    v_wait text;
+BEGIN
+    woken := '{}';
+    SELECT * INTO l FROM limits_limit WHERE id = p_limit;
+    IF NOT FOUND OR l.kind <> 'workflow' THEN
+        RETURN;
+    END IF;
+    v_keyed := limits_per_key(l) IS NOT NULL;
+    IF (v_keyed AND limits_pool_room(l, p_key)) OR (NOT v_keyed AND limits_room(l) > 0) THEN
+        RETURN;  -- the bound's pool has room: something else stops it, and it waits as any run
+    END IF;
+    -- The limits are locked here, and a run's worker ends it the other way round (its row, then
+    -- run_ended's limits): waiting for a holder's row could deadlock. So each candidate's row is
+    -- locked waiting at most 100 ms (a lease renewal or a step's record takes less); a
+    -- row held longer (its run is being ended, and waits for these limits) passes to the next.
+    v_wait := current_setting('lock_timeout');
+    FOR v_candidate IN
+        SELECT s.run_id FROM limits_slot s JOIN studio_run r ON r.id = s.run_id
+        WHERE s.limit_id = p_limit AND s.state = 'busy' AND s.ends_with_run AND (NOT v_keyed OR s.key = p_key)
+          AND s.run_id <> p_run AND r.status IN ('pending', 'running')
+        ORDER BY s.granted_at, s.id
+        LIMIT 20
+    LOOP
+        BEGIN
+            PERFORM set_config('lock_timeout', '100ms', true);
+            PERFORM 1 FROM studio_run WHERE id = v_candidate AND status IN ('pending', 'running') FOR UPDATE;
+            IF FOUND THEN
+                victim := v_candidate;
+            END IF;
+            PERFORM set_config('lock_timeout', v_wait, true);
+        EXCEPTION WHEN lock_not_available THEN
+            NULL;  -- the subtransaction's rollback put lock_timeout back
+        END;
+        EXIT WHEN victim IS NOT NULL;
+    END LOOP;
+    IF victim IS NULL THEN
+        RETURN;
+    END IF;
+    UPDATE limits_queueentry SET position = position - 4611686018427387904
+    WHERE limit_id = p_limit AND request = p_run || ':start' AND state = 'waiting'
+    RETURNING position INTO v_position;
+    IF p_key <> '' AND v_position IS NOT NULL THEN
+        UPDATE limits_limitkey SET head = least(coalesce(head, v_position), v_position)
+        WHERE limit_id = p_limit AND key = p_key;
+    END IF;
+    UPDATE limits_limit SET cancelled_count = cancelled_count + 1 WHERE id = p_limit;
+    -- starts.cancel_run: one UPDATE decides on the row as it is
+    UPDATE studio_run r
+    SET status = 'cancelled', updated_at = v_now, suspended = false, end_reason = 'cancel_running',
+        end_limit = l.name, caused_by = p_run,
+        finished_at = CASE WHEN o.executing THEN NULL ELSE v_now END,
+        lease_owner = CASE WHEN o.executing THEN r.lease_owner ELSE '' END,
+        lease_until = CASE WHEN o.executing THEN r.lease_until END
+    FROM (
+        SELECT x.id, (x.status = 'running' AND NOT x.suspended AND x.lease_until > v_now AND x.lease_owner <> '')
+               AS executing
+        FROM studio_run x WHERE x.id = victim
+    ) o
+    WHERE r.id = o.id AND r.status IN ('queued', 'pending', 'running')
+    RETURNING r.finished_at IS NOT NULL INTO v_ended;
+    UPDATE studio_step SET status = 'failed', error = 'run cancelled', finished_at = v_now
+    WHERE run_id = victim AND status = 'waiting';
+    IF v_ended THEN  -- the run layer's run_ended: limits.apps._run_ended, in this transaction
+        SELECT e.woken INTO woken FROM limits_end_run(victim, p_now, p_reservation_ms, p_owed_after_ms) e;
+    END IF;
+END
+$$;
+
 -- limits.runs.start.start_runs (SPEC 11.2, 11.3, 12.2; issue 44): runs of one workflow created and their
 -- start acquisitions taken in the order given (trigger order), in one call. Each run's bounds are
 -- p_limits (its workflow's own bound first, then its named limits) and, while the box is
@@ -2305,7 +2407,9 @@ $$;
 -- A run without bounds and no box is created 'pending'. A run whose acquisition is answered at once
 -- (SPEC 14.2, 14.5: p_on_full 'skip', else its bounds' own, or a queue at its cap) is created
 -- 'skipped', finished, never started, with its reason and the limit that stopped it (reasons[i],
--- full_names[i]; '' for the others). Refusals (a limit unknown or undeclared:
+-- full_names[i]; '' for the others). A run that waits under its workflow's own bound (p_limits[1])
+-- with on_full 'cancel_running' in force (p_on_full, else the strictest of its bounds': SPEC 14.4,
+-- 14.7) cancels the oldest holder of its key's pool (limits_cancel_running). Refusals (a limit unknown or undeclared:
 -- bad_name; 'slow': the Python rules) are answered for the first run before anything is written;
 -- a later run refused (a limit undeclared meanwhile) raises LMSTR, so nothing of the batch stays.
 -- statuses: each run's; bounds: what every run holds (stored on it); woken: other runs to wake.
@@ -2321,9 +2425,25 @@ DECLARE
     v_box boolean := EXISTS (SELECT 1 FROM limits_limit WHERE name = 'box' AND kind = 'box' AND declared);
     v_keys text[];
     g record;
+    c record;
+    v_own bigint;  -- SPEC 14.4: the workflow's own bound, when on_full 'cancel_running' is in force
+    v_strategy text := p_on_full;
     i integer;
 BEGIN
     created := coalesce(p_now, statement_timestamp());  -- the run layer's time (clock.expression)
+    IF cardinality(p_limits) > 0 THEN
+        IF v_strategy IS NULL THEN
+            SELECT limits_on_full(m) INTO v_strategy FROM limits_limit m WHERE m.name = p_limits[1];
+            FOR i IN 2 .. cardinality(p_limits) LOOP
+                v_strategy := limits_stricter_on_full(
+                    v_strategy, (SELECT limits_on_full(m) FROM limits_limit m WHERE m.name = p_limits[i])
+                );
+            END LOOP;
+        END IF;
+        IF v_strategy = 'cancel_running' THEN
+            SELECT m.id INTO v_own FROM limits_limit m WHERE m.name = p_limits[1] AND m.kind = 'workflow';
+        END IF;
+    END IF;
     woken := '{}';
     reasons := array_fill(''::text, ARRAY[cardinality(p_ids)]);
     full_names := reasons;
@@ -2373,6 +2493,12 @@ BEGIN
             UPDATE limits_slot SET ends_with_run = true WHERE id = ANY (g.slot_ids) AND state = 'busy';
         END IF;
         woken := woken || g.woken;
+        IF g.outcome = 'waiting' AND v_own IS NOT NULL THEN  -- SPEC 14.4
+            SELECT * INTO c FROM limits_cancel_running(
+                v_own, p_ids[i], p_keys[i], p_now, p_reservation_ms, p_owed_after_ms
+            );
+            woken := woken || c.woken;
+        END IF;
         INSERT INTO studio_run (
             id, workflow, input, status, error, suspended, waiting_for, bounds, concurrency_key, reference,
             lease_owner, dispatched_at, created_at, updated_at
@@ -2649,7 +2775,8 @@ BEGIN
             CROSS JOIN LATERAL (
                 SELECT w.* FROM limits_queueentry w
                 WHERE w.limit_id = lim.id AND w.state = 'waiting'
-                  AND w.position > coalesce((v_after ->> lim.id::text)::bigint, 0)
+                  -- from the lowest position: the front band (limits_cancel_running) is below 0
+                  AND w.position > coalesce((v_after ->> lim.id::text)::bigint, -9223372036854775808)
                   AND w.position <= o.owed
                   AND limits_pool_room(lim, w.key)
                   AND limits_whole_run_room(lim, w.request, v_base)

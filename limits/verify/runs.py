@@ -10,7 +10,7 @@ from collections import defaultdict
 
 from django.db.models import Min
 
-from limits.config import BOX_NAME
+from limits.config import BOX_NAME, CANCEL_RUNNING
 from limits.engine.results import WHOLE_RUN_SUFFIX
 from limits.models import AuditEvent, Limit
 from limits.verify.history import FOREVER, LIVE, HistoryRows, _iso
@@ -130,14 +130,18 @@ ENDING_CHECK_LIMIT = 100  # violations reported at most: one query, whatever the
 def unrecorded_endings() -> list[str]:
     """SPEC 14.6: every run ended `skipped` or `replaced` names why (a reason code of
     limits.engine.results.REASONS) and the limit that stopped it; a replaced run names the run
-    that replaced it. One query (run_by_status): the runs of those two statuses whose cause is
-    missing or not a known code, at most ENDING_CHECK_LIMIT of them."""
+    that replaced it, and a run cancelled by cancel_running (end_reason 'cancel_running', 14.4)
+    the run that cancelled it. One query (run_by_status): the runs of those statuses whose cause
+    is missing or not a known code, at most ENDING_CHECK_LIMIT of them. Then cancellers_ahead."""
     from django.db.models import Q
 
     from limits.engine.results import REASONS
     from stackbone.runs.models import Run
 
-    ended = Run.objects.filter(status__in=[Run.Status.SKIPPED, Run.Status.REPLACED])
+    ended = Run.objects.filter(
+        Q(status__in=[Run.Status.SKIPPED, Run.Status.REPLACED])
+        | Q(status=Run.Status.CANCELLED, end_reason=CANCEL_RUNNING)
+    )
 
     def empty(field: str) -> Q:  # NULL (no cause), or an empty text
         return Q(**{f"{field}__isnull": True}) | Q(**{field: ""})
@@ -145,7 +149,7 @@ def unrecorded_endings() -> list[str]:
     missing = ended.filter(
         empty("end_reason")
         | empty("end_limit")
-        | (Q(status=Run.Status.REPLACED) & empty("caused_by"))
+        | (Q(status__in=[Run.Status.REPLACED, Run.Status.CANCELLED]) & empty("caused_by"))
         | ~Q(end_reason__in=REASONS)
     )
     violations = []
@@ -159,8 +163,57 @@ def unrecorded_endings() -> list[str]:
                 (f"a known reason (not {reason!r})", bool(reason) and reason not in REASONS),
                 ("the limit that stopped it", not limit),
                 ("the run that replaced it", status == Run.Status.REPLACED and not caused_by),
+                ("the run that cancelled it", status == Run.Status.CANCELLED and not caused_by),
             )
             if wanting
         ]
         violations.append(f"run {run_id} ended {status} without {' and '.join(lacks)} recorded")
-    return violations
+    return violations + cancellers_ahead()
+
+
+CANCELLERS_PER_QUERY = 1_000
+
+
+def cancellers_ahead() -> list[str]:
+    """SPEC 14.4 (check n): a run that cancelled another by cancel_running waited ahead of every
+    other waiting run of its key: its entry in the bound's queue (its start, '<run>:start') is in
+    the front band (a position below 0: limits_cancel_running moves it there as it cancels; a
+    lapsed reservation joins again at a ticket, so its lowest entry counts), so no
+    run of its key that joined at its ticket was granted the freed place before it. Runs whose
+    entries were purged are not judged; at most ENDING_CHECK_LIMIT violations."""
+    from limits.models import QueueEntry
+    from limits.runs.bounds import START_REQUEST_SUFFIX
+    from stackbone.runs.models import Run
+
+    causes = (
+        Run.objects.filter(status=Run.Status.CANCELLED, end_reason=CANCEL_RUNNING, caused_by__isnull=False)
+        .values_list("caused_by", "end_limit")
+        .order_by()
+    )
+    violations: list[str] = []
+    batch: dict[str, str] = {}
+
+    def judge() -> None:
+        entries = QueueEntry.objects.filter(
+            request__in=[f"{run_id}{START_REQUEST_SUFFIX}" for run_id in batch], limit__name__in=set(batch.values())
+        ).values_list("run_id", "limit__name", "position")
+        lowest: dict[str, int] = {}
+        for run_id, limit, position in entries:
+            if batch.get(run_id) == limit:  # a lapsed reservation joins again at a ticket: the lowest counts
+                lowest[run_id] = min(position, lowest.get(run_id, position))
+        violations.extend(
+            f"{batch[run_id]}: run {run_id} cancelled a run by cancel_running but waited at its ticket "
+            f"(position {position}), not ahead of its key's waiting runs"
+            for run_id, position in lowest.items()
+            if position >= 0
+        )
+        batch.clear()
+
+    for caused_by, limit in causes.iterator(chunk_size=CANCELLERS_PER_QUERY):
+        if caused_by:
+            batch[caused_by] = limit or ""
+        if len(batch) >= CANCELLERS_PER_QUERY:
+            judge()
+    if batch:
+        judge()
+    return violations[:ENDING_CHECK_LIMIT]

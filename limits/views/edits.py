@@ -5,6 +5,7 @@ refused value comes back next to its field (`_edit_rejected`, `_pool_rejected`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django.contrib import messages
@@ -75,6 +76,7 @@ WHEN_FULL_DOES = {
     "wait": "queues an acquisition",
     "skip": "skips: an acquisition is answered at once",
     "replace": "replaces: an acquisition takes the place of its key's runs waiting",
+    "cancel_running": "cancels running: a new run cancels its key's oldest running run and takes its place",
 }
 KEY_WEIGHT_SET = "The weight of key “{key}” is now {value}."
 KEY_MIN_SET = "The min of key “{key}” is now {value}."
@@ -252,7 +254,7 @@ def set_when_full(request: HtmxHttpRequest, name: str) -> HttpResponse:
     if form.is_valid():
         data = form.cleaned_data
         checks: tuple[tuple[str, str, Callable[[object], object]], ...] = (
-            ("on_full", "When full", check_on_full),
+            ("on_full", "When full", partial(check_on_full, bound=limit.kind == Limit.Kind.WORKFLOW)),
             ("max_waiting", "Max waiting", check_max_waiting),
             ("max_waiting_per_key", "Max waiting per key", check_max_waiting),
         )

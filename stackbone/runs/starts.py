@@ -68,8 +68,12 @@ def loaded_run(**fields: Any) -> Run:
     return run
 
 
-def cancel_run(run_id: str) -> bool:
+def cancel_run(run_id: str, *, reason: str = "", limit: str = "", caused_by: str = "") -> bool:
     """Cancel an unfinished run. Returns False for a run already finished (or cancelled) or unknown.
+
+    `reason`, `limit`, `caused_by`: the cause a layer above records when another run cancelled it
+    (limits' cancel_running, SPEC 14.4, 14.6: Run.end_reason, end_limit, caused_by); an empty
+    one is kept as none (NULL), as an operator's cancel keeps them.
 
     The cancel is recorded at once: the run's status is `cancelled` from this commit on, whatever
     it was doing. What it holds is freed only once its work has stopped (SPEC 2.5, 11.4):
@@ -96,6 +100,7 @@ def cancel_run(run_id: str) -> bool:
             finished_at=Case(When(executing, then=Value(None)), default=now, output_field=DateTimeField()),
             lease_owner=Case(When(executing, then=F("lease_owner")), default=Value("")),
             lease_until=Case(When(executing, then=F("lease_until")), default=Value(None), output_field=DateTimeField()),
+            **({"end_reason": reason, "end_limit": limit or None, "caused_by": caused_by or None} if reason else {}),
         )
         if not cancelled:
             return False

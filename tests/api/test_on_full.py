@@ -1,7 +1,7 @@
 """SPEC 14.1, 14.5, 14.6 in the JSON API (issue 47): POST <name>/on-full/ and <name>/max-waiting/,
 and on_full, max_waiting, max_waiting_per_key (with their declared values) and the skipped and
 refused counts on a limit's row. A bad value is a 400 naming the field and changes nothing
-('cancel_running' too: not built); writes need limits.operate_limit and are
+('cancel_running' too: a workflow's own bound's only); writes need limits.operate_limit and are
 audited as the token's owner."""
 
 from __future__ import annotations
@@ -178,3 +178,27 @@ def test_replace_is_set_and_the_row_counts_the_replaced(full, ops) -> None:
     acquire("report-exports", run_id="r2", key="acme", timeout="1h")
     assert acquire("report-exports", run_id="r3", key="acme", timeout="1h").state == "waiting"
     assert ops.get("report-exports/").json()["replaced_count"] >= 1
+
+
+def test_cancel_running_is_set_on_a_workflow_s_own_bound_and_counted(full, ops, clock) -> None:
+    """SPEC 14.4, 14.6: a workflow's own bound takes 'cancel_running' (audited as the token's
+    owner); the row counts the runs it cancelled (cancelled_count). A named limit refuses it above."""
+    from limits.runs import bounds as run_bounds
+    from limits.runs import start_run
+    from stackbone.models import Run
+    from tests.runs.test_cancel_running import PER_CALL, executing, per_call
+
+    run_bounds.sync(["test_cancel_running_per_call"])
+    answer = ops.post(f"{PER_CALL}/on-full/", {"value": "cancel_running"}).json()
+    assert (answer["old"], answer["limit"]["on_full"], answer["limit"]["cancelled_count"]) == (
+        "wait",
+        "cancel_running",
+        0,
+    )
+    first = start_run(per_call, {"label": "one"})
+    executing(first)
+    newer = start_run(per_call, {"label": "two"})
+    assert Run.objects.get(id=first.id).caused_by == newer.id
+    assert ops.get(f"{PER_CALL}/").json()["cancelled_count"] == 1
+    audit = AuditEvent.objects.filter(limit__name=PER_CALL, action="on_full").get()
+    assert (audit.actor, audit.new_value) == ("api:ops", "cancel_running")

@@ -753,7 +753,10 @@ class Load:
         else:  # the same under a whole-run bound: queued before its first step (SPEC 11)
             key = self.rng.choice([None, "tenant-1", "tenant-1", "tenant-2"])
             bounded = {"label": f"bounded-{n}", "seconds": round(rng.uniform(0.5, 1.5), 3), "key": key}
-            run = start_run(BOUNDED_WORKFLOW, bounded, concurrency_key=key)
+            # SPEC 14.4, one start in three: cancel the key's oldest run holding the bound, whose
+            # guarded step must still never overlap this run's (guarded_max_per_key, from the side files)
+            on_full = "cancel_running" if rng.random() < 1 / 3 else None
+            run = start_run(BOUNDED_WORKFLOW, bounded, concurrency_key=key, on_full=on_full)
         self.started[run.workflow] += 1
         self.recent = [*self.recent[-200:], run.id]
         if rng.random() < 0.03 and self.recent:

@@ -2,7 +2,8 @@
 `max-waiting <limit> <n|reset> [--per-key]` and `show <limit>` on this installation, with their
 --json and exit codes (0 done; 1 unknown limit; 2 a bad value: one line naming the field, nothing
 changed), the values and counts in `list`, and what an operator's change does to the next
-acquisition. 'cancel_running' is not built: refused like any bad value."""
+acquisition. 'cancel_running' is a workflow's own bound's only (SPEC 14.4): refused for a named limit
+with the engine's message naming on_full."""
 
 from __future__ import annotations
 
@@ -64,6 +65,7 @@ def test_show_gives_each_value_in_force_and_what_the_limit_answered_at_once(full
         "skipped               0",
         "refused (queue full)  2",
         "replaced              0",
+        "cancelled             0",
     ]
     lines = run_cli("show", "report-exports").out.splitlines()
     assert "on full               skip" in lines
@@ -163,11 +165,12 @@ def test_a_bad_on_full_is_one_line_naming_the_field_and_changes_nothing(full, va
     _nothing_changed()
 
 
-def test_cancel_running_is_refused_with_the_engines_message(full) -> None:
+def test_cancel_running_is_refused_for_a_named_limit_with_the_engines_message(full) -> None:
     result = run_cli("on-full", "report-exports", "cancel_running")
     assert (result.code, result.err) == (
         2,
-        "error: on_full must be 'wait', 'skip' or 'replace', not 'cancel_running'\n",
+        "error: on_full must be 'wait', 'skip' or 'replace', not 'cancel_running': it is a workflow's own bound's "
+        "only (SPEC 14.4), not a named limit's or an acquisition's\n",
     )
     _nothing_changed()
 

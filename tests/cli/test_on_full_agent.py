@@ -74,7 +74,8 @@ def test_on_full_and_max_waiting_through_an_agent_are_audited_as_the_token_owner
         (("on-full", "partner-api", "drop"), "error: on_full must be 'wait', 'skip' or 'replace', not 'drop'\n"),
         (
             ("on-full", "partner-api", "cancel_running"),
-            "error: on_full must be 'wait', 'skip' or 'replace', not 'cancel_running'\n",
+            "error: on_full must be 'wait', 'skip' or 'replace', not 'cancel_running': it is a workflow's own "
+            "bound's only (SPEC 14.4), not a named limit's or an acquisition's\n",
         ),
         (
             ("max-waiting", "partner-api", "0"),

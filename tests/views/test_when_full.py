@@ -87,3 +87,26 @@ def test_the_operator_sets_replace_and_the_hint_counts_the_replaced(exports, ope
     assert Limit.objects.get(name="exports").replaced_count == 1
     assert "0 refused, 1 replaced." in operator_client.get(URL).content.decode()
     assert AuditEvent.objects.filter(action="on_full", new_value="replace", actor="user:ada").exists()
+
+
+def test_cancel_running_is_set_on_a_workflow_s_own_bound_and_refused_for_a_named_limit(
+    exports, operator_client, htmx
+) -> None:
+    """SPEC 14.4: a workflow's own bound takes it (its hint counts the runs it cancelled); a named
+    limit refuses it by its field and nothing changes."""
+    from limits.runs import bounds as run_bounds
+    from tests.runs.test_cancel_running import PER_CALL
+
+    run_bounds.sync(["test_cancel_running_per_call"])
+    bound_url = f"/studio/limits/{PER_CALL}/"
+    response = operator_client.post(bound_url + "when-full/", {**EMPTY, "on_full": "cancel_running"}, headers=htmx)
+    assert response.status_code == 200
+    assert f"When full, {PER_CALL} now cancels running" in response.content.decode()
+    assert Limit.objects.get(name=PER_CALL).on_full == "cancel_running"
+    assert "0 replaced, 0 cancelled." in operator_client.get(bound_url).content.decode()
+
+    refused = operator_client.post(URL + "when-full/", {**EMPTY, "on_full": "cancel_running"}, headers=htmx)
+    assert refused.status_code == 422
+    assert "a workflow&#x27;s own bound&#x27;s only" in refused.content.decode()
+    assert Limit.objects.get(name="exports").on_full == "wait"
+    assert not AuditEvent.objects.filter(limit__name="exports", action="on_full").exists()
