@@ -1,12 +1,14 @@
 """Issue 47: the live demo shows, within its first minute, what runs do instead of waiting when a
-limit is full (SPEC 14): a run skipped, a run refused by a queue's cap, and an acquisition replaced
-by a newer one of its account, naming it. The demo's loop part (studio/demo/when_full.py) is played
+limit is full (SPEC 14): a run skipped, a run refused by a queue's cap, an acquisition replaced
+by a newer one of its account, naming it, and a run cancelled by a newer one of its key
+(cancel_running), naming it. The demo's loop part (studio/demo/when_full.py) is played
 here on the test's clock, its runs moved as a worker moves them (advance, every tick), and then
 Studio's pages are read as a newcomer reads them: the run pages' Outcome, the bounds' Activity,
 the limit's counts. Both databases.
 
 Must never happen: a scene that shows nothing within a minute; a skipped or refused run that
-waits in a queue; a replaced run that does not name the run that replaced it."""
+waits in a queue; a replaced run that does not name the run that replaced it; a cancelled run that does not name the
+run that cancelled it, or a canceller that did not get the slot."""
 
 from __future__ import annotations
 
@@ -61,10 +63,10 @@ def demo(clock) -> tuple[WhenFull, list[str]]:
     return when_full, told
 
 
-def test_within_a_minute_studio_shows_a_skip_a_refusal_and_a_replace(demo, viewer: Client) -> None:
+def test_within_a_minute_studio_shows_a_skip_a_refusal_a_replace_and_a_cancel(demo, viewer: Client) -> None:
     when_full, told = demo
     [first] = when_full.played
-    assert list(first) == list(SCENES) == ["skip", "refuse", "replace"]
+    assert list(first) == list(SCENES) == ["skip", "refuse", "replace", "cancel"]
 
     # The skip: the second rebuild ended at once, its page says why, its bound's activity shows it.
     rebuilt, skipped = first["skip"].runs
@@ -98,12 +100,28 @@ def test_within_a_minute_studio_shows_a_skip_a_refusal_and_a_replace(demo, viewe
     waiting = QueueEntry.objects.filter(limit__name="account-refresh", state="waiting")
     assert [entry.run_id for entry in waiting] == [newer]  # ... the newer waits
 
+    # The cancel: the first deploy of the branch was cancelled by the second, which deployed.
+    cancelled, canceller = first["cancel"].runs
+    assert first["cancel"].statuses() == ["cancelled", "completed"]
+    ended = Run.objects.get(id=cancelled)
+    assert (ended.end_reason, ended.end_limit, ended.caused_by) == (
+        "cancel_running",
+        "workflow.deploy_branch",
+        canceller,
+    )
+    page = viewer.get(f"/studio/runs/{cancelled}/").content.decode()
+    assert 'id="run-outcome"' in page and f'href="/studio/runs/{canceller}/"' in page
+    activity = viewer.get("/studio/limits/workflow.deploy_branch/").content.decode()
+    assert f">{cancelled}</a>" in activity and "was cancelled by" in activity
+    assert Limit.objects.get(name="workflow.deploy_branch").cancelled_count == 1
+
     # The demo's log names each scene's runs' pages, once.
     assert told == [
         f"when full, skip: /studio/runs/{rebuilt}/, /studio/runs/{skipped}/",
         "when full, refuse: " + ", ".join(f"/studio/runs/{run_id}/" for run_id in first["refuse"].runs),
+        f"when full, cancel: /studio/runs/{cancelled}/, /studio/runs/{canceller}/",  # told as it plays
         "when full, replace: " + ", ".join(f"/studio/runs/{run_id}/" for run_id in first["replace"].runs),
-    ]
+    ]  # the replace is told once its third run starts, a tick or more later
     assert verify().ok, verify().violations
 
 
@@ -117,11 +135,12 @@ def test_the_scenes_play_again_each_round_and_the_refreshes_give_their_slots_bac
         clock.advance(seconds=TICK)
         now += TICK
 
-    assert len(when_full.played) == 2 and len(told) == 3  # told once
+    assert len(when_full.played) == 2 and len(told) == 4  # told once
     second = when_full.played[1]
     assert second["skip"].statuses() == ["completed", "skipped"]
     assert second["refuse"].statuses() == ["completed", "completed", "skipped"]
     assert [Run.objects.get(id=run_id).status for run_id in second["replace"].runs] == ["completed"] * 3
+    assert second["cancel"].statuses() == ["cancelled", "completed"]
     *pair, newer = second["replace"].runs
     replaced_by = [(Run.objects.get(id=run_id).output or {}).get("replaced_by_run") for run_id in pair]
     assert sorted(replaced_by, key=bool) == [None, newer]  # one held acme's slot, the other was replaced

@@ -26,7 +26,8 @@ in the broker's queue) must not be stuck behind the demo's runs on a slow machin
 
 - when full (SPEC 14), from 2 s in and every 30 s: a `rebuild_search_index` run skipped (its bound
   skips when full), a `send_digest` run refused by its queue's cap ("the queue is full"), and a
-  `refresh_account` waiting for `account-refresh` replaced by a newer one of its account
+  `refresh_account` waiting for `account-refresh` replaced by a newer one of its account, and a
+  `deploy_branch` run cancelled by a newer deploy of its branch (cancel_running)
   (studio/demo/when_full.py, which a test drives; it prints the runs' pages the first time).
 
 - fair shares (SPEC 13) on `tenant-jobs`: acme floods it from the start, three small tenants join

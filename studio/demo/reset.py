@@ -26,6 +26,7 @@ DEMO_WORKFLOWS = (
     "tenant_job",
     "refresh_report",
     "rebuild_search_index",
+    "deploy_branch",
     "send_digest",
     "refresh_account",
 )

@@ -18,10 +18,12 @@ the example workflows of studio/workflows/when_full.py, so that within a minute 
 
 The demo prints each scene's runs the first time, with the pages to open.
 
-cancel_running (SPEC 14.4: a new run cancels the key's run executing) is not built for a run's
-start yet: its scene goes here once it is, as one more method of WhenFull named in SCENES (say a
-`deploy_branch` workflow, `concurrency={"per_key": 1, "on_full": "cancel_running"}`, started
-twice for one branch: the first run is cancelled naming the second).
+- a cancel_running: two `deploy_branch` runs of one branch started together; its bound
+  (`per_key: 1, on_full: "cancel_running"`) gives the first the branch's slot, and the second
+  cancels it (SPEC 14.4): the first ends `cancelled`, its page naming the second in its Outcome
+  ("Caused by"), the bound's page (workflow.deploy_branch) in its Activity and its "cancelled"
+  count; the second takes the branch's slot and deploys. (With a worker quick enough to have the
+  first already executing, it stops at its next step and only then frees the slot: 2.5.)
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ ROUND = 30.0  # seconds between two plays of the scenes
 FIRST = 2.0  # seconds into the demo before the first play
 REFRESH_HOLD = 12.0  # seconds a refresh_account keeps its slot
 ACCOUNT = "acme"
-SCENES = ("skip", "refuse", "replace")  # the methods of WhenFull, in the order they play
-# cancel_running's scene joins SCENES once a run's start takes it (see above).
+SCENES = ("skip", "refuse", "replace", "cancel")  # the methods of WhenFull, in the order they play
+BRANCH = "main"
 
 
 @dataclass
@@ -109,6 +111,15 @@ class WhenFull:
         for label in ("refresh-1", "refresh-2"):
             scene.runs.append(self._refresh(label))
         self._to_replace = scene
+        return scene
+
+    def cancel(self) -> Scene:
+        """SPEC 14.4: two deploys of one branch at once under a bound that cancels the running one:
+        the first is cancelled by the second, which deploys."""
+        scene = Scene("cancel")
+        for _ in range(2):
+            scene.runs.append(start_run("deploy_branch", {"seconds": 1, "demo": True}, concurrency_key=BRANCH).id)
+        self._tell(scene)
         return scene
 
     def _replace_when_waiting(self) -> None:

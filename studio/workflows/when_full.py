@@ -13,6 +13,13 @@ start while one runs and one waits ends `skipped`, "the queue is full" (SPEC 14.
 `refresh_account` takes an `account-refresh` slot under the account's key, and a newer refresh
 of an account takes the place of the one already waiting for it (`on_full="replace"`, SPEC
 14.3): the older one's acquire_slot raises SlotReplacedError naming the run that replaced it.
+
+`deploy_branch` deploys one branch at a time, and a newer deploy of a branch makes the one under
+way pointless: its bound says `per_key: 1, on_full: "cancel_running"` (SPEC 14.4), so a deploy
+started while one of its branch holds the slot cancels that one (as cancel_run does: a run
+executing stops at its next step, and only then is its slot free) and takes the slot first::
+
+    start_run(deploy_branch, {"seconds": 1}, concurrency_key="main")   # cancels main's deploy
 """
 
 from __future__ import annotations
@@ -75,3 +82,21 @@ def refresh_account(input: dict[str, Any]) -> dict[str, Any]:
     except SlotTimeoutError:
         return {"account": account, "slot_id": None}
     return {"account": account, "slot_id": slot.id}
+
+
+@step
+def deploy_step(name: str, seconds: float) -> dict[str, Any]:
+    time.sleep(seconds)  # stands in for building, then rolling out
+    return {"done": name}
+
+
+@workflow(concurrency={"per_key": 1, "on_full": "cancel_running"})
+def deploy_branch(input: dict[str, Any]) -> dict[str, Any]:
+    """Deploy a branch (the run's concurrency key), one deploy of a branch at a time: a newer
+    deploy of the branch cancels the one under way (on_full "cancel_running", SPEC 14.4), whose
+    run ends cancelled naming the newer one; it stops between its steps. Input: {}; optional
+    "seconds" (how long each of its two steps takes)."""
+    seconds = float(input.get("seconds", 0))
+    deploy_step("build", seconds)
+    deploy_step("roll out", seconds)
+    return {"deployed": True}
