@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import transaction
 
@@ -95,26 +95,36 @@ class SlotHandle:
     key: str | None = None
 
 
-class SlotTimeoutError(Exception):
+class _StackboneError(Exception):
+    """What the slot errors share. `is_`: true for an error of the class, even one from another
+    copy of this module (a worker that imported it twice): it compares the class's
+    `stackbone_error` name along the error's MRO, not the class. Pickling (Celery carries them)
+    calls the class again with the attributes `_init_args` names, in the constructor's order."""
+
+    stackbone_error: ClassVar[str]
+    _init_args: ClassVar[tuple[str, ...]]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), tuple(getattr(self, name) for name in self._init_args))
+
+    @classmethod
+    def is_(cls, error: object) -> bool:
+        return any(getattr(kind, "stackbone_error", None) == cls.stackbone_error for kind in type(error).__mro__)
+
+
+class SlotTimeoutError(_StackboneError):
     """The wait for a slot lasted longer than its timeout; the run has left the queue."""
 
     stackbone_error = "SlotTimeoutError"
+    _init_args = ("limiter", "timeout")
 
     def __init__(self, limiter: str, timeout: int) -> None:
         super().__init__(f"no slot of {limiter!r} within {timeout} ms")
         self.limiter = limiter
         self.timeout = timeout
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.limiter, self.timeout))
 
-    @staticmethod
-    def is_(error: object) -> bool:
-        """True for a SlotTimeoutError, even one from another copy of this module."""
-        return any(getattr(cls, "stackbone_error", None) == "SlotTimeoutError" for cls in type(error).__mro__)
-
-
-class SlotUnavailableError(Exception):
+class SlotUnavailableError(_StackboneError):
     """SPEC 14.2, 14.5: the acquisition was answered at once instead of queued: its on_full is
     'skip' and no slot was free for it, or a queue it would join is at its cap. Nothing of it
     stays in any queue. `limiter`: the limit that stopped it; `reason`: why (a code of SPEC 6.5's
@@ -122,6 +132,7 @@ class SlotUnavailableError(Exception):
     `outcome`: 'skipped' or 'refused' (a queue's cap)."""
 
     stackbone_error = "SlotUnavailableError"
+    _init_args = ("limiter", "reason", "outcome")
 
     def __init__(self, limiter: str, reason: str, outcome: str = "skipped") -> None:
         said = REASONS.get(reason, reason)
@@ -130,22 +141,15 @@ class SlotUnavailableError(Exception):
         self.reason = reason
         self.outcome = outcome
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.limiter, self.reason, self.outcome))
 
-    @staticmethod
-    def is_(error: object) -> bool:
-        """True for a SlotUnavailableError, even one from another copy of this module."""
-        return any(getattr(cls, "stackbone_error", None) == "SlotUnavailableError" for cls in type(error).__mro__)
-
-
-class SlotReplacedError(Exception):
+class SlotReplacedError(_StackboneError):
     """SPEC 14.3: the acquisition waited in the queue and a newer acquisition of its key, with
     on_full 'replace', took its place: it has left the queue and holds nothing. `limiter`: the
     limit (the first of a group's); `replaced_by`: the request of the acquisition that replaced
     it; `replaced_by_run`: that acquisition's run ('' if its rows were purged since)."""
 
     stackbone_error = "SlotReplacedError"
+    _init_args = ("limiter", "replaced_by", "replaced_by_run")
 
     def __init__(self, limiter: str, replaced_by: str, replaced_by_run: str = "") -> None:
         by = f"run {replaced_by_run!r}" if replaced_by_run else f"acquisition {replaced_by!r}"
@@ -153,14 +157,6 @@ class SlotReplacedError(Exception):
         self.limiter = limiter
         self.replaced_by = replaced_by
         self.replaced_by_run = replaced_by_run
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.limiter, self.replaced_by, self.replaced_by_run))
-
-    @staticmethod
-    def is_(error: object) -> bool:
-        """True for a SlotReplacedError, even one from another copy of this module."""
-        return any(getattr(cls, "stackbone_error", None) == "SlotReplacedError" for cls in type(error).__mro__)
 
 
 def acquire_slot(

@@ -7,7 +7,7 @@ nothing changes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from django.http import JsonResponse
@@ -30,6 +30,7 @@ from limits.api.requests import (
 from limits.config import CAPACITY_HELP, MAX_BURST, MIN_BURST
 from limits.engine.operator_actions import NO_BOX
 from limits.forget import forget_limit
+from limits.models import Limit
 
 PER_KEY_HELP = "a whole number from 1 to the limit's capacity"
 SHARE_HELP = "'fifo' or 'fair'"
@@ -114,11 +115,7 @@ def set_per_key(request: ApiRequest, name: str) -> JsonResponse:
 def set_share(request: ApiRequest, name: str) -> JsonResponse:
     """SPEC 13.5: {"value": "fifo" | "fair" | null}; null resets to the declared share. A bad
     value is a 400 with field "value" (the part of the body to fix), and nothing changes."""
-    body = _with_value(request, SHARE_HELP)
-    old = limit_named(name).share
-    with _as_value("share"):
-        limit = services.set_share(name, body["value"], actor=actor(request))
-    return JsonResponse({"old": old, "limit": serializers.limit_summary(limit)})
+    return _set_limit_value(request, name, _with_value(request, SHARE_HELP), "share", services.set_share)
 
 
 @csrf_exempt
@@ -129,11 +126,7 @@ def set_on_full(request: ApiRequest, name: str) -> JsonResponse:
     resets to the declared on_full; 'cancel_running' on a workflow's own bound only (14.4). A bad
     value ('cancel_running' on a named limit included) is a 400 with field "value", and nothing
     changes."""
-    body = _with_value(request, ON_FULL_HELP)
-    old = limit_named(name).on_full
-    with _as_value("on_full"):
-        limit = services.set_on_full(name, body["value"], actor=actor(request))
-    return JsonResponse({"old": old, "limit": serializers.limit_summary(limit)})
+    return _set_limit_value(request, name, _with_value(request, ON_FULL_HELP), "on_full", services.set_on_full)
 
 
 @csrf_exempt
@@ -148,11 +141,15 @@ def set_max_waiting(request: ApiRequest, name: str) -> JsonResponse:
     per_key = body.get("per_key", False)
     if not isinstance(per_key, bool):
         raise ApiError(400, BAD_PER_KEY_FLAG.format(value=per_key), field="per_key")
-    limit = limit_named(name)
-    old = limit.max_waiting_per_key if per_key else limit.max_waiting
-    with _as_value("max_waiting", "max_waiting_per_key"):
-        changed = services.set_max_waiting(name, body["value"], per_key=per_key, actor=actor(request))
-    return JsonResponse({"old": old, "limit": serializers.limit_summary(changed)})
+    return _set_limit_value(
+        request,
+        name,
+        body,
+        "max_waiting_per_key" if per_key else "max_waiting",
+        services.set_max_waiting,
+        fields=("max_waiting", "max_waiting_per_key"),
+        per_key=per_key,
+    )
 
 
 @csrf_exempt
@@ -177,6 +174,26 @@ def _with_value(request: ApiRequest, help_text: str) -> dict[str, object]:
     if "value" not in body:
         raise ApiError(400, MISSING_FIELD.format(field="value", help=help_text), field="value")
     return body
+
+
+def _set_limit_value(
+    request: ApiRequest,
+    name: str,
+    body: dict[str, object],
+    attribute: str,
+    action: Callable[..., Limit],
+    *,
+    fields: tuple[str, ...] | None = None,
+    **options: object,
+) -> JsonResponse:
+    """One of a limit's values set from the body's `value` by the service `action` (with
+    `options`): the answer is the value before (the limit's `attribute`) and the limit after. A
+    bad value the service names by one of `fields` (by default `attribute`) is a 400 naming the
+    body's `value`."""
+    old = getattr(limit_named(name), attribute)
+    with _as_value(*(fields or (attribute,))):
+        limit = action(name, body["value"], actor=actor(request), **options)
+    return JsonResponse({"old": old, "limit": serializers.limit_summary(limit)})
 
 
 @contextmanager

@@ -79,6 +79,43 @@ def replaceable(members: list[tuple[Limit, str]], request: str) -> list[QueueEnt
     )
 
 
+# What a new entry brings into the row of the oldest entry it replaces (take_place, swap_place):
+# the rest of that row (its limit, position, id, key and group size) stays, never passed over
+# yet and now replacing.
+BROUGHT_FIELDS = ("run_id", "request", "label", "fair_pass", "enqueued_at", "deadline", "timeout_ms")
+# What makes a waiting entry's place in a queue besides its limit and position: what a replaced
+# entry keeps as its row of history.
+PLACE_FIELDS = (*BROUGHT_FIELDS, "key", "group_size", "passed_over_at", "replacing")
+
+
+def _replaced_row(oldest: QueueEntry, request: str, now: datetime) -> dict[str, object]:
+    """The row of history of `oldest`, replaced by `request` at `now`: its place as it was."""
+    place = {field: getattr(oldest, field) for field in PLACE_FIELDS}
+    return place | {"state": QueueEntry.State.REPLACED, "finished_at": now, "replaced_by": request}
+
+
+def _take_oldest(oldest: QueueEntry, brought: dict[str, object]) -> None:
+    """The new entry (`brought`: its BROUGHT_FIELDS) takes `oldest`'s row."""
+    QueueEntry.objects.filter(id=oldest.id).update(**brought, passed_over_at=None, replacing=True)
+
+
+def _oldest_here(limit: Limit, replaced: list[QueueEntry]) -> tuple[list[QueueEntry], QueueEntry] | None:
+    """The `replaced` entries in `limit`'s queue and the oldest of them; None when none is here."""
+    mine = [entry for entry in replaced if entry.limit_id == limit.id]
+    if not mine:
+        return None
+    return mine, min(mine, key=lambda entry: entry.position)
+
+
+def _others_leave(mine: list[QueueEntry], oldest: QueueEntry, request: str, now: datetime) -> list[QueueEntry]:
+    """The `mine` entries other than `oldest` leave their queue as replaced by `request`; them."""
+    others = [entry for entry in mine if entry is not oldest]
+    QueueEntry.objects.filter(id__in=[entry.id for entry in others]).update(
+        state=QueueEntry.State.REPLACED, finished_at=now, replaced_by=request
+    )
+    return others
+
+
 def take_place(
     limit: Limit,
     replaced: list[QueueEntry],
@@ -97,45 +134,25 @@ def take_place(
     it was is kept as a row of history at a new ticket (positions are unique per limit). The
     key's turns and head are as they were: the key still waits here (engine.sql:
     limits_acquire_group's replace)."""
-    mine = [entry for entry in replaced if entry.limit_id == limit.id]
-    if not mine:
+    here = _oldest_here(limit, replaced)
+    if here is None:
         return None
-    oldest = min(mine, key=lambda entry: entry.position)
-    QueueEntry.objects.create(
-        limit=limit,
-        run_id=oldest.run_id,
-        request=oldest.request,
-        label=oldest.label,
-        key=oldest.key,
-        group_size=oldest.group_size,
-        position=limit.next_position,
-        passed_over_at=oldest.passed_over_at,
-        fair_pass=oldest.fair_pass,
-        state=QueueEntry.State.REPLACED,
-        enqueued_at=oldest.enqueued_at,
-        deadline=oldest.deadline,
-        timeout_ms=oldest.timeout_ms,
-        finished_at=now,
-        replaced_by=request,
-        replacing=oldest.replacing,
-    )
+    mine, oldest = here
+    QueueEntry.objects.create(limit=limit, position=limit.next_position, **_replaced_row(oldest, request, now))
     limit.next_position += 1
-    QueueEntry.objects.filter(id=oldest.id).update(
-        run_id=run_id,
-        request=request,
-        label=label,
-        passed_over_at=None,
-        fair_pass=pools(limit).fair_pass(oldest.key) if limit.is_fair else None,
-        enqueued_at=now,
-        deadline=deadline,
-        timeout_ms=timeout_ms,
-        replacing=True,
+    _take_oldest(
+        oldest,
+        {
+            "run_id": run_id,
+            "request": request,
+            "label": label,
+            "fair_pass": pools(limit).fair_pass(oldest.key) if limit.is_fair else None,
+            "enqueued_at": now,
+            "deadline": deadline,
+            "timeout_ms": timeout_ms,
+        },
     )
-    others = [entry for entry in mine if entry is not oldest]
-    QueueEntry.objects.filter(id__in=[entry.id for entry in others]).update(
-        state=QueueEntry.State.REPLACED, finished_at=now, replaced_by=request
-    )
-    count_entries(limit, others, waiting=-1)
+    count_entries(limit, _others_leave(mine, oldest, request, now), waiting=-1)
     Limit.objects.filter(id=limit.id).update(replaced_count=F("replaced_count") + len(mine))
     return QueueEntry.objects.get(id=oldest.id)
 
@@ -147,42 +164,14 @@ def swap_place(limit: Limit, replaced: list[QueueEntry], request: str, now: date
     `replaced` entries here now. The result is take_place's: the oldest one's row becomes the new
     entry (its place), the new entry's row keeps what the oldest was as history (at the end), the
     others leave as 'replaced'; counted on the limit. How many were replaced here."""
-    mine = [entry for entry in replaced if entry.limit_id == limit.id]
-    if not mine:
+    here = _oldest_here(limit, replaced)
+    if here is None:
         return 0
-    oldest = min(mine, key=lambda entry: entry.position)
+    mine, oldest = here
     new = QueueEntry.objects.get(limit=limit, request=request, state=QueueEntry.State.WAITING)
-    QueueEntry.objects.filter(id=new.id).update(
-        run_id=oldest.run_id,
-        request=oldest.request,
-        label=oldest.label,
-        key=oldest.key,
-        group_size=oldest.group_size,
-        passed_over_at=oldest.passed_over_at,
-        fair_pass=oldest.fair_pass,
-        state=QueueEntry.State.REPLACED,
-        enqueued_at=oldest.enqueued_at,
-        deadline=oldest.deadline,
-        timeout_ms=oldest.timeout_ms,
-        finished_at=now,
-        replaced_by=request,
-        replacing=oldest.replacing,
-    )
-    QueueEntry.objects.filter(id=oldest.id).update(
-        run_id=new.run_id,
-        request=new.request,
-        label=new.label,
-        passed_over_at=None,
-        fair_pass=new.fair_pass,
-        enqueued_at=new.enqueued_at,
-        deadline=new.deadline,
-        timeout_ms=new.timeout_ms,
-        replacing=True,
-    )
-    others = [entry for entry in mine if entry is not oldest]
-    QueueEntry.objects.filter(id__in=[entry.id for entry in others]).update(
-        state=QueueEntry.State.REPLACED, finished_at=now, replaced_by=request
-    )
+    QueueEntry.objects.filter(id=new.id).update(**_replaced_row(oldest, request, now))
+    _take_oldest(oldest, {field: getattr(new, field) for field in BROUGHT_FIELDS})
+    _others_leave(mine, oldest, request, now)
     count_entries(limit, mine, waiting=-1)
     Limit.objects.filter(id=limit.id).update(replaced_count=F("replaced_count") + len(mine))
     return len(mine)

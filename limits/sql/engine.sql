@@ -147,6 +147,33 @@ LANGUAGE sql IMMUTABLE AS $$
                 THEN limits_box_ceiling(limits_per_key(l), limits_burst(l)) END
 $$;
 
+-- full.replaceable (SPEC 14.3, 14.7): the requests a new acquisition (p_request) of the limits
+-- p_ids, each with its key pool p_keys[i] ('' the runs without a key), replaces: every other
+-- request waiting for exactly these limits (the same group size), with the same key in each; a
+-- run holding a slot waits for nothing. Oldest first in the first limit's queue. A set-returning
+-- SQL function, STABLE, with no SET clause: the planner inlines it into the query that reads it
+-- (limits_acquire_group's replace, before and after it joins).
+CREATE OR REPLACE FUNCTION limits_replaceable(p_ids bigint[], p_keys text[], p_request text) RETURNS SETOF text
+LANGUAGE sql STABLE AS $$
+    SELECT r.request FROM (
+        SELECT e.request, e.position FROM limits_queueentry e  -- a key's entries: queue_waiting_by_key
+        WHERE p_keys[1] <> '' AND e.limit_id = p_ids[1] AND e.key = p_keys[1] AND e.key <> ''
+          AND e.state = 'waiting' AND e.group_size = cardinality(p_ids) AND e.request <> p_request
+        UNION ALL
+        SELECT e.request, e.position FROM limits_queueentry e
+        WHERE p_keys[1] = '' AND e.limit_id = p_ids[1] AND e.key = ''
+          AND e.state = 'waiting' AND e.group_size = cardinality(p_ids) AND e.request <> p_request
+    ) AS r
+    WHERE NOT EXISTS (  -- waiting in each other limit too, with its key there
+        SELECT 1 FROM unnest(p_ids[2:], p_keys[2:]) AS m(limit_id, key)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM limits_queueentry o
+            WHERE o.request = r.request AND o.limit_id = m.limit_id AND o.key = m.key AND o.state = 'waiting'
+        )
+    )
+    ORDER BY r.position
+$$;
+
 SET LOCAL check_function_bodies = on;
 
 -- Limit.room: the slots a grant may hand out now: none while the limit is paused (SPEC 5.6), else
@@ -1992,9 +2019,8 @@ BEGIN
             v_free := v_free AND l.waiting_count = 0 AND limits_room(l) > 0 AND limits_pool_room(l, p_keys[i])
                       AND limits_whole_run_room(l, p_request, v_base);
             -- from the row just read: does this limit skip, replace or cap its queue (SPEC 14)?
-            v_special := v_special OR l.declared_on_full <> 'wait' OR l.on_full_override NOT IN ('', 'wait')
-                         OR l.declared_max_waiting IS NOT NULL OR l.max_waiting_override IS NOT NULL
-                         OR l.declared_max_waiting_per_key IS NOT NULL OR l.max_waiting_per_key_override IS NOT NULL;
+            v_special := v_special OR limits_on_full(l) <> 'wait' OR limits_max_waiting(l) IS NOT NULL
+                         OR limits_max_waiting_per_key(l) IS NOT NULL;
         END LOOP;
         -- SPEC 14.2, 14.3, 14.5, 14.7: skip or replace (the strictest on_full), or a queue's cap
         -- (python._answered_at_once); a run's start (its request '<run>:start') too, except that
@@ -2032,29 +2058,7 @@ BEGIN
                 IF full_name IS NOT NULL AND v_on_full = 'replace' THEN
                     -- full.replaceable: the requests waiting for exactly these limits, each entry of
                     -- the same key ('' the runs without one); a run holding a slot waits for nothing
-                    IF p_keys[1] <> '' THEN
-                        v_replaced := ARRAY(
-                            SELECT e.request FROM limits_queueentry e
-                            WHERE e.limit_id = v_mine[1] AND e.key = p_keys[1] AND e.key <> '' AND e.state = 'waiting'
-                              AND e.group_size = v_size AND e.request <> p_request
-                            ORDER BY e.position
-                        );
-                    ELSE
-                        v_replaced := ARRAY(
-                            SELECT e.request FROM limits_queueentry e
-                            WHERE e.limit_id = v_mine[1] AND e.state = 'waiting' AND e.key = ''
-                              AND e.group_size = v_size AND e.request <> p_request
-                            ORDER BY e.position
-                        );
-                    END IF;
-                    FOR i IN 2 .. v_size LOOP
-                        EXIT WHEN cardinality(v_replaced) = 0;
-                        v_replaced := ARRAY(
-                            SELECT e.request FROM limits_queueentry e
-                            WHERE e.request = ANY (v_replaced) AND e.limit_id = v_mine[i] AND e.key = p_keys[i]
-                              AND e.state = 'waiting'
-                        );
-                    END LOOP;
+                    v_replaced := ARRAY(SELECT r FROM limits_replaceable(v_mine, p_keys, p_request) AS r);
                     IF cardinality(v_replaced) > 0 THEN  -- it joins in the oldest one's place below
                         reason := NULL;
                         full_name := NULL;
@@ -2214,29 +2218,7 @@ BEGIN
         -- oldest was (history, at the end); then the grant again
         IF v_on_full = 'replace' AND cardinality(v_replaced) = 0 AND right(p_request, 6) <> ':start'
            AND NOT EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request AND state = 'reserved') THEN
-            IF p_keys[1] <> '' THEN
-                v_replaced := ARRAY(
-                    SELECT e.request FROM limits_queueentry e
-                    WHERE e.limit_id = v_mine[1] AND e.key = p_keys[1] AND e.key <> '' AND e.state = 'waiting'
-                      AND e.group_size = v_size AND e.request <> p_request
-                    ORDER BY e.position
-                );
-            ELSE
-                v_replaced := ARRAY(
-                    SELECT e.request FROM limits_queueentry e
-                    WHERE e.limit_id = v_mine[1] AND e.state = 'waiting' AND e.key = ''
-                      AND e.group_size = v_size AND e.request <> p_request
-                    ORDER BY e.position
-                );
-            END IF;
-            FOR i IN 2 .. v_size LOOP
-                EXIT WHEN cardinality(v_replaced) = 0;
-                v_replaced := ARRAY(
-                    SELECT e.request FROM limits_queueentry e
-                    WHERE e.request = ANY (v_replaced) AND e.limit_id = v_mine[i] AND e.key = p_keys[i]
-                      AND e.state = 'waiting'
-                );
-            END LOOP;
+            v_replaced := ARRAY(SELECT r FROM limits_replaceable(v_mine, p_keys, p_request) AS r);
             IF cardinality(v_replaced) > 0 THEN
                 woken := woken || ARRAY(
                     SELECT e.run_id FROM limits_queueentry e

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from limits import services
 from limits.models import QueueEntry, Slot
-from limits.workflow import SlotTimeoutError, acquire_slot, hold_slot, release_slot, with_limit
+from limits.workflow import (
+    SlotReplacedError,
+    SlotTimeoutError,
+    SlotUnavailableError,
+    acquire_slot,
+    hold_slot,
+    release_slot,
+    with_limit,
+)
 from stackbone.models import Run
 from stackbone.runs.runtime import WorkflowError, advance, recover
 from studio.workflows import StepError, cancel_run, start_run, step, workflow
@@ -159,6 +169,16 @@ def test_slot_timeout_error_carries_its_fields_and_is_recognised() -> None:
         stackbone_error = "SlotTimeoutError"
 
     assert SlotTimeoutError.is_(CopyOfIt())
+    copied = pickle.loads(pickle.dumps(error))  # Celery carries it
+    assert (type(copied), copied.limiter, copied.timeout, str(copied)) == (
+        SlotTimeoutError,
+        "voice-calls",
+        30_000,
+        "no slot of 'voice-calls' within 30000 ms",
+    )
+    # the slot errors share their base (limits.workflow), not their names
+    assert not SlotUnavailableError.is_(error) and not SlotReplacedError.is_(error)
+    assert SlotUnavailableError.is_(SlotUnavailableError("voice-calls", "limit_full"))
 
 
 def test_the_timeout_example_reports_limiter_and_timeout(one_line, clock) -> None:

@@ -314,3 +314,49 @@ def test_the_sql_homes_of_on_full_and_the_queue_caps_answer_as_their_python_home
                 python = (full.queue_full(limit, key), full.refusal(limit, key, "r:1", None, clock.now()))
                 assert cursor.fetchone() == python, (limit.name, key)
     assert check_max_waiting(MAX_WAITING) == 1_000_000
+
+
+@requires_postgres
+@pytest.mark.django_db
+def test_limits_replaceable_answers_as_full_replaceable(clock) -> None:
+    """SPEC 14.3, 14.7: limits_replaceable (limits_acquire_group's replace, before and after it
+    joins) against full.replaceable, for one limit and two in either order, each key ('' the runs
+    without one), a new request and one that waits (never itself): the same requests, oldest first
+    in the first limit's queue. The queues hold groups of the same limits in another order, with
+    another key, without one, and single entries on one of them."""
+    from limits import services
+    from limits.engine import full
+    from limits.models import Limit, QueueEntry
+    from tests.factories import declare
+
+    declare(a={"capacity": 1, "max_hold": "1h"}, b={"capacity": 1, "max_hold": "1h"})
+    services.acquire_group(["a", "b"], run_id="holder")
+    waiting = [
+        (["a", "b"], "g1", "acme"),
+        (["a", "b"], "g2", None),
+        (["b", "a"], "g3", "acme"),
+        (["a"], "s1", "acme"),
+        (["a", "b"], "g4", "globex"),
+        (["b"], "s2", None),
+        (["a", "b"], "g5", "acme"),
+        (["a"], "s3", None),
+    ]
+    for names, run, key in waiting:
+        assert services.acquire_group(names, run_id=run, key=key, on_full="wait").state == "waiting"
+    a, b = Limit.objects.get(name="a"), Limit.objects.get(name="b")
+    g1 = QueueEntry.objects.get(run_id="g1", limit=a).request
+    seen = set()
+    with connection.cursor() as cursor:
+        for limits in ([a], [b], [a, b], [b, a]):
+            for key in ("", "acme", "globex", "initech"):
+                for request in ("r:new", g1):
+                    members = [(limit, key) for limit in limits]
+                    cursor.execute(
+                        "SELECT ARRAY(SELECT r FROM limits_replaceable(%s::bigint[], %s::text[], %s) AS r)",
+                        [[limit.id for limit in limits], [key] * len(limits), request],
+                    )
+                    entries = full.replaceable(members, request)
+                    python = [entry.request for entry in entries if entry.limit_id == limits[0].id]
+                    assert cursor.fetchone()[0] == python, ([limit.name for limit in limits], key, request)
+                    seen.add(len(python))
+    assert seen >= {0, 1, 2}  # answers with none, one and several requests were compared
