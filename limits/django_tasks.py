@@ -21,9 +21,10 @@ What maps to what (docs/django-tasks.md has the table):
   arguments to it), and a worker that has not imported the task's module imports it to run it.
 - `concurrency`, `limits` are @workflow's (SPEC 11.1), checked when the task is defined with the
   same messages; `concurrency_key` names an argument, or is a callable of the arguments, and the
-  run's key is read from the arguments at enqueue. `on_full` (SPEC 14.1: 'wait' or 'skip') is
-  what every start of the task asks for, as start_run(on_full=...): a run that cannot start at
-  once under it ends skipped; it needs concurrency= or limits=. A priority other than 0 is
+  run's key is read from the arguments at enqueue. `on_full` (SPEC 14.1: 'wait', 'skip' or
+  'replace') is what every start of the task asks for, as start_run(on_full=...): a run that
+  cannot start at once under it ends skipped, or takes the place of its key's runs queued to
+  start, which end replaced (14.3); it needs concurrency= or limits=. A priority other than 0 is
   refused (SPEC 8.1).
 - `enqueue` starts the run as limits.runs.start_run does: in the caller's transaction, dispatched
   once it commits (ENQUEUE_ON_COMMIT), queued while its bounds are full. `run_after` defers it

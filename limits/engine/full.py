@@ -2,7 +2,8 @@
 (`queue_full`, 14.5), why an acquisition cannot be granted at once once the runs waiting had
 their turn (`refusal`, 14.2 and 6.5), and replace (14.3): which waiting entries a new acquisition
 replaces (`replaceable`), how it takes the oldest one's place (`take_place`, or `swap_place` after
-it joined) and wakes their runs (`wake_replaced`). limits.engine.python decides with these what an
+it joined), wakes their runs (`wake_replaced`) and ends those that were waiting to start
+(`end_replaced_starts`). limits.engine.python decides with these what an
 acquisition that cannot be granted at once does (`_answered_at_once`); limits/sql/engine.sql holds
 the PostgreSQL homes (limits_queue_full, limits_refusal, limits_acquire_group's replace), held to
 these by the model test on both databases.
@@ -18,8 +19,10 @@ from datetime import datetime
 from django.db.models import F
 
 from limits.engine.keys import count_entries, owed_barrier, pools, whole_run_room
-from limits.engine.results import Changes
+from limits.engine.results import WHOLE_RUN_SUFFIX, Changes
 from limits.models import Limit, QueueEntry
+from stackbone.runs.endings import end_unstarted
+from stackbone.runs.models import Run
 
 
 def queue_full(limit: Limit, key: str) -> str | None:
@@ -181,3 +184,50 @@ def wake_replaced(entries: list[QueueEntry], changes: Changes) -> None:
     """SPEC 14.3: wake the runs of the replaced entries, each once, in the order they joined: they
     resume and their acquire answers 'replaced' (the grant's own wakes come after)."""
     changes.woken += list(dict.fromkeys(entry.run_id for entry in sorted(entries, key=lambda entry: entry.id)))
+
+
+def end_replaced_starts(
+    replaced: list[QueueEntry],
+    members: list[tuple[Limit, str]],
+    *,
+    run_id: str,
+    request: str,
+    base: int | None,
+    now: datetime,
+) -> list[str]:
+    """SPEC 14.3 for a run's start: each run whose start acquisition ('<run>:start') is among the
+    `replaced` entries, still queued, ends 'replaced' now, never started (Run.end_reason and
+    end_limit: the first of the replacing acquisition's limits that stops it, once it joined,
+    full.refusal, else its first limit, 'limit_full' ('box_full' for the box); caused_by: the
+    replacing run). Its entries left the queues already and it holds nothing; it was woken
+    (wake_replaced), and a worker finds it finished. A run whose row another transaction holds is
+    skipped, not waited for (that one locked the run before the limits: its worker at the start
+    gate, which then finds its start replaced, limits.runs.bounds.starting; or a cancel, which
+    ends it). The ended runs' ids, in the order they joined (engine.sql:
+    limits_end_replaced_starts)."""
+    starts = list(
+        dict.fromkeys(
+            entry.run_id
+            for entry in sorted(replaced, key=lambda entry: entry.id)
+            if entry.request == f"{entry.run_id}{WHOLE_RUN_SUFFIX}"
+        )
+    )
+    if not starts:
+        return []
+    stopped = next(
+        ((limit, why) for limit, key in members if (why := refusal(limit, key, request, base, now)) is not None), None
+    )
+    if stopped is None:
+        first = members[0][0]
+        stopped = (first, "box_full" if first.is_box else "limit_full")
+    limit, why = stopped
+    free = set(
+        Run.objects.select_for_update(skip_locked=True)
+        .filter(id__in=starts, status=Run.Status.QUEUED)
+        .values_list("id", flat=True)
+    )
+    return [
+        start
+        for start in starts
+        if start in free and end_unstarted(start, Run.Status.REPLACED, reason=why, limit=limit.name, caused_by=run_id)
+    ]

@@ -249,14 +249,12 @@ def _acquire_group_in_transaction(
         for lim, k in needed
     )
     # SPEC 14.2, 14.3, 14.5, 14.7: skip or replace (the strictest on_full), or a queue's cap; a
-    # run's start too (limits.runs.bounds ends it 'skipped'), except that replace is not built for
-    # a start: a bound's 'replace' waits there, as 'wait'
+    # run's start too (limits.runs.bounds ends it 'skipped'; the queued runs it replaces end
+    # 'replaced': full.end_replaced_starts)
     replaced: list[QueueEntry] = []
     replacing = False  # SPEC 14.3: its entries join with on_full 'replace'
     if not free:
         on_full = on_full or strictest_on_full(limit.on_full for limit, _ in members)
-        if on_full == "replace" and request.endswith(WHOLE_RUN_SUFFIX):
-            on_full = "wait"
         if on_full == CANCEL_RUNNING:  # SPEC 14.4: it waits; the start's cancel is limits.runs.bounds'
             on_full = "wait"
         replacing = on_full == "replace"
@@ -315,6 +313,9 @@ def _acquire_group_in_transaction(
                 full.swap_place(limit, late, request, now)
             rules.settle_all(locked, now, changes)
             granted = keys.group_slots(request, locked)
+        replaced = late
+    if replaced:  # SPEC 14.3: the queued runs whose start it replaced end 'replaced', never started
+        full.end_replaced_starts(replaced, members, run_id=run_id, request=request, base=base, now=now)
     if granted:
         changes.woken.remove(run_id)
         keys.confirm_group(granted, now, changes)

@@ -82,12 +82,10 @@ BOX_NAMED = (
     "declares run_concurrency"
 )
 CONCURRENCY_FIELDS = frozenset({"total", "per_key", "on_full", "max_waiting", "max_waiting_per_key"})
-# SPEC 14.1: what a start does when its workflow's own bound is full. 'replace' is SPEC 14.3 for
-# starts, not built yet: refused with NOT_BUILT. 'cancel_running' (14.4) needs the workflow's own
-# bound (NO_OWN_BOUND).
+# SPEC 14.1: what a start does when its workflow's own bound is full: all four are built for a
+# start; 'cancel_running' (14.4) needs the workflow's own bound (NO_OWN_BOUND).
 BOUND_ON_FULL = ("wait", "skip", "replace", CANCEL_RUNNING)
-START_ON_FULL = ("wait", "skip", CANCEL_RUNNING)  # built for a run's start
-NOT_BUILT = "on_full {value!r} is not built yet for a run's start (SPEC 14.3, 14.4: issue 47): use 'wait' or 'skip'"
+START_ON_FULL = BOUND_ON_FULL  # built for a run's start
 NO_OWN_BOUND = (
     "'cancel_running' needs the workflow's own bound (SPEC 14.4): declare @workflow(concurrency={{'total' or "
     "'per_key': ...}}); {workflow!r} has none"
@@ -256,7 +254,8 @@ def start_on_server(
     runs it woke woken after commit. A missing own bound (11.6) is synced and the call made
     again; an unknown or undeclared named limit is the WorkflowError bounds_for_run words. None:
     the case is the Python rules' (nothing was written). `on_full`: the start's (SPEC 14.1), None
-    for its bounds' own; a run answered at once comes back 'skipped' (SPEC 14.2, 14.5)."""
+    for its bounds' own; a run answered at once comes back 'skipped' (SPEC 14.2, 14.5), a run of
+    the batch a later one of it replaced 'replaced' (14.3: its cause read back, one query)."""
     bounds, declared = start_bounds(wf.name, limits)
     ids = [new_run_id() for _ in prepared]
     label = wf.name[:LABEL_MAX_LENGTH]
@@ -293,6 +292,8 @@ def start_on_server(
     else:  # pragma: no cover - the bound was just synced
         return None
     server.wake_on_commit(woken)
+    replaced = [run_id for run_id, status in zip(ids, statuses, strict=True) if status == Run.Status.REPLACED]
+    causes = dict(Run.objects.filter(id__in=replaced).values_list("id", "caused_by")) if replaced else {}
     runs = [
         runtime.loaded_run(
             id=run_id,
@@ -312,11 +313,11 @@ def start_on_server(
             dispatched_at=created if status == Run.Status.PENDING else None,
             created_at=created,
             started_at=None,
-            finished_at=created if status == Run.Status.SKIPPED else None,
+            finished_at=created if status in (Run.Status.SKIPPED, Run.Status.REPLACED) else None,
             updated_at=created,
             end_reason=reason or None,
             end_limit=full_name or None,
-            caused_by=None,
+            caused_by=causes.get(run_id),
         )
         for run_id, (input, reference), key, status, reason, full_name in zip(
             ids, prepared, keys, statuses, answer.reasons, answer.full_names, strict=True
@@ -370,7 +371,9 @@ def starting(sender: object, run: Run, **kwargs: object) -> str:
     same request), tie them to the run, and say 'start'; 'wait' if they lapsed meanwhile (it is
     back in the queues); an error message if its wait ended (timed out, cancelled). A run deferred
     to its start time (runtime.start_run_at) asks for its place only now: answered at once (SPEC
-    14.2, 14.5, with its workflow's start on_full) it ends 'skipped' here ('ended')."""
+    14.2, 14.5, with its workflow's start on_full) it ends 'skipped' here ('ended'). A run whose
+    start a newer one replaced (SPEC 14.3) and that is still queued (the replacing call found its
+    row held, by this worker) ends 'replaced' here ('ended')."""
     outcome = _acquire(run, _declared.get(run.workflow, Bounds(None, None, ())).start_on_full)
     if outcome.state in ("skipped", "refused"):
         end_unstarted(run.id, Run.Status.SKIPPED, reason=outcome.reason, limit=outcome.limit)
@@ -382,7 +385,26 @@ def starting(sender: object, run: Run, **kwargs: object) -> str:
         return "wait"
     if outcome.state == "timed_out":
         return f"no slot of {' + '.join(run.bounds)} within {QUEUE_TIMEOUT_MS} ms: the run never started"
+    if outcome.state == "replaced":  # SPEC 14.3: the engine could not end it then (this worker held its row)
+        reason, limit = _replaced_cause(outcome)
+        end_unstarted(run.id, Run.Status.REPLACED, reason=reason, limit=limit, caused_by=outcome.replaced_by_run)
+        return ENDED
     return f"the wait for {' + '.join(run.bounds)} was cancelled"
+
+
+def _replaced_cause(outcome: services.Acquisition) -> tuple[str, str]:
+    """The reason and limit of a run whose start was replaced and which the replacing call could not
+    end (full.end_replaced_starts): those the runs it ended with it were given, else its first
+    limit, 'limit_full'."""
+    sibling = (
+        Run.objects.filter(caused_by=outcome.replaced_by_run, status=Run.Status.REPLACED)
+        .exclude(end_reason="")
+        .values_list("end_reason", "end_limit")
+        .first()
+    )
+    if sibling is not None and sibling[0] and sibling[1]:
+        return sibling[0], sibling[1]
+    return "limit_full", outcome.limit
 
 
 def _acquire(run: Run, on_full: str | None = None) -> services.Acquisition:
@@ -469,9 +491,8 @@ def _named_limits(workflow_name: str, limits: object) -> tuple[str, ...]:
 
 
 def check_start_on_full(workflow_name: str, value: object, field: str = "on_full", *, own_bound: bool = True) -> str:
-    """SPEC 14.1: an on_full for a run's start ('wait', 'skip', and 'cancel_running' when the
-    workflow has its own bound, `own_bound`; 'replace' is refused as not built yet), or a
-    WorkflowError naming `field`."""
+    """SPEC 14.1: an on_full for a run's start ('wait', 'skip', 'replace', and 'cancel_running'
+    when the workflow has its own bound, `own_bound`), or a WorkflowError naming `field`."""
     if value == CANCEL_RUNNING and not own_bound:
         raise runtime.WorkflowError(
             f"workflow {workflow_name!r}: {field}: {NO_OWN_BOUND.format(workflow=workflow_name)}", field
@@ -479,8 +500,6 @@ def check_start_on_full(workflow_name: str, value: object, field: str = "on_full
     if value in START_ON_FULL:
         assert isinstance(value, str)
         return value
-    if value in BOUND_ON_FULL:
-        raise runtime.WorkflowError(f"workflow {workflow_name!r}: {field}: {NOT_BUILT.format(value=value)}", field)
     raise runtime.WorkflowError(
         f"workflow {workflow_name!r}: {field} must be one of {', '.join(repr(v) for v in BOUND_ON_FULL)}, "
         f"not {value!r}",

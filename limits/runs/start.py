@@ -82,7 +82,10 @@ def start_run(
     limits for this run (`[]`: only its own bound). A run that cannot start at once under bounds
     that skip (`on_full="skip"` for this start, else its bounds' own on_full), or whose queue is at
     its cap (max_waiting, max_waiting_per_key), comes back ended 'skipped' with its reason
-    (`end_reason`, `end_limit`), never started and in no queue (SPEC 14.2, 14.5)."""
+    (`end_reason`, `end_limit`), never started and in no queue (SPEC 14.2, 14.5). Under bounds
+    that replace (`on_full="replace"`, else its bounds' own), a run that cannot start at once takes
+    the queue place of its key's runs queued to start under the same bounds: they end 'replaced'
+    (`caused_by` this run), never started (SPEC 14.3); a run holding its slots is never touched."""
     keys: list[str | None] | None = None if concurrency_key is None else [concurrency_key]
     return _start(wf, [input], keys, limits, batch=False, on_full=on_full)[0]
 
@@ -97,9 +100,11 @@ def start_runs(
 ) -> list[Run]:
     """Start many runs of one workflow at once: created in one transaction, their bounds taken in
     the order given (trigger order, SPEC 11.3), published after commit; the runs come back in
-    that order. `concurrency_keys`: one per input (None for a run without a key), or None;
-    `limits` and `on_full` as for start_run, for every run: each run is judged in order, so a run
-    the batch's earlier runs filled the bounds for ends 'skipped' under a bound that skips. A bad
+    that order, as they are when the call returns (under bounds that replace, an earlier run of
+    the batch a later run of its key replaced comes back 'replaced', SPEC 14.3).
+    `concurrency_keys`: one per input (None for a run without a key), or None; `limits` and
+    `on_full` as for start_run, for every run: each run is judged in order, so a run the batch's
+    earlier runs filled the bounds for ends 'skipped' under a bound that skips. A bad
     input or key refuses the whole batch with its index named (`inputs[3]: ...`), and nothing is
     written."""
     if isinstance(inputs, str | bytes | Mapping) or not isinstance(inputs, Sequence):
@@ -164,7 +169,14 @@ def _start(
     # Checked, and the workflow's own bound synced if missing (11.6), before the batch's transaction.
     bounds, _ = run_bounds.bounds_for_run(workflow_name, limits)
     with transaction.atomic() if batch else nullcontext(), run_bounds.starting_with(chosen):
-        return [
+        runs = [
             runtime.start_run(registered, input, bounds=bounds or None, concurrency_key=key if bounds else "")
             for input, key in zip(inputs, checked, strict=True)
         ]
+    if len(runs) > 1 and bounds:  # SPEC 14.3: a run a later run of the batch replaced ended 'replaced'
+        queued = [run.id for run in runs if run.status == Run.Status.QUEUED]
+        replaced = set(Run.objects.filter(id__in=queued, status=Run.Status.REPLACED).values_list("id", flat=True))
+        for run in runs:
+            if run.id in replaced:
+                run.refresh_from_db()
+    return runs

@@ -1909,6 +1909,58 @@ BEGIN
 END
 $$;
 
+-- full.end_replaced_starts (SPEC 14.3 for a run's start): each run whose start acquisition
+-- ('<run>:start') is among the requests p_replaced (those the acquisition p_request of run p_run
+-- replaced), still queued, ends 'replaced', never started, at the run layer's time (p_now, else
+-- the statement's): end_reason and end_limit the first of the replacing acquisition's limits
+-- p_limits (locked, each with its key pool p_keys) that stops it once it joined (limits_refusal,
+-- at the limits' clock p_clock), else its first limit, 'limit_full' ('box_full' for the box);
+-- caused_by p_run. Its entries left the queues already and it holds nothing; it was woken (the
+-- worker finds it finished). A run whose row another transaction holds is not waited for (that
+-- one locked the run before the limits: waiting would deadlock): a cancel ends it, or its worker's
+-- start gate finds its start replaced and ends it so (limits.runs.bounds.starting). How many runs
+-- ended.
+CREATE OR REPLACE FUNCTION limits_end_replaced_starts(
+    p_replaced text[], p_run text, p_request text, p_limits bigint[], p_keys text[], p_base integer,
+    p_clock timestamptz, p_now timestamptz, p_owed_after_ms bigint
+) RETURNS integer
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off AS $$
+DECLARE
+    l limits_limit;
+    v_runs text[] := ARRAY(SELECT left(r, -6) FROM unnest(p_replaced) r WHERE right(r, 6) = ':start');
+    v_reason text;
+    v_limit text;
+    v_ended integer;
+    i integer;
+BEGIN
+    IF cardinality(v_runs) = 0 THEN
+        RETURN 0;
+    END IF;
+    FOR i IN 1 .. cardinality(p_limits) LOOP
+        SELECT * INTO l FROM limits_limit WHERE id = p_limits[i];
+        v_reason := limits_refusal(l, p_keys[i], p_request, p_base, p_clock, p_owed_after_ms);
+        IF v_reason IS NOT NULL THEN
+            v_limit := l.name;
+            EXIT;
+        END IF;
+    END LOOP;
+    IF v_reason IS NULL THEN
+        SELECT * INTO l FROM limits_limit WHERE id = p_limits[1];
+        v_limit := l.name;
+        v_reason := CASE WHEN l.kind = 'box' THEN 'box_full' ELSE 'limit_full' END;
+    END IF;
+    UPDATE studio_run
+    SET status = 'replaced', end_reason = v_reason, end_limit = v_limit, caused_by = p_run, suspended = false,
+        waiting_for = '', wait_deadline = NULL, lease_owner = '', lease_until = NULL,
+        finished_at = coalesce(p_now, statement_timestamp()), updated_at = coalesce(p_now, statement_timestamp())
+    WHERE id IN (  -- a run row another transaction holds (its worker at its start gate, a cancel) is left
+        SELECT r.id FROM studio_run r WHERE r.id = ANY (v_runs) AND r.status = 'queued' FOR UPDATE SKIP LOCKED
+    );
+    GET DIAGNOSTICS v_ended = ROW_COUNT;
+    RETURN v_ended;
+END
+$$;
+
 -- limits.engine.slots.acquire_group for a new request, with a key and/or several limits (SPEC 9,
 -- 10), in one call (issue 26). The limits are locked in id order with the other limits of the
 -- groups waiting in them (keys.lock). If nobody waits on any of them and each has room in its
@@ -2023,9 +2075,9 @@ BEGIN
                          OR limits_max_waiting_per_key(l) IS NOT NULL;
         END LOOP;
         -- SPEC 14.2, 14.3, 14.5, 14.7: skip or replace (the strictest on_full), or a queue's cap
-        -- (python._answered_at_once); a run's start (its request '<run>:start') too, except that
-        -- replace is not built for a start: a bound's 'replace' waits there, as 'wait'
-        -- (limits_start_runs ends a start answered at once 'skipped'). A call whose limits all
+        -- (python._answered_at_once); a run's start (its request '<run>:start') too
+        -- (limits_start_runs ends a start answered at once 'skipped'; the queued runs a start
+        -- replaces end 'replaced': limits_end_replaced_starts). A call whose limits all
         -- wait uncapped (v_special false, the box slot it holds aside), with no on_full of its own,
         -- reads no row again here.
         IF NOT v_free AND (v_special OR v_need < v_size OR v_on_full <> 'wait') THEN
@@ -2036,9 +2088,6 @@ BEGIN
                 END IF;
                 v_capped := v_capped OR limits_max_waiting(l) IS NOT NULL OR limits_max_waiting_per_key(l) IS NOT NULL;
             END LOOP;
-            IF v_on_full = 'replace' AND right(p_request, 6) = ':start' THEN
-                v_on_full := 'wait';
-            END IF;
             IF v_on_full = 'cancel_running' THEN  -- SPEC 14.4: the acquisition waits; the start's
                 v_on_full := 'wait';              -- cancel is limits_cancel_running's, after it joined
             END IF;
@@ -2200,7 +2249,7 @@ BEGIN
                 fair_pass, replacing
             ) VALUES (
                 l.id, p_run, p_request, p_label, p_keys[i], v_size, l.next_position - 1, 'waiting', v_now, deadline,
-                p_timeout_ms, v_pass, v_on_full = 'replace' AND right(p_request, 6) <> ':start'
+                p_timeout_ms, v_pass, v_on_full = 'replace'
             );
             IF p_keys[i] <> '' THEN
                 INSERT INTO limits_limitkey (limit_id, key, busy_count, reserved_count, waiting_count, created_at, head)
@@ -2216,7 +2265,7 @@ BEGIN
         -- grant did not reach it (it gave back the box slot it executed in, 12.2, and an older run
         -- took it): it replaces now, the oldest one's row becoming its entry, its own row what the
         -- oldest was (history, at the end); then the grant again
-        IF v_on_full = 'replace' AND cardinality(v_replaced) = 0 AND right(p_request, 6) <> ':start'
+        IF v_on_full = 'replace' AND cardinality(v_replaced) = 0
            AND NOT EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request AND state = 'reserved') THEN
             v_replaced := ARRAY(SELECT r FROM limits_replaceable(v_mine, p_keys, p_request) AS r);
             IF cardinality(v_replaced) > 0 THEN
@@ -2260,6 +2309,10 @@ BEGIN
                 SELECT * INTO settled FROM limits_grant(v_ids, v_now, p_reservation_ms, p_owed_after_ms);
                 woken := woken || settled.woken;
             END IF;
+        END IF;
+        IF cardinality(v_replaced) > 0 THEN  -- SPEC 14.3: the queued runs whose start it replaced
+            PERFORM limits_end_replaced_starts(v_replaced, p_run, p_request, v_mine, p_keys, v_base, v_now, p_now,
+                                               p_owed_after_ms);
         END IF;
         IF EXISTS (SELECT 1 FROM limits_slot WHERE request = p_request AND state = 'reserved') THEN
             -- granted at once: keys.confirm_group, its reservations turn busy together
@@ -2389,16 +2442,20 @@ $$;
 -- A run without bounds and no box is created 'pending'. A run whose acquisition is answered at once
 -- (SPEC 14.2, 14.5: p_on_full 'skip', else its bounds' own, or a queue at its cap) is created
 -- 'skipped', finished, never started, with its reason and the limit that stopped it (reasons[i],
--- full_names[i]; '' for the others). A run that waits under its workflow's own bound (p_limits[1])
--- with on_full 'cancel_running' in force (p_on_full, else the strictest of its bounds': SPEC 14.4,
--- 14.7) cancels the oldest holder of its key's pool (limits_cancel_running). Refusals (a limit unknown or undeclared:
+-- full_names[i]; '' for the others). With replace (SPEC 14.3: p_on_full, else its bounds' own), a
+-- run that cannot start at once takes the place of its key's runs queued to start under the same
+-- bounds, which end 'replaced' (limits_acquire_group: limits_end_replaced_starts), earlier runs of
+-- this batch too (statuses[i] 'replaced', its reason and limit). A run that waits under its
+-- workflow's own bound (p_limits[1]) with on_full 'cancel_running' in force (p_on_full, else the
+-- strictest of its bounds': SPEC 14.4, 14.7) cancels the oldest holder of its key's pool
+-- (limits_cancel_running). Refusals (a limit unknown or undeclared:
 -- bad_name; 'slow': the Python rules) are answered for the first run before anything is written;
 -- a later run refused (a limit undeclared meanwhile) raises LMSTR, so nothing of the batch stays.
 -- statuses: each run's; bounds: what every run holds (stored on it); woken: other runs to wake.
 CREATE OR REPLACE FUNCTION limits_start_runs(
     p_ids text[], p_workflow text, p_inputs jsonb[], p_references text[], p_keys text[], p_limits text[],
     p_label text, p_timeout_ms bigint, p_now timestamptz, p_reservation_ms bigint, p_owed_after_ms bigint,
-    p_on_full text DEFAULT NULL,  -- SPEC 14.1: the start's on_full ('wait', 'skip'), NULL: its bounds' own
+    p_on_full text DEFAULT NULL,  -- SPEC 14.1: the start's on_full ('wait', 'skip', 'replace'), NULL: its bounds' own
     OUT problem text, OUT bad_name text, OUT statuses text[], OUT bounds text[], OUT created timestamptz,
     OUT woken text[], OUT reasons text[], OUT full_names text[]
 )
@@ -2406,6 +2463,7 @@ LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = off SET jit = 
 DECLARE
     v_box boolean := EXISTS (SELECT 1 FROM limits_limit WHERE name = 'box' AND kind = 'box' AND declared);
     v_keys text[];
+    v_woke_mine boolean := false;  -- a run of the batch was woken (replaced, SPEC 14.3, or granted)
     g record;
     c record;
     v_own bigint;  -- SPEC 14.4: the workflow's own bound, when on_full 'cancel_running' is in force
@@ -2475,11 +2533,13 @@ BEGIN
             UPDATE limits_slot SET ends_with_run = true WHERE id = ANY (g.slot_ids) AND state = 'busy';
         END IF;
         woken := woken || g.woken;
+        v_woke_mine := v_woke_mine OR coalesce(g.woken && p_ids, false);
         IF g.outcome = 'waiting' AND v_own IS NOT NULL THEN  -- SPEC 14.4
             SELECT * INTO c FROM limits_cancel_running(
                 v_own, p_ids[i], p_keys[i], p_now, p_reservation_ms, p_owed_after_ms
             );
             woken := woken || c.woken;
+            v_woke_mine := v_woke_mine OR coalesce(c.woken && p_ids, false);
         END IF;
         INSERT INTO studio_run (
             id, workflow, input, status, error, suspended, waiting_for, bounds, concurrency_key, reference,
@@ -2491,6 +2551,17 @@ BEGIN
         );
         statuses := statuses || CASE WHEN g.outcome = 'busy' THEN 'pending' ELSE 'queued' END;
     END LOOP;
+    IF v_woke_mine THEN  -- SPEC 14.3: a run of the batch a later one replaced, ended 'replaced'
+        FOR g IN
+            SELECT n.ord, r.end_reason, r.end_limit
+            FROM unnest(p_ids) WITH ORDINALITY AS n(id, ord) JOIN studio_run r ON r.id = n.id
+            WHERE r.status = 'replaced' AND statuses[n.ord] = 'queued'
+        LOOP
+            statuses[g.ord] := 'replaced';
+            reasons[g.ord] := g.end_reason;
+            full_names[g.ord] := g.end_limit;
+        END LOOP;
+    END IF;
 END
 $$;
 

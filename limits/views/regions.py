@@ -179,13 +179,14 @@ def _live_context(
 def _activity(limit: Limit) -> list[AuditEvent | selectors.SlotEvent | selectors.RunEndEvent]:
     """The audit log (operator actions, deploys, max-hold take-backs), the feed of grants and
     frees from the slots (selectors.slot_feed) and the runs it skipped, replaced or cancelled
-    (selectors.run_endings, SPEC 14.6; asked only of a limit that ever skipped, refused or cancelled),
+    (selectors.run_endings, SPEC 14.6; asked only of a limit that ever skipped, refused, replaced or
+    cancelled),
     newest first, ACTIVITY_SIZE in all: three queries, or four, whatever the history holds."""
     events: list[AuditEvent | selectors.SlotEvent | selectors.RunEndEvent] = [
         *selectors.recent_activity(limit, size=ACTIVITY_SIZE),
         *selectors.slot_feed(limit, size=ACTIVITY_SIZE),
     ]
-    if limit.skipped_count or limit.refused_count or limit.cancelled_count:
+    if limit.skipped_count or limit.refused_count or limit.replaced_count or limit.cancelled_count:
         events += selectors.run_endings(limit, size=ACTIVITY_SIZE)
     return sorted(events, key=lambda event: event.at, reverse=True)[:ACTIVITY_SIZE]
 

@@ -91,7 +91,7 @@ from tests.skew.sitecustomize import SKEW_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
-FINISHED = ("completed", "failed", "cancelled")
+FINISHED = ("completed", "failed", "cancelled", "skipped", "replaced")
 SINGLE_WORKFLOWS = ("chaos_with_limit", "chaos_acquire")
 GUARDED_WORKFLOWS = (*SINGLE_WORKFLOWS, "chaos_with_limits", "chaos_acquire_slots")
 PAUSED_LIMIT = "guarded-work"  # the limit the chaos driver pauses and resumes (SPEC 5.6)
@@ -753,9 +753,11 @@ class Load:
         else:  # the same under a whole-run bound: queued before its first step (SPEC 11)
             key = self.rng.choice([None, "tenant-1", "tenant-1", "tenant-2"])
             bounded = {"label": f"bounded-{n}", "seconds": round(rng.uniform(0.5, 1.5), 3), "key": key}
-            # SPEC 14.4, one start in three: cancel the key's oldest run holding the bound, whose
-            # guarded step must still never overlap this run's (guarded_max_per_key, from the side files)
-            on_full = "cancel_running" if rng.random() < 1 / 3 else None
+            # SPEC 14.4, one start in four: cancel the key's oldest run holding the bound, whose
+            # guarded step must still never overlap this run's (guarded_max_per_key, from the side
+            # files); SPEC 14.3, another one in four: the key's runs queued to start end 'replaced'
+            roll = rng.random()
+            on_full = "cancel_running" if roll < 0.25 else "replace" if roll < 0.5 else None
             run = start_run(BOUNDED_WORKFLOW, bounded, concurrency_key=key, on_full=on_full)
         self.started[run.workflow] += 1
         self.recent = [*self.recent[-200:], run.id]
@@ -971,14 +973,14 @@ def wait_for_quiet(load: Load, timeout: float, supervise: Any) -> tuple[bool, fl
 
 
 def outcomes() -> tuple[Counter[str], list[str]]:
-    """Each run's outcome, and the problems: runs stranded (not finished) or failed for a reason
-    other than a slot timeout."""
+    """Each run's outcome, and the problems: runs stranded (not finished), failed for a reason
+    other than a slot timeout, or ended skipped or replaced (SPEC 14) after they started."""
     from stackbone.models import Run
 
     counts: Counter[str] = Counter()
     problems: list[str] = []
-    for run_id, workflow, status, output, error in Run.objects.values_list(
-        "id", "workflow", "status", "output", "error"
+    for run_id, workflow, status, output, error, started_at in Run.objects.values_list(
+        "id", "workflow", "status", "output", "error", "started_at"
     ):
         output = output if isinstance(output, dict) else {}
         if status == "completed":
@@ -988,6 +990,10 @@ def outcomes() -> tuple[Counter[str], list[str]]:
             counts["timed out"] += 1  # export_report: with_limit re-raises the timeout
         elif status == "cancelled":
             counts["cancelled"] += 1
+        elif status in ("skipped", "replaced"):  # SPEC 14: ended before it started, never ran
+            counts[status] += 1
+            if started_at is not None:
+                problems.append(f"{run_id} ({workflow}) ended {status} after it started")
         elif status == "failed":
             counts["failed"] += 1
             problems.append(f"{run_id} ({workflow}) failed: {error.strip().splitlines()[-1] if error else '?'}")

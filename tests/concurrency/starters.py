@@ -1,9 +1,10 @@
 """The ``starter`` role of tests/concurrency/worker.py: one process's runs of a workflow whose own
 bound skips and caps its queue (SPEC 14.2, 14.5 for a run's start). It starts runs (a random key
-of a few, on_full its bound's 'skip' or 'wait' for the call), advances its runs as a Celery worker
+of a few, on_full its bound's 'skip', or 'wait' or 'replace' for the call), advances its runs as a Celery worker
 would (a woken queued run passes the start gate, then its body runs and ends, freeing its slot for
 the next), and cancels one now and then; at the end it drains what it started. It reports each
-start's answer: the run's status, its reason and limit."""
+start's answer: the run's status, its reason and limit. A start that replaces (SPEC 14.3) ends
+its key's runs queued to start 'replaced'."""
 
 from __future__ import annotations
 
@@ -54,7 +55,10 @@ def starter(params: dict[str, Any]) -> dict[str, Any]:
         try:
             if roll < 0.55:
                 run = start_run(
-                    WORKFLOW, {"n": ops}, concurrency_key=rng.choice(KEYS), on_full=rng.choice([None, None, "wait"])
+                    WORKFLOW,
+                    {"n": ops},
+                    concurrency_key=rng.choice(KEYS),
+                    on_full=rng.choice([None, None, "wait", "replace"]),
                 )
                 mine.append(run.id)
                 started.append({"id": run.id, "status": run.status, "reason": run.end_reason, "limit": run.end_limit})

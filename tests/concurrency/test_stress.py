@@ -222,9 +222,9 @@ def test_skips_and_a_capped_queue_hold_under_six_processes_and_two_sweeps(tmp_pa
 
 
 def test_starts_under_a_bound_that_skips_and_caps_its_queue_hold_under_six_processes(tmp_path: Path) -> None:
-    """SPEC 14.2, 14.5 for a run's start, under real concurrency: six processes start runs of a
-    workflow whose own bound skips (total 3, per_key 2, max_waiting 4, max_waiting_per_key 2),
-    some asking to wait instead; they advance their runs as workers do and cancel some, while two
+    """SPEC 14.2, 14.3, 14.5 for a run's start, under real concurrency: six processes start runs of
+    a workflow whose own bound skips (total 3, per_key 2, max_waiting 4, max_waiting_per_key 2),
+    some asking to wait or to replace instead; they advance their runs as workers do and cancel some, while two
     sweeps run. Never: a bound or pool over its size, a queue over its cap (the monitor, and
     `limits verify` from the rows, starts judged too), a skipped run with a row in any queue or a
     slot, or without its cause; the skips counted on the bound as they happened; and once quiet,
@@ -260,6 +260,16 @@ def test_starts_under_a_bound_that_skips_and_caps_its_queue_hold_under_six_proce
     assert QueueEntry.objects.filter(state="waiting").count() == 0, seed
     assert Run.objects.filter(status="completed").count() > 20, seed
     assert any(answer["status"] == "queued" for answer in answers), seed  # some waited, on_full="wait"
+    # SPEC 14.3: starts that replaced ended their key's queued runs 'replaced', each naming its
+    # replacer (check n above), never started, holding nothing, counted on the bound
+    replaced = Run.objects.filter(status="replaced")
+    assert replaced.exists(), seed
+    assert not replaced.filter(started_at__isnull=False).exists() and not replaced.filter(caused_by=None).exists()
+    ids = list(replaced.values_list("id", flat=True))
+    assert not Slot.objects.filter(run_id__in=ids, state__in=["busy", "reserved"]).exists(), seed
+    assert not QueueEntry.objects.filter(run_id__in=ids, state="waiting").exists(), seed
+    assert QueueEntry.objects.filter(run_id__in=ids, state="replaced").values("run_id").distinct().count() == len(ids)
+    assert bound.replaced_count == QueueEntry.objects.filter(limit=bound, state="replaced").count() >= len(ids), seed
     assert_counters_match_rows(starters.BOUND)
 
 

@@ -92,6 +92,12 @@ def build_report(report: str) -> str:
     return report
 
 
+@task(concurrency={"per_key": 1}, concurrency_key="account", on_full="replace")  # type: ignore[call-overload]
+def sync_account(account: str, note: str = "") -> str:
+    """SPEC 14.3 for a task: if a sync of the account is already waiting, the newest one matters."""
+    return note
+
+
 @task
 def noop(*args: Any, **kwargs: Any) -> None:
     return None

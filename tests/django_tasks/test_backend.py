@@ -40,6 +40,7 @@ from limits.django_tasks import (
     LimitsBackend,
     TaskRunCancelled,
     TaskRunFailed,
+    TaskRunReplaced,
     TaskRunSkipped,
 )
 from limits.models import Limit, QueueEntry
@@ -208,13 +209,42 @@ def test_a_task_s_on_full_is_what_its_starts_ask_for_and_a_skipped_run_is_failed
     assert not QueueEntry.objects.filter(run_id=second.id).exists()
 
 
+def test_a_task_that_replaces_ends_its_key_s_queued_run_replaced_and_failed_with_its_cause(tasks) -> None:
+    """SPEC 14.3, 15.3: a task declared on_full="replace": a run that cannot start at once takes
+    the place of its key's run queued to start, which ends replaced, never started, and its result
+    is FAILED with TaskRunReplaced naming the run that replaced it; the run holding its slot and
+    another key's run are untouched."""
+    holder = tasks.sync_account.enqueue("acme", "first")
+    older = tasks.sync_account.enqueue("acme", "second")
+    other = tasks.sync_account.enqueue("globex", "first")
+    newer = tasks.sync_account.enqueue("acme", "third")
+    assert [r.status for r in (holder, older, other, newer)] == [READY, READY, READY, READY]
+    result = tasks.sync_account.get_result(older.id)
+    assert result.status == FAILED
+    [error] = result.errors
+    assert error.exception_class is TaskRunReplaced
+    assert error.traceback == f"the run was replaced by {newer.id} before it started\n"
+    bound = "workflow.tests.django_tasks.tasks.sync_account"
+    run = Run.objects.get(id=older.id)
+    assert (run.status, run.end_reason, run.end_limit, run.caused_by, run.started_at) == (
+        "replaced",
+        "key_pool_full",
+        bound,
+        newer.id,
+        None,
+    )
+    statuses = dict(Run.objects.filter(id__in=[holder.id, other.id, newer.id]).values_list("id", "status"))
+    assert statuses == {holder.id: "pending", other.id: "pending", newer.id: "queued"}
+    assert Limit.objects.get(name=bound).replaced_count == 1
+
+
 def test_a_task_s_on_full_is_checked_when_the_task_is_defined(tasks) -> None:
     name = "tests.django_tasks.test_backend.spare"
     with pytest.raises(InvalidLimitsTask, match="on_full must be one of 'wait', 'skip', 'replace'") as bad:
         task(limits=["partner-api"], on_full="drop")(spare)  # type: ignore[call-overload]
     assert isinstance(bad.value, InvalidTask) and isinstance(bad.value, WorkflowError)
-    with pytest.raises(InvalidLimitsTask, match="on_full 'replace' is not built yet"):
-        task(limits=["partner-api"], on_full="replace")(spare)  # type: ignore[call-overload]
+    with pytest.raises(InvalidLimitsTask, match="on_full 'cancel_running' is not built yet"):
+        task(limits=["partner-api"], on_full="cancel_running")(spare)  # type: ignore[call-overload]
     with pytest.raises(InvalidLimitsTask) as unbounded:
         task(on_full="skip")(spare)  # type: ignore[call-overload]
     assert str(unbounded.value) == ON_FULL_WITHOUT_BOUNDS.format(name=name)

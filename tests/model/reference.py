@@ -359,8 +359,6 @@ class Model:
             and self.whole_run_room(lim.name, request)
             for lim, k in needed
         )
-        if request.endswith(":start") and (on_full or _strictest(lim.declared_on_full for lim in mine)) == "replace":
-            on_full = "wait"  # 14.3 is not built for a run's start: its 'replace' waits
         if not free and self._answers_at_once(names, on_full):
             # 14.2, 14.5, 14.7 (a run's start '<run>:start' too): the runs waiting first; the room
             # left is this run's if it fits

@@ -480,6 +480,8 @@ class EngineAgainstModel(RuleBasedStateMachine):
             self.model.fair_reordered = 0
         if self.model.replaces:
             SEEN["replace: a key's waiting runs replaced"] += self.model.replaces
+            if getattr(got, "request", "").endswith(":start"):
+                SEEN["start: replaced its key's waiting runs"] += 1  # SPEC 14.3 for a run's start
             self.model.replaces = 0
         if self.model.turns_seen:
             SEEN.update({f"fair: {what}": count for what, count in self.model.turns_seen.items()})

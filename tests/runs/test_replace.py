@@ -2,8 +2,8 @@
 'replace' takes the place of its key's runs waiting for the same limits; their acquire_slot
 (acquire_slots, with_limit, hold_slot) raises SlotReplacedError (recognised by `.is_`, naming the
 limit and the replacing acquisition and run) once they are woken, and a replay raises it again
-from the recorded step, never asking the engine anew. A run's start stays exempt (11.3: it
-waits whatever its bounds' on_full)."""
+from the recorded step, never asking the engine anew. A run's start under such a limit replaces
+too (its key's runs queued to start end 'replaced': tests/runs/test_start_replace.py)."""
 
 from __future__ import annotations
 
@@ -151,9 +151,12 @@ def test_the_error_pickles_and_is_recognised_from_another_copy() -> None:
     assert SlotReplacedError.is_(CopyOfIt()) and not SlotReplacedError.is_(ValueError())
 
 
-def test_a_start_waits_whatever_its_limits_on_full(full) -> None:
-    """A run's own start ('<run>:start') is exempt from on_full for now: it waits (11.3)."""
+def test_a_start_under_a_limit_that_replaces_replaces_the_key_s_queued_start(full) -> None:
+    """A run's own start ('<run>:start') follows its limits' on_full too (SPEC 14.3): the newer
+    start takes the place of the key's run queued to start, which ends 'replaced'."""
     first = start_run(replace_or_wait, {"limit": "voice-calls"}, limits=["syncs"], concurrency_key="acme")
     second = start_run(replace_or_wait, {"limit": "voice-calls"}, limits=["syncs"], concurrency_key="acme")
-    assert Run.objects.get(id=first.id).status == Run.objects.get(id=second.id).status == "queued"
-    assert queue("syncs") == [first.id, second.id]
+    assert Run.objects.get(id=second.id).status == "queued"
+    replaced = Run.objects.get(id=first.id)
+    assert (replaced.status, replaced.caused_by, replaced.end_limit) == ("replaced", second.id, "syncs")
+    assert queue("syncs") == [second.id]

@@ -81,7 +81,6 @@ def assert_skipped(run: Run, reason: str, limit: str) -> None:
     ("concurrency", "message"),
     [
         ({"total": 1, "on_full": "drop"}, "concurrency on_full must be one of 'wait', 'skip'"),
-        ({"total": 1, "on_full": "replace"}, "concurrency on_full: on_full 'replace' is not built yet"),
         ({"total": 1, "max_waiting": 0}, "concurrency max_waiting must be a whole number from 1 to 1,000,000"),
         ({"total": 1, "max_waiting_per_key": "3"}, "concurrency max_waiting_per_key must be a whole number"),
         ({"total": 1, "max_waiting": True}, "concurrency max_waiting must be a whole number"),
@@ -167,7 +166,6 @@ def test_the_start_chooses_its_own_on_full(bounds) -> None:
     ("on_full", "message"),
     [
         ("drop", "on_full must be one of 'wait', 'skip', 'replace', 'cancel_running', not 'drop'"),
-        ("replace", "on_full: on_full 'replace' is not built yet for a run's start"),
         (3, "on_full must be one of"),
     ],
 )

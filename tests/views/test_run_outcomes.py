@@ -31,6 +31,14 @@ def outcome_skips(input: dict) -> None:
     return None
 
 
+REPLACING = "workflow.test_outcome_replaces"
+
+
+@workflow(name="test_outcome_replaces", concurrency={"per_key": 1, "on_full": "replace"})
+def outcome_replaces(input: dict) -> None:
+    return None
+
+
 @pytest.fixture
 def skipped() -> Run:
     run_bounds.sync(["test_outcome_skips"])
@@ -70,6 +78,31 @@ def test_the_run_page_names_the_run_that_caused_it(clock, viewer_client: Client)
     )
     page = viewer_client.get(f"/studio/runs/{replaced.id}/").content.decode()
     assert 'class="caused-by"' in page and f"/studio/runs/{cause.id}/" in page
+
+
+def test_a_start_replaced_shows_the_run_that_replaced_it_and_is_listed_replaced(viewer_client: Client) -> None:
+    """SPEC 14.3 for a run's start: the queued run a newer start of its key replaced says so on its
+    page (its reason, its limit, "Replaced by" the newer run's link), and the runs list's filter,
+    the CLI and the API find it by its status."""
+    run_bounds.sync(["test_outcome_replaces"])
+    start_run(outcome_replaces, {}, concurrency_key="acme")
+    older = start_run(outcome_replaces, {}, concurrency_key="acme")
+    newer = start_run(outcome_replaces, {}, concurrency_key="acme")
+    page = viewer_client.get(f"/studio/runs/{older.id}/").content.decode()
+    assert "a newer run of its key took its place in the queue" in page
+    assert 'data-reason="key_pool_full"' in page and "<dt>Replaced by</dt>" in page
+    assert f'href="/studio/runs/{newer.id}/"' in page and REPLACING in page
+    screen = viewer_client.get("/studio/runs/", {"status": "replaced"}).content.decode()
+    assert '<option value="replaced" selected>' in screen and older.id in screen and newer.id not in screen
+    code, out = cli("list", "--status", "replaced", "--json")
+    assert code == 0 and [run["id"] for run in json.loads(out)["runs"]] == [older.id]
+    [row] = RunsApi(run_operator()[1]).get(status="replaced").json()["runs"]
+    assert (row["id"], row["end_reason"], row["end_limit"], row["caused_by"]) == (
+        older.id,
+        "key_pool_full",
+        REPLACING,
+        newer.id,
+    )
 
 
 def test_the_runs_list_filters_by_the_new_statuses(skipped, viewer_client: Client) -> None:
