@@ -6,9 +6,9 @@ replaced it; and filters the Runs screen by status skipped, then replaced, with 
 seeing only those runs. Nothing scrolls sideways. The view tests (tests/views/
 test_run_outcomes.py) hold the HTML; this holds what a user sees and does.
 
-The skipped runs are made by start_run (a start with on_full "skip", and a start past the key's
-cap of its queue); the replaced run is written as a row, as the start that replaces (SPEC 14.3 for
-a run's start) is not built yet."""
+Every run is made by start_run: the skipped ones by a start with on_full "skip" and a start past
+the key's cap of its queue, the replaced one by a newer start of its key with on_full "replace"
+(SPEC 14.3 for a run's start), which took its place in the queue."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from limits.engine.results import REASONS
@@ -41,22 +40,13 @@ def reconcile(input: dict) -> None:
 def runs(transactional_db, no_worker) -> dict[str, Run]:
     """For KEY: `holder` runs, `queued` waits, `refused` found the key's share of the queue full,
     `skipped` chose on_full "skip"; `replaced` was replaced by `queued`."""
-    made = {name: start_run(reconcile, {"n": name}, concurrency_key=KEY) for name in ("holder", "queued", "refused")}
+    made = {name: start_run(reconcile, {"n": name}, concurrency_key=KEY) for name in ("holder", "replaced")}
+    made["queued"] = start_run(reconcile, {"n": "queued"}, concurrency_key=KEY, on_full="replace")
+    made["refused"] = start_run(reconcile, {"n": "refused"}, concurrency_key=KEY)
     made["skipped"] = start_run(reconcile, {"n": "skipped"}, concurrency_key=KEY, on_full="skip")
-    now = timezone.now()
-    made["replaced"] = Run.objects.create(
-        workflow=NAME,
-        input={"n": "replaced"},
-        concurrency_key=KEY,
-        status=Run.Status.REPLACED,
-        end_reason="key_pool_full",
-        end_limit=BOUND,
-        caused_by=made["queued"].id,
-        created_at=now,
-        updated_at=now,
-        finished_at=now,
-    )
-    assert [made[name].status for name in made] == ["pending", "queued", "skipped", "skipped", "replaced"]
+    made["replaced"].refresh_from_db()
+    assert made["replaced"].caused_by == made["queued"].id
+    assert [made[name].status for name in made] == ["pending", "replaced", "queued", "skipped", "skipped"]
     assert (made["refused"].end_reason, made["skipped"].end_reason) == ("key_queue_full", "key_pool_full")
     return made
 

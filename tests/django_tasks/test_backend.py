@@ -243,7 +243,7 @@ def test_a_task_s_on_full_is_checked_when_the_task_is_defined(tasks) -> None:
     with pytest.raises(InvalidLimitsTask, match="on_full must be one of 'wait', 'skip', 'replace'") as bad:
         task(limits=["partner-api"], on_full="drop")(spare)  # type: ignore[call-overload]
     assert isinstance(bad.value, InvalidTask) and isinstance(bad.value, WorkflowError)
-    with pytest.raises(InvalidLimitsTask, match="on_full 'cancel_running' is not built yet"):
+    with pytest.raises(InvalidLimitsTask, match="'cancel_running' needs the workflow's own bound"):
         task(limits=["partner-api"], on_full="cancel_running")(spare)  # type: ignore[call-overload]
     with pytest.raises(InvalidLimitsTask) as unbounded:
         task(on_full="skip")(spare)  # type: ignore[call-overload]
