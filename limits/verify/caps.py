@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import heapq
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from limits.models import AuditEvent, QueueEntry
@@ -50,7 +50,7 @@ class CapChecks(HistoryRows):
         waiting: list[tuple[dt.datetime, int, str]] = []  # (finished_at, position, key): a heap by leaving time
         by_key: Counter[str] = Counter()
         seen: set[str] = set()
-        for entry in sorted(self.entries, key=lambda e: (e["enqueued_at"], e["position"])):
+        for entry in sorted(self.entries, key=self._join_order()):
             at = entry["enqueued_at"]
             while waiting and waiting[0][0] <= at:
                 _, _, key = heapq.heappop(waiting)
@@ -74,6 +74,33 @@ class CapChecks(HistoryRows):
                 heapq.heappush(waiting, (finished or FOREVER, entry["position"], entry["key"]))
                 by_key[entry["key"]] += 1
         return violations
+
+    def _join_order(self) -> Callable[[Mapping[str, Any]], tuple[dt.datetime, int, int]]:
+        """The order the entries joined in: by instant, then by the place each took (its position),
+        except for the row of history of the oldest entry a replace took the place of (SPEC 14.3,
+        full.take_place, swap_place): that row moved to a new ticket at the end, the largest
+        position of the rows its replacer replaced here, and its place (its old position) is its
+        replacer's row now; so it is ordered there, just before its replacer. In one instant of the
+        clock (several calls, or a join and the replace that follows it) ordering it by its new
+        ticket would put it after runs that joined after it."""
+        moved: dict[int, int] = {}  # the moved row's id: the position it had
+        replacers: dict[str, int] = {}
+        for e in self.entries:
+            if e["replacing"]:
+                replacers[e["request"]] = min(e["position"], replacers.get(e["request"], e["position"]))
+        newest: dict[str, Mapping[str, Any]] = {}
+        for e in self.entries:
+            by = e["replaced_by"]
+            if (
+                e["state"] == QueueEntry.State.REPLACED
+                and by
+                and (by not in newest or e["position"] > newest[by]["position"])
+            ):
+                newest[by] = e
+        for by, e in newest.items():
+            if by in replacers and replacers[by] < e["position"]:
+                moved[e["id"]] = replacers[by]
+        return lambda e: (e["enqueued_at"], moved.get(e["id"], e["position"]), 0 if e["id"] in moved else 1)
 
     # --- o. replace ---------------------------------------------------------------------------
 

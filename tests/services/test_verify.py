@@ -332,3 +332,22 @@ def test_a_replace_that_left_its_keys_run_waiting_and_a_replaced_entry_naming_no
     later = start + dt.timedelta(seconds=1)
     raw_entry(limit, "a5:1", later, key="acme", replacing=True, state="granted", finished_at=later)
     assert not [v for v in violations("syncs") if "a5:1" in v]
+
+
+def test_a_replace_in_the_instant_its_queue_filled_is_not_a_join_past_the_cap(clock) -> None:
+    """Check m and replace (the model test's seed 55 found the check too strict): the runs that
+    fill a capped queue and the one that replaces the oldest of them, all in one instant of the
+    database's clock. The replaced entry's row of history moves to a new ticket at the end (its
+    place, the smaller position, is its replacer's now), so ordered by position inside the instant
+    it looked as if it joined last, behind a full queue. It joined first: its replacer's place."""
+    declare(replacing={"capacity": 1, "max_hold": "10m", "max_waiting": 3, "on_full": "replace"})
+    acquire("replacing", run_id="holder", key="flood")
+    for run_id, key in (("f1", "flood"), ("k2", "k2"), ("k3", "k3")):
+        assert acquire("replacing", run_id=run_id, request=f"{run_id}:1", key=key).state == "waiting"
+    assert acquire("replacing", run_id="f2", request="f2:1", key="flood").state == "waiting"  # replaces f1
+    assert QueueEntry.objects.get(request="f1:1").state == "replaced"
+    assert violations("replacing") == []
+    start = timezone.now() + dt.timedelta(seconds=1)
+    raw_entry(Limit.objects.get(name="replacing"), "barger:1", start, key="k4")  # still caught after it
+    found = [found for found in violations("replacing") if "max_waiting" in found]  # the hand-made row's
+    assert len(found) == 1 and "barger:1 joined" in found[0] and "(max_waiting 3)" in found[0]  # counters aside
