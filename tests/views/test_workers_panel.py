@@ -145,6 +145,7 @@ def test_stackbone_workers_json(answered) -> None:
     assert answer["pending"] == {"runs": 0, "oldest_seconds": None}
     assert answer["bounded_by_workers"] == [
         {"limit": "voice-calls", "kind": "limit", "capacity": 20},
+        {"limit": "workflow.deploy_branch", "kind": "workflow", "capacity": 100_000},  # per key only
         {"limit": "workflow.sync_tenant", "kind": "workflow", "capacity": 100_000},  # per key only
     ]
 
