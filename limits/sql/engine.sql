@@ -2662,8 +2662,11 @@ BEGIN
     IF e.key <> '' THEN
         UPDATE limits_limitkey k
         SET waiting_count = k.waiting_count - 1, reserved_count = k.reserved_count + 1,
-            -- its head granted: the next one, found from there
-            head = limits_key_head(l.id, e.key, CASE WHEN k.head = e.position THEN e.position ELSE 0 END)
+            -- its head granted: the next one, found from there; else the oldest, from the lowest
+            -- position (a canceller's entry in the front band, SPEC 14.4, is below 0)
+            head = limits_key_head(
+                l.id, e.key, CASE WHEN k.head = e.position THEN e.position ELSE -9223372036854775808 END
+            )
         WHERE k.limit_id = l.id AND k.key = e.key;
     END IF;
 END
@@ -2671,18 +2674,25 @@ $$;
 
 -- grant._Grant._fair_stream (SPEC 13.2), a fair limit's next entry: among the keys with a waiting
 -- entry whose pool has room, first those holding fewer than their min, then the smallest in use /
--- weight, ties to the smallest pass (the key's turns), then to the oldest head; that key's oldest entry not dealt with yet (p_dealt), not behind
--- an owed run (p_owed) and with room for a whole run under the box's base (p_base). The no-key
--- pool's entries up to p_nokey_after were dealt with in this grant (limits_grant's v_nokey_after).
+-- weight, ties to the smallest pass (the key's turns), then to the oldest head; that key's oldest
+-- entry not dealt with yet (p_dealt), not behind an owed run (p_owed). The no-key pool's entries up
+-- to p_nokey_after were dealt with in this grant (limits_grant's v_nokey_after).
+--
+-- A run's start that the box's base holds back (12.3) comes up like any entry, as in
+-- grant._Grant._fair_stream: limits_grant deals with it and passes it (grant._Grant.open_to), so
+-- the younger runs of its key are not left to it (limits_grant's left-to-fairness check waits for
+-- "an older run of its key [...] not dealt with yet"). Left out here (before limits/0051), it was
+-- never dealt with, and a younger group of its key waited with room on all its limits
+-- (tests/model/test_found_whole_run_turns.py). p_base is no longer read; the signature stays.
 --
 -- Cheap at 10,000 waiting keys: the keys are read in that order from the index limitkey_fair_order
 -- (limits/0033: the ORDER BY below is its definition), each with its head kept on its row
--- (limits_key_head). A key's stored head is a lower bound of the entry it can give (its head
--- may be dealt with, or wait for whole-run room), so the scan stops at the first key whose
--- (under min, share, stored head) is not below the best found: one key read in the common case,
--- more only past keys whose pool is full, whose head waits behind an owed run or for whole-run
--- room, or was dealt with and a younger one of theirs granted since (limits_grant moves a dealt
--- key's head on to its next entry for the rest of its call: dealt keys are not walked again).
+-- (limits_key_head). A key's stored head is a lower bound of the entry it can give (its head may
+-- be dealt with), so the scan stops at the first key whose (under min, share, stored head) is not
+-- below the best found: one key read in the common case, more only past keys whose pool is full,
+-- whose head waits behind an owed run, or was dealt with and a younger one of theirs granted since
+-- (limits_grant moves a dealt key's head on to its next entry for the rest of its call: dealt keys
+-- are not walked again).
 CREATE OR REPLACE FUNCTION limits_fair_next(
     lim limits_limit, p_owed bigint, p_dealt bigint[], p_base integer, p_nokey_after bigint
 )
@@ -2701,7 +2711,6 @@ BEGIN
         SELECT h.position INTO b_head FROM limits_queueentry h
         WHERE h.limit_id = lim.id AND h.state = 'waiting' AND h.key = ''
           AND h.position > p_nokey_after AND h.position <= p_owed AND NOT (h.id = ANY (p_dealt))
-          AND limits_whole_run_room(lim, h.request, p_base)
         ORDER BY h.position
         LIMIT 1;
         b_has_min := true;
@@ -2722,7 +2731,6 @@ BEGIN
         SELECT h.position INTO v_head FROM limits_queueentry h
         WHERE h.limit_id = lim.id AND h.key = k.key AND h.key <> '' AND h.state = 'waiting'
           AND h.position >= k.head AND h.position <= p_owed AND NOT (h.id = ANY (p_dealt))
-          AND limits_whole_run_room(lim, h.request, p_base)
         ORDER BY h.position
         LIMIT 1;
         IF v_head IS NOT NULL
@@ -2839,14 +2847,16 @@ BEGIN
             WHERE lim.id = ANY (p_limits) AND lim.waiting_count > 0
               AND limits_room(lim) > 0 AND NOT limits_is_fair(lim)
             UNION ALL
-            -- grant._Grant._fair_stream (SPEC 13.2): the next entry of a fair limit (limits_fair_next)
+            -- grant._Grant._fair_stream (SPEC 13.2): the next entry of a fair limit (limits_fair_next),
+            -- its no-key pool from the lowest position too (a canceller without a key on a fair
+            -- bound waits in the front band: tests/runs/test_cancel_running.py)
             SELECT f.*
             FROM limits_limit lim
             CROSS JOIN LATERAL (
                 SELECT coalesce(limits_owed_position(lim, p_now, p_owed_after_ms), 9223372036854775807) AS owed
             ) o
             CROSS JOIN LATERAL limits_fair_next(
-                lim, o.owed, v_dealt, v_base, coalesce((v_nokey_after ->> lim.id::text)::bigint, 0)
+                lim, o.owed, v_dealt, v_base, coalesce((v_nokey_after ->> lim.id::text)::bigint, -9223372036854775808)
             ) f
             WHERE lim.id = ANY (p_limits) AND lim.waiting_count > 0
               AND limits_room(lim) > 0 AND limits_is_fair(lim)
@@ -2871,6 +2881,12 @@ BEGIN
             END IF;
         END IF;
         CONTINUE WHEN e.request = ANY (v_decided);
+        -- grant._Grant.open_to: a run's start that the box's base holds back here (12.3) is dealt
+        -- with above and passed (only a fair limit's stream gives one: the fifo scan leaves it out)
+        IF v_base IS NOT NULL AND right(e.request, 6) = ':start' THEN
+            SELECT * INTO l FROM limits_limit WHERE id = e.limit_id;
+            CONTINUE WHEN NOT limits_whole_run_room(l, e.request, v_base);
+        END IF;
         IF e.group_size = 1 THEN
             v_here := ARRAY[e];
             v_ok := true;

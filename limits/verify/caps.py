@@ -32,7 +32,13 @@ class CapChecks(HistoryRows):
         to the queue whatever its length (3.6). A run's start (its request '<run>:start') is
         judged as any acquisition (capped since issue 47). An entry granted at the instant it
         joined never made the queue longer (a run the room left fits joins and is granted in the
-        same call, SPEC 14.2, 14.5): not judged either."""
+        same call, SPEC 14.2, 14.5): not judged either. Nor is a replaced entry (SPEC 14.3): the
+        oldest one a replace finds becomes a row of history at a new ticket (full.take_place,
+        limits_acquire_group), so among entries that joined at the same instant its position
+        places it after runs that joined after it, and it was judged behind them (found by the
+        model test, where the clock stands still: tests/model/test_found_verify.py). It still
+        counts as waiting from its instant to its end; its place among same-instant joins is
+        lost, which can only make the count lower, never a false finding."""
         limit = self.limit
         cap, per_key = limit.max_waiting, limit.max_waiting_per_key
         if cap is None and per_key is None:
@@ -58,7 +64,8 @@ class CapChecks(HistoryRows):
             first_join = entry["request"] not in seen
             seen.add(entry["request"])
             granted_as_it_joined = entry["state"] == "granted" and entry["finished_at"] == at  # never waited
-            judged = first_join and not granted_as_it_joined and (since is None or at > since)
+            replaced = entry["state"] == QueueEntry.State.REPLACED
+            judged = first_join and not granted_as_it_joined and not replaced and (since is None or at > since)
             if judged and cap is not None and len(waiting) >= cap:
                 violations.append(
                     f"{limit.name}: {entry['request']} joined at {_iso(at)} behind {len(waiting)} waiting runs "

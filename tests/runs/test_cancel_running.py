@@ -184,6 +184,25 @@ def test_without_a_key_the_whole_bound_and_a_run_not_executing_ends_at_once(boun
     assert_counters_match_rows(WHOLE)
 
 
+def test_on_a_fair_bound_the_freed_slot_goes_to_the_canceller_without_a_key(bounds) -> None:
+    """13.2 with 14.4: an operator made the bound fair. The canceller's entry in the front band
+    (position below 0) is the oldest of the runs without a key, so the freed slot is its own, not
+    the older waiter's. (Found reading limits_grant: its no-key fair stream started after position
+    0, so it passed the front band by on PostgreSQL and gave the slot to the waiter.)"""
+    services.set_share(WHOLE, "fair", actor="ops")
+    first = start_run(whole, {"label": "one"})
+    executing(first)
+    waits = start_run(whole, {"label": "waits"}, on_full="wait")
+    newer = start_run(whole, {"label": "two"})
+    assert_cancelled_by(first, newer, WHOLE, stopped=False)
+    assert queue(WHOLE) == [newer.id, waits.id]
+    assert stop_cancelled(first.id, owner="worker-1")
+    assert holders(WHOLE) == [(newer.id, "reserved")]
+    assert queue(WHOLE) == [waits.id]
+    assert verify().ok, verify().violations
+    assert_counters_match_rows(WHOLE)
+
+
 def test_a_start_chooses_cancel_running_per_call_when_its_workflow_has_its_own_bound(bounds) -> None:
     first = start_run(per_call, {"label": "one"})
     executing(first)
