@@ -37,8 +37,7 @@ class CapChecks(HistoryRows):
         limits_acquire_group), so among entries that joined at the same instant its position
         places it after runs that joined after it, and it was judged behind them (found by the
         model test, where the clock stands still: tests/model/test_found_verify.py). It still
-        counts as waiting from its instant to its end; its place among same-instant joins is
-        lost, which can only make the count lower, never a false finding."""
+        counts as waiting from its instant to its end, ordered at its old place (_join_order)."""
         limit = self.limit
         cap, per_key = limit.max_waiting, limit.max_waiting_per_key
         if cap is None and per_key is None:
